@@ -1,0 +1,54 @@
+"""The wire: framing, JSON-RPC envelope, id space and typed Codex messages.
+
+Nothing in this package does I/O: it turns bytes into events and values into
+bytes, so it can be tested exhaustively and reused by any transport.
+"""
+
+from .envelope import (
+    CHILD_EXITED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    Envelope,
+    InvalidMessage,
+    Kind,
+    RpcId,
+    decode,
+    encode,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_response,
+    parse,
+    rewrite,
+)
+from .framing import DEFAULT_MAX_LINE, Fragment, LineSplitter, Oversized
+from .ids import IdSpace
+
+__all__ = [
+    "CHILD_EXITED",
+    "DEFAULT_MAX_LINE",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "Envelope",
+    "Fragment",
+    "IdSpace",
+    "InvalidMessage",
+    "Kind",
+    "LineSplitter",
+    "Oversized",
+    "RpcId",
+    "decode",
+    "encode",
+    "encode_error",
+    "encode_notification",
+    "encode_request",
+    "encode_response",
+    "parse",
+    "rewrite",
+]

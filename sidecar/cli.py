@@ -1,0 +1,213 @@
+"""Command line: a drop-in for ``codex``, plus the sidecar's own commands.
+
+OpenClaw launches its configured app-server command with codex's own argv,
+``-c key=value`` overrides first: ``[-c k=v]... app-server --listen stdio://``.
+``main`` recognises that shape before click parses anything and hands those
+tokens to the real codex exactly as they came. Sidecar options may precede
+them; everything else about the sidecar comes from ``CODEX_SIDECAR_*`` and
+the config file, since OpenClaw's argv belongs to codex.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+import trio
+
+from . import __version__
+from .config import ACTIVE_ENV, SETTINGS, ConfigError, load_config_file, resolve_codex_bin
+from .control import ControlMethods
+from .logs import setup_logging
+from .proxy import Proxy, ProxyOptions
+from .record import Recorder
+
+log = logging.getLogger("codex_sidecar.cli")
+
+SUBCOMMANDS = ("proxy", "version")
+_DROP_IN = "_codex"
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    data = load_config_file(value)
+    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in data.items() if k != "engines"}}
+    ctx.meta["engines_config"] = data.get("engines", {})
+    return value
+
+
+def _setting_options(fn: Any) -> Any:
+    for s in reversed(SETTINGS):
+        if s.type is bool:
+            opt = click.option(
+                f"{s.flag}/--no-{s.flag[2:]}",
+                s.name,
+                default=s.default,
+                envvar=s.envvar,
+                show_envvar=True,
+                show_default=True,
+                help=s.help,
+            )
+        else:
+            opt = click.option(
+                s.flag,
+                s.name,
+                type=s.type,
+                default=s.default,
+                envvar=s.envvar,
+                show_envvar=True,
+                show_default=s.default is not None,
+                metavar=s.metavar,
+                help=s.help,
+            )
+        fn = opt(fn)
+    return fn
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    invoke_without_command=False,
+)
+@click.option(
+    "--config-file",
+    type=click.Path(dir_okay=False),
+    envvar="CODEX_SIDECAR_CONFIG",
+    show_envvar=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_load_config,
+    help="TOML config file (default: $XDG_CONFIG_HOME/codex-sidecar/config.toml, if it exists).",
+)
+@_setting_options
+@click.version_option(__version__, "--version", prog_name="codex-sidecar")
+@click.pass_context
+def cli(ctx: click.Context, **settings: Any) -> None:
+    """Sits in place of `codex app-server` and relays its JSON-RPC both ways.
+
+    \b
+    Drop-in (what OpenClaw runs):
+      codex-sidecar [OPTIONS] [-c key=value]... app-server --listen stdio:// [ARGS]...
+    The real codex is spawned with exactly the arguments after the sidecar's
+    own options. Any other child:
+      codex-sidecar [OPTIONS] proxy -- COMMAND [ARGS]...
+
+    Settings come from flags, then CODEX_SIDECAR_* variables, then the config
+    file. Logs go to stderr; stdout carries protocol frames only.
+    """
+    ctx.obj = settings
+
+
+@cli.command("proxy", context_settings={"ignore_unknown_options": True})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def proxy_cmd(ctx: click.Context, command: tuple[str, ...]) -> None:
+    """Relay for any child command (e.g. a test double of the app-server)."""
+    sys.exit(_serve(ctx.obj, list(command), ctx.meta.get("engines_config", {})))
+
+
+@cli.command(_DROP_IN, hidden=True, context_settings={"ignore_unknown_options": True})
+@click.argument("codex_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
+    settings = ctx.obj
+    if os.environ.get(ACTIVE_ENV) and not settings.get("codex_bin"):
+        raise ConfigError(
+            f"started by another codex-sidecar (pid {os.environ[ACTIVE_ENV]}), so `codex` on PATH "
+            "leads back to the sidecar; set --codex-bin or CODEX_SIDECAR_CODEX_BIN to the real codex"
+        )
+    codex = resolve_codex_bin(settings.get("codex_bin"))
+    sys.exit(_serve(settings, [codex, *codex_args], ctx.meta.get("engines_config", {})))
+
+
+@cli.command("version")
+def version_cmd() -> None:
+    """Print the sidecar's version."""
+    click.echo(f"codex-sidecar {__version__}")
+
+
+def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, Any]) -> int:
+    setup_logging(settings["log_format"], settings["log_level"])
+    recorder = None
+    if settings.get("record"):
+        try:
+            recorder = Recorder(settings["record"], redact=settings["record_redact"])
+        except OSError as exc:
+            raise click.ClickException(f"cannot open recording {settings['record']}: {exc.strerror}") from None
+    options = ProxyOptions(
+        max_line=settings["max_line_bytes"],
+        eof_grace=settings["eof_grace"],
+        kill_grace=settings["kill_grace"],
+    )
+    env = dict(os.environ)
+    env[ACTIVE_ENV] = str(os.getpid())
+
+    async def serve() -> int:
+        # FdStreams belong to the trio run that uses them: make them inside it.
+        proxy = Proxy(
+            argv,
+            client_in=trio.lowlevel.FdStream(os.dup(0)),
+            client_out=trio.lowlevel.FdStream(os.dup(1)),
+            env=env,
+            options=options,
+            recorder=recorder,
+        )
+        controls = ControlMethods()
+        controls.add("sidecar/status", proxy.status)
+        proxy.set_control(controls.handle)
+        return await proxy.run()
+
+    try:
+        return trio.run(serve)
+    except FileNotFoundError:
+        log.error("cannot start child: not found", extra={"fields": {"command": argv[0]}})
+        return 127
+    except PermissionError:
+        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0]}})
+        return 126
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+def split_drop_in(args: list[str]) -> list[str]:
+    """Rewrite a drop-in argv into click's form, leaving codex's tokens intact.
+
+    Leading sidecar options are kept for click; from the first token that is
+    not one of them, if that token is codex's (``-c``/``--config``, or a word
+    that is not a sidecar command), everything is passed to codex as is.
+    """
+    takes_value = {"--config-file"} | {s.flag for s in SETTINGS if s.type is not bool}
+    flags = {f for s in SETTINGS if s.type is bool for f in (s.flag, "--no-" + s.flag[2:])}
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name = tok.split("=", 1)[0]
+        if name in takes_value:
+            i += 1 if "=" in tok else 2
+        elif tok in flags:
+            i += 1
+        else:
+            break
+    rest = args[i:]
+    if not rest:
+        return args
+    head = rest[0]
+    is_codex = (
+        head in ("-c", "--config")
+        or head.startswith("--config=")
+        or (not head.startswith("-") and head not in SUBCOMMANDS and head != _DROP_IN)
+    )
+    if is_codex:
+        return [*args[:i], _DROP_IN, "--", *rest]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    cli.main(split_drop_in(args), prog_name="codex-sidecar")
+
+
+if __name__ == "__main__":
+    main()

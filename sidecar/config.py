@@ -1,0 +1,117 @@
+"""Where settings come from: flags, then ``CODEX_SIDECAR_*``, then a TOML file.
+
+The file is ``$CODEX_SIDECAR_CONFIG`` or ``--config-file``, else
+``$XDG_CONFIG_HOME/codex-sidecar/config.toml`` (``~/.config/...``) when it
+exists. Its top-level keys are the setting names below; engine settings live
+in ``[engines.<id>]`` tables. Unknown keys are an error, so a typo in a
+config fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+ENV_PREFIX = "CODEX_SIDECAR_"
+ACTIVE_ENV = "CODEX_SIDECAR_ACTIVE"
+"""Set in the child's environment, so a sidecar that would spawn itself can tell."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: Any
+    default: Any
+    help: str
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def envvar(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("codex_bin", str, None, "The real codex executable (default: `codex` on PATH, never this program).", "PATH"),
+    Setting("log_format", click.Choice(["text", "json"]), "text", "Log format on stderr; json gives one object a line."),
+    Setting("log_level", click.Choice(["debug", "info", "warning", "error"]), "info", "Lowest log level written to stderr."),
+    Setting("record", str, None, "Append every frame, both ways, to this JSONL file (created 0600).", "FILE"),
+    Setting("record_redact", bool, False, "Replace message text, tool I/O and images in the recording by their length."),
+    Setting("max_line_bytes", click.IntRange(min=1024), 64 * 1024 * 1024, "Longest line parsed; longer lines are forwarded unparsed.", "BYTES"),
+    Setting("eof_grace", click.FloatRange(min=0), 2.0, "Seconds the child gets to exit after the client closes stdin, before SIGTERM.", "SECONDS"),
+    Setting("kill_grace", click.FloatRange(min=0), 3.0, "Seconds between SIGTERM and SIGKILL for a lingering child.", "SECONDS"),
+)
+SETTING_NAMES = frozenset(s.name for s in SETTINGS)
+
+
+class ConfigError(click.ClickException):
+    pass
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "codex-sidecar" / "config.toml"
+
+
+def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """Read the TOML file; ``None`` means the default location, if present."""
+    explicit = path is not None
+    p = Path(path) if explicit else default_config_path()
+    if not p.exists():
+        if explicit:
+            raise ConfigError(f"config file not found: {p}")
+        return {}
+    try:
+        with open(p, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc}") from None
+    unknown = set(data) - SETTING_NAMES - {"engines"}
+    if unknown:
+        raise ConfigError(f"unknown keys in {p}: {', '.join(sorted(unknown))}")
+    engines = data.get("engines", {})
+    if not isinstance(engines, dict) or not all(isinstance(v, dict) for v in engines.values()):
+        raise ConfigError(f"{p}: [engines] must hold one table per engine id")
+    return data
+
+
+def resolve_codex_bin(configured: str | None) -> str:
+    """The real codex: the configured path, else ``codex`` on PATH minus ourselves."""
+    if configured:
+        path = shutil.which(configured) or configured
+        if not os.path.exists(path):
+            raise ConfigError(f"codex binary not found: {configured}")
+        if _is_self(path):
+            raise ConfigError(f"{configured} is the sidecar itself, not the codex binary")
+        return path
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", "codex")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and not _is_self(candidate):
+            return candidate
+    raise ConfigError(
+        "cannot find the real codex binary: set --codex-bin, CODEX_SIDECAR_CODEX_BIN "
+        "or codex_bin in the config file, or put codex on PATH"
+    )
+
+
+def _is_self(path: str) -> bool:
+    """True for this program or a console script that launches it."""
+    real = os.path.realpath(path)
+    if sys.argv and sys.argv[0] and real == os.path.realpath(sys.argv[0]):
+        return True
+    try:
+        with open(real, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"sidecar.cli" in head

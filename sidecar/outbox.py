@@ -1,0 +1,122 @@
+"""One writer per output stream, fed without awaiting.
+
+Readers and hooks put bytes here synchronously (so a rewrite decided while
+parsing a chunk keeps its place in the stream); a single writer task drains
+everything queued in one ``send_all``. That batching is what lets a Python
+relay move tens of thousands of frames a second. Memory is bounded by a high
+water mark that readers wait on before they read more: the slow side pushes
+back on the fast one instead of the sidecar buffering without limit.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+log = logging.getLogger("codex_sidecar.outbox")
+
+
+class Outbox:
+    __slots__ = (
+        "name",
+        "high_water",
+        "_parts",
+        "_size",
+        "_data_ready",
+        "_below_high_water",
+        "_closed",
+        "_broken",
+        "finished",
+    )
+
+    def __init__(self, name: str, high_water: int = 8 * 1024 * 1024) -> None:
+        self.name = name
+        self.high_water = high_water
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._data_ready = trio.Event()
+        self._below_high_water = trio.Event()
+        self._below_high_water.set()
+        self._closed = False
+        self._broken = False
+        self.finished = trio.Event()
+        """Set when the writer has stopped (drained and closed, or broken)."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def broken(self) -> bool:
+        """The stream refused a write: the peer has gone."""
+        return self._broken
+
+    @property
+    def queued(self) -> int:
+        return self._size
+
+    def put(self, data: bytes) -> bool:
+        """Queue raw bytes; False when they can no longer be delivered."""
+        if self._closed or self._broken:
+            return False
+        self._parts.append(data)
+        self._size += len(data)
+        self._data_ready.set()
+        if self._size > self.high_water and self._below_high_water.is_set():
+            self._below_high_water = trio.Event()
+        return True
+
+    def put_line(self, line: bytes) -> bool:
+        """Queue one frame; the newline is added here, not copied into ``line``."""
+        if self._closed or self._broken:
+            return False
+        self._parts.append(line)
+        self._parts.append(b"\n")
+        self._size += len(line) + 1
+        self._data_ready.set()
+        if self._size > self.high_water and self._below_high_water.is_set():
+            self._below_high_water = trio.Event()
+        return True
+
+    async def wait_writable(self) -> None:
+        """Wait while more than ``high_water`` bytes are queued."""
+        while not self._below_high_water.is_set():
+            await self._below_high_water.wait()
+
+    def close(self) -> None:
+        """No more puts; the writer drains what is queued, then closes the stream."""
+        self._closed = True
+        self._data_ready.set()
+
+    async def run_writer(self, stream: trio.abc.SendStream) -> None:
+        """Drain into ``stream`` until closed. A broken stream ends quietly."""
+        try:
+            while True:
+                await self._data_ready.wait()
+                if not self._parts:
+                    if self._closed:
+                        break
+                    self._data_ready = trio.Event()
+                    continue
+                parts = self._parts
+                self._parts = []
+                self._size = 0
+                self._data_ready = trio.Event()
+                self._below_high_water.set()
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                try:
+                    await stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    self._broken = True
+                    self._parts = []
+                    self._size = 0
+                    break
+            log.debug("closing stream", extra={"fields": {"outbox": self.name}})
+            try:
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        finally:
+            self._below_high_water.set()
+            self.finished.set()

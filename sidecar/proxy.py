@@ -1,0 +1,732 @@
+"""The relay between one client and one app-server child.
+
+Every frame is forwarded unchanged unless a hook has a reason to change it.
+Routing decodes only the envelope; the original bytes go out. Hooks are
+synchronous (a rewrite keeps the message's place in the stream) and may hand
+slow work to a task of the proxy's nursery, which later forwards, answers or
+drops the held message; unrelated traffic keeps flowing meanwhile.
+
+One nursery owns every task: two readers, two writers, the child supervisor,
+the signal forwarder and whatever hooks spawn. Nothing depends on a clean
+exit: the process can be SIGKILLed at any instant, and anything worth keeping
+is written where it happens, not at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol import (
+    CHILD_EXITED,
+    Envelope,
+    Fragment,
+    IdSpace,
+    InvalidMessage,
+    Kind,
+    LineSplitter,
+    Oversized,
+    RpcId,
+    decode,
+    encode_error,
+    encode_request,
+    parse,
+    rewrite,
+)
+from protocol.ids import PREFIX as INTERNAL_PREFIX
+
+from . import __version__
+from .outbox import Outbox
+from .record import Recorder
+
+log = logging.getLogger("codex_sidecar.proxy")
+
+READ_SIZE = 1 << 20
+CONTROL_PREFIX = "sidecar/"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Handled:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HANDLED"
+
+
+HANDLED = _Handled()
+"""Hook decision: the hook took the message; the relay must not forward it."""
+
+Decision = None | bytes | _Handled
+"""A hook returns None (forward unchanged), new bytes (forward these), or HANDLED."""
+
+
+@dataclass(slots=True)
+class Message:
+    """One parsed frame: its routing envelope and its exact bytes."""
+
+    env: Envelope
+    line: bytes
+
+    @property
+    def id(self) -> RpcId:
+        return self.env.id  # type: ignore[return-value]
+
+    @property
+    def method(self) -> str:
+        return self.env.method  # type: ignore[return-value]
+
+    def params(self) -> Any:
+        return decode(self.env.params) if self.env.params else None
+
+    def result(self) -> Any:
+        return decode(self.env.result) if self.env.result else None
+
+    def error(self) -> Any:
+        return decode(self.env.error) if self.env.error else None
+
+
+@dataclass(slots=True)
+class PendingRequest:
+    """A client request the sidecar has taken in and not yet seen answered."""
+
+    client_id: RpcId
+    method: str
+    wire_id: RpcId
+
+
+ClientRequestHook = Callable[[Message], Decision]
+ServerMessageHook = Callable[[Message], Decision]
+ResponseHook = Callable[[Message, PendingRequest], Decision]
+
+
+@dataclass
+class Hooks:
+    """Interception points, by method name. Hooks run in order; the first
+    HANDLED stops the chain, a returned ``bytes`` replaces the message for the
+    hooks after it and for the wire."""
+
+    client_requests: dict[str, list[ClientRequestHook]] = field(default_factory=dict)
+    responses: dict[str, list[ResponseHook]] = field(default_factory=dict)
+    server_notifications: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
+    server_requests: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
+
+    def on_client_request(self, method: str, hook: ClientRequestHook) -> None:
+        self.client_requests.setdefault(method, []).append(hook)
+
+    def on_response(self, method: str, hook: ResponseHook) -> None:
+        """Responses (results and errors) to client requests of ``method``."""
+        self.responses.setdefault(method, []).append(hook)
+
+    def on_server_notification(self, method: str, hook: ServerMessageHook) -> None:
+        self.server_notifications.setdefault(method, []).append(hook)
+
+    def on_server_request(self, method: str, hook: ServerMessageHook) -> None:
+        self.server_requests.setdefault(method, []).append(hook)
+
+
+class RpcError(Exception):
+    """An error response to a request the sidecar itself sent."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class _InternalCall:
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: RpcError | None = None
+
+
+@dataclass
+class Counters:
+    frames: int = 0
+    bytes: int = 0
+    invalid: int = 0
+    oversized: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "frames": self.frames,
+            "bytes": self.bytes,
+            "invalidFrames": self.invalid,
+            "oversizedFrames": self.oversized,
+        }
+
+
+@dataclass
+class ProxyOptions:
+    max_line: int = 64 * 1024 * 1024
+    eof_grace: float = 2.0
+    """Seconds the child gets to exit on its own after the client hangs up."""
+    kill_grace: float = 3.0
+    """Seconds between SIGTERM and SIGKILL when the child lingers."""
+    high_water: int = 8 * 1024 * 1024
+    forward_signals: bool = True
+
+
+_USER_AGENT_VERSION = re.compile(r"/(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
+
+
+def codex_version_from_user_agent(user_agent: str) -> str | None:
+    """``"codex_cli_rs/0.169.0 (Linux ...)"`` -> ``"0.169.0"`` (what OpenClaw checks)."""
+    m = _USER_AGENT_VERSION.search(user_agent)
+    return m.group(1) if m else None
+
+
+class Proxy:
+    """Relays between a client byte stream pair and a child process's stdio."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        client_in: trio.abc.ReceiveStream,
+        client_out: trio.abc.SendStream,
+        env: dict[str, str] | None = None,
+        options: ProxyOptions | None = None,
+        hooks: Hooks | None = None,
+        recorder: Recorder | None = None,
+        control: Callable[[bytes], bytes] | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.env = env
+        self.options = options or ProxyOptions()
+        self.hooks = hooks or Hooks()
+        self.recorder = recorder
+        self._client_in = client_in
+        self._client_out = client_out
+        self._control = control
+        self._ids = IdSpace()
+        self._pending: dict[RpcId, PendingRequest] = {}
+        self._internal: dict[str, _InternalCall] = {}
+        self.to_child = Outbox("codex", self.options.high_water)
+        self.to_client = Outbox("client", self.options.high_water)
+        self.c2s = Counters()
+        self.s2c = Counters()
+        self.started_at = time.monotonic()
+        self.codex_version: str | None = None
+        self.user_agent: str | None = None
+        self.threads_seen: set[str] = set()
+        self.exit_status: int | None = None
+        self.process: trio.Process | None = None
+        self._nursery: trio.Nursery | None = None
+        self._child_stdout_done = trio.Event()
+        self._child_gone = False
+        self._client_gone = False
+        self._shutdown_started = False
+        self._install_builtin_hooks()
+
+    # ------------------------------------------------------------------ API
+
+    def set_control(self, handler: Callable[[bytes], bytes]) -> None:
+        """Who answers ``sidecar/...`` requests (given the line, returns the reply)."""
+        self._control = handler
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the proxy's nursery (hooks hand slow work here)."""
+        assert self._nursery is not None, "proxy is not running"
+        self._nursery.start_soon(fn, *args)
+
+    def send_to_child(self, line: bytes, direction: str = "sidecar>codex") -> bool:
+        self._record(direction, line)
+        return self.to_child.put_line(line)
+
+    def send_to_client(self, line: bytes, direction: str = "sidecar>client") -> bool:
+        self._record(direction, line)
+        return self.to_client.put_line(line)
+
+    def forward_client_request(self, msg: Message) -> bool:
+        """Forward a client request a hook held back (or rewrote later)."""
+        pending = self._find_pending(msg.env.id)  # type: ignore[arg-type]
+        if pending is None:
+            # Already answered (e.g. the child died meanwhile): nothing to send.
+            return False
+        line = msg.line
+        if pending.wire_id != pending.client_id:
+            line = rewrite(line, id=pending.wire_id)
+        if self._child_gone:
+            self._fail_pending_request(pending)
+            return False
+        self.c2s.frames += 1
+        self.c2s.bytes += len(line) + 1
+        self._record("client>codex", line)
+        return self.to_child.put_line(line)
+
+    def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
+        """Answer a held client request from the sidecar (no child involved)."""
+        pending = self._find_pending(client_id)
+        if pending is not None:
+            del self._pending[pending.wire_id]
+            if pending.wire_id is not pending.client_id:
+                self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
+        return self.send_to_client(line)
+
+    def _find_pending(self, client_id: RpcId) -> PendingRequest | None:
+        if not IdSpace.is_reserved(client_id):
+            return self._pending.get(client_id)
+        for p in self._pending.values():
+            if p.client_id == client_id and p.wire_id is not p.client_id:
+                return p
+        return None
+
+    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        """Send the sidecar's own request to the child; its response never
+        reaches the client. Raises ``RpcError`` (also when the child exits)."""
+        if self._child_gone:
+            raise RpcError(CHILD_EXITED, "codex app-server is not running")
+        call_id = self._ids.new_internal()
+        call = _InternalCall()
+        self._internal[call_id] = call
+        try:
+            self.send_to_child(encode_request(call_id, method, params))
+            if timeout is None:
+                await call.done.wait()
+            else:
+                with trio.fail_after(timeout):
+                    await call.done.wait()
+        finally:
+            self._internal.pop(call_id, None)
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "sidecarVersion": __version__,
+            "pid": os.getpid(),
+            "childPid": self.process.pid if self.process else None,
+            "childRunning": self.process is not None and self.process.returncode is None,
+            "codexVersion": self.codex_version,
+            "userAgent": self.user_agent,
+            "uptimeSeconds": round(time.monotonic() - self.started_at, 3),
+            "clientToCodex": self.c2s.as_dict(),
+            "codexToClient": self.s2c.as_dict(),
+            "pendingRequests": len(self._pending),
+            "threadsSeen": sorted(self.threads_seen),
+        }
+
+    # ------------------------------------------------------------- running
+
+    async def run(self) -> int:
+        """Spawn the child, relay until both sides are done; the child's status.
+
+        Raises ``OSError`` when the child cannot be started.
+        """
+        self.process = await trio.lowlevel.open_process(
+            self.argv,
+            stdin=_PIPE,
+            stdout=_PIPE,
+            stderr=None,
+            env=self.env,
+            preexec_fn=_child_preexec,
+        )
+        log.info("child started", extra={"fields": {"childPid": self.process.pid}})
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self.to_child.run_writer, self.process.stdin)
+            nursery.start_soon(self.to_client.run_writer, self._client_out)
+            nursery.start_soon(self._pump_client)
+            nursery.start_soon(self._pump_child)
+            nursery.start_soon(self._watch_client_out)
+            if self.options.forward_signals:
+                nursery.start_soon(self._forward_signals)
+            nursery.start_soon(self._supervise)
+        assert self.exit_status is not None
+        return self.exit_status
+
+    async def _supervise(self) -> None:
+        assert self.process is not None and self._nursery is not None
+        rc = await self.process.wait()
+        # Deliver what the child wrote before it died, then answer for it.
+        with trio.move_on_after(2.0):
+            await self._child_stdout_done.wait()
+        self._child_gone = True
+        self.to_child.close()
+        n = len(self._pending)
+        for pending in list(self._pending.values()):
+            self._fail_pending_request(pending, rc)
+        for call in self._internal.values():
+            call.error = RpcError(CHILD_EXITED, _exit_text(rc))
+            call.done.set()
+        self.exit_status = 128 - rc if rc < 0 else rc
+        log.info(
+            "child exited",
+            extra={"fields": {"status": rc, "exitStatus": self.exit_status, "failedRequests": n}},
+        )
+        self.to_client.close()
+        with trio.move_on_after(5.0):
+            await self.to_client.finished.wait()
+        self._nursery.cancel_scope.cancel()
+
+    def _fail_pending_request(self, pending: PendingRequest, rc: int | None = None) -> None:
+        self._pending.pop(pending.wire_id, None)
+        if self._ids.is_alias(pending.wire_id):
+            self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
+        self.send_to_client(
+            encode_error(
+                pending.client_id,
+                CHILD_EXITED,
+                _exit_text(rc),
+                {"method": pending.method},
+            )
+        )
+
+    async def _shutdown_child(self, why: str) -> None:
+        """The client is gone: close the child's stdin, then insist."""
+        if self._shutdown_started:
+            return
+        self._shutdown_started = True
+        assert self.process is not None
+        log.info("client gone; stopping child", extra={"fields": {"reason": why}})
+        self.to_child.close()
+        with trio.move_on_after(self.options.eof_grace):
+            await self.process.wait()
+            return
+        if self.process.returncode is None:
+            log.warning("child ignored stdin EOF; sending SIGTERM")
+            self.process.terminate()
+        with trio.move_on_after(self.options.kill_grace):
+            await self.process.wait()
+            return
+        if self.process.returncode is None:
+            log.warning("child ignored SIGTERM; sending SIGKILL")
+            self.process.kill()
+
+    async def _watch_client_out(self) -> None:
+        await self.to_client.finished.wait()
+        if self.to_client.broken and not self._child_gone:
+            self._client_gone = True
+            await self._shutdown_child("client output closed")
+
+    async def _forward_signals(self) -> None:
+        assert self.process is not None
+        with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
+            async for signum in signals:
+                if self.process.returncode is None:
+                    log.info("forwarding signal", extra={"fields": {"signal": signum}})
+                    try:
+                        self.process.send_signal(signum)
+                    except ProcessLookupError:
+                        pass
+
+    # ------------------------------------------------------------- readers
+
+    async def _pump_client(self) -> None:
+        splitter = LineSplitter(self.options.max_line)
+        stream = self._client_in
+        handle = self._from_client
+        try:
+            while True:
+                await self.to_child.wait_writable()
+                try:
+                    data = await stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+                if not data:
+                    for ev in splitter.close():
+                        self._from_client_raw(ev)
+                    break
+                for ev in splitter.feed(data):
+                    if type(ev) is bytes:
+                        handle(ev)
+                    else:
+                        self._from_client_raw(ev)
+        finally:
+            self._client_gone = True
+        if not self._child_gone:
+            await self._shutdown_child("client closed its output (EOF)")
+
+    async def _pump_child(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        splitter = LineSplitter(self.options.max_line)
+        stream = self.process.stdout
+        handle = self._from_child
+        try:
+            while True:
+                await self.to_client.wait_writable()
+                try:
+                    data = await stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+                if not data:
+                    for ev in splitter.close():
+                        self._from_child_raw(ev)
+                    break
+                for ev in splitter.feed(data):
+                    if type(ev) is bytes:
+                        handle(ev)
+                    else:
+                        self._from_child_raw(ev)
+        finally:
+            self._child_stdout_done.set()
+
+    # ------------------------------------------------- client -> child frames
+
+    def _from_client_raw(self, ev: Oversized | Fragment) -> None:
+        c = self.c2s
+        if type(ev) is Oversized:
+            if ev.end:
+                c.frames += 1
+                c.oversized += 1
+                log.warning(
+                    "oversized line from client forwarded unparsed",
+                    extra={"fields": {"maxLine": self.options.max_line}},
+                )
+                self._record_note("client>codex", "oversized line forwarded unparsed")
+        else:
+            c.frames += 1
+            c.invalid += 1
+            log.warning("client output ended inside a line; forwarding the fragment")
+        c.bytes += len(ev.data)
+        if not self.to_child.put(ev.data) and self._child_gone:
+            pass  # the child is gone; the supervisor answers for requests
+
+    def _from_client(self, line: bytes) -> None:
+        try:
+            env = parse(line)
+        except InvalidMessage as exc:
+            self.c2s.invalid += 1
+            log.warning("invalid frame from client forwarded", extra={"fields": {"error": str(exc)}})
+            self._forward_to_child(line)
+            return
+        if env.method is msgspec.UNSET or env.id is msgspec.UNSET:
+            # Responses to server requests and client notifications pass through.
+            if env.method is not msgspec.UNSET and env.method.startswith(CONTROL_PREFIX):
+                return  # a control notification: nothing to answer, nothing to forward
+            self._forward_to_child(line)
+            return
+        method: str = env.method  # type: ignore[assignment]
+        if method.startswith(CONTROL_PREFIX):
+            self._record("client>sidecar", line)
+            reply = self._control(line) if self._control else encode_error(
+                env.id, -32601, f"unknown sidecar method {method}"  # type: ignore[arg-type]
+            )
+            self.send_to_client(reply)
+            return
+        client_id: RpcId = env.id  # type: ignore[assignment]
+        wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
+        if self._child_gone:
+            self._record("client>codex", line)
+            self.send_to_client(encode_error(client_id, CHILD_EXITED, _exit_text(None), {"method": method}))
+            return
+        pending = PendingRequest(client_id, method, wire_id)
+        self._pending[wire_id] = pending
+        hooks = self.hooks.client_requests.get(method)
+        if hooks:
+            msg = Message(env, line)
+            for hook in hooks:
+                decision = self._run_hook(hook, msg)
+                if decision is HANDLED:
+                    return
+                if decision is not None:
+                    msg = Message(parse(decision), decision)  # type: ignore[arg-type]
+            line = msg.line
+        if wire_id is not client_id:
+            line = rewrite(line, id=wire_id)
+        self._forward_to_child(line)
+
+    def _forward_to_child(self, line: bytes) -> None:
+        c = self.c2s
+        c.frames += 1
+        c.bytes += len(line) + 1
+        if self.recorder is not None:
+            self._record("client>codex", line)
+        self.to_child.put_line(line)
+
+    # ------------------------------------------------- child -> client frames
+
+    def _from_child_raw(self, ev: Oversized | Fragment) -> None:
+        s = self.s2c
+        if type(ev) is Oversized:
+            if ev.end:
+                s.frames += 1
+                s.oversized += 1
+                log.warning(
+                    "oversized line from codex forwarded unparsed",
+                    extra={"fields": {"maxLine": self.options.max_line}},
+                )
+                self._record_note("codex>client", "oversized line forwarded unparsed")
+        else:
+            s.frames += 1
+            s.invalid += 1
+            log.warning("codex output ended inside a line; forwarding the fragment")
+        s.bytes += len(ev.data)
+        self.to_client.put(ev.data)
+
+    def _from_child(self, line: bytes) -> None:
+        try:
+            env = parse(line)
+        except InvalidMessage as exc:
+            self.s2c.invalid += 1
+            log.warning("invalid frame from codex forwarded", extra={"fields": {"error": str(exc)}})
+            self._forward_to_client(line)
+            return
+        if env.method is msgspec.UNSET:
+            self._from_child_response(env, line)
+            return
+        if env.id is msgspec.UNSET:
+            hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
+        else:
+            hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
+        if hooks:
+            msg = Message(env, line)
+            for hook in hooks:
+                decision = self._run_hook(hook, msg)
+                if decision is HANDLED:
+                    return
+                if decision is not None:
+                    msg = Message(parse(decision), decision)  # type: ignore[arg-type]
+            line = msg.line
+        self._forward_to_client(line)
+
+    def _from_child_response(self, env: Envelope, line: bytes) -> None:
+        wire_id = env.id
+        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX):
+            call = self._internal.get(wire_id)
+            if call is not None:
+                self._record("codex>sidecar", line)
+                if env.error:
+                    err = decode(env.error)
+                    if not isinstance(err, dict):
+                        err = {}
+                    call.error = RpcError(
+                        int(err.get("code", -32603)), str(err.get("message", "")), err.get("data")
+                    )
+                else:
+                    call.result = decode(env.result)
+                call.done.set()
+                return
+            if not self._ids.is_alias(wire_id):
+                # An answer to an internal call that timed out: nobody waits for it.
+                self._record("codex>sidecar", line)
+                log.info("late response to a sidecar request dropped")
+                return
+        pending = self._pending.pop(wire_id, None)  # type: ignore[arg-type]
+        if pending is not None and pending.wire_id is not pending.client_id:
+            self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
+            line = rewrite(line, id=pending.client_id)
+            env = parse(line)
+        if pending is not None:
+            hooks = self.hooks.responses.get(pending.method)
+            if hooks:
+                msg = Message(env, line)
+                for hook in hooks:
+                    decision = self._run_response_hook(hook, msg, pending)
+                    if decision is HANDLED:
+                        return
+                    if decision is not None:
+                        msg = Message(parse(decision), decision)  # type: ignore[arg-type]
+                line = msg.line
+        self._forward_to_client(line)
+
+    def _forward_to_client(self, line: bytes) -> None:
+        s = self.s2c
+        s.frames += 1
+        s.bytes += len(line) + 1
+        if self.recorder is not None:
+            self._record("codex>client", line)
+        self.to_client.put_line(line)
+
+    # ---------------------------------------------------------------- hooks
+
+    def _run_hook(self, hook: Callable[[Message], Decision], msg: Message) -> Decision:
+        try:
+            return hook(msg)
+        except Exception:
+            # Fail open: a broken hook must not break the agent.
+            log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
+            return None
+
+    def _run_response_hook(self, hook: ResponseHook, msg: Message, pending: PendingRequest) -> Decision:
+        try:
+            return hook(msg, pending)
+        except Exception:
+            log.exception("response hook failed; forwarding unchanged", extra={"fields": {"hook": _name(hook)}})
+            return None
+
+    def _install_builtin_hooks(self) -> None:
+        self.hooks.on_response("initialize", self._observe_initialize)
+        for method in ("thread/start", "thread/resume", "thread/fork"):
+            self.hooks.on_response(method, self._observe_thread_result)
+        self.hooks.on_server_notification("thread/started", self._observe_thread_started)
+
+    def _observe_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
+        result = msg.result()
+        if isinstance(result, dict) and isinstance(result.get("userAgent"), str):
+            self.user_agent = result["userAgent"]
+            self.codex_version = codex_version_from_user_agent(self.user_agent)
+        return None
+
+    def _observe_thread_result(self, msg: Message, pending: PendingRequest) -> Decision:
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if isinstance(thread, dict) and isinstance(thread.get("id"), str):
+            self.threads_seen.add(thread["id"])
+        return None
+
+    def _observe_thread_started(self, msg: Message) -> Decision:
+        params = msg.params()
+        thread = params.get("thread") if isinstance(params, dict) else None
+        if isinstance(thread, dict) and isinstance(thread.get("id"), str):
+            self.threads_seen.add(thread["id"])
+        return None
+
+    # ------------------------------------------------------------ recording
+
+    def _record(self, direction: str, line: bytes) -> None:
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
+
+    def _record_note(self, direction: str, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.note(direction, note)
+
+
+_PIPE = -1  # subprocess.PIPE without importing subprocess's namespace here
+
+
+def _exit_text(rc: int | None) -> str:
+    if rc is None:
+        return "codex app-server exited before answering"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"codex app-server was killed by {name} before answering"
+    return f"codex app-server exited with status {rc} before answering"
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _child_preexec() -> None:
+    """Ask Linux to SIGTERM the child if the sidecar dies (e.g. SIGKILL)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except Exception:
+        pass

@@ -1,0 +1,178 @@
+"""``--record FILE``: every frame on every wire, as JSONL, written as it passes.
+
+One record a line: ``{"seq", "t", "dir", "frame"}`` where ``t`` is seconds on
+a monotonic clock since recording began and ``dir`` names the wire
+(``client>codex``, ``codex>client``, ``sidecar>codex``, ``codex>sidecar``,
+``client>sidecar``, ``sidecar>client``). A frame that is valid JSON is
+embedded byte for byte; one that is not is kept as ``rawBase64``. Each record
+is one ``write`` on an O_APPEND descriptor, so a SIGKILL loses at most the
+record being written and leaves at most one partial last line, which
+``read_recording`` skips. A write that fails (a full disk) disables
+recording with one error log; the relay itself never stops for it.
+
+With ``redact=True`` the text a person or model wrote is replaced by its
+length (see ``REDACTED_KEYS``), so a recording can be shared without prompts.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+log = logging.getLogger("codex_sidecar.record")
+
+REDACTED_KEYS = frozenset(
+    {
+        "text",
+        "delta",
+        "developerInstructions",
+        "baseInstructions",
+        "instructions",
+        "summary",
+        "aggregatedOutput",
+        "formattedOutput",
+        "output",
+        "stdout",
+        "stderr",
+        "content",
+        "arguments",
+        "prompt",
+        "command",
+        "query",
+        "url",
+        "value",
+    }
+)
+"""Keys whose string values are message text, tool I/O or images."""
+
+_validate = msgspec.json.Decoder(msgspec.Raw)
+_encode = msgspec.json.Encoder()
+_decode = msgspec.json.Decoder()
+
+
+def redact(value: Any) -> Any:
+    """Replace every string under a REDACTED_KEYS key by ``"[redacted N chars]"``."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in REDACTED_KEYS and isinstance(v, str):
+                out[k] = f"[redacted {len(v)} chars]"
+            elif k in REDACTED_KEYS and isinstance(v, (dict, list)) and k in ("arguments", "content"):
+                out[k] = redact_all_strings(v)
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def redact_all_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return f"[redacted {len(value)} chars]"
+    if isinstance(value, dict):
+        return {k: redact_all_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_all_strings(v) for v in value]
+    return value
+
+
+class Recorder:
+    def __init__(self, path: str | os.PathLike[str], *, redact: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.redact = redact
+        self.enabled = True
+        self.seq = 0
+        self._t0 = time.monotonic()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+    def record(self, direction: str, line: bytes) -> None:
+        if not self.enabled:
+            return
+        self.seq += 1
+        head = b'{"seq":%d,"t":%.6f,"dir":"%s",' % (self.seq, time.monotonic() - self._t0, direction.encode())
+        try:
+            _validate.decode(line)
+            valid = True
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            valid = False
+        if valid and self.redact:
+            body = b'"frame":' + _encode.encode(redact(_decode.decode(line))) + b"}\n"
+        elif valid:
+            body = b'"frame":' + line.rstrip(b"\r") + b"}\n"
+        else:
+            body = b'"rawBase64":"' + base64.b64encode(line) + b'"}\n'
+        self._write(head + body)
+
+    def note(self, direction: str, note: str) -> None:
+        if not self.enabled:
+            return
+        self.seq += 1
+        rec = {"seq": self.seq, "t": round(time.monotonic() - self._t0, 6), "dir": direction, "note": note}
+        self._write(_encode.encode(rec) + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as exc:
+            self.enabled = False
+            log.error(
+                "recording disabled: write failed",
+                extra={"fields": {"path": self.path, "errno": exc.errno, "error": os.strerror(exc.errno or 0)}},
+            )
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+
+class RecordEntry(msgspec.Struct):
+    seq: int
+    t: float
+    dir: str
+    frame: msgspec.Raw | None = None
+    rawBase64: str | None = None
+    note: str | None = None
+
+    def line(self) -> bytes | None:
+        """The frame's bytes as they were on the wire (None for notes).
+
+        Valid-JSON frames come back as recorded; whitespace inside them is
+        what the peer sent, since they are embedded, not re-encoded.
+        """
+        if self.frame is not None:
+            return bytes(self.frame)
+        if self.rawBase64 is not None:
+            return base64.b64decode(self.rawBase64)
+        return None
+
+
+_entry_decoder = msgspec.json.Decoder(RecordEntry)
+
+
+def read_recording(path: str | os.PathLike[str]) -> Iterator[RecordEntry]:
+    """Records in order; a torn last line (a kill mid-write) is skipped."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            yield _entry_decoder.decode(raw)
+        except msgspec.DecodeError:
+            if i == len(lines) - 1:
+                log.warning("recording ends in a torn line; skipped", extra={"fields": {"path": os.fspath(path)}})
+                return
+            raise
