@@ -17,10 +17,11 @@ PREFIX = "codex-sidecar:"
 
 
 class IdSpace:
-    __slots__ = ("_next", "_aliases")
+    __slots__ = ("_next", "_next_alias", "_aliases")
 
     def __init__(self) -> None:
         self._next = 0
+        self._next_alias = 0
         self._aliases: dict[str, RpcId] = {}
 
     @staticmethod
@@ -34,8 +35,8 @@ class IdSpace:
 
     def alias_client_id(self, client_id: RpcId) -> str:
         """Give a client id that clashes with the namespace a fresh alias."""
-        self._next += 1
-        alias = f"{PREFIX}client:{self._next}"
+        self._next_alias += 1
+        alias = f"{PREFIX}client:{self._next_alias}"
         self._aliases[alias] = client_id
         return alias
 

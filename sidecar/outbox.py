@@ -93,16 +93,17 @@ class Outbox:
         """Drain into ``stream`` until closed. A broken stream ends quietly."""
         try:
             while True:
-                await self._data_ready.wait()
+                # Check the state, not an event: a close() that arrives while a
+                # write is in flight must still end the loop once drained.
                 if not self._parts:
                     if self._closed:
                         break
                     self._data_ready = trio.Event()
+                    await self._data_ready.wait()
                     continue
                 parts = self._parts
                 self._parts = []
                 self._size = 0
-                self._data_ready = trio.Event()
                 self._below_high_water.set()
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 try:

@@ -141,7 +141,7 @@ class RecordEntry(msgspec.Struct):
     seq: int
     t: float
     dir: str
-    frame: msgspec.Raw | None = None
+    frame: msgspec.Raw = msgspec.Raw(b"")
     rawBase64: str | None = None
     note: str | None = None
 
@@ -151,7 +151,7 @@ class RecordEntry(msgspec.Struct):
         Valid-JSON frames come back as recorded; whitespace inside them is
         what the peer sent, since they are embedded, not re-encoded.
         """
-        if self.frame is not None:
+        if self.frame:
             return bytes(self.frame)
         if self.rawBase64 is not None:
             return base64.b64decode(self.rawBase64)
