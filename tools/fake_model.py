@@ -1,0 +1,552 @@
+"""A scriptable fake of the OpenAI Responses API, served on loopback.
+
+Codex only needs `POST /v1/responses` answered with a Server-Sent Events
+stream to run whole turns, so tests can drive the real app-server with no
+account and no network, and can read back the exact request bodies Codex
+sent: that is the ground truth for what the model saw.
+
+The server runs in background threads (not trio) so the same object works
+under pytest-trio, in plain scripts and from `python -m tools.fake_model`.
+Nothing here writes to stdout: stdout is a protocol channel elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import gzip
+import itertools
+import json
+import logging
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Union
+
+log = logging.getLogger(__name__)
+
+#: Codex 0.169.0's own shell tool, as advertised in the request's `tools`:
+#: the unified-exec `exec_command` function taking `{"cmd": "<shell string>",
+#: "workdir", "sandbox_permissions": "use_default"|"require_escalated",
+#: "justification", "prefix_rule", "yield_time_ms", "login", "tty", ...}`.
+SHELL_TOOL_NAME = "exec_command"
+
+
+# --------------------------------------------------------------------------
+# Script steps.  One step answers one POST /v1/responses.
+
+
+@dataclasses.dataclass(frozen=True)
+class Text:
+    """An assistant message that ends the model's part of the turn."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionCall:
+    """A `function_call` output item: Codex runs the tool, then calls again.
+
+    `arguments` may be a dict (encoded here) or an already-encoded string,
+    because the Responses API carries arguments as a JSON string and tests
+    sometimes need to send malformed ones on purpose.
+    """
+
+    name: str
+    arguments: Union[dict, str] = dataclasses.field(default_factory=dict)
+    call_id: str | None = None
+    namespace: str | None = None
+
+    def encoded_arguments(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, separators=(",", ":"))
+
+
+def ShellCall(
+    cmd: str,
+    *,
+    call_id: str | None = None,
+    workdir: str | None = None,
+    sandbox_permissions: str | None = None,
+    justification: str | None = None,
+    yield_time_ms: int | None = None,
+    **more: Any,
+) -> FunctionCall:
+    """A call of Codex's own shell tool, so Codex runs a real command.
+
+    `sandbox_permissions="require_escalated"` (with a `justification`) is
+    how a model asks to run outside the sandbox; under
+    `approval_policy = "on-request"` that makes Codex ask the client with
+    `item/commandExecution/requestApproval`.
+    """
+    args: dict[str, Any] = {"cmd": cmd}
+    for key, value in (
+        ("workdir", workdir),
+        ("sandbox_permissions", sandbox_permissions),
+        ("justification", justification),
+        ("yield_time_ms", yield_time_ms),
+    ):
+        if value is not None:
+            args[key] = value
+    args.update(more)
+    return FunctionCall(SHELL_TOOL_NAME, args, call_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpError:
+    """A plain HTTP error status instead of a stream."""
+
+    status: int = 500
+    body: Union[str, dict] = dataclasses.field(
+        default_factory=lambda: {"error": {"message": "fake model error", "type": "server_error"}}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """A stream that starts, then reports `response.failed`.
+
+    This is how a provider reports a failure after the HTTP status is
+    already 200, so Codex must fail the turn from inside the stream.  With
+    retries off, Codex 0.169.0 fails the turn with the message
+    "stream disconnected before completion: <message>" and
+    `codexErrorInfo: "other"`; `code="context_length_exceeded"` instead
+    gives `codexErrorInfo: "contextWindowExceeded"` (both seen here).
+    """
+
+    message: str = "fake model failure"
+    code: str = "server_error"
+
+
+@dataclasses.dataclass(frozen=True)
+class Delay:
+    """Wait, then answer with `then`, to make interrupts and races reachable."""
+
+    seconds: float
+    then: "Step" = None  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hang:
+    """Send `response.created`, then never finish.
+
+    The handler waits until the client drops the connection (what Codex does
+    on `turn/interrupt`) or the server closes, so a hang never blocks
+    shutdown and never leaks a thread past the test.
+    """
+
+
+#: A step may also be a callable taking the decoded request body and
+#: returning a step, for replies that depend on what Codex sent.
+Step = Union[Text, FunctionCall, HttpError, Failed, Delay, Hang, Callable[[dict], Any]]
+
+
+# --------------------------------------------------------------------------
+# Token estimates.  Approximate on purpose: tests compare numbers between a
+# direct and a proxied session, so they must be deterministic, not exact.
+
+
+def estimate_tokens(value: Any) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, str):
+        value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return max(1, (len(value) + 3) // 4) if value else 0
+
+
+# --------------------------------------------------------------------------
+# The server.
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 128  # Codex may open several streams at once
+
+    fake: "FakeModel"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    # HTTP/1.0 replies end at connection close: no chunking needed for SSE.
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("fake model: " + format, *args)
+
+    def do_GET(self) -> None:  # noqa: N802
+        fake = self.server.fake
+        fake._note_http("GET", self.path)
+        if self.path.rstrip("/").endswith("/models"):
+            self._send_json(200, {"object": "list", "data": [], "models": []})
+            return
+        self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        fake = self.server.fake
+        fake._note_http("POST", self.path)
+        try:
+            body = self._read_body()
+        except Exception as exc:  # malformed or unsupported encoding
+            log.warning("fake model: cannot decode body on %s: %s", self.path, exc)
+            self._send_json(400, {"error": {"message": f"bad body: {exc}"}})
+            return
+        if not self.path.rstrip("/").endswith("/responses"):
+            log.warning("fake model: unexpected POST %s", self.path)
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        index, step = fake._take(body)
+        log.info("fake model: request #%d -> %s", index, type(step).__name__)
+        try:
+            self._play(fake, index, body, step)
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("fake model: client dropped request #%d", index)
+        finally:
+            fake._done(index)
+
+    # ---- helpers
+
+    def _read_body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        enc = (self.headers.get("Content-Encoding") or "").lower()
+        if enc == "gzip":
+            raw = gzip.decompress(raw)
+        elif enc == "deflate":
+            raw = zlib.decompress(raw)
+        elif enc not in ("", "identity"):
+            raise ValueError(f"unsupported Content-Encoding {enc!r}")
+        return json.loads(raw or b"{}")
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        data = obj.encode() if isinstance(obj, str) else json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+    def _event(self, payload: dict) -> None:
+        data = json.dumps(payload, separators=(",", ":"))
+        self.wfile.write(f"event: {payload['type']}\ndata: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def _play(self, fake: "FakeModel", index: int, body: dict, step: Any) -> None:
+        while isinstance(step, Delay):
+            if fake._closing.wait(step.seconds):
+                return
+            step = step.then if step.then is not None else fake._default_step(index)
+        resp_id = f"resp_fake_{index}"
+        if isinstance(step, HttpError):
+            self._send_json(step.status, step.body)
+            return
+        if isinstance(step, Hang):
+            self._start_stream()
+            self._event(_created(resp_id, body))
+            self._wait_for_disconnect(fake)
+            return
+        if isinstance(step, Failed):
+            self._start_stream()
+            self._event(_created(resp_id, body))
+            resp = _response(resp_id, body, "failed")
+            resp["error"] = {"code": step.code, "message": step.message}
+            self._event({"type": "response.failed", "response": resp})
+            return
+        if isinstance(step, Text):
+            item = {
+                "type": "message",
+                "id": f"msg_fake_{index}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": step.text, "annotations": []}],
+            }
+            out_tokens = estimate_tokens(step.text)
+            self._start_stream()
+            self._event(_created(resp_id, body))
+            added = dict(item, status="in_progress", content=[])
+            self._event({"type": "response.output_item.added", "output_index": 0, "item": added})
+            self._event(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item["id"],
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": step.text,
+                }
+            )
+            self._event({"type": "response.output_item.done", "output_index": 0, "item": item})
+            self._completed(resp_id, body, [item], out_tokens)
+            return
+        if isinstance(step, FunctionCall):
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_fake_{index}",
+                "status": "completed",
+                "name": step.name,
+                "arguments": step.encoded_arguments(),
+                "call_id": step.call_id or f"call_fake_{index}",
+            }
+            if step.namespace is not None:
+                item["namespace"] = step.namespace
+            self._start_stream()
+            self._event(_created(resp_id, body))
+            self._event(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": dict(item, status="in_progress", arguments=""),
+                }
+            )
+            self._event({"type": "response.output_item.done", "output_index": 0, "item": item})
+            self._completed(resp_id, body, [item], estimate_tokens(item["arguments"]))
+            return
+        raise TypeError(f"unknown fake model step: {step!r}")
+
+    def _completed(self, resp_id: str, body: dict, output: list, out_tokens: int) -> None:
+        resp = _response(resp_id, body, "completed")
+        resp["output"] = output
+        in_tokens = estimate_tokens(body.get("input"))
+        resp["usage"] = {
+            "input_tokens": in_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": out_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": in_tokens + out_tokens,
+        }
+        self._event({"type": "response.completed", "response": resp})
+
+    def _wait_for_disconnect(self, fake: "FakeModel") -> None:
+        sock: socket.socket = self.connection
+        while not fake._closing.is_set():
+            try:
+                readable, _, _ = select.select([sock], [], [], 0.05)
+                if readable and not sock.recv(1, socket.MSG_PEEK):
+                    return  # peer closed
+            except (OSError, ValueError):
+                return
+
+
+def _created(resp_id: str, body: dict) -> dict:
+    return {"type": "response.created", "response": _response(resp_id, body, "in_progress")}
+
+
+def _response(resp_id: str, body: dict, status: str) -> dict:
+    return {
+        "id": resp_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": body.get("model", "mock-model"),
+        "output": [],
+    }
+
+
+class FakeModel:
+    """The fake model server.  Use as a context manager; see module doc."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._lock = threading.Condition()
+        self._script: collections.deque[Any] = collections.deque()
+        self._requests: list[dict] = []
+        self._http_log: list[tuple[str, str]] = []
+        self._in_flight = 0
+        self._counter = itertools.count(1)
+        self._closing = threading.Event()
+        self._server = _Server((host, port), _Handler)
+        self._server.fake = self
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "FakeModel":
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"fake-model-{self.port}",
+                daemon=True,
+            )
+            self._thread.start()
+            log.info("fake model listening on %s", self.base_url)
+        return self
+
+    def close(self) -> None:
+        """Stop serving; releases hanging and delayed replies first."""
+        self._closing.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> "FakeModel":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- scripting
+
+    def script(self, *steps: Step) -> "FakeModel":
+        """Queue replies; each request consumes one, then defaults apply."""
+        with self._lock:
+            self._script.extend(steps)
+        return self
+
+    def clear_script(self) -> None:
+        with self._lock:
+            self._script.clear()
+
+    @property
+    def pending_steps(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def _default_step(self, index: int) -> Text:
+        return Text(f"ack {index}")
+
+    def _take(self, body: dict) -> tuple[int, Any]:
+        with self._lock:
+            index = next(self._counter)
+            self._requests.append(body)
+            self._in_flight += 1
+            step = self._script.popleft() if self._script else self._default_step(index)
+            self._lock.notify_all()
+        if callable(step) and not dataclasses.is_dataclass(step):
+            step = step(body)
+            if step is None:
+                step = self._default_step(index)
+        return index, step
+
+    def _done(self, index: int) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._lock.notify_all()
+
+    def _note_http(self, method: str, path: str) -> None:
+        with self._lock:
+            self._http_log.append((method, path))
+
+    # ---- observation
+
+    @property
+    def requests(self) -> list[dict]:
+        """A snapshot of every decoded /responses request body so far."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def http_log(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._http_log)
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[dict]:
+        """Block until `n` requests arrived; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len(self._requests) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"fake model saw {len(self._requests)} requests, wanted {n}"
+                    )
+                self._lock.wait(left)
+            return list(self._requests)
+
+    async def wait_for_requests_async(self, n: int, timeout: float = 10.0) -> list[dict]:
+        """Same as `wait_for_requests` without blocking a trio event loop."""
+        import trio
+
+        with trio.fail_after(timeout):
+            while True:
+                reqs = self.requests
+                if len(reqs) >= n:
+                    return reqs
+                await trio.sleep(0.02)
+
+
+# --------------------------------------------------------------------------
+# Helpers for reading request bodies in assertions.
+
+
+def input_texts(request: dict, role: str | None = None) -> list[str]:
+    """Every text fragment of the request's `input` messages (optionally one role)."""
+    out: list[str] = []
+    for item in request.get("input") or []:
+        if item.get("type", "message") != "message":
+            continue
+        if role is not None and item.get("role") != role:
+            continue
+        content = item.get("content")
+        if isinstance(content, str):
+            out.append(content)
+            continue
+        for part in content or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append(part["text"])
+    return out
+
+
+def tool_names(request: dict) -> list[str]:
+    """Names of the tools a request advertised, including namespaced ones."""
+    names: list[str] = []
+    for tool in request.get("tools") or []:
+        if "name" in tool:
+            names.append(tool["name"])
+        for sub in tool.get("tools") or []:
+            if "name" in sub:
+                names.append(sub["name"])
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until interrupted, for poking Codex by hand."""
+    parser = argparse.ArgumentParser(prog="python -m tools.fake_model", description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(message)s",
+    )  # basicConfig logs to stderr
+    # Turn SIGTERM into a normal exit so the server socket closes cleanly.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with FakeModel(args.host, args.port) as model:
+        log.info("base_url %s (Ctrl-C to stop)", model.base_url)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
