@@ -11,6 +11,7 @@ back on the fast one instead of the sidecar buffering without limit.
 from __future__ import annotations
 
 import logging
+import os
 
 import trio
 
@@ -28,6 +29,9 @@ class Outbox:
         "_closed",
         "_broken",
         "finished",
+        "_fd",
+        "_held",
+        "_writing",
     )
 
     def __init__(self, name: str, high_water: int = 8 * 1024 * 1024) -> None:
@@ -42,6 +46,9 @@ class Outbox:
         self._broken = False
         self.finished = trio.Event()
         """Set when the writer has stopped (drained and closed, or broken)."""
+        self._fd: int | None = None
+        self._held = False
+        self._writing = False
 
     @property
     def closed(self) -> bool:
@@ -62,7 +69,8 @@ class Outbox:
             return False
         self._parts.append(data)
         self._size += len(data)
-        self._data_ready.set()
+        if not self._held:
+            self._data_ready.set()
         if self._size > self.high_water and self._below_high_water.is_set():
             self._below_high_water = trio.Event()
         return True
@@ -74,10 +82,38 @@ class Outbox:
         self._parts.append(line)
         self._parts.append(b"\n")
         self._size += len(line) + 1
-        self._data_ready.set()
+        if not self._held:
+            self._data_ready.set()
         if self._size > self.high_water and self._below_high_water.is_set():
             self._below_high_water = trio.Event()
         return True
+
+    def hold(self) -> None:
+        """Batch the puts that follow until ``flush`` (a reader's chunk)."""
+        self._held = True
+
+    def flush(self) -> None:
+        """End a batch: write what is queued straight to the fd if the pipe
+        takes it (no task switch); whatever is left goes to the writer task."""
+        self._held = False
+        if not self._parts:
+            return
+        if self._fd is not None and not self._writing and not self._closed:
+            parts = self._parts
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            try:
+                n = os.write(self._fd, data)
+            except OSError:
+                n = 0  # full (EAGAIN) or broken: the writer task deals with it
+            if n == len(data):
+                self._parts = []
+                self._size = 0
+                if not self._below_high_water.is_set():
+                    self._below_high_water.set()
+                return
+            self._parts = [data[n:]] if n else [data]
+            self._size = len(data) - n
+        self._data_ready.set()
 
     async def wait_writable(self) -> None:
         """Wait while more than ``high_water`` bytes are queued."""
@@ -91,6 +127,12 @@ class Outbox:
 
     async def run_writer(self, stream: trio.abc.SendStream) -> None:
         """Drain into ``stream`` until closed. A broken stream ends quietly."""
+        fileno = getattr(stream, "fileno", None)
+        if fileno is not None:
+            try:
+                self._fd = fileno()
+            except Exception:
+                self._fd = None
         try:
             while True:
                 # Check the state, not an event: a close() that arrives while a
@@ -106,6 +148,7 @@ class Outbox:
                 self._size = 0
                 self._below_high_water.set()
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
+                self._writing = True
                 try:
                     await stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -113,6 +156,9 @@ class Outbox:
                     self._parts = []
                     self._size = 0
                     break
+                finally:
+                    self._writing = False
+            self._fd = None
             log.debug("closing stream", extra={"fields": {"outbox": self.name}})
             try:
                 await stream.aclose()

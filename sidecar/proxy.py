@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from protocol import (
 from protocol.ids import PREFIX as INTERNAL_PREFIX
 
 from . import __version__
+from .child import Child
 from .outbox import Outbox
 from .record import Recorder
 
@@ -223,7 +225,7 @@ class Proxy:
         self.user_agent: str | None = None
         self.threads_seen: set[str] = set()
         self.exit_status: int | None = None
-        self.process: trio.Process | None = None
+        self.process: Child | None = None
         self._nursery: trio.Nursery | None = None
         self._child_stdout_done = trio.Event()
         self._child_gone = False
@@ -331,15 +333,10 @@ class Proxy:
 
         Raises ``OSError`` when the child cannot be started.
         """
-        self.process = await trio.lowlevel.open_process(
-            self.argv,
-            stdin=_PIPE,
-            stdout=_PIPE,
-            stderr=None,
-            env=self.env,
-            preexec_fn=_child_preexec,
-        )
+        self.process = Child.spawn(self.argv, self.env)
         log.info("child started", extra={"fields": {"childPid": self.process.pid}})
+        for stream in (self.process.stdin, self.process.stdout, self._client_in, self._client_out):
+            _grow_pipe(stream)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.to_child.run_writer, self.process.stdin)
@@ -433,23 +430,28 @@ class Proxy:
     async def _pump_client(self) -> None:
         splitter = LineSplitter(self.options.max_line)
         stream = self._client_in
+        receive = _receiver(stream)
         handle = self._from_client
         try:
             while True:
                 await self.to_child.wait_writable()
                 try:
-                    data = await stream.receive_some(READ_SIZE)
+                    data = await receive()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
                 if not data:
                     for ev in splitter.close():
                         self._from_client_raw(ev)
                     break
-                for ev in splitter.feed(data):
-                    if type(ev) is bytes:
-                        handle(ev)
-                    else:
-                        self._from_client_raw(ev)
+                self.to_child.hold()
+                try:
+                    for ev in splitter.feed(data):
+                        if type(ev) is bytes:
+                            handle(ev)
+                        else:
+                            self._from_client_raw(ev)
+                finally:
+                    self.to_child.flush()
         finally:
             self._client_gone = True
         if not self._child_gone:
@@ -459,23 +461,28 @@ class Proxy:
         assert self.process is not None and self.process.stdout is not None
         splitter = LineSplitter(self.options.max_line)
         stream = self.process.stdout
+        receive = _receiver(stream)
         handle = self._from_child
         try:
             while True:
                 await self.to_client.wait_writable()
                 try:
-                    data = await stream.receive_some(READ_SIZE)
+                    data = await receive()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
                 if not data:
                     for ev in splitter.close():
                         self._from_child_raw(ev)
                     break
-                for ev in splitter.feed(data):
-                    if type(ev) is bytes:
-                        handle(ev)
-                    else:
-                        self._from_child_raw(ev)
+                self.to_client.hold()
+                try:
+                    for ev in splitter.feed(data):
+                        if type(ev) is bytes:
+                            handle(ev)
+                        else:
+                            self._from_child_raw(ev)
+                finally:
+                    self.to_client.flush()
         finally:
             self._child_stdout_done.set()
 
@@ -701,7 +708,64 @@ class Proxy:
             self.recorder.note(direction, note)
 
 
-_PIPE = -1  # subprocess.PIPE without importing subprocess's namespace here
+def _receiver(stream: trio.abc.ReceiveStream) -> Callable[[], Awaitable[bytes]]:
+    """``stream.receive_some`` without its checkpoint before every read.
+
+    For an fd-backed stream: read at once, park on the fd only when it has
+    nothing, and yield to other tasks every few reads that did not park.
+    """
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return lambda: stream.receive_some(READ_SIZE)
+    fd = fileno()
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        # Regular files and ttys: epoll cannot wait on a file, and a short
+        # read does not mean "drained"; the stream's own method is right.
+        return lambda: stream.receive_some(READ_SIZE)
+    unparked = 0
+    drained = False
+
+    async def receive() -> bytes:
+        nonlocal unparked, drained
+        while True:
+            if drained:
+                # A short read from a pipe took all there was: don't ask again
+                # just to hear EAGAIN, wait for more.
+                drained = False
+                unparked = 0
+                await trio.lowlevel.wait_readable(fd)
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                unparked = 0
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            drained = 0 < len(data) < READ_SIZE
+            unparked += 1
+            if unparked >= 8:
+                unparked = 0
+                await trio.lowlevel.checkpoint()
+            return data
+
+    return receive
+
+
+PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = 1031
+
+
+def _grow_pipe(stream: object) -> None:
+    """Ask for a PIPE_SIZE buffer (Linux; capped by /proc/sys/fs/pipe-max-size)."""
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return
+    try:
+        import fcntl
+
+        fcntl.fcntl(fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
+    except (OSError, ValueError, ImportError):
+        pass  # not a pipe, or not Linux
 
 
 def _exit_text(rc: int | None) -> str:
@@ -718,15 +782,3 @@ def _exit_text(rc: int | None) -> str:
 
 def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _child_preexec() -> None:
-    """Ask Linux to SIGTERM the child if the sidecar dies (e.g. SIGKILL)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except Exception:
-        pass
