@@ -56,19 +56,22 @@ class LineSplitter:
     exactly the bytes fed in.
     """
 
-    __slots__ = ("max_line", "_buf", "_oversized")
+    __slots__ = ("max_line", "_pieces", "_held", "_oversized")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         if max_line < 1:
             raise ValueError("max_line must be at least 1 byte")
         self.max_line = max_line
-        self._buf = bytearray()
+        # The start of an incomplete line, as the chunks it came in: joined
+        # once when its newline arrives (a bytearray would copy it twice).
+        self._pieces: list[bytes] = []
+        self._held = 0
         self._oversized = False
 
     @property
     def buffered(self) -> int:
         """Bytes held for an incomplete line."""
-        return len(self._buf)
+        return self._held
 
     def feed(self, data: bytes) -> list[Event]:
         out: list[Event] = []
@@ -83,18 +86,21 @@ class LineSplitter:
             out.append(Oversized(bytes(data[: nl + 1]), end=True))
             self._oversized = False
             start = nl + 1
-        elif self._buf:
+        elif self._pieces:
             nl = data.find(b"\n")
             if nl < 0:
-                self._buf += data
-                if len(self._buf) > self.max_line:
-                    out.append(Oversized(bytes(self._buf), end=False))
-                    self._buf.clear()
+                self._pieces.append(bytes(data))
+                self._held += len(data)
+                if self._held > self.max_line:
+                    out.append(Oversized(b"".join(self._pieces), end=False))
+                    self._pieces = []
+                    self._held = 0
                     self._oversized = True
                 return out
-            self._buf += data[:nl]
-            line = bytes(self._buf)
-            self._buf.clear()
+            self._pieces.append(data[:nl])
+            line = b"".join(self._pieces)
+            self._pieces = []
+            self._held = 0
             if len(line) > self.max_line:
                 out.append(Oversized(line + b"\n", end=True))
             else:
@@ -118,13 +124,15 @@ class LineSplitter:
                 append(Oversized(bytes(rest), end=False))
                 self._oversized = True
             else:
-                self._buf += rest
+                self._pieces.append(bytes(rest))
+                self._held = len(rest)
         return out
 
     def close(self) -> list[Event]:
         """End of stream: hand out whatever is left, so nothing is lost."""
-        if self._buf:
-            data = bytes(self._buf)
-            self._buf.clear()
+        if self._pieces:
+            data = b"".join(self._pieces)
+            self._pieces = []
+            self._held = 0
             return [Fragment(data)]
         return []
