@@ -65,7 +65,10 @@ ENTRY_POINT_GROUP = "openclaw.context_engines"
 
 #: Built-in engine ids and their factories, used when the sidecar's own
 #: distribution metadata does not (yet) declare them as entry points.
-BUILTIN_ENGINES: Mapping[str, str] = {LEGACY_ENGINE_ID: "engines.legacy:LegacyEngine"}
+BUILTIN_ENGINES: Mapping[str, str] = {
+    LEGACY_ENGINE_ID: "engines.legacy:LegacyEngine",
+    "transcript-budget": "engines.budget:TranscriptBudgetEngine",
+}
 
 _TURN_MAINTENANCE_MODES = ("foreground", "background")
 
