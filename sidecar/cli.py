@@ -19,15 +19,16 @@ import click
 import trio
 
 from . import __version__
-from .config import ACTIVE_ENV, SETTINGS, ConfigError, load_config_file, resolve_codex_bin
+from .config import ACTIVE_ENV, SETTINGS, ConfigError, default_state_dir, load_config_file, resolve_codex_bin
 from .control import ControlMethods
+from .lifecycle import Lifecycle, LifecycleOptions
 from .logs import setup_logging
 from .proxy import Proxy, ProxyOptions
 from .record import Recorder
 
 log = logging.getLogger("codex_sidecar.cli")
 
-SUBCOMMANDS = ("proxy", "version")
+SUBCOMMANDS = ("proxy", "version", "engines")
 _DROP_IN = "_codex"
 
 
@@ -121,6 +122,27 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
     sys.exit(_serve(settings, [codex, *codex_args], ctx.meta.get("engines_config", {})))
 
 
+@cli.command("engines")
+@click.pass_context
+def engines_cmd(ctx: click.Context) -> None:
+    """List the context engines installed, where they come from, and which is selected."""
+    from engines import list_engines
+
+    settings = ctx.obj
+    allow = settings.get("engine_allowlist")
+    rows = list_engines()
+    for e in rows:
+        trusted = e.builtin or allow is None or _normalise(e.distribution) in {_normalise(a) for a in allow}
+        mark = "*" if e.id == settings["engine"] else " "
+        click.echo(f"{mark} {e.id:<24} {e.distribution} {e.version:<10} {e.value}{'' if trusted else '  (not in allowlist)'}")
+    if not any(e.id == settings["engine"] for e in rows):
+        click.echo(f"selected engine {settings['engine']!r} is not installed; the sidecar would run legacy", err=True)
+
+
+def _normalise(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
 @cli.command("version")
 def version_cmd() -> None:
     """Print the sidecar's version."""
@@ -142,6 +164,13 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
     )
     env = dict(os.environ)
     env[ACTIVE_ENV] = str(os.getpid())
+    engine = _load_engine(settings, engines_config)
+    state_dir = settings.get("state_dir") or str(default_state_dir())
+    lifecycle_options = LifecycleOptions(
+        engine_deadline=settings["engine_deadline"],
+        token_budget=settings.get("token_budget"),
+        session_key_template=settings["session_key"],
+    )
 
     async def serve() -> int:
         # FdStreams belong to the trio run that uses them: make them inside it.
@@ -156,6 +185,8 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         controls = ControlMethods()
         controls.add("sidecar/status", proxy.status)
         proxy.set_control(controls.handle)
+        if engine is not None:
+            Lifecycle(proxy, engine, state_dir, lifecycle_options).install(proxy.hooks)
         return await proxy.run()
 
     try:
@@ -169,6 +200,22 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
     finally:
         if recorder is not None:
             recorder.close()
+
+
+def _load_engine(settings: dict[str, Any], engines_config: dict[str, Any]) -> Any:
+    """The selected engine, or None for legacy (the lifecycle does not run).
+
+    An engine that fails to load leaves the sidecar running as legacy, loudly.
+    """
+    from engines import is_legacy, load_engine_or_legacy
+
+    engine_id = settings["engine"]
+    allow = settings.get("engine_allowlist")
+    engine = load_engine_or_legacy(engine_id, engines_config.get(engine_id, {}), allowlist=allow)
+    if is_legacy(engine):
+        return None
+    log.info("context engine loaded", extra={"fields": {"engineId": engine.info.id, "version": engine.info.version}})
+    return engine
 
 
 def split_drop_in(args: list[str]) -> list[str]:

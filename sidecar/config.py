@@ -24,6 +24,23 @@ ACTIVE_ENV = "CODEX_SIDECAR_ACTIVE"
 """Set in the child's environment, so a sidecar that would spawn itself can tell."""
 
 
+class NameList(click.ParamType):
+    """A list of names: comma-separated on the command line or in a variable,
+    a TOML array in the config file."""
+
+    name = "names"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, ...]:
+        if isinstance(value, (list, tuple)):
+            return tuple(str(v).strip() for v in value if str(v).strip())
+        return tuple(v.strip() for v in str(value).split(",") if v.strip())
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "codex-sidecar"
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -50,6 +67,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_line_bytes", click.IntRange(min=1024), 64 * 1024 * 1024, "Longest line parsed; longer lines are forwarded unparsed.", "BYTES"),
     Setting("eof_grace", click.FloatRange(min=0), 2.0, "Seconds the child gets to exit after the client closes stdin, before SIGTERM.", "SECONDS"),
     Setting("kill_grace", click.FloatRange(min=0), 3.0, "Seconds between SIGTERM and SIGKILL for a lingering child.", "SECONDS"),
+    Setting("engine", str, "legacy", "Context engine id (entry point in openclaw.context_engines); legacy = pass through.", "ID"),
+    Setting("engine_allowlist", NameList(), None, "Distributions trusted to provide engines (comma-separated); unset trusts all installed, with a warning.", "DISTS"),
+    Setting("state_dir", str, None, "Where transcript mirrors live (default: $XDG_STATE_HOME/codex-sidecar).", "DIR"),
+    Setting("engine_deadline", click.FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
+    Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window, once Codex reports it).", "TOKENS"),
+    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} is replaced.", "TEMPLATE"),
 )
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
 

@@ -40,6 +40,7 @@ from protocol import (
     decode,
     encode_error,
     encode_request,
+    encode_response,
     parse,
     rewrite,
 )
@@ -213,6 +214,8 @@ class Proxy:
         self._client_in = client_in
         self._client_out = client_out
         self._control = control
+        self._async_controls: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {}
+        self._status_providers: dict[str, Callable[[], Any]] = {}
         self._ids = IdSpace()
         self._pending: dict[RpcId, PendingRequest] = {}
         self._internal: dict[str, _InternalCall] = {}
@@ -238,6 +241,16 @@ class Proxy:
     def set_control(self, handler: Callable[[bytes], bytes]) -> None:
         """Who answers ``sidecar/...`` requests (given the line, returns the reply)."""
         self._control = handler
+
+    def add_async_control(self, method: str, fn: Callable[[dict[str, Any]], Awaitable[Any]]) -> None:
+        """A ``sidecar/...`` method that needs to await (e.g. the child):
+        ``fn(params)`` runs in a task; its return value is the result, an
+        ``RpcError`` it raises the error."""
+        self._async_controls[method] = fn
+
+    def add_status_provider(self, name: str, fn: Callable[[], Any]) -> None:
+        """Adds ``name: fn()`` to ``sidecar/status``."""
+        self._status_providers[name] = fn
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the proxy's nursery (hooks hand slow work here)."""
@@ -324,6 +337,7 @@ class Proxy:
             "codexToClient": self.s2c.as_dict(),
             "pendingRequests": len(self._pending),
             "threadsSeen": sorted(self.threads_seen),
+            **{name: fn() for name, fn in self._status_providers.items()},
         }
 
     # ------------------------------------------------------------- running
@@ -425,6 +439,18 @@ class Proxy:
                     except ProcessLookupError:
                         pass
 
+    async def _run_async_control(self, handler: Callable[[dict[str, Any]], Awaitable[Any]], request_id: RpcId, raw_params: msgspec.Raw) -> None:
+        params = decode(raw_params) if raw_params else {}
+        try:
+            result = await handler(params if isinstance(params, dict) else {})
+            reply = encode_response(request_id, result)
+        except RpcError as exc:
+            reply = encode_error(request_id, exc.code, exc.message, exc.data)
+        except Exception as exc:
+            log.exception("control method failed")
+            reply = encode_error(request_id, -32603, "control method failed", type(exc).__name__)
+        self.send_to_client(reply)
+
     # ------------------------------------------------------------- readers
 
     async def _pump_client(self) -> None:
@@ -524,6 +550,10 @@ class Proxy:
         method: str = env.method  # type: ignore[assignment]
         if method.startswith(CONTROL_PREFIX):
             self._record("client>sidecar", line)
+            handler = self._async_controls.get(method)
+            if handler is not None:
+                self.spawn(self._run_async_control, handler, env.id, env.params)
+                return
             reply = self._control(line) if self._control else encode_error(
                 env.id, -32601, f"unknown sidecar method {method}"  # type: ignore[arg-type]
             )

@@ -1,0 +1,745 @@
+"""The context engine's lifecycle around every Codex turn.
+
+This is the spec (``codex-context-engine-harness.md``) implemented at the
+protocol boundary. Each Codex thread is an OpenClaw session: session id =
+thread id, session key from a template (default: the thread id), transcript
+mirror = an OpenClaw JSONL file under the state directory.
+
+Before a turn (``turn/start`` is held while this runs; other traffic flows):
+read the mirror; bootstrap and bootstrap maintenance once, when history
+exists; assemble with the mirrored messages, budget, tool names, model and
+prompt; project the result into the turn's input; forward. Any engine error,
+timeout or projection problem forwards the client's original request.
+
+After a turn (``turn/completed`` is forwarded first): mirror the turn's items
+(the user's original prompt, never the projected text), idempotently by
+Codex item id; then ``after_turn``, else ``ingest_batch``, else ``ingest``
+per message, with the full mirrored snapshot; then turn maintenance, only
+after a completed turn whose finalisation succeeded. The next turn of the
+same thread waits for this; other threads never do.
+
+How the system prompt addition reaches the model: Codex fixes a thread's
+developer instructions once it is loaded (a later ``thread/resume`` with new
+ones is ignored, FACTS §2), so the addition travels per turn in
+``turn/start.additionalContext``, which Codex renders as a developer message
+before that turn's input and keeps in the thread's history. It is sent on a
+turn when it differs from the last one delivered on that thread, so an
+unchanged addition is not stacked up in history turn after turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from engines import (
+    AfterTurnParams,
+    AgentMessage,
+    AssembleParams,
+    BootstrapParams,
+    CompactParams,
+    CompactResult,
+    MaintainParams,
+    PromptCacheInfo,
+    RuntimeContext,
+    Usage,
+    after_turn_with_fallback,
+    optional_method,
+)
+from protocol import parse, rewrite
+
+from .mirror import MirrorError, TranscriptMirror, session_path
+from .projection import (
+    ProjectionError,
+    already_projected,
+    char_budget_for_tokens,
+    project_turn_input,
+)
+from .proxy import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from .translate import messages_of, translate_turn, turn_key_prefix
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+T = TypeVar("T")
+
+FINALIZED_CUSTOM_TYPE = "openclaw-codex-sidecar/turn-finalized"
+ENGINE_COMPACTION_KEY = "codex-sidecar:{thread_id}:compaction:{n}"
+
+
+@dataclass
+class LifecycleOptions:
+    engine_deadline: float = 20.0
+    """Seconds one engine call may take before the sidecar falls back."""
+    token_budget: int | None = None
+    session_key_template: str = "{thread_id}"
+    citations_mode: str | None = None
+    previous_turn_wait: float = 120.0
+    """How long a turn waits for the previous turn's finalisation at most."""
+
+
+@dataclass
+class TurnState:
+    client_id: Any
+    original_input: list[dict[str, Any]] | None
+    pre_prompt_count: int = 0
+    history: list[AgentMessage] = field(default_factory=list)
+    turn_id: str | None = None
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    item_times: dict[str, int] = field(default_factory=dict)
+    projected: bool = False
+    assembled_count: int | None = None
+    estimated_tokens: int | None = None
+    fallback_reason: str | None = None
+
+
+@dataclass
+class ThreadSession:
+    thread_id: str
+    session_key: str
+    path: Path
+    cwd: str | None = None
+    model: str | None = None
+    tools: frozenset[str] = frozenset()
+    mirror: TranscriptMirror | None = None
+    had_history: bool = False
+    bootstrapped: bool = False
+    ready: trio.Event = field(default_factory=trio.Event)
+    idle: trio.Event = field(default_factory=trio.Event)
+    turns: dict[str, TurnState] = field(default_factory=dict)
+    current: TurnState | None = None
+    last_usage: Usage | None = None
+    prompt_cache: PromptCacheInfo | None = None
+    current_token_count: int | None = None
+    context_window: int | None = None
+    addition_sent: str | None = None
+    warned_double_projection: bool = False
+    compactions: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+class Lifecycle:
+    """Installs the hooks that run ``engine`` around the turns ``proxy`` relays."""
+
+    def __init__(self, proxy: Proxy, engine: Any, state_dir: str | Path, options: LifecycleOptions | None = None) -> None:
+        self.proxy = proxy
+        self.engine = engine
+        self.state_dir = Path(state_dir)
+        self.options = options or LifecycleOptions()
+        self.sessions: dict[str, ThreadSession] = {}
+        self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
+        self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
+        info = engine.info
+        self.engine_id: str = info.id
+        self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
+
+    # ------------------------------------------------------------ install
+
+    def install(self, hooks: Hooks) -> None:
+        for method in ("thread/start", "thread/resume", "thread/fork"):
+            hooks.on_client_request(method, self._remember_params)
+            hooks.on_response(method, self._on_thread_response)
+        hooks.on_client_request("turn/start", self._on_turn_start)
+        hooks.on_response("turn/start", self._on_turn_start_response)
+        hooks.on_client_request("thread/compact/start", self._on_compact_start)
+        hooks.on_response("thread/compact/start", self._on_compact_response)
+        hooks.on_server_notification("item/completed", self._on_item_completed)
+        hooks.on_server_notification("thread/tokenUsage/updated", self._on_token_usage)
+        hooks.on_server_notification("turn/completed", self._on_turn_completed)
+        self.proxy.add_async_control("sidecar/compact", self._control_compact)
+        self.proxy.add_status_provider("lifecycle", self.status)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "engine": {"id": self.engine_id, "ownsCompaction": self.owns_compaction},
+            "threads": {
+                tid: {
+                    "sessionFile": str(s.path),
+                    "bootstrapped": s.bootstrapped,
+                    "busy": not s.idle.is_set(),
+                    "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
+                    **s.stats,
+                }
+                for tid, s in sorted(self.sessions.items())
+            },
+        }
+
+    # ---------------------------------------------------------- sessions
+
+    def _remember_params(self, msg: Message) -> Decision:
+        params = msg.params()
+        if isinstance(params, dict):
+            self._requests[msg.id] = params
+        return None
+
+    def _on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = self._requests.pop(pending.client_id, None) or {}
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+            return None  # an error response, or a shape we do not know: nothing to track
+        thread_id = thread["id"]
+        try:
+            session = self._session(thread_id)
+        except ValueError:
+            log.warning("thread id unusable as a session file name; lifecycle off for it")
+            return None
+        session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
+        session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
+        tools = params.get("dynamicTools")
+        if isinstance(tools, list):
+            session.tools = frozenset(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+        if pending.method == "thread/fork":
+            parent = self.sessions.get(params.get("threadId", ""))
+            if parent is not None and parent.tools and not session.tools:
+                session.tools = parent.tools
+        self.proxy.spawn(self._open_session, session, pending.method, params, thread)
+        return None
+
+    def _session(self, thread_id: str) -> ThreadSession:
+        session = self.sessions.get(thread_id)
+        if session is None:
+            key = self.options.session_key_template.format(thread_id=thread_id)
+            session = ThreadSession(thread_id, key, session_path(self.state_dir, thread_id))
+            self.sessions[thread_id] = session
+        return session
+
+    async def _open_session(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
+        """Open (fork, import) the mirror; a turn/start waits for this."""
+        try:
+            if session.mirror is None:
+                parent_id = params.get("threadId") if method == "thread/fork" else None
+                if parent_id and parent_id != session.thread_id:
+                    session.mirror = await trio.to_thread.run_sync(self._fork_mirror, parent_id, session, params)
+                else:
+                    session.mirror = await trio.to_thread.run_sync(
+                        lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
+                    )
+                session.had_history = session.mirror.existed_before and bool(await trio.to_thread.run_sync(session.mirror.messages))
+            if method in ("thread/resume", "thread/fork") and not session.had_history:
+                await self._import_history(session, thread)
+        except (MirrorError, OSError) as exc:
+            log.warning(
+                "transcript mirror unavailable; turns of this thread pass through",
+                extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}},
+            )
+            session.mirror = None
+        finally:
+            session.ready.set()
+
+    def _fork_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
+        parent_path = session_path(self.state_dir, parent_id)
+        before = params.get("beforeTurnId")
+        stop = None
+        if isinstance(before, str):
+            prefix = turn_key_prefix(parent_id, before)
+            stop = lambda key: key.startswith(prefix)  # noqa: E731
+        return TranscriptMirror.fork(parent_path, session.path, session.thread_id, cwd=session.cwd, stop_before=stop)
+
+    async def _import_history(self, session: ThreadSession, thread: dict[str, Any]) -> None:
+        """A resumed thread with no mirror: import its turns from the app-server once."""
+        turns = thread.get("turns")
+        if not isinstance(turns, list) or not turns:
+            try:
+                result = await self.proxy.request(
+                    "thread/read", {"threadId": session.thread_id, "includeTurns": True}, timeout=self.options.engine_deadline
+                )
+                turns = (result.get("thread") or {}).get("turns") if isinstance(result, dict) else None
+            except (RpcError, trio.TooSlowError) as exc:
+                log.warning("could not import thread history", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
+                return
+        if not isinstance(turns, list):
+            return
+        now = _now_ms()
+        records = []
+        for turn in turns:
+            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+                records.extend(
+                    translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status"))
+                )
+        assert session.mirror is not None
+        added = await trio.to_thread.run_sync(session.mirror.append_records, records)
+        session.had_history = session.had_history or bool(messages_of(records))
+        log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
+
+    # ------------------------------------------------------------ turn start
+
+    def _on_turn_start(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        session = self.sessions.get(params["threadId"])
+        if session is None:
+            try:
+                session = self._session(params["threadId"])
+            except ValueError:
+                return None
+            self.proxy.spawn(self._open_session, session, "turn/start", {}, {})
+        self.proxy.spawn(self._prepare_turn, session, msg, params)
+        return HANDLED
+
+    async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
+        line = msg.line
+        state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
+        await session.ready.wait()
+        with trio.move_on_after(self.options.previous_turn_wait) as waited:
+            await session.idle.wait()
+        if waited.cancelled_caught:
+            log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
+        session.idle = trio.Event()
+        session.current = state
+        try:
+            line = await self._assemble_and_project(session, state, params, msg.line)
+        except Exception as exc:  # fail open, whatever happened
+            state.fallback_reason = type(exc).__name__
+            log.warning(
+                "context engine assembly failed; forwarding the original request",
+                extra={"fields": self._fields(session, error=type(exc).__name__)},
+                exc_info=True,
+            )
+            line = msg.line
+        session.stats["lastTurn"] = {
+            "projected": state.projected,
+            "assembledMessageCount": state.assembled_count,
+            "estimatedTokens": state.estimated_tokens,
+            "fallback": state.fallback_reason,
+        }
+        if not self.proxy.forward_client_request(Message(parse(line), line)):
+            self._end_turn(session, state)
+
+    async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], line: bytes) -> bytes:
+        items = state.original_input or []
+        if session.mirror is None:
+            state.fallback_reason = "no-mirror"
+            return line
+        history = await trio.to_thread.run_sync(session.mirror.messages)
+        state.history = history
+        state.pre_prompt_count = len(history)
+        if already_projected(items):
+            state.fallback_reason = "already-projected"
+            if not session.warned_double_projection:
+                session.warned_double_projection = True
+                log.warning(
+                    "turn input already carries OpenClaw assembled context; not projecting again "
+                    "(set OpenClaw's context engine to legacy when using the sidecar)",
+                    extra={"fields": self._fields(session)},
+                )
+            return line
+        if session.had_history and not session.bootstrapped:
+            await self._bootstrap(session)
+        runtime = self._runtime(session, params)
+        budget = self._budget(session)
+        prompt = "\n".join(i["text"] for i in items if isinstance(i, dict) and i.get("type") == "text" and isinstance(i.get("text"), str))
+        try:
+            result = await self._call(
+                "assemble",
+                self.engine.assemble(
+                    AssembleParams(
+                        session_id=session.thread_id,
+                        session_key=session.session_key,
+                        messages=history,
+                        token_budget=budget,
+                        available_tools=session.tools,
+                        citations_mode=self.options.citations_mode,
+                        model=params.get("model") if isinstance(params.get("model"), str) else session.model,
+                        prompt=prompt,
+                        runtime_context=runtime,
+                    )
+                ),
+            )
+        except trio.TooSlowError:
+            state.fallback_reason = "assemble-deadline"
+            log.warning("context engine assemble exceeded its deadline; forwarding the original request", extra={"fields": self._fields(session)})
+            return line
+        except Exception as exc:
+            state.fallback_reason = "assemble-error"
+            log.warning(
+                "context engine assemble failed; forwarding the original request",
+                extra={"fields": self._fields(session, error=type(exc).__name__)},
+                exc_info=True,
+            )
+            return line
+        addition = result.system_prompt_addition or None
+        if addition is not None and addition.strip() == (session.addition_sent or "").strip():
+            addition = None  # already in the thread's history, unchanged
+        try:
+            projection = project_turn_input(
+                result.messages,
+                items,
+                system_prompt_addition=addition,
+                char_budget=char_budget_for_tokens(budget),
+            )
+        except ProjectionError as exc:
+            state.fallback_reason = f"projection-{exc.reason}"
+            log.warning("projection failed; forwarding the original request", extra={"fields": self._fields(session, reason=exc.reason)})
+            return line
+        state.assembled_count = len(result.messages)
+        state.estimated_tokens = result.estimated_tokens
+        log.info(
+            "codex context engine assemble applied",
+            extra={
+                "fields": self._fields(
+                    session,
+                    assembledMessageCount=len(result.messages),
+                    estimatedTokens=result.estimated_tokens,
+                    hasSystemPromptAddition=bool(result.system_prompt_addition),
+                    renderedMessages=projection.messages_rendered,
+                    droppedMessages=projection.messages_dropped,
+                )
+            },
+        )
+        if not projection.changed:
+            return line
+        state.projected = True
+        if projection.additional_context is not None:
+            session.addition_sent = result.system_prompt_addition
+        return rewrite(line, params=projection.apply(params))
+
+    async def _bootstrap(self, session: ThreadSession) -> None:
+        session.bootstrapped = True
+        bootstrap = optional_method(self.engine, "bootstrap")
+        runtime = self._runtime(session, {})
+        if bootstrap is not None:
+            log.info("codex context engine bootstrap started", extra={"fields": self._fields(session)})
+            try:
+                await self._call(
+                    "bootstrap",
+                    bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
+                )
+                log.info("codex context engine bootstrap completed", extra={"fields": self._fields(session)})
+            except Exception as exc:
+                log.warning("codex context engine bootstrap failed", extra={"fields": self._fields(session, error=type(exc).__name__)})
+        await self._maintain(session, "bootstrap")
+
+    async def _maintain(self, session: ThreadSession, reason: str) -> bool:
+        maintain = optional_method(self.engine, "maintain")
+        if maintain is None:
+            return False
+        try:
+            await self._call(
+                "maintain",
+                maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self._runtime(session, {}))),
+            )
+            session.stats[f"lastMaintain{reason.title()}"] = "ok"
+            return True
+        except Exception as exc:
+            session.stats[f"lastMaintain{reason.title()}"] = type(exc).__name__
+            log.warning("codex context engine maintenance failed", extra={"fields": self._fields(session, reason=reason, error=type(exc).__name__)})
+            return False
+
+    def _on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = self._requests.pop(pending.client_id, None)  # noqa: F841  (kept symmetric with threads)
+        for session in self.sessions.values():
+            state = session.current
+            if state is None or state.client_id != pending.client_id or state.turn_id is not None:
+                continue
+            result = msg.result()
+            turn = result.get("turn") if isinstance(result, dict) else None
+            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+                state.turn_id = turn["id"]
+                session.turns[turn["id"]] = state
+            else:  # refused: no turn will complete, the thread is free again
+                self._end_turn(session, state)
+            break
+        return None
+
+    # ------------------------------------------------------------ turn end
+
+    def _on_item_completed(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict):
+            return None
+        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
+        item = params.get("item")
+        turn_id = params.get("turnId")
+        if session is None or not isinstance(item, dict) or not isinstance(turn_id, str) or not isinstance(item.get("id"), str):
+            return None
+        state = session.turns.get(turn_id)
+        if state is None:
+            state = session.turns[turn_id] = TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        state.items[item["id"]] = item
+        stamp = params.get("completedAtMs") or item.get("completedAtMs")
+        if isinstance(stamp, int):
+            state.item_times[item["id"]] = stamp
+        if item.get("type") == "contextCompaction":
+            log.info(
+                "native Codex compaction in turn",
+                extra={"fields": self._fields(session, turnId=turn_id, backend="codex-app-server", ownsCompaction=self.owns_compaction)},
+            )
+        return None
+
+    def _on_token_usage(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict):
+            return None
+        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
+        usage = params.get("tokenUsage")
+        if session is None or not isinstance(usage, dict):
+            return None
+        last = usage.get("last") if isinstance(usage.get("last"), dict) else None
+        if last:
+            cached = int(last.get("cachedInputTokens") or 0)
+            total_in = int(last.get("inputTokens") or 0)
+            session.last_usage = Usage(
+                input=max(0, total_in - cached),
+                output=int(last.get("outputTokens") or 0),
+                cache_read=cached,
+                cache_write=int(last.get("cacheWriteInputTokens") or 0),
+                total_tokens=int(last.get("totalTokens") or 0),
+            )
+            session.prompt_cache = PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in)
+            session.current_token_count = total_in
+        if isinstance(usage.get("modelContextWindow"), int):
+            session.context_window = usage["modelContextWindow"]
+        return None
+
+    def _on_turn_completed(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict):
+            return None
+        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
+        turn = params.get("turn")
+        if session is None or not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+            return None
+        self.proxy.spawn(self._finalize, session, turn)
+        return None  # forwarded first; the work happens after
+
+    async def _finalize(self, session: ThreadSession, turn: dict[str, Any]) -> None:
+        turn_id: str = turn["id"]
+        status = turn.get("status")
+        state = session.turns.pop(turn_id, None) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        try:
+            await session.ready.wait()
+            if session.mirror is None:
+                return
+            final_key = f"codex-app-server:{session.thread_id}:{turn_id}:finalized"
+            if session.mirror.has_key(final_key):
+                log.info("turn already finalized; not ingesting it twice", extra={"fields": self._fields(session, turnId=turn_id)})
+                return
+            items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
+            error = turn.get("error")
+            records = translate_turn(
+                items,
+                thread_id=session.thread_id,
+                turn_id=turn_id,
+                timestamp=_now_ms(),
+                item_timestamps=state.item_times,
+                original_input=state.original_input,
+                usage=session.last_usage,
+                model=session.model,
+                turn_status=status,
+                error_message=error.get("message") if isinstance(error, dict) else None,
+            )
+            if state.client_id is None and not messages_of(records):
+                # A turn the client did not start with turn/start and that says
+                # nothing (native compaction runs as one): mirror the marker only.
+                await trio.to_thread.run_sync(session.mirror.append_records, records)
+                return
+            snapshot: list[AgentMessage]
+            try:
+                await trio.to_thread.run_sync(session.mirror.append_records, records)
+                snapshot = await trio.to_thread.run_sync(session.mirror.messages)
+            except (MirrorError, OSError) as exc:
+                snapshot = state.history + messages_of(records)
+                log.warning(
+                    "transcript mirror failed; context engine ingests from fallback turn data",
+                    extra={"fields": self._fields(session, turnId=turn_id, error=type(exc).__name__)},
+                )
+            pre = state.pre_prompt_count if state.client_id is not None else max(0, len(snapshot) - len(messages_of(records)))
+            ok = True
+            try:
+                path = await self._call(
+                    "after_turn",
+                    after_turn_with_fallback(
+                        self.engine,
+                        AfterTurnParams(
+                            session_id=session.thread_id,
+                            session_key=session.session_key,
+                            session_file=str(session.path),
+                            messages=snapshot,
+                            pre_prompt_message_count=pre,
+                            token_budget=self._budget(session),
+                            runtime_context=self._runtime(session, {}),
+                        ),
+                    ),
+                )
+                log.info("codex context engine finalize completed", extra={"fields": self._fields(session, turnId=turn_id, path=path)})
+            except Exception as exc:
+                ok = False
+                log.warning("codex context engine finalize failed", extra={"fields": self._fields(session, turnId=turn_id, error=type(exc).__name__)})
+            try:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.append_custom(FINALIZED_CUSTOM_TYPE, {"turnId": turn_id, "status": status, "ok": ok}, final_key)
+                )
+            except (MirrorError, OSError):
+                pass
+            session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}
+            if status == "completed" and ok:
+                await self._maintain(session, "turn")
+            else:
+                reason = "finalize failed" if not ok else f"turn {status}"
+                session.stats["lastMaintainTurn"] = f"skipped: {reason}"
+                log.info("codex context engine maintenance skipped", extra={"fields": self._fields(session, turnId=turn_id, reason=reason)})
+        finally:
+            self._end_turn(session, state)
+
+    def _end_turn(self, session: ThreadSession, state: TurnState) -> None:
+        if session.current is state:
+            session.current = None
+            session.idle.set()
+
+    # ------------------------------------------------------------ compaction
+
+    def _on_compact_start(self, msg: Message) -> Decision:
+        if not self.owns_compaction:
+            return None  # native compaction, unchanged
+        params = msg.params()
+        session = self.sessions.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        if session is None:
+            return None
+        self.proxy.spawn(self._engine_compaction_then_native, session, msg)
+        return HANDLED
+
+    async def _engine_compaction_then_native(self, session: ThreadSession, msg: Message) -> None:
+        result = await self._engine_compact(session)
+        # Native compaction follows best-effort: the client's own request, so
+        # the client gets Codex's own answer; its outcome is recorded by
+        # _on_compact_response.
+        self._native_pending[msg.id] = (session, result)
+        if not self.proxy.forward_client_request(msg):
+            self._native_pending.pop(msg.id, None)
+
+    def _on_compact_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        held = self._native_pending.pop(pending.client_id, None)
+        if held is not None:
+            session, result = held
+            error = msg.error()
+            native = {"ok": error is None}
+            if isinstance(error, dict):
+                native["error"] = error.get("message")
+            self.proxy.spawn(self._record_compaction, session, result, native)
+        return None  # a native failure does not fail the engine's compaction; the client sees Codex's answer
+
+    async def _engine_compact(self, session: ThreadSession) -> CompactResult:
+        try:
+            result = await self._call(
+                "compact",
+                self.engine.compact(
+                    CompactParams(
+                        session_id=session.thread_id,
+                        session_key=session.session_key,
+                        token_budget=self._budget(session),
+                        force=True,
+                        current_token_count=session.current_token_count,
+                        compaction_target="budget",
+                        runtime_context=self._runtime(session, {}),
+                    )
+                ),
+            )
+        except Exception as exc:  # not retried as a prompt: reported
+            result = CompactResult(ok=False, compacted=False, reason=f"engine compaction failed: {type(exc).__name__}")
+            log.warning("context engine compaction failed", extra={"fields": self._fields(session, error=type(exc).__name__)})
+        session.stats["lastEngineCompaction"] = {"ok": result.ok, "compacted": result.compacted, "reason": result.reason}
+        return result
+
+    async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:
+        session.compactions += 1
+        if session.mirror is None:
+            return
+        details = dict(result.result.details) if result.result is not None else {}
+        details["codexNativeCompaction"] = native
+        details["engineId"] = self.engine_id
+        summary = result.result.summary if result.result is not None else None
+        key = ENGINE_COMPACTION_KEY.format(thread_id=session.thread_id, n=f"{_now_ms()}")
+        try:
+            if result.compacted and summary:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.append_compaction(
+                        summary=summary,
+                        first_kept_entry_id=result.result.first_kept_entry_id,
+                        tokens_before=result.result.tokens_before,
+                        tokens_after=result.result.tokens_after,
+                        details=details,
+                        key=key,
+                    )
+                )
+            else:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.append_custom(
+                        "openclaw-codex-sidecar/compaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason, **details}, key
+                    )
+                )
+        except (MirrorError, OSError) as exc:
+            log.warning("could not record compaction in the mirror", extra={"fields": self._fields(session, error=type(exc).__name__)})
+        log.info(
+            "codex native compaction completed alongside context-engine compaction",
+            extra={"fields": self._fields(session, nativeOk=native.get("ok"), engineCompacted=result.compacted)},
+        )
+
+    async def _control_compact(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``sidecar/compact {threadId}``: engine compaction (if it owns it), then native."""
+        thread_id = params.get("threadId")
+        session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
+        if session is None:
+            raise RpcError(-32602, "unknown threadId")
+        engine_result = await self._engine_compact(session) if self.owns_compaction else None
+        try:
+            await self.proxy.request("thread/compact/start", {"threadId": session.thread_id}, timeout=self.options.engine_deadline)
+            native = {"ok": True}
+        except (RpcError, trio.TooSlowError) as exc:
+            native = {"ok": False, "error": getattr(exc, "message", type(exc).__name__)}
+        if engine_result is not None:
+            await self._record_compaction(session, engine_result, native)
+            primary = {"ok": engine_result.ok, "compacted": engine_result.compacted, "reason": engine_result.reason}
+            if engine_result.result is not None:
+                primary["result"] = {
+                    "summary": engine_result.result.summary,
+                    "firstKeptEntryId": engine_result.result.first_kept_entry_id,
+                    "tokensBefore": engine_result.result.tokens_before,
+                    "tokensAfter": engine_result.result.tokens_after,
+                    "details": {**engine_result.result.details, "codexNativeCompaction": native},
+                }
+            else:
+                primary["details"] = {"codexNativeCompaction": native}
+            return primary
+        return {"ok": native["ok"], "compacted": native["ok"], "reason": None if native["ok"] else native.get("error"), "details": {"codexNativeCompaction": native}}
+
+    # --------------------------------------------------------------- helpers
+
+    async def _call(self, name: str, awaitable: Awaitable[T]) -> T:
+        """One engine call under the deadline (``trio.TooSlowError`` past it)."""
+        with trio.fail_after(self.options.engine_deadline):
+            return await awaitable
+
+    def _budget(self, session: ThreadSession) -> int | None:
+        return self.options.token_budget or session.context_window
+
+    def _runtime(self, session: ThreadSession, params: dict[str, Any]) -> RuntimeContext:
+        return RuntimeContext(
+            cwd=params.get("cwd") if isinstance(params.get("cwd"), str) else session.cwd,
+            model=params.get("model") if isinstance(params.get("model"), str) else session.model,
+            token_budget=self._budget(session),
+            current_token_count=session.current_token_count,
+            context_window=session.context_window,
+            last_usage=session.last_usage,
+            prompt_cache=session.prompt_cache,
+        )
+
+    def _fields(self, session: ThreadSession, **more: Any) -> dict[str, Any]:
+        fields = {"sessionId": session.thread_id, "threadId": session.thread_id, "engineId": self.engine_id}
+        if session.current is not None and session.current.turn_id:
+            fields["turnId"] = session.current.turn_id
+        fields.update(more)
+        return fields
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
