@@ -454,84 +454,77 @@ class Proxy:
     # ------------------------------------------------------------- readers
 
     async def _pump_client(self) -> None:
-        splitter = LineSplitter(self.options.max_line)
-        stream = self._client_in
-        receive = _receiver(stream)
-        handle = self._from_client
         try:
-            while True:
-                await self.to_child.wait_writable()
-                try:
-                    data = await receive()
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    data = b""
-                if not data:
-                    for ev in splitter.close():
-                        self._from_client_raw(ev)
-                    break
-                self.to_child.hold()
-                try:
-                    for ev in splitter.feed(data):
-                        if type(ev) is bytes:
-                            handle(ev)
-                        else:
-                            self._from_client_raw(ev)
-                finally:
-                    self.to_child.flush()
+            await self._pump(self._client_in, self.to_child, self._from_client, self._from_client_raw)
         finally:
             self._client_gone = True
         if not self._child_gone:
             await self._shutdown_child("client closed its output (EOF)")
 
     async def _pump_child(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        splitter = LineSplitter(self.options.max_line)
-        stream = self.process.stdout
-        receive = _receiver(stream)
-        handle = self._from_child
+        assert self.process is not None
         try:
-            while True:
-                await self.to_client.wait_writable()
-                try:
-                    data = await receive()
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    data = b""
-                if not data:
-                    for ev in splitter.close():
-                        self._from_child_raw(ev)
-                    break
-                self.to_client.hold()
-                try:
-                    for ev in splitter.feed(data):
-                        if type(ev) is bytes:
-                            handle(ev)
-                        else:
-                            self._from_child_raw(ev)
-                finally:
-                    self.to_client.flush()
+            await self._pump(self.process.stdout, self.to_client, self._from_child, self._from_child_raw)
         finally:
             self._child_stdout_done.set()
+
+    async def _pump(
+        self,
+        stream: trio.abc.ReceiveStream,
+        out: Outbox,
+        handle: Callable[[bytes], None],
+        handle_raw: Callable[[Oversized | Fragment], None],
+    ) -> None:
+        """Read ``stream`` until EOF, handing each line to ``handle``.
+
+        What one read yields is handled as a batch: the outbox is held, so the
+        whole chunk's output goes out in one write, straight from here when
+        the writer task is idle.
+        """
+        splitter = LineSplitter(self.options.max_line)
+        receive = _receiver(stream)
+        while True:
+            await out.wait_writable()
+            try:
+                data = await receive()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if not data:
+                for ev in splitter.close():
+                    handle_raw(ev)
+                return
+            out.hold()
+            try:
+                for ev in splitter.feed(data):
+                    if type(ev) is bytes:
+                        handle(ev)
+                    else:
+                        handle_raw(ev)
+            finally:
+                out.flush()
 
     # ------------------------------------------------- client -> child frames
 
     def _from_client_raw(self, ev: Oversized | Fragment) -> None:
-        c = self.c2s
+        self._forward_raw(ev, self.c2s, self.to_child, "client>codex", "client")
+
+    def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Outbox, direction: str, source: str) -> None:
+        """A piece of an unparsable line, or a stream's unterminated tail: as is."""
         if type(ev) is Oversized:
             if ev.end:
-                c.frames += 1
-                c.oversized += 1
+                counters.frames += 1
+                counters.oversized += 1
                 log.warning(
-                    "oversized line from client forwarded unparsed",
+                    f"oversized line from {source} forwarded unparsed",
                     extra={"fields": {"maxLine": self.options.max_line}},
                 )
-                self._record_note("client>codex", "oversized line forwarded unparsed")
+                self._record_note(direction, "oversized line forwarded unparsed")
         else:
-            c.frames += 1
-            c.invalid += 1
-            log.warning("client output ended inside a line; forwarding the fragment")
-        c.bytes += len(ev.data)
-        if not self.to_child.put(ev.data) and self._child_gone:
-            pass  # the child is gone; the supervisor answers for requests
+            counters.frames += 1
+            counters.invalid += 1
+            log.warning(f"{source} output ended inside a line; forwarding the fragment")
+        counters.bytes += len(ev.data)
+        out.put(ev.data)
 
     def _from_client(self, line: bytes) -> None:
         try:
@@ -592,22 +585,7 @@ class Proxy:
     # ------------------------------------------------- child -> client frames
 
     def _from_child_raw(self, ev: Oversized | Fragment) -> None:
-        s = self.s2c
-        if type(ev) is Oversized:
-            if ev.end:
-                s.frames += 1
-                s.oversized += 1
-                log.warning(
-                    "oversized line from codex forwarded unparsed",
-                    extra={"fields": {"maxLine": self.options.max_line}},
-                )
-                self._record_note("codex>client", "oversized line forwarded unparsed")
-        else:
-            s.frames += 1
-            s.invalid += 1
-            log.warning("codex output ended inside a line; forwarding the fragment")
-        s.bytes += len(ev.data)
-        self.to_client.put(ev.data)
+        self._forward_raw(ev, self.s2c, self.to_client, "codex>client", "codex")
 
     def _from_child(self, line: bytes) -> None:
         try:
