@@ -10,6 +10,7 @@ the config file, since OpenClaw's argv belongs to codex.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -28,7 +29,7 @@ from .record import Recorder
 
 log = logging.getLogger("codex_sidecar.cli")
 
-SUBCOMMANDS = ("proxy", "version", "engines")
+SUBCOMMANDS = ("proxy", "version", "engines", "inspect")
 _DROP_IN = "_codex"
 
 
@@ -143,6 +144,40 @@ def _normalise(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+@cli.command("inspect")
+@click.argument("thread")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a turn instead of a table.")
+@click.pass_context
+def inspect_cmd(ctx: click.Context, thread: str, as_json: bool) -> None:
+    """Per turn of THREAD: what the engine assembled, how it was projected, sizes.
+
+    Reads the state directory, so it works while the sidecar runs or after.
+    """
+    from .inspect import InspectLog, inspect_path
+
+    settings = ctx.obj
+    state_dir = settings.get("state_dir") or str(default_state_dir())
+    try:
+        records = InspectLog(inspect_path(state_dir, thread)).records()
+    except ValueError:
+        raise click.ClickException("not a thread id") from None
+    if not records:
+        raise click.ClickException(f"no turns recorded for {thread} under {state_dir}")
+    if as_json:
+        for r in records:
+            click.echo(json.dumps(r, sort_keys=True))
+        return
+    click.echo(f"{'#':>3} {'status':<11} {'mode':<9} {'epoch':<10} {'assembled':>9} {'est.tok':>8} {'channels':<44} {'input chars':>18} {'codex in tok':>12}")
+    for n, r in enumerate(records, 1):
+        a, inj, size = r.get("assembled") or {}, r.get("injected") or {}, r.get("turnInputChars") or {}
+        channels = ",".join(inj.get("channels") or []) or (f"none ({r['fallback']})" if r.get("fallback") else "none")
+        click.echo(
+            f"{n:>3} {str(r.get('status')):<11} {str(r.get('mode')):<9} {str(r.get('epoch') or '-'):<10} "
+            f"{str(a.get('count')):>9} {str(a.get('estimatedTokens')):>8} {channels:<44} "
+            f"{size.get('original', 0):>8} -> {size.get('sent', 0):<7} {str(r.get('codexInputTokens')):>12}"
+        )
+
+
 @cli.command("version")
 def version_cmd() -> None:
     """Print the sidecar's version."""
@@ -170,6 +205,7 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),
         session_key_template=settings["session_key"],
+        projection_mode=settings["projection_mode"],
     )
 
     async def serve() -> int:

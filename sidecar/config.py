@@ -73,6 +73,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("engine_deadline", click.FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
     Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window, once Codex reports it).", "TOKENS"),
     Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} is replaced.", "TEMPLATE"),
+    Setting(
+        "projection_mode",
+        click.Choice(["auto", "per_turn", "epoch"]),
+        "auto",
+        "How assembled context reaches Codex: per_turn (every turn), epoch (once per engine epoch), auto (what the engine asks for).",
+    ),
 )
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
 

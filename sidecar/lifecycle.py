@@ -55,10 +55,12 @@ from engines import (
 from protocol import parse, rewrite
 
 from .mirror import MirrorError, TranscriptMirror, session_path
+from .inspect import InspectLog, inspect_path
 from .projection import (
     ProjectionError,
     already_projected,
     char_budget_for_tokens,
+    input_text_chars,
     project_turn_input,
 )
 from .proxy import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy, RpcError
@@ -81,6 +83,12 @@ class LifecycleOptions:
     citations_mode: str | None = None
     previous_turn_wait: float = 120.0
     """How long a turn waits for the previous turn's finalisation at most."""
+    projection_mode: str = "auto"
+    """``per_turn``, ``epoch``, or ``auto`` (what the engine's assemble result
+    asks for: ``thread_bootstrap`` means epoch, anything else per turn)."""
+
+
+PROJECTION_MODES = ("auto", "per_turn", "epoch")
 
 
 @dataclass
@@ -96,6 +104,15 @@ class TurnState:
     assembled_count: int | None = None
     estimated_tokens: int | None = None
     fallback_reason: str | None = None
+    mode: str | None = None
+    epoch: str | None = None
+    assembled_roles: list[list[Any]] = field(default_factory=list)
+    channels: list[str] = field(default_factory=list)
+    context_chars: int = 0
+    rendered: int = 0
+    dropped: int = 0
+    original_chars: int = 0
+    sent_chars: int = 0
 
 
 @dataclass
@@ -120,6 +137,8 @@ class ThreadSession:
     addition_sent: str | None = None
     warned_double_projection: bool = False
     compactions: int = 0
+    projected_epoch: str | None = None
+    inspect: "InspectLog | None" = None
     stats: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -155,11 +174,13 @@ class Lifecycle:
         hooks.on_server_notification("thread/tokenUsage/updated", self._on_token_usage)
         hooks.on_server_notification("turn/completed", self._on_turn_completed)
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
+        self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
         self.proxy.add_status_provider("lifecycle", self.status)
 
     def status(self) -> dict[str, Any]:
         return {
             "engine": {"id": self.engine_id, "ownsCompaction": self.owns_compaction},
+            "projectionMode": self.options.projection_mode,
             "threads": {
                 tid: {
                     "sessionFile": str(s.path),
@@ -224,6 +245,10 @@ class Lifecycle:
                         lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
                     )
                 session.had_history = session.mirror.existed_before and bool(await trio.to_thread.run_sync(session.mirror.messages))
+            if session.inspect is None:
+                session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
+                last = await trio.to_thread.run_sync(session.inspect.last)
+                session.projected_epoch = last.get("projectedEpoch") if last else None
             if method in ("thread/resume", "thread/fork") and not session.had_history:
                 await self._import_history(session, thread)
         except (MirrorError, OSError) as exc:
@@ -370,9 +395,19 @@ class Lifecycle:
         addition = result.system_prompt_addition or None
         if addition is not None and addition.strip() == (session.addition_sent or "").strip():
             addition = None  # already in the thread's history, unchanged
+        state.assembled_count = len(result.messages)
+        state.estimated_tokens = result.estimated_tokens
+        state.assembled_roles = [[m.role, _message_chars(m)] for m in result.messages]
+        mode, epoch = self._mode_for(result)
+        state.mode, state.epoch = mode, epoch
+        messages = result.messages
+        if mode == "epoch" and epoch is not None and epoch == session.projected_epoch:
+            # The thread already holds this epoch's projection and every turn
+            # since: only a changed addition (if any) goes out.
+            messages = []
         try:
             projection = project_turn_input(
-                result.messages,
+                messages,
                 items,
                 system_prompt_addition=addition,
                 char_budget=char_budget_for_tokens(budget),
@@ -381,8 +416,10 @@ class Lifecycle:
             state.fallback_reason = f"projection-{exc.reason}"
             log.warning("projection failed; forwarding the original request", extra={"fields": self._fields(session, reason=exc.reason)})
             return line
-        state.assembled_count = len(result.messages)
-        state.estimated_tokens = result.estimated_tokens
+        state.rendered, state.dropped = projection.messages_rendered, projection.messages_dropped
+        state.context_chars = len(projection.text or "")
+        state.original_chars = input_text_chars(items)
+        state.sent_chars = projection.input_text_chars
         log.info(
             "codex context engine assemble applied",
             extra={
@@ -396,12 +433,26 @@ class Lifecycle:
                 )
             },
         )
+        if mode == "epoch" and epoch is not None and projection.text:
+            session.projected_epoch = epoch
         if not projection.changed:
             return line
         state.projected = True
+        if projection.text:
+            state.channels.append("turn/start.input")
         if projection.additional_context is not None:
+            state.channels.append("turn/start.additionalContext")
             session.addition_sent = result.system_prompt_addition
         return rewrite(line, params=projection.apply(params))
+
+    def _mode_for(self, result: Any) -> tuple[str, str | None]:
+        """The projection mode for this turn, and the engine's epoch."""
+        cp = result.context_projection
+        epoch = cp.epoch if cp is not None else None
+        mode = self.options.projection_mode
+        if mode == "auto":
+            mode = "epoch" if cp is not None and cp.mode == "thread_bootstrap" else "per_turn"
+        return mode, epoch
 
     async def _bootstrap(self, session: ThreadSession) -> None:
         session.bootstrapped = True
@@ -582,6 +633,7 @@ class Lifecycle:
             except (MirrorError, OSError):
                 pass
             session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}
+            self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:
                 await self._maintain(session, "turn")
             else:
@@ -590,6 +642,32 @@ class Lifecycle:
                 log.info("codex context engine maintenance skipped", extra={"fields": self._fields(session, turnId=turn_id, reason=reason)})
         finally:
             self._end_turn(session, state)
+
+    def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
+        if session.inspect is None or state.client_id is None:
+            return
+        usage = session.last_usage
+        record = {
+            "turnId": turn_id,
+            "status": status,
+            "mode": state.mode,
+            "epoch": state.epoch,
+            "projectedEpoch": session.projected_epoch,
+            "projected": state.projected,
+            "fallback": state.fallback_reason,
+            "historyMessages": state.pre_prompt_count,
+            "assembled": {"count": state.assembled_count, "estimatedTokens": state.estimated_tokens, "messages": state.assembled_roles},
+            "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
+            "turnInputChars": {"original": state.original_chars, "sent": state.sent_chars or state.original_chars},
+            "codexInputTokens": (usage.input + usage.cache_read) if usage else None,
+            "cachedInputTokens": usage.cache_read if usage else None,
+        }
+        session.inspect.append(record)
+
+    def inspect(self, thread_id: str) -> list[dict[str, Any]]:
+        session = self.sessions.get(thread_id)
+        log_ = session.inspect if session and session.inspect else InspectLog(inspect_path(self.state_dir, thread_id))
+        return log_.records()
 
     def _end_turn(self, session: ThreadSession, state: TurnState) -> None:
         if session.current is state:
@@ -712,6 +790,16 @@ class Lifecycle:
             return primary
         return {"ok": native["ok"], "compacted": native["ok"], "reason": None if native["ok"] else native.get("error"), "details": {"codexNativeCompaction": native}}
 
+    async def _control_inspect(self, params: dict[str, Any]) -> dict[str, Any]:
+        thread_id = params.get("threadId")
+        if not isinstance(thread_id, str):
+            raise RpcError(-32602, "threadId is required")
+        try:
+            turns = await trio.to_thread.run_sync(self.inspect, thread_id)
+        except ValueError:
+            raise RpcError(-32602, "unusable threadId") from None
+        return {"threadId": thread_id, "engine": self.engine_id, "turns": turns}
+
     # --------------------------------------------------------------- helpers
 
     async def _call(self, name: str, awaitable: Awaitable[T]) -> T:
@@ -739,6 +827,23 @@ class Lifecycle:
             fields["turnId"] = session.current.turn_id
         fields.update(more)
         return fields
+
+
+def _message_chars(message: AgentMessage) -> int:
+    """Size of a message's text, for inspection (never the text itself)."""
+    content = getattr(message, "content", None)
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        total = 0
+        for block in content:
+            for attr in ("text", "thinking"):
+                value = getattr(block, attr, None)
+                if isinstance(value, str):
+                    total += len(value)
+        return total
+    summary = getattr(message, "summary", None)
+    return len(summary) if isinstance(summary, str) else 0
 
 
 def _now_ms() -> int:

@@ -1,0 +1,62 @@
+"""Per-turn inspection records: what the engine assembled and what went where.
+
+One JSONL file a thread, ``<state_dir>/inspect/<thread id>.jsonl`` (0600),
+one record a finalised turn: projection mode and epoch, the assembled
+messages (role and size, never text), the channels the sidecar injected
+through, the turn input's size before and after projection, and the input
+tokens Codex reported for the turn. ``codex-sidecar inspect THREAD`` and
+``sidecar/inspect`` read it. Appends are single writes (see the mirror), so a
+kill leaves at most a torn last line, which reading skips.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .mirror import session_path
+
+_encode = msgspec.json.Encoder()
+_decode = msgspec.json.Decoder()
+
+
+def inspect_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
+    """Beside the session mirrors; the same id rules (no path tricks)."""
+    return Path(state_dir) / "inspect" / session_path(state_dir, thread_id).name
+
+
+class InspectLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: dict[str, Any]) -> None:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, _encode.encode(record) + b"\n")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # inspection is best-effort; the turn itself is not affected
+
+    def records(self) -> list[dict[str, Any]]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        out = []
+        for raw in data.split(b"\n"):
+            if raw.strip():
+                try:
+                    out.append(_decode.decode(raw))
+                except msgspec.DecodeError:
+                    continue  # a torn line
+        return out
+
+    def last(self) -> dict[str, Any] | None:
+        records = self.records()
+        return records[-1] if records else None
