@@ -137,6 +137,8 @@ class ThreadSession:
     addition_sent: str | None = None
     warned_double_projection: bool = False
     compactions: int = 0
+    completed_turns: set[str] = field(default_factory=set)
+    """Turn ids whose ``turn/completed`` was taken (a replay is not finalised twice)."""
     projected_epoch: str | None = None
     inspect: "InspectLog | None" = None
     stats: dict[str, Any] = field(default_factory=dict)
@@ -235,21 +237,31 @@ class Lifecycle:
 
     async def _open_session(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
         """Open (fork, import) the mirror; a turn/start waits for this."""
+        opened = False
         try:
             if session.mirror is None:
                 parent_id = params.get("threadId") if method == "thread/fork" else None
-                if parent_id and parent_id != session.thread_id:
+                forked = bool(parent_id and parent_id != session.thread_id)
+                if forked:
                     session.mirror = await trio.to_thread.run_sync(self._fork_mirror, parent_id, session, params)
                 else:
                     session.mirror = await trio.to_thread.run_sync(
                         lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
                     )
-                session.had_history = session.mirror.existed_before and bool(await trio.to_thread.run_sync(session.mirror.messages))
+                opened = True
+                # A fork's copy of its parent's mirror is its history (keyed by
+                # the parent's ids: importing Codex's copy too would store it twice).
+                session.had_history = (session.mirror.existed_before or forked) and bool(
+                    await trio.to_thread.run_sync(session.mirror.messages)
+                )
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
                 last = await trio.to_thread.run_sync(session.inspect.last)
                 session.projected_epoch = last.get("projectedEpoch") if last else None
-            if method in ("thread/resume", "thread/fork") and not session.had_history:
+            # Import only when the session is first seen: a thread started or
+            # imported earlier in this run is mirrored turn by turn already, and
+            # importing it again would bootstrap an engine that saw every turn.
+            if opened and method in ("thread/resume", "thread/fork") and not session.had_history:
                 await self._import_history(session, thread)
         except (MirrorError, OSError) as exc:
             log.warning(
@@ -560,6 +572,12 @@ class Lifecycle:
         turn = params.get("turn")
         if session is None or not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
             return None
+        if turn["id"] in session.completed_turns:
+            # A replay while the first copy is still being finalised: the
+            # mirror's finalized marker is not written yet, so check here.
+            log.info("turn already finalized; not ingesting it twice", extra={"fields": self._fields(session, turnId=turn["id"])})
+            return None
+        session.completed_turns.add(turn["id"])
         self.proxy.spawn(self._finalize, session, turn)
         return None  # forwarded first; the work happens after
 
