@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Test child: a small, deterministic double of ``codex app-server``.
+
+It speaks the app-server's wire (newline-delimited JSON, no ``"jsonrpc"``;
+shapes as in ``fixtures/*.jsonl``, recorded from codex 0.169.0) for the
+methods the lifecycle cares about, and nothing else:
+
+* ``initialize`` -> ``{userAgent, codexHome, platformFamily, platformOs}``;
+* ``thread/start`` -> ``{thread:{id, cwd, path, turns:[], ...}, model, cwd, ...}``,
+  then ``thread/started``; thread ids are ``thr-1``, ``thr-2``, ... per store;
+* ``thread/resume`` -> the stored thread with its turns (none when
+  ``excludeTurns`` is true); an unknown id is an error, as in Codex;
+* ``thread/fork`` -> a new thread holding a copy of the parent's turns (cut at
+  ``beforeTurnId``), ``forkedFromId`` set, then ``thread/started``;
+* ``thread/read`` -> the thread, with turns when ``includeTurns`` is true;
+* ``turn/start`` -> ``{turn:{id, status:"inProgress", ...}}``, then
+  ``turn/started``, a ``userMessage`` item whose content is the input the
+  child RECEIVED (so a test sees the projected text), an ``agentMessage``
+  (unless the turn is interrupted or failed), ``thread/tokenUsage/updated``
+  and ``turn/completed`` with the scripted status;
+* ``thread/compact/start`` -> ``{}`` then a compaction turn (``turn/started``,
+  a ``contextCompaction`` item, ``turn/completed``), or an error when scripted;
+* ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
+
+Environment:
+
+* ``FAKE_CODEX_LOG``: every line received is appended here, byte for byte;
+* ``FAKE_CODEX_SENT``: every line sent is appended here, byte for byte;
+* ``FAKE_CODEX_STORE``: a JSON file holding the threads (so a fresh process
+  can resume what an earlier one ran, like Codex's own rollout files);
+* ``FAKE_CODEX_SCRIPT``: a JSON file with optional keys ``turns`` (a list,
+  by the process's turn number from 0, of ``{"status": "completed" |
+  "interrupted" | "failed", "reply": str, "repeatCompleted": bool}``),
+  ``defaultReply`` (str, ``{n}`` is the turn number from 1) and
+  ``compact`` (``"ok"`` or ``"error"``).
+
+Everything is deterministic: ids are counters, timestamps are fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+NOW_MS = 1_795_316_416_000
+NOW_S = NOW_MS // 1000
+
+out = sys.stdout.buffer
+recv_log = open(os.environ["FAKE_CODEX_LOG"], "ab", buffering=0) if os.environ.get("FAKE_CODEX_LOG") else None
+sent_log = open(os.environ["FAKE_CODEX_SENT"], "ab", buffering=0) if os.environ.get("FAKE_CODEX_SENT") else None
+store_path = os.environ.get("FAKE_CODEX_STORE")
+script: dict = {}
+if os.environ.get("FAKE_CODEX_SCRIPT"):
+    with open(os.environ["FAKE_CODEX_SCRIPT"]) as f:
+        script = json.load(f)
+
+threads: dict[str, dict] = {}  # id -> {"cwd", "turns": [turn...], "forkedFromId"}
+if store_path and os.path.exists(store_path):
+    with open(store_path) as f:
+        threads = json.load(f)
+turn_number = 0  # turns run by this process (the script's index)
+compactions = 0
+
+
+def save() -> None:
+    if store_path:
+        tmp = store_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(threads, f)
+        os.replace(tmp, store_path)
+
+
+def send(obj: dict) -> None:
+    line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    if sent_log:
+        sent_log.write(line)
+    out.write(line)
+
+
+def result(rid, value) -> None:
+    send({"id": rid, "result": value})
+
+
+def error(rid, code: int, message: str) -> None:
+    send({"id": rid, "error": {"code": code, "message": message}})
+
+
+def notify(method: str, params: dict) -> None:
+    send({"method": method, "params": params, "emittedAtMs": NOW_MS})
+
+
+def thread_obj(tid: str, *, with_turns: bool) -> dict:
+    t = threads[tid]
+    return {
+        "id": tid,
+        "sessionId": tid,
+        "forkedFromId": t.get("forkedFromId"),
+        "preview": "",
+        "ephemeral": False,
+        "historyMode": "paginated",
+        "modelProvider": "fake",
+        "model": "fake-model",
+        "createdAt": NOW_S,
+        "updatedAt": NOW_S,
+        "status": {"type": "idle"},
+        "path": f"/tmp/fake-codex-home/sessions/rollout-{tid}.jsonl",
+        "cwd": t["cwd"],
+        "cliVersion": "0.169.0",
+        "source": "vscode",
+        "turns": [dict(turn, itemsView="full") for turn in t["turns"]] if with_turns else [],
+    }
+
+
+def thread_result(tid: str, *, with_turns: bool) -> dict:
+    return {
+        "thread": thread_obj(tid, with_turns=with_turns),
+        "model": "fake-model",
+        "modelProvider": "fake",
+        "cwd": threads[tid]["cwd"],
+        "approvalPolicy": "never",
+        "sandbox": {"type": "readOnly", "networkAccess": False},
+        "reasoningEffort": None,
+    }
+
+
+def new_thread_id() -> str:
+    return f"thr-{len(threads) + 1}"
+
+
+def turn_obj(turn_id: str, status: str, items: list, view: str, error_obj=None) -> dict:
+    done = status != "inProgress"
+    return {
+        "id": turn_id,
+        "rootTurnId": turn_id,
+        "items": items,
+        "itemsView": view,
+        "status": status,
+        "error": error_obj,
+        "startedAt": NOW_S,
+        "completedAt": NOW_S if done else None,
+        "durationMs": 5 if done else None,
+    }
+
+
+def item_completed(tid: str, turn_id: str, item: dict) -> None:
+    notify("item/started", {"item": dict(item, completedAtMs=None), "threadId": tid, "turnId": turn_id, "startedAtMs": NOW_MS})
+    notify(
+        "item/completed",
+        {"item": item, "threadId": tid, "turnId": turn_id, "contentTokenCount": None, "completedAtMs": NOW_MS},
+    )
+
+
+def token_usage(tid: str, turn_id: str, n: int) -> None:
+    last = {"totalTokens": 100 + n, "inputTokens": 90 + n, "cachedInputTokens": 40, "cacheWriteInputTokens": 0, "outputTokens": 10, "reasoningOutputTokens": 0}
+    notify(
+        "thread/tokenUsage/updated",
+        {"threadId": tid, "turnId": turn_id, "tokenUsage": {"total": last, "last": last, "modelContextWindow": 258400}},
+    )
+
+
+def run_turn(rid, params: dict) -> None:
+    global turn_number
+    tid = params.get("threadId")
+    if tid not in threads:
+        error(rid, -32600, f"thread not found: {tid}")
+        return
+    spec = {}
+    turns_script = script.get("turns") or []
+    if turn_number < len(turns_script):
+        spec = turns_script[turn_number] or {}
+    turn_number += 1
+    thread = threads[tid]
+    turn_id = f"{tid}-turn-{len(thread['turns']) + 1}"
+    status = spec.get("status", "completed")
+    reply = spec.get("reply", script.get("defaultReply", "Reply {n}.").format(n=turn_number))
+    result(rid, {"turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
+    notify("thread/status/changed", {"threadId": tid, "status": {"type": "active", "activeFlags": []}})
+    notify("turn/started", {"threadId": tid, "turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
+    user = {"type": "userMessage", "id": f"{turn_id}-user", "clientId": None, "content": params.get("input") or [], "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
+    item_completed(tid, turn_id, user)
+    items = [user]
+    summary: list = []
+    error_obj = None
+    if status == "completed":
+        agent = {"type": "agentMessage", "moderation": None, "id": f"{turn_id}-agent", "text": reply, "phase": None, "memoryCitation": None, "delivery": None, "questions": None, "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
+        notify("item/agentMessage/delta", {"threadId": tid, "turnId": turn_id, "itemId": agent["id"], "delta": reply})
+        item_completed(tid, turn_id, agent)
+        items.append(agent)
+        summary = [agent]
+        token_usage(tid, turn_id, turn_number)
+    elif status == "failed":
+        error_obj = {"message": "scripted model failure", "codexErrorInfo": "other", "additionalDetails": None}
+        notify("error", {"error": error_obj, "willRetry": False, "threadId": tid, "turnId": turn_id})
+    thread["turns"].append(turn_obj(turn_id, status, items, "full", error_obj))
+    save()
+    notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
+    view = "summary" if summary else "notLoaded"
+    completed = {"threadId": tid, "turn": turn_obj(turn_id, status, summary, view, error_obj)}
+    notify("turn/completed", completed)
+    if spec.get("repeatCompleted"):
+        notify("turn/completed", completed)  # a replay of the same turn
+
+
+def compact(rid, params: dict) -> None:
+    global compactions
+    tid = params.get("threadId")
+    if tid not in threads:
+        error(rid, -32600, f"thread not found: {tid}")
+        return
+    if script.get("compact") == "error":
+        error(rid, -32603, "scripted compaction failure")
+        return
+    compactions += 1
+    result(rid, {})
+    thread = threads[tid]
+    turn_id = f"{tid}-compaction-{compactions}"
+    notify("turn/started", {"threadId": tid, "turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
+    item = {"type": "contextCompaction", "id": f"{turn_id}-item", "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
+    item_completed(tid, turn_id, item)
+    thread["turns"].append(turn_obj(turn_id, "completed", [item], "full"))
+    save()
+    notify("turn/completed", {"threadId": tid, "turn": turn_obj(turn_id, "completed", [], "notLoaded")})
+
+
+def handle(msg: dict) -> None:
+    method = msg.get("method")
+    if "id" not in msg or method is None:
+        return  # notifications (initialized) and responses need no answer
+    rid = msg["id"]
+    params = msg.get("params") or {}
+    if method == "initialize":
+        result(rid, {"userAgent": "fake_codex/0.169.0 (Linux; test)", "codexHome": "/tmp/fake-codex-home", "platformFamily": "unix", "platformOs": "linux"})
+    elif method == "thread/start":
+        tid = new_thread_id()
+        threads[tid] = {"cwd": params.get("cwd") or "/tmp/fake-work", "turns": [], "forkedFromId": None}
+        save()
+        result(rid, thread_result(tid, with_turns=False))
+        notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
+    elif method == "thread/resume":
+        tid = params.get("threadId")
+        if tid not in threads:
+            error(rid, -32600, f"no rollout found for thread id {tid}")
+            return
+        result(rid, thread_result(tid, with_turns=not params.get("excludeTurns")))
+    elif method == "thread/fork":
+        parent = params.get("threadId")
+        if parent not in threads:
+            error(rid, -32600, f"no rollout found for thread id {parent}")
+            return
+        turns = []
+        for turn in threads[parent]["turns"]:
+            if turn["id"] == params.get("beforeTurnId"):
+                break
+            turns.append(json.loads(json.dumps(turn)))
+        tid = new_thread_id()
+        threads[tid] = {"cwd": params.get("cwd") or threads[parent]["cwd"], "turns": turns, "forkedFromId": parent}
+        save()
+        result(rid, thread_result(tid, with_turns=not params.get("excludeTurns")))
+        notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
+    elif method == "thread/read":
+        tid = params.get("threadId")
+        if tid not in threads:
+            error(rid, -32600, f"thread not found: {tid}")
+            return
+        result(rid, {"thread": thread_obj(tid, with_turns=bool(params.get("includeTurns")))})
+    elif method == "turn/start":
+        run_turn(rid, params)
+    elif method == "thread/compact/start":
+        compact(rid, params)
+    elif method == "turn/interrupt":
+        result(rid, {})
+    else:
+        error(rid, -32601, f"method not found: {method}")
+
+
+for line in sys.stdin.buffer:
+    if recv_log:
+        recv_log.write(line if line.endswith(b"\n") else line + b"\n")
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(msg, dict):
+        handle(msg)
+    out.flush()
