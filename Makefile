@@ -12,7 +12,7 @@ CODEX_DIR   := .tools/codex-$(CODEX_VER)
 CODEX_BIN   := $(CODEX_DIR)/node_modules/.bin/codex
 export CODEX_SIDECAR_TEST_CODEX_BIN := $(abspath $(CODEX_BIN))
 
-.PHONY: all setup demo test bench fixtures clean
+.PHONY: all setup demo test bench bench-context fixtures clean
 
 all: test
 
@@ -37,6 +37,9 @@ test: setup
 
 bench: setup
 	$(PY) -m tools.bench
+
+bench-context: setup
+	$(PY) -m tools.bench_context
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures

@@ -1,0 +1,256 @@
+"""``make bench-context`` at a tiny size: correctness, not speed.
+
+The live test runs the benchmark's own building blocks for 3 turns (native,
+then the identity engine in ``per_turn`` mode through the sidecar) and checks
+that every figure is computed from the real request bodies the fake model
+recorded. The other tests check the pieces that need no codex: the script,
+the measurements on hand-made bodies, the mode detection and the engines.
+No timing is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from engines import AssistantMessage, TextBlock, UserMessage, load_engine
+from engines.api import AssembleParams, CompactionSummaryMessage, ToolCallBlock, ToolResultMessage
+from engines.tokens import count_tokens, estimate_messages_tokens
+from sidecar.projection import CONTEXT_HEADER
+from tools import bench_context as bc
+from tools.codex_home import find_codex_bin
+from tools.context_engines import (
+    BUDGET_ID,
+    DIST_NAME,
+    IDENTITY_ID,
+    RECALL_ID,
+    BudgetEngine,
+    IdentityEngine,
+    RecallEngine,
+    budget_boundary,
+    retrieve,
+    snippet_text,
+    write_dist_info,
+)
+
+CODEX_BIN = find_codex_bin()
+
+
+# ---------------------------------------------------------------- the script
+
+
+def test_the_script_is_deterministic_and_long_enough():
+    script = bc.build_script()
+    assert script == bc.build_script()
+    assert script != bc.build_script(seed=bc.DEFAULT_SEED + 1)
+    assert len(script) == bc.DEFAULT_TURNS
+    assert sum(1 for t in script if t.command) >= 3
+    sizes = [len(t.reply) for t in script]
+    assert min(sizes) < 500 and max(sizes) > 2500, "replies of varied length, some long"
+    tokens = sum(count_tokens(t.prompt) + count_tokens(t.reply) for t in script)
+    assert tokens > 1.5 * bc.BUDGET_TOKENS, "40 turns must exceed the budget by a wide margin"
+    assert bc.build_script(3) == script[:3]
+
+
+def test_the_router_answers_by_what_the_request_is():
+    script = [bc.Turn("hi", "hello"), bc.Turn("run it", "it ran", command="ls")]
+    router = bc.Router(script)
+    router.begin(0)
+    assert router({"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}).text == "hello"
+    router.begin(1)
+    call = router({"input": [{"type": "message", "role": "user", "content": "run it"}]})
+    assert call.name == "exec_command" and call.call_id == router.call_id(1)
+    done = router({"input": [{"type": "function_call_output", "call_id": router.call_id(1), "output": "x"}]})
+    assert done.text == "it ran"
+    compact = router({"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "You are performing a CONTEXT CHECKPOINT COMPACTION."}]}]})
+    assert compact.text.startswith("Checkpoint")
+    assert router.request_turns == [0, 1, 1, -1]
+    assert router.kinds == ["reply", "tool-call", "tool-followup", "compaction"]
+
+
+# -------------------------------------------------------------- measurements
+
+
+def _msg(role: str, text: str, item_id: str) -> dict:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "id": item_id, "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def test_measurements_on_hand_made_bodies():
+    frame = [_msg("developer", "You are a coding agent.", "a"), _msg("user", "<environment_context/>", "b")]
+    r1 = {"input": [*frame, _msg("user", "first question", "c")]}
+    # Same items, different ids: still an unchanged prefix.
+    r2 = {"input": [_msg("developer", "You are a coding agent.", "x"), _msg("user", "<environment_context/>", "y"),
+                    _msg("user", "first question", "z"), _msg("assistant", "an answer", "m"), _msg("user", "second", "n")]}
+    r3 = {"input": [*frame, _msg("user", "rewritten history", "q")]}  # not an extension
+    router = bc.Router([bc.Turn("first question", "an answer"), bc.Turn("second", "x")])
+    router.request_turns, router.kinds = [0, 1, 1], ["reply", "reply", "reply"]
+    stats = bc.measure_requests([r1, r2, r3], router)
+    assert [s.extends_previous for s in stats] == [None, True, False]
+    assert all(s.tokens > 0 for s in stats)
+    assert stats[1].tokens == stats[0].tokens + count_tokens("an answer") + count_tokens("second")
+    framing = bc.framing_tokens(r1, "first question")
+    assert framing == count_tokens("You are a coding agent.") + count_tokens("<environment_context/>")
+    with pytest.raises(RuntimeError):
+        bc.framing_tokens(r1, "another prompt")
+    call = {"type": "function_call", "id": "fc", "name": "exec_command", "arguments": '{"cmd":"ls"}', "call_id": "c1"}
+    assert bc.item_tokens(call) == count_tokens("exec_command") + count_tokens('{"cmd":"ls"}')
+    run = bc.RunResult("x", "identity", "per_turn", requests=stats, turn_walls=[0.1, 0.3])
+    assert run.total == sum(s.tokens for s in stats) and run.largest == max(s.tokens for s in stats)
+    assert run.reuse == 0.5 and run.wall_per_turn == pytest.approx(0.2)
+
+
+def test_mode_and_rebuild_detection_from_status():
+    assert bc.reported_mode({}) is None
+    assert bc.reported_mode({"projectionMode": "delta"}) == "delta"
+    assert bc.reported_mode({"threads": {"t": {"projectionMode": "epoch"}}}, "t") == "epoch"
+    assert bc.reported_rebuilds({}) is None
+    assert bc.reported_rebuilds({"rebuilds": 3}) == 3
+    assert bc.reported_rebuilds({"threads": {"t": {"rebuilds": 2}, "u": {"rebuilds": 1}}}) == 3
+    bc._check_mode({"projectionMode": "delta"}, None, "delta", final=True)
+    bc._check_mode({}, None, "per_turn", final=True)  # a pre-mode sidecar projects every turn
+    bc._check_mode({}, None, "delta", final=False)  # may appear with the first turn
+    with pytest.raises(bc.ModeNotAvailable):
+        bc._check_mode({}, None, "delta", final=True)  # the variable was ignored
+    with pytest.raises(bc.ModeNotAvailable):
+        bc._check_mode({"projectionMode": "per_turn"}, None, "epoch", final=False)
+
+
+def test_the_table_judges_the_targets_and_footnotes_unavailable_modes():
+    def run(engine, mode, sizes, reuse=True, wall=0.1):
+        reqs = [bc.RequestStats(n, 1, None if i == 0 else reuse, i, "reply") for i, n in enumerate(sizes)]
+        return bc.RunResult(f"{engine}+{mode}", engine, mode, requests=reqs, turn_walls=[wall])
+
+    native = bc.RunResult("native", None, None, requests=[bc.RequestStats(n, 1, None, i, "reply") for i, n in enumerate([5000, 15000])], turn_walls=[0.1])
+    good = run("identity", "delta", [5000, 15500], wall=0.105)
+    bad = run("identity", "delta", [5000, 60000], reuse=False, wall=0.2)
+    budget = run("budget", "epoch", [5000, 12000])
+    gone = bc.RunResult("recall+delta", "recall", "delta", available=False, note="mode not available: sidecar exited: Error: nope")
+    rows, notes = bc.table_rows([native, good, bad, budget, gone], native, framing=4000)
+    assert len(rows) == 5 and all(len(r) == len(bc.HEADER) for r in rows)
+    assert rows[1][-1].count("PASS") == 3
+    assert "total FAIL" in rows[2][-1] and "reuse FAIL" in rows[2][-1] and "wall FAIL" in rows[2][-1]
+    assert "max PASS" in rows[3][-1]  # 12,000 <= (8,000 + 4,000) x 1.05 while native reached 15,000
+    assert rows[4][-1] == "mode not available [1]" and notes == ["[1] recall+delta: sidecar exited: Error: nope"]
+    assert bc.format_table(rows, notes).splitlines()[0].startswith("engine")
+
+
+# ------------------------------------------------------------------ engines
+
+
+def _conversation(turns: int) -> list:
+    messages, t = [], 0
+    for i, turn in enumerate(bc.build_script(turns)):
+        t += 1000
+        messages.append(UserMessage(content=[TextBlock(text=turn.prompt)], timestamp=t))
+        if turn.command:
+            call = ToolCallBlock(id=f"call_{i}", name="exec_command", arguments={"cmd": turn.command})
+            messages.append(AssistantMessage(content=[call], timestamp=t + 1))
+            messages.append(ToolResultMessage(tool_call_id=f"call_{i}", tool_name="exec_command", content=[TextBlock(text="output " * 40)], is_error=False, timestamp=t + 2))
+        messages.append(AssistantMessage(content=[TextBlock(text=turn.reply)], timestamp=t + 3))
+    return messages
+
+
+def _params(messages, prompt="next question"):
+    return AssembleParams(session_id="s", session_key="s", messages=messages, prompt=prompt)
+
+
+async def test_identity_engine_returns_the_history_unchanged():
+    messages = _conversation(5)
+    result = await IdentityEngine().assemble(_params(messages))
+    assert result.messages == messages
+
+
+async def test_budget_engine_stays_within_budget_and_moves_its_boundary_in_steps():
+    engine = BudgetEngine({"token_budget": 8000})
+    messages = _conversation(bc.DEFAULT_TURNS)
+    assert estimate_messages_tokens(messages) > 2 * 8000
+    epochs = []
+    # Assemble at every turn start (after each assistant reply), as the sidecar would.
+    for end in range(1, len(messages) + 1):
+        if not isinstance(messages[end - 1], AssistantMessage) or isinstance(messages[end - 1].content[0], ToolCallBlock):
+            continue
+        result = await engine.assemble(_params(messages[:end]))
+        assert result.estimated_tokens <= 8000 - engine.turn_reserve
+        projection = result.context_projection
+        assert projection is not None and projection.mode == "thread_bootstrap"
+        boundary = int(projection.epoch)
+        assert boundary == budget_boundary(messages[:end], engine.tail_budget)
+        if boundary:
+            summary = result.messages[0]
+            assert isinstance(summary, CompactionSummaryMessage) and summary.summary.startswith("Summary of the")
+            assert result.messages[1:] == messages[boundary:end]
+        else:
+            assert result.messages == messages[:end]
+        epochs.append(boundary)
+    assert epochs == sorted(epochs), "the boundary only moves forward"
+    changes = sum(1 for a, b in zip(epochs, epochs[1:]) if a != b)
+    assert 2 <= changes <= len(epochs) // 4, "the boundary moves in a few steps, not every turn"
+    again = await engine.assemble(_params(messages))
+    assert again == await engine.assemble(_params(messages)), "deterministic"
+
+
+async def test_recall_engine_appends_one_deterministic_snippet(tmp_path):
+    log = tmp_path / "snippets.jsonl"
+    engine = RecallEngine({"snippet_log": str(log)})
+    messages = _conversation(3)
+    prompt = "How does the retry backoff work?"
+    result = await engine.assemble(_params(messages, prompt))
+    assert result.messages[:-1] == messages and len(result.messages) == len(messages) + 1
+    assert result.messages[-1].content[0].text == snippet_text(prompt)
+    assert retrieve(prompt)[0] == "retry-01"
+    assert retrieve(prompt) == retrieve(prompt)
+    assert len({retrieve(f"thanks {i}")[0] for i in range(20)}) > 3, "unmatched prompts spread over the corpus"
+    assert f'"tokens": {count_tokens(snippet_text(prompt))}' in log.read_text()
+
+
+def test_the_dist_info_registers_the_engines_for_the_loader(tmp_path, monkeypatch):
+    write_dist_info(tmp_path)
+    (dist,) = importlib.metadata.distributions(path=[str(tmp_path)])
+    assert dist.metadata["Name"] == DIST_NAME
+    assert {ep.name for ep in dist.entry_points} == {IDENTITY_ID, BUDGET_ID, RECALL_ID}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    engine = load_engine(BUDGET_ID, {"token_budget": 8000}, allowlist=[DIST_NAME])
+    assert isinstance(engine, BudgetEngine) and engine.token_budget == 8000
+
+
+# --------------------------------------------------------------------- live
+
+
+@pytest.mark.codex
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
+def test_three_turns_native_and_identity_per_turn_measured_from_real_bodies(tmp_path):
+    script = bc.build_script(3)
+    paths = bc.prepare(tmp_path)
+    native = bc.run_one("native", None, None, script, paths, 0, CODEX_BIN, keep_bodies=True)
+    proxied = bc.run_one("identity+per_turn", "identity", "per_turn", script, paths, 1, CODEX_BIN, keep_bodies=True)
+    for run in (native, proxied):
+        assert run.ok, run.error or run.note
+        assert not run.failed_turns
+        assert len(run.requests) == len(run.bodies) == sum(t.requests for t in script)
+        # Every figure comes from the bodies the fake model recorded.
+        assert [r.tokens for r in run.requests] == [bc.request_tokens(b) for b in run.bodies]
+        assert all(r.tokens > 0 for r in run.requests)
+        assert 0.0 <= run.reuse <= 1.0
+        assert len(run.turn_walls) == 3 and all(w > 0 for w in run.turn_walls)
+        assert [r.turn for r in run.requests] == [i for i, t in enumerate(script) for _ in range(t.requests)]
+    assert proxied.projection_mode in (None, "per_turn")
+    # The sidecar projected context into turns 2 and 3; codex alone did not.
+    def projected(run):
+        return [any(CONTEXT_HEADER in text for text in _texts(b)) for b in run.bodies]
+
+    assert not any(projected(native))
+    assert projected(proxied)[0] is False and all(projected(proxied)[1:])
+    assert proxied.total > native.total
+    assert proxied.largest > native.largest
+    assert native.framing and 0 < native.framing < native.requests[0].tokens
+    assert proxied.requests[0].tokens == native.requests[0].tokens, "turn 1 has no history to project"
+    rows, _ = bc.table_rows([native, proxied], native, native.framing)
+    assert rows[1][4] == f"{proxied.total / native.total:.2f}x"
+
+
+def _texts(body: dict) -> list[str]:
+    out: list[str] = []
+    bc._strings(body.get("input"), out)
+    return out

@@ -1,0 +1,1167 @@
+"""Context projection benchmark: model-input tokens, native against the sidecar.
+
+    python -m tools.bench_context [--turns N] [--engines identity,budget,recall]
+                                  [--modes per_turn,epoch,delta] [--json FILE]
+                                  (what `make bench-context` runs)
+
+One scripted session (default 40 turns: varied prompts, replies from a few
+hundred bytes to about 3 KB, a few ``exec_command`` tool calls; all seeded,
+so every run sends the same conversation) is run through the real codex and
+the fake model (``tools.fake_model``): once natively (the client talks to
+codex itself) and once per (engine, projection mode) through the sidecar.
+The engines are ``tools.context_engines`` (identity, budget, recall),
+registered for the sidecar subprocess through a temporary ``*.dist-info`` on
+its ``PYTHONPATH`` and trusted with ``CODEX_SIDECAR_ENGINE_ALLOWLIST``; the
+mode is chosen with ``CODEX_SIDECAR_PROJECTION_MODE``.
+
+Whether the sidecar really runs the requested mode is read back, never
+assumed: ``sidecar/status`` -> ``lifecycle`` -> ``projectionMode`` (top level,
+or the thread's entry). A sidecar that exits on an unknown mode, or reports a
+different mode, or reports none for ``epoch``/``delta`` (it ignores the
+variable), gets a "mode not available" row instead of numbers. A sidecar that
+reports no ``projectionMode`` at all projects on every turn, so ``per_turn``
+is accepted then (and the row says so).
+
+Every figure comes from the request bodies the fake model recorded:
+
+* model-input tokens of a request: the model-visible strings of its
+  ``input`` items (message text, tool-call names and arguments, tool
+  output), counted with ``engines.tokens.count_tokens`` (o200k_base from
+  bpe-openai, offline; chars/4 only if that is unavailable: the table says
+  which) - the same counter for every row;
+* total over the session, and the largest single request;
+* prefix reuse: the share of requests whose ``input`` starts with the
+  previous request's ``input`` unchanged (item ``id`` fields left out), i.e.
+  what a provider's prompt cache can reuse;
+* rebuilds: ``sidecar/status`` ``lifecycle`` ``rebuilds`` (top level or the
+  thread's), "n/a" when the sidecar does not report it;
+* wall time per turn: ``turn/start`` sent to ``turn/completed`` received,
+  mean over the turns;
+* Codex's fixed framing: the native run's first request minus the user's
+  prompt (base instructions, developer instructions, environment context).
+
+Codex runs with its own defaults. The fake model reports each request's real
+o200k input count as usage (its own figure is JSON characters / 4), so
+Codex's window bookkeeping and automatic compaction behave as with a real
+model; a native compaction's model request counts as input and the row says
+so. A second native run closes the session list ("native again"; skip it
+with ``--no-control``): its wall ratio is the run-to-run noise to read the
+wall targets against.
+
+stdout carries the table only (with its legend); progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from engines.tokens import count_tokens, tokenizer_name
+from tools.client import AppServerClient, RpcError, ServerGone
+from tools.codex_home import codex_env, find_codex_bin, make_codex_home
+from tools.context_engines import DIST_NAME, ENGINES, snippet_text, write_dist_info
+from tools.fake_model import FakeModel, ShellCall, Text, _Handler
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MODES = ("per_turn", "epoch", "delta")
+MODE_ENV = "CODEX_SIDECAR_PROJECTION_MODE"
+CONTROL_LABEL = "native again"
+DEFAULT_TURNS = 40
+DEFAULT_SEED = 4
+TURN_TIMEOUT = 180.0
+
+BUDGET_TOKENS = 8000  # the budget engine's token_budget
+TARGET_IDENTITY_TOTAL = 1.05
+TARGET_IDENTITY_REUSE = 0.95
+TARGET_BUDGET_SLACK = 0.05
+TARGET_RECALL_SLACK = 0.10
+TARGET_WALL = 1.10
+
+SIDECAR_LOG_LEVEL = ["warning"]  # --sidecar-log-level
+DEVELOPER_INSTRUCTIONS = "You are helping with the ledger service in this workspace. Be concrete."
+
+
+def progress(msg: str) -> None:
+    print(f"[bench-context] {msg}", file=sys.stderr, flush=True)
+
+
+# ======================================================================
+# The scripted session
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    prompt: str
+    reply: str
+    command: str | None = None  # a turn with a tool call: exec_command, then `reply`
+
+    @property
+    def requests(self) -> int:
+        return 2 if self.command else 1
+
+
+TOPICS: dict[str, dict[str, Any]] = {
+    "config": {
+        "file": "src/config.py",
+        "thing": "the settings loader",
+        "facts": [
+            "Settings are resolved from flags first, then APP_ environment variables, then the TOML file.",
+            "Unknown keys in the config file raise an error at start-up rather than being ignored.",
+            "The loader returns a frozen dataclass, so nothing can change a setting after start-up by accident.",
+            "Each setting declares its own default right next to its type.",
+            "Environment variables are parsed with the same converters as the file, so `APP_PORT=80` and `port = 80` agree.",
+            "A reload on SIGHUP only touches logging and rate limits; the listener keeps its address.",
+        ],
+    },
+    "logging": {
+        "file": "src/logging_setup.py",
+        "thing": "structured logging",
+        "facts": [
+            "Every log line is one JSON object on stderr with ts, level, logger, msg and fields.",
+            "The redaction filter replaces values of keys named token, secret or password with their length.",
+            "Request ids are attached with a contextvar, so async handlers keep the right id across awaits.",
+            "The default level is INFO; DEBUG is only enabled per logger, never globally in production.",
+            "Exceptions are logged once, at the boundary that handles them, with the incident id.",
+        ],
+    },
+    "retry": {
+        "file": "src/http_client.py",
+        "thing": "the retry policy of the HTTP client",
+        "facts": [
+            "Transient failures (connection reset, 502, 503, 504) are retried with exponential backoff and full jitter.",
+            "The client gives up after five attempts or ten seconds overall, whichever comes first.",
+            "A 4xx answer is never retried, because repeating the same request cannot succeed.",
+            "Non-idempotent POSTs are only retried when they carry an idempotency key.",
+            "The backoff base is 200 ms with a factor of two, capped at three seconds per wait.",
+        ],
+    },
+    "database": {
+        "file": "src/ledger.py",
+        "thing": "the ledger's database access",
+        "facts": [
+            "Entries are append-only; a correction is a new entry that references the one it reverses.",
+            "Balances are computed from entries with a window function and cached per account for a minute.",
+            "Each migration is reversible and must not hold a lock for more than a second on production data.",
+            "The pool has ten connections per worker; holding one across a network call exhausts it quickly.",
+            "New columns are added nullable, backfilled in batches, and only then constrained.",
+        ],
+    },
+    "cache": {
+        "file": "src/cache.py",
+        "thing": "the read-through cache",
+        "facts": [
+            "Keys are the normalised request, so query parameter order does not create duplicates.",
+            "Entries live for sixty seconds; writes invalidate by key prefix.",
+            "Concurrent misses for one key are coalesced into a single backend request.",
+            "A stale entry may be served for up to five seconds while one request refreshes it.",
+        ],
+    },
+    "auth": {
+        "file": "src/auth.py",
+        "thing": "token authentication",
+        "facts": [
+            "Bearer tokens live fifteen minutes and are refreshed with a refresh token at /auth/token.",
+            "The tenant id inside the token filters every query; a missing tenant is a 403.",
+            "Token signatures are checked against the key set fetched at start-up and every hour after.",
+            "Clock skew of up to thirty seconds is tolerated when checking expiry.",
+        ],
+    },
+    "tests": {
+        "file": "tests/test_ledger.py",
+        "thing": "the test suite",
+        "facts": [
+            "Tests run with pytest; shared fixtures live in tests/conftest.py.",
+            "Network tests are marked `net` and skipped unless explicitly selected.",
+            "The ledger tests build accounts with a factory fixture instead of hand-written rows.",
+            "A flaky test is quarantined with an issue link, never retried silently.",
+            "Property-based tests check that reversing an entry twice restores the balance.",
+        ],
+    },
+    "api": {
+        "file": "src/api.py",
+        "thing": "the HTTP API",
+        "facts": [
+            "List endpoints paginate with an opaque cursor and a limit of at most two hundred.",
+            "Errors are problem+json documents with a stable type URI.",
+            "Sorting is stable: by created_at, then by id, so pages never overlap.",
+            "Handlers validate input with msgspec structs before touching the database.",
+            "Every response carries the request id in a header for support tickets.",
+        ],
+    },
+    "queue": {
+        "file": "src/jobs.py",
+        "thing": "the background job queue",
+        "facts": [
+            "Jobs are delivered at least once, so every job handler must be idempotent.",
+            "A failed job is retried three times with backoff, then moved to the dead-letter queue.",
+            "The nightly reconciliation job compares ledger totals with the bank statement.",
+            "Workers acknowledge a job only after its database transaction committed.",
+        ],
+    },
+    "deploy": {
+        "file": "deploy/release.md",
+        "thing": "the release process",
+        "facts": [
+            "Images are tagged with the git sha and rolled out a quarter of the fleet at a time.",
+            "A rise in the 5xx rate stops the rollout automatically.",
+            "Migrations run in a separate job before the new version starts.",
+            "Rolling back means redeploying the previous tag; migrations must stay compatible for one release.",
+        ],
+    },
+}
+
+GENERIC = [
+    "That keeps the behaviour predictable for operators, which matters more here than saving a few lines.",
+    "It is worth writing this down in the module docstring so the next person does not rediscover it.",
+    "The trade-off is a little more code at the call site in exchange for failures that are easy to read.",
+    "I would keep the change small and land the refactor separately, so the review stays focused.",
+    "A test that pins this behaviour is cheap, and it documents the intent better than a comment.",
+    "If we ever need more flexibility, the same interface can grow an optional parameter without breaking callers.",
+    "Nothing in the current code depends on the old order, so the change is safe to make now.",
+    "The log line should name the account and the operation, not the payload.",
+    "This mirrors what the HTTP client already does, so the two stay consistent.",
+    "Measured locally the difference is well under a millisecond per request.",
+]
+
+ASKS = [
+    "Can you explain how {thing} works in {file}?",
+    "I'm not sure I understand {thing}. What are the important rules?",
+    "We keep getting questions about {thing}. Could you write a short explanation I can paste into the docs?",
+    "Review {file} with {thing} in mind and tell me what you would change.",
+    "What could go wrong with {thing} under load, and how would we notice?",
+    "Write a small helper for {thing} in {file}, with a docstring and a test.",
+    "Compare our approach to {thing} with the usual alternatives. Is ours reasonable?",
+    "A teammate suggests rewriting {thing}. What would you check before agreeing?",
+    "Summarise what we have decided about {thing} so far, as a bullet list.",
+    "How would you test {thing} without touching the network?",
+]
+
+SHORT_ASKS = ["Thanks, that helps. Anything else I should know?", "Go on.", "Can you make that shorter?", "Why?", "OK, and the edge cases?"]
+
+PASTES = [
+    "Here is the current code:\n\n```python\ndef balance(account_id, conn):\n    rows = conn.execute(\n        \"SELECT amount FROM entries WHERE account_id = ?\", (account_id,)\n    ).fetchall()\n    return sum(r[0] for r in rows)\n```",
+    "This is the traceback we saw yesterday:\n\n```\nTraceback (most recent call last):\n  File \"src/jobs.py\", line 88, in run\n    handler(job)\n  File \"src/ledger.py\", line 142, in reconcile\n    raise LedgerMismatch(account_id, expected, actual)\nledger.LedgerMismatch: account 4411: expected 1200.00, got 1185.50\n```",
+    "Config we run in staging:\n\n```toml\nport = 8080\nlog_level = \"info\"\n[database]\nurl = \"postgres://ledger@db/ledger\"\npool_size = 10\n[cache]\nttl_seconds = 60\n```",
+]
+
+CODE_BLOCKS = [
+    "```python\ndef with_retries(call, *, attempts=5, base=0.2, cap=3.0, deadline=10.0):\n    start = time.monotonic()\n    for attempt in range(attempts):\n        try:\n            return call()\n        except TransientError:\n            wait = min(cap, base * 2 ** attempt) * random.random()\n            if time.monotonic() - start + wait > deadline:\n                raise\n            time.sleep(wait)\n    return call()\n```",
+    "```python\n@dataclass(frozen=True)\nclass Settings:\n    port: int = 8080\n    log_level: str = \"info\"\n    pool_size: int = 10\n\n\ndef load(path: Path, env: Mapping[str, str]) -> Settings:\n    data = tomllib.loads(path.read_text()) if path.exists() else {}\n    unknown = set(data) - {f.name for f in fields(Settings)}\n    if unknown:\n        raise ConfigError(f\"unknown keys: {sorted(unknown)}\")\n    return Settings(**{**data, **from_env(env)})\n```",
+    "```python\ndef test_reversal_restores_balance(ledger, account):\n    entry = ledger.post(account, Decimal(\"25.00\"))\n    ledger.reverse(entry)\n    assert ledger.balance(account) == Decimal(\"0.00\")\n```",
+    "```python\nasync def get_cached(key: str, fetch: Callable[[], Awaitable[bytes]]) -> bytes:\n    entry = cache.get(key)\n    if entry and not entry.expired():\n        return entry.value\n    async with locks[key]:  # coalesce concurrent misses\n        entry = cache.get(key)\n        if entry and not entry.expired():\n            return entry.value\n        value = await fetch()\n        cache.set(key, value, ttl=60)\n        return value\n```",
+    "```sql\nSELECT account_id,\n       SUM(amount) OVER (PARTITION BY account_id ORDER BY created_at, id) AS running\nFROM entries\nWHERE tenant_id = :tenant\nORDER BY created_at, id\nLIMIT :limit;\n```",
+]
+
+COMMANDS = [
+    "ls -R",
+    "wc -l src/*.py tests/*.py",
+    "grep -n 'def ' src/ledger.py",
+    "head -n 12 src/config.py",
+    "cat notes/decisions.md",
+    "grep -rn TODO src",
+    "sed -n 1,10p tests/test_ledger.py",
+]
+
+WORKSPACE: dict[str, str] = {
+    "README.md": "# ledger service\n\nAppend-only ledger with an HTTP API, a job queue and a read-through cache.\n",
+    "src/__init__.py": "",
+    "src/config.py": textwrap.dedent(
+        """\
+        from dataclasses import dataclass
+
+
+        @dataclass(frozen=True)
+        class Settings:
+            port: int = 8080
+            log_level: str = "info"
+            pool_size: int = 10
+            cache_ttl_seconds: int = 60
+
+
+        def load(path, env):
+            # TODO: reject unknown keys
+            ...
+        """
+    ),
+    "src/ledger.py": textwrap.dedent(
+        """\
+        from decimal import Decimal
+
+
+        class LedgerMismatch(Exception):
+            pass
+
+
+        def post(conn, account_id, amount: Decimal):
+            ...
+
+
+        def reverse(conn, entry_id):
+            ...
+
+
+        def balance(conn, account_id) -> Decimal:
+            ...
+
+
+        def reconcile(conn, statement):
+            # TODO: batch the comparison per day
+            ...
+        """
+    ),
+    "src/cache.py": "def get_cached(key, fetch):\n    ...\n",
+    "src/api.py": "def list_entries(request):\n    # TODO: cursor pagination\n    ...\n",
+    "src/jobs.py": "def run(job):\n    ...\n",
+    "tests/test_ledger.py": textwrap.dedent(
+        """\
+        from decimal import Decimal
+
+
+        def test_post_then_balance(ledger, account):
+            ledger.post(account, Decimal("10.00"))
+            assert ledger.balance(account) == Decimal("10.00")
+
+
+        def test_reversal_restores_balance(ledger, account):
+            entry = ledger.post(account, Decimal("25.00"))
+            ledger.reverse(entry)
+            assert ledger.balance(account) == Decimal("0.00")
+        """
+    ),
+    "notes/decisions.md": textwrap.dedent(
+        """\
+        # Decisions
+
+        - Entries are append-only; corrections are reversals.
+        - Cursor pagination, limit <= 200.
+        - Retries: 5 attempts, 10 s deadline, never on 4xx.
+        """
+    ),
+}
+
+
+class _Deck:
+    """Draws without repeats until the pool is used up, then reshuffles."""
+
+    def __init__(self, rng: random.Random, pool: Sequence[str]) -> None:
+        self.rng, self.pool, self.cards = rng, list(pool), []
+
+    def draw(self, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            if not self.cards:
+                self.cards = self.pool[:]
+                self.rng.shuffle(self.cards)
+            out.append(self.cards.pop())
+        return out
+
+
+def _reply(rng: random.Random, topic: dict[str, Any], size: str) -> str:
+    facts, generic = _Deck(rng, topic["facts"]), _Deck(rng, GENERIC)
+    if size == "short":
+        return " ".join(facts.draw(2) + generic.draw(1))
+    parts = [f"Here is how {topic['thing']} fits together in {topic['file']}. " + " ".join(facts.draw(3))]
+    paragraphs = 3 if size == "medium" else rng.randint(4, 7)
+    for _ in range(paragraphs - 1):
+        sentences = facts.draw(2) + generic.draw(2)
+        rng.shuffle(sentences)
+        parts.append(" ".join(sentences))
+    if size == "long":
+        parts.insert(2, "For example:\n\n" + rng.choice(CODE_BLOCKS))
+        parts.append("In short:\n" + "\n".join(f"- {b}" for b in facts.draw(2) + generic.draw(2)))
+    return "\n\n".join(parts)
+
+
+def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> list[Turn]:
+    """The scripted session: ``turns`` deterministic (prompt, reply, tool call) turns.
+
+    Nearly half the replies are long (1.5-3.5 KB, with a code block), the
+    rest medium (about 1 KB) or short; every sixth turn runs a command first.
+    """
+    rng = random.Random(seed)
+    names = sorted(TOPICS)
+    script: list[Turn] = []
+    topic_name = rng.choice(names)
+    commands = iter(COMMANDS * (turns // len(COMMANDS) + 1))
+    for i in range(turns):
+        if i % 4 == 0:
+            topic_name = rng.choice(names)
+        topic = TOPICS[topic_name]
+        size = rng.choices(["short", "medium", "long"], weights=[2, 3, 6])[0]
+        if i % 6 == 2:
+            command = next(commands)
+            prompt = f"Run `{command}` and tell me what stands out for {topic['thing']}."
+            reply = f"The output of `{command}` shows the layout I expected. " + _reply(rng, topic, size)
+            script.append(Turn(prompt, reply, command))
+            continue
+        roll = rng.random()
+        if roll < 0.15 and script:
+            prompt = rng.choice(SHORT_ASKS)
+        else:
+            prompt = rng.choice(ASKS).format(**topic)
+            if roll > 0.85:
+                prompt += "\n\n" + rng.choice(PASTES)
+        script.append(Turn(prompt, _reply(rng, topic, size)))
+    return script
+
+
+def make_workspace(folder: Path) -> Path:
+    for rel, text in WORKSPACE.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
+
+
+class Router:
+    """Answers every model request from the script, by what the request is.
+
+    The fake model takes this as its reply to every request. A request whose
+    last input item is the output of this turn's tool call gets the turn's
+    reply; a native compaction request (Codex's checkpoint prompt) gets a
+    fixed summary; anything else is the turn's first request and gets the
+    tool call (if the turn has one) or the reply. ``request_turns`` records
+    which turn each request belonged to (-1: not a turn request).
+    """
+
+    COMPACTION_MARK = "CONTEXT CHECKPOINT COMPACTION"
+
+    def __init__(self, script: Sequence[Turn]) -> None:
+        self.script = script
+        self.turn = -1
+        self.request_turns: list[int] = []
+        self.kinds: list[str] = []
+        self._lock = threading.Lock()
+
+    def begin(self, index: int) -> None:
+        with self._lock:
+            self.turn = index
+
+    def call_id(self, index: int) -> str:
+        return f"call_bench_{index + 1}"
+
+    def __call__(self, body: dict) -> Any:
+        with self._lock:
+            index = self.turn
+            items = body.get("input") or []
+            last = items[-1] if items else {}
+            turn = self.script[index] if 0 <= index < len(self.script) else None
+            if self._is_compaction(last):
+                self.request_turns.append(-1)
+                self.kinds.append("compaction")
+                return Text("Checkpoint summary: the user and the assistant discussed the ledger service.")
+            self.request_turns.append(index)
+            if turn is None:
+                self.kinds.append("unexpected")
+                return Text("(no turn in progress)")
+            if last.get("type") == "function_call_output" and last.get("call_id") == self.call_id(index):
+                self.kinds.append("tool-followup")
+                return Text(turn.reply)
+            if turn.command:
+                self.kinds.append("tool-call")
+                return ShellCall(turn.command, call_id=self.call_id(index), login=False)
+            self.kinds.append("reply")
+            return Text(turn.reply)
+
+    def _is_compaction(self, item: dict) -> bool:
+        if item.get("type", "message") != "message" or item.get("role") != "user":
+            return False
+        content = item.get("content")
+        texts = [content] if isinstance(content, str) else [p.get("text", "") for p in content or [] if isinstance(p, dict)]
+        return any(self.COMPACTION_MARK in t for t in texts if isinstance(t, str))
+
+
+# ======================================================================
+# Measuring request bodies
+
+_SKIP_KEYS = frozenset({"id", "type", "status", "role", "call_id", "annotations"})
+_item_cache: dict[bytes, int] = {}
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            if key not in _SKIP_KEYS:
+                _strings(value[key], out)
+    elif isinstance(value, list):
+        for child in value:
+            _strings(child, out)
+
+
+def item_tokens(item: Any) -> int:
+    """Tokens of one ``input`` item: its model-visible strings (text, tool
+    names and arguments, tool output), ids and type tags left out."""
+    strings: list[str] = []
+    _strings(item, strings)
+    key = hashlib.blake2b("\x00".join(strings).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    cached = _item_cache.get(key)
+    if cached is None:
+        cached = _item_cache[key] = sum(count_tokens(s) for s in strings)
+    return cached
+
+
+def normalise_item(item: Any) -> Any:
+    """An input item for prefix comparison: its ``id`` (volatile) left out."""
+    if isinstance(item, dict):
+        return {k: v for k, v in item.items() if k != "id"}
+    return item
+
+
+def request_tokens(body: dict) -> int:
+    return sum(item_tokens(item) for item in body.get("input") or [])
+
+
+@dataclasses.dataclass
+class RequestStats:
+    tokens: int
+    items: int
+    extends_previous: bool | None  # None for the first request
+    turn: int
+    kind: str
+
+
+def measure_requests(bodies: Sequence[dict], router: Router) -> list[RequestStats]:
+    out: list[RequestStats] = []
+    previous: list[Any] | None = None
+    for i, body in enumerate(bodies):
+        items = [normalise_item(item) for item in body.get("input") or []]
+        extends = None if previous is None else items[: len(previous)] == previous
+        turn = router.request_turns[i] if i < len(router.request_turns) else -1
+        kind = router.kinds[i] if i < len(router.kinds) else "?"
+        out.append(RequestStats(request_tokens(body), len(items), extends, turn, kind))
+        previous = items
+    return out
+
+
+def framing_tokens(first_request: dict, prompt: str) -> int:
+    """The first request of an empty thread without the user's prompt item."""
+    items = first_request.get("input") or []
+    if not items:
+        return 0
+    last = items[-1]
+    texts: list[str] = []
+    _strings(last, texts)
+    if last.get("role") != "user" or prompt not in "".join(texts):
+        raise RuntimeError("the first native request does not end with the first prompt; cannot measure the framing")
+    return request_tokens(first_request) - item_tokens(last)
+
+
+class _CountingHandler(_Handler):
+    """Reports the request's o200k input tokens as ``usage.input_tokens``
+    (the fake model's own figure is characters of JSON / 4), so that Codex's
+    context-window bookkeeping, and so its automatic compaction, sees what a
+    real model would report."""
+
+    _bench_input_tokens: int | None = None
+
+    def _completed(self, resp_id: str, body: dict, output: list, out_tokens: int) -> None:
+        self._bench_input_tokens = request_tokens(body)
+        super()._completed(resp_id, body, output, out_tokens)
+
+    def _event(self, payload: dict) -> None:
+        usage = (payload.get("response") or {}).get("usage") if payload.get("type") == "response.completed" else None
+        if isinstance(usage, dict) and self._bench_input_tokens is not None:
+            usage["input_tokens"] = self._bench_input_tokens
+            usage["total_tokens"] = self._bench_input_tokens + int(usage.get("output_tokens") or 0)
+        super()._event(payload)
+
+
+class CountingFakeModel(FakeModel):
+    """:class:`FakeModel` whose usage figures are real o200k input counts."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port)
+        self._server.RequestHandlerClass = _CountingHandler
+
+
+# ======================================================================
+# Running one session
+
+
+@dataclasses.dataclass
+class RunResult:
+    label: str
+    engine: str | None  # short name; None for the native run
+    mode: str | None
+    available: bool = True
+    note: str = ""
+    error: str | None = None
+    requests: list[RequestStats] = dataclasses.field(default_factory=list)
+    turn_walls: list[float] = dataclasses.field(default_factory=list)
+    failed_turns: list[int] = dataclasses.field(default_factory=list)
+    projection_mode: str | None = None
+    rebuilds: int | None = None
+    status: dict | None = None
+    snippet_tokens: list[int] = dataclasses.field(default_factory=list)
+    framing: int | None = None  # first request minus the prompt
+    startup: float | None = None  # spawn to thread started, seconds
+    context_window: int | None = None  # as Codex reports it (thread/tokenUsage/updated)
+    bodies: list[dict] | None = None  # the raw request bodies, with run_one(keep_bodies=True)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.available and self.error is None and bool(self.requests)
+
+    @property
+    def total(self) -> int:
+        return sum(r.tokens for r in self.requests)
+
+    @property
+    def largest(self) -> int:
+        return max((r.tokens for r in self.requests), default=0)
+
+    @property
+    def reuse(self) -> float | None:
+        flags = [r.extends_previous for r in self.requests if r.extends_previous is not None]
+        return sum(flags) / len(flags) if flags else None
+
+    @property
+    def wall_per_turn(self) -> float | None:
+        return statistics.fmean(self.turn_walls) if self.turn_walls else None
+
+    def snippet_allowance(self) -> int:
+        """Snippet tokens as the model must see them at least: each turn's
+        snippet once in every request of that turn."""
+        if not self.snippet_tokens:
+            return 0
+        return sum(self.snippet_tokens[r.turn] for r in self.requests if 0 <= r.turn < len(self.snippet_tokens))
+
+    def as_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "engine": self.engine,
+            "mode": self.mode,
+            "available": self.available,
+            "note": self.note,
+            "error": self.error,
+            "projectionModeReported": self.projection_mode,
+            "rebuilds": self.rebuilds,
+            "requests": [dataclasses.asdict(r) for r in self.requests],
+            "totalTokens": self.total if self.requests else None,
+            "largestRequestTokens": self.largest if self.requests else None,
+            "prefixReuse": self.reuse,
+            "turnWallSeconds": self.turn_walls,
+            "wallPerTurnSeconds": self.wall_per_turn,
+            "failedTurns": self.failed_turns,
+            "snippetTokensPerTurn": self.snippet_tokens or None,
+            "snippetAllowanceTokens": self.snippet_allowance() if self.snippet_tokens else None,
+            "firstRequestFramingTokens": self.framing,
+            "startupSeconds": self.startup,
+            "modelContextWindow": self.context_window,
+            "sidecarStatusLifecycle": (self.status or {}).get("lifecycle") if self.status else None,
+            "seconds": self.seconds,
+        }
+
+
+@dataclasses.dataclass
+class Paths:
+    root: Path
+    work: Path
+    site: Path
+
+
+def prepare(root: Path) -> Paths:
+    """The shared workspace and the engines' dist-info under ``root``."""
+    paths = Paths(root=root, work=make_workspace(root / "work"), site=root / "site")
+    write_dist_info(paths.site)
+    return paths
+
+
+def _lifecycle(status: Any) -> dict:
+    lc = status.get("lifecycle") if isinstance(status, dict) else None
+    return lc if isinstance(lc, dict) else {}
+
+
+def _thread_entry(lc: dict, thread_id: str | None) -> dict:
+    threads = lc.get("threads")
+    if isinstance(threads, dict) and thread_id is not None and isinstance(threads.get(thread_id), dict):
+        return threads[thread_id]
+    return {}
+
+
+def reported_mode(lc: dict, thread_id: str | None = None) -> str | None:
+    """``projectionMode`` of the lifecycle section (top level, else the thread's)."""
+    for where in (lc, _thread_entry(lc, thread_id)):
+        value = where.get("projectionMode")
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict) and isinstance(value.get("mode"), str):
+            return value["mode"]
+    return None
+
+
+def reported_rebuilds(lc: dict, thread_id: str | None = None) -> int | None:
+    """The ``rebuilds`` counter (top level, else the thread's, else the sum
+    over threads), or None when the sidecar does not report one."""
+    for where in (lc, _thread_entry(lc, thread_id)):
+        if isinstance(where.get("rebuilds"), int):
+            return where["rebuilds"]
+    threads = lc.get("threads")
+    if isinstance(threads, dict):
+        counts = [t["rebuilds"] for t in threads.values() if isinstance(t, dict) and isinstance(t.get("rebuilds"), int)]
+        if counts:
+            return sum(counts)
+    return None
+
+
+def _stderr_tail(client: AppServerClient | None, lines: int = 3) -> str:
+    if client is None:
+        return ""
+    text = client.stderr_text.strip().splitlines()
+    keep = [line.strip() for line in text if line.strip()][-lines:]
+    return " | ".join(keep)[-400:]
+
+
+def _stderr_reason(client: AppServerClient | None) -> str:
+    """The last "Error: ..." line (how the sidecar's command line refuses a
+    setting), else the last lines of stderr."""
+    if client is None:
+        return ""
+    lines = [line.strip() for line in client.stderr_text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("Error:") or " error " in line:
+            return line[:300]
+    return _stderr_tail(client)
+
+
+class ModeNotAvailable(Exception):
+    pass
+
+
+def _session_env(home: Path, run_dir: Path, paths: Paths, codex_bin: str, engine: str | None, mode: str | None) -> tuple[list[str], dict[str, str]]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    base["XDG_CONFIG_HOME"] = str(run_dir / "xdg-config")  # no user config for codex-sidecar
+    if engine is None:
+        return [codex_bin, "app-server", "--listen", "stdio://"], codex_env(home, base)
+    engine_id = ENGINES[engine]
+    config = run_dir / "sidecar.toml"
+    config.write_text(
+        f'[engines.{json.dumps(ENGINES["budget"])}]\ntoken_budget = {BUDGET_TOKENS}\n\n'
+        f'[engines.{json.dumps(ENGINES["recall"])}]\nsnippet_log = {json.dumps(str(run_dir / "snippets.jsonl"))}\n'
+    )
+    base.update(
+        {
+            "CODEX_SIDECAR_CODEX_BIN": codex_bin,
+            "CODEX_SIDECAR_ENGINE": engine_id,
+            "CODEX_SIDECAR_ENGINE_ALLOWLIST": DIST_NAME,
+            "CODEX_SIDECAR_STATE_DIR": str(run_dir / "state"),
+            "CODEX_SIDECAR_CONFIG": str(config),
+            "CODEX_SIDECAR_LOG_LEVEL": SIDECAR_LOG_LEVEL[0],
+            MODE_ENV: mode or "",
+            "PYTHONPATH": os.pathsep.join([str(paths.site), REPO] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+        }
+    )
+    return [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"], codex_env(home, base)
+
+
+async def _run_session(
+    result: RunResult, script: Sequence[Turn], paths: Paths, run_dir: Path, codex_bin: str
+) -> tuple[list[dict], Router]:
+    router = Router(script)
+    engine, mode = result.engine, result.mode
+    with CountingFakeModel() as model:
+        model.script(*([router] * (4 * len(script) + 16)))
+        home = make_codex_home(run_dir / "codex-home", model.base_url)
+        argv, env = _session_env(home, run_dir, paths, codex_bin, engine, mode)
+        client: AppServerClient | None = None
+        try:
+            async with AppServerClient.spawn(argv, env=env, cwd=str(paths.work), request_timeout=TURN_TIMEOUT) as client:
+                await _drive(client, result, script, paths, router)
+        except ModeNotAvailable as exc:
+            result.available = False
+            result.note = str(exc)
+        except (ServerGone, RpcError, TimeoutError, OSError) as exc:
+            tail = _stderr_reason(client)
+            if engine is not None and result.status is None and isinstance(exc, ServerGone):
+                # Gone before answering sidecar/status: it refused its settings.
+                result.available = False
+                result.note = f"mode not available: sidecar exited: {tail or exc}"
+            else:
+                result.error = f"{type(exc).__name__}: {exc}" + (f" [stderr: {tail}]" if tail else "")
+        finally:
+            if client is not None:
+                (run_dir / "stderr.log").write_bytes(bytes(client.stderr_bytes))
+        return model.requests, router
+
+
+async def _drive(client: AppServerClient, result: RunResult, script: Sequence[Turn], paths: Paths, router: Router) -> None:
+    engine, mode = result.engine, result.mode
+    spawned = time.perf_counter()
+    await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar context bench")
+    if engine is not None:
+        result.status = await client.request("sidecar/status")
+        lc = _lifecycle(result.status)
+        engine_seen = (lc.get("engine") or {}).get("id") if isinstance(lc.get("engine"), dict) else None
+        if engine_seen != ENGINES[engine]:
+            raise RpcError(0, f"the sidecar did not load engine {ENGINES[engine]!r} (lifecycle engine: {engine_seen!r}); {_stderr_tail(client)}")
+        _check_mode(lc, None, mode, final=False)
+    thread_id = await client.start_thread(cwd=str(paths.work), developerInstructions=DEVELOPER_INSTRUCTIONS)
+    result.startup = time.perf_counter() - spawned
+    for i, turn in enumerate(script):
+        router.begin(i)
+        t0 = time.perf_counter()
+        completed = await client.run_turn(thread_id, turn.prompt, timeout=TURN_TIMEOUT)
+        result.turn_walls.append(time.perf_counter() - t0)
+        if (completed.get("turn") or {}).get("status") != "completed":
+            result.failed_turns.append(i + 1)
+        if engine is not None and i == 0:
+            result.status = await client.request("sidecar/status")
+            _check_mode(_lifecycle(result.status), thread_id, mode, final=True)
+        if (i + 1) % 10 == 0 or i + 1 == len(script):
+            progress(f"  {result.label}: turn {i + 1}/{len(script)}")
+    for params in client.notifications_for("thread/tokenUsage/updated"):
+        window = params.get("tokenUsage", {}).get("modelContextWindow")
+        if isinstance(window, int):
+            result.context_window = window
+    if engine is not None:
+        # The last turn's finalisation runs after turn/completed: let it end.
+        for _ in range(50):
+            result.status = await client.request("sidecar/status")
+            if not _thread_entry(_lifecycle(result.status), thread_id).get("busy"):
+                break
+            await trio.sleep(0.1)
+        lc = _lifecycle(result.status)
+        result.projection_mode = reported_mode(lc, thread_id)
+        result.rebuilds = reported_rebuilds(lc, thread_id)
+        if result.projection_mode is not None and result.projection_mode != mode:
+            result.note = f"sidecar reported projectionMode {result.projection_mode!r} at the end"
+
+
+def _check_mode(lc: dict, thread_id: str | None, mode: str | None, *, final: bool) -> None:
+    """Raise ModeNotAvailable unless the sidecar says it runs ``mode``.
+
+    Before the first turn only a contradiction counts (a thread's entry may
+    appear with its first turn); after it, a missing field is accepted for
+    ``per_turn`` only (a sidecar without projection modes projects every turn).
+    """
+    seen = reported_mode(lc, thread_id)
+    if seen is not None and seen != mode:
+        raise ModeNotAvailable(f"mode not available: sidecar runs projectionMode {seen!r}")
+    if final and seen is None and mode != "per_turn":
+        raise ModeNotAvailable(f"mode not available: sidecar/status reports no projectionMode ({MODE_ENV} ignored)")
+
+
+def run_one(
+    label: str,
+    engine: str | None,
+    mode: str | None,
+    script: Sequence[Turn],
+    paths: Paths,
+    index: int,
+    codex_bin: str,
+    *,
+    keep_bodies: bool = False,
+) -> RunResult:
+    """Run one session (native when ``engine`` is None) in ``paths.root/runs/<index>``."""
+    result = RunResult(label=label, engine=engine, mode=mode)
+    run_dir = paths.root / "runs" / f"{index:02d}"  # same-length paths for every run
+    run_dir.mkdir(parents=True)
+    progress(f"{label}: starting")
+    started = time.monotonic()
+    bodies, router = trio.run(_run_session, result, script, paths, run_dir, codex_bin)
+    result.seconds = time.monotonic() - started
+    if keep_bodies:
+        result.bodies = bodies
+    if result.available and bodies:
+        result.requests = measure_requests(bodies, router)
+        with contextlib.suppress(RuntimeError):
+            result.framing = framing_tokens(bodies[0], script[0].prompt)
+        compactions = sum(1 for r in result.requests if r.kind == "compaction")
+        unexpected = sum(1 for r in result.requests if r.kind == "unexpected")
+        if compactions:
+            result.note = _join(result.note, f"Codex compacted natively {compactions}x")
+        if unexpected:
+            result.note = _join(result.note, f"{unexpected} model request(s) outside any turn")
+    if engine is not None and mode == "per_turn" and result.ok and result.projection_mode is None:
+        result.note = _join(result.note, "no projectionMode reported: pre-mode sidecar, projects every turn")
+    if engine == "recall" and result.ok:
+        result.snippet_tokens = _snippet_tokens(run_dir / "snippets.jsonl", script)
+    if result.failed_turns:
+        result.error = _join(result.error, f"turns not completed: {result.failed_turns}")
+    if result.ok:
+        progress(f"{label}: {len(result.requests)} model requests in {result.seconds:.1f} s" + (f" ({result.error})" if result.error else ""))
+    else:
+        progress(f"{label}: {result.note or result.error}")
+    return result
+
+
+def _join(a: str | None, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def _snippet_tokens(log: Path, script: Sequence[Turn]) -> list[int]:
+    """Per turn, the tokens of the snippet the recall engine added (from its
+    log; recomputed from the prompt when the log is missing or short)."""
+    logged: list[int] = []
+    if log.exists():
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                logged.append(int(json.loads(line)["tokens"]))
+    if len(logged) >= len(script):
+        return logged[: len(script)]
+    return [count_tokens(snippet_text(t.prompt)) for t in script]
+
+
+# ======================================================================
+# The table
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    target: str
+    passed: bool
+    detail: str
+
+
+def checks_for(run: RunResult, native: RunResult, framing: int) -> list[Check]:
+    """The issue's targets that apply to this row."""
+    if not run.ok or not native.ok or run.engine is None:
+        return []
+    out: list[Check] = []
+    total_ratio = run.total / native.total
+    if run.engine == "identity" and run.mode == "delta":
+        out.append(Check("total", f"total <= {TARGET_IDENTITY_TOTAL:.2f}x", total_ratio <= TARGET_IDENTITY_TOTAL, f"{total_ratio:.2f}x"))
+        reuse = run.reuse or 0.0
+        out.append(Check("reuse", f"reuse >= {TARGET_IDENTITY_REUSE:.2f}", reuse >= TARGET_IDENTITY_REUSE, f"{reuse:.2f}"))
+    if run.engine == "budget":
+        bound = budget_bound(framing)
+        grows = native.largest > bound
+        passed = run.largest <= bound and grows
+        detail = f"max {run.largest:,} vs {bound:,}" + ("" if grows else "; native never exceeds it")
+        out.append(Check("max", f"max <= {bound:,}", passed, detail))
+    if run.engine == "recall" and run.mode == "delta":
+        allowance = run.snippet_allowance()
+        limit = (native.total + allowance) * (1 + TARGET_RECALL_SLACK)
+        out.append(Check("total", "total <= (native+snip)x1.10", run.total <= limit, f"{run.total / (native.total + allowance):.2f}x"))
+    if run.wall_per_turn is not None and native.wall_per_turn:
+        ratio = run.wall_per_turn / native.wall_per_turn
+        out.append(Check("wall", f"wall <= {TARGET_WALL:.2f}x", ratio <= TARGET_WALL, f"{ratio:.2f}x"))
+    return out
+
+
+def budget_bound(framing: int) -> int:
+    return int((BUDGET_TOKENS + framing) * (1 + TARGET_BUDGET_SLACK))
+
+
+def _num(v: float | int | None, fmt: str = "{:,}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def table_rows(runs: Sequence[RunResult], native: RunResult, framing: int) -> tuple[list[list[str]], list[str]]:
+    """The table's rows, and footnotes for the reasons too long for a cell
+    (rows with the same reason share one)."""
+    rows: list[list[str]] = []
+    reasons: dict[str, list[str]] = {}
+
+    def footnote(reason: str, label: str) -> str:
+        reasons.setdefault(reason, []).append(label)
+        return f"[{list(reasons).index(reason) + 1}]"
+
+    for run in runs:
+        name = run.label if run.engine is None else run.engine
+        mode = "-" if run.mode is None else run.mode
+        if not run.available:
+            reason = run.note or "mode not available"
+            head, _, detail = reason.partition(": ")
+            cell = f"{head} {footnote(detail, run.label)}" if detail else head
+            rows.append([name, mode] + ["-"] * 10 + [cell])
+            continue
+        if not run.ok:
+            rows.append([name, mode] + ["-"] * 10 + [f"ERROR {footnote(str(run.error), run.label)}"])
+            continue
+        checks = checks_for(run, native, framing)
+        target = ", ".join(c.target for c in checks) or "-"
+        result = ", ".join(f"{c.name} {'PASS' if c.passed else 'FAIL'} ({c.detail})" for c in checks) or "-"
+        if run.error:
+            result = f"{result}; ERROR: {run.error}"
+        if run.note:
+            result = f"{result}; {run.note}" if result != "-" else run.note
+        wall = run.wall_per_turn
+        rows.append(
+            [
+                name,
+                mode,
+                str(len(run.requests)),
+                _num(run.total),
+                _ratio(run.total, native.total),
+                _num(run.largest),
+                _ratio(run.largest, native.largest),
+                _num(run.reuse, "{:.2f}"),
+                "n/a" if run.engine is not None and run.rebuilds is None else _num(run.rebuilds) if run.engine is not None else "-",
+                _num(None if wall is None else wall * 1000, "{:,.0f}"),
+                _ratio(wall, native.wall_per_turn),
+                target,
+                result,
+            ]
+        )
+    notes = [f"[{i}] {', '.join(labels)}: {reason}" for i, (reason, labels) in enumerate(reasons.items(), 1)]
+    return rows, notes
+
+
+HEADER = ["engine", "mode", "reqs", "input tok", "total", "max req tok", "max", "reuse", "rebuilds", "ms/turn", "wall", "target", "result"]
+
+
+def format_table(rows: Sequence[Sequence[str]], legend: Sequence[str]) -> str:
+    right = {2, 3, 4, 5, 6, 7, 8, 9, 10}
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [fmt(HEADER), "  ".join("-" * w for w in widths), *[fmt(r) for r in rows]]
+    return "\n".join([*lines, "", *legend])
+
+
+def legend_lines(turns: int, native: RunResult, framing: int | None, recall_allowance: int | None) -> list[str]:
+    tok = tokenizer_name()
+    tok_desc = "o200k_base via bpe-openai, offline" if tok == "o200k_base" else "chars/4 (bpe-openai unavailable)"
+    out = [
+        f"{turns} scripted turns; model input = model-visible text of each request's `input` items, counted with {tok_desc}, same counter for every row.",
+        "total / max / wall: ratio to the native run (codex without the sidecar); reuse: share of requests whose input extends the previous request's input unchanged (item ids ignored).",
+        f"ms/turn: mean of turn/start -> turn/completed; '{CONTROL_LABEL}' repeats the native run last, so its wall ratio is the run-to-run noise.",
+    ]
+    if framing is not None:
+        out.append(
+            f"Codex framing (native first request minus the prompt): {framing:,} tokens; budget bound = "
+            f"({BUDGET_TOKENS:,} + framing) x 1.05 = {budget_bound(framing):,} tokens; native max request {native.largest:,}."
+        )
+    if recall_allowance is not None:
+        out.append(f"recall snippets: {recall_allowance:,} tokens (each turn's snippet once per model request of that turn).")
+    out.append(
+        "rebuilds: sidecar/status lifecycle `rebuilds` (n/a: not reported). Codex runs with its defaults (mock model: "
+        f"{native.context_window or '?'}-token window, its own auto-compaction); the fake model reports o200k input "
+        "tokens as usage, and a native compaction's request counts as model input (the row says so)."
+    )
+    return out
+
+
+# ======================================================================
+# main
+
+
+def _names(value: str, allowed: Sequence[str], what: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad)}; expected some of {', '.join(allowed)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.bench_context", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="scripted turns per session (default %(default)s)")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated, from: %(default)s")
+    ap.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated projection modes, passed as {MODE_ENV} (default %(default)s); "
+        "any name is tried, and one the sidecar does not run is reported as not available",
+    )
+    ap.add_argument("--json", metavar="FILE", help="also write every figure (per request) to FILE")
+    ap.add_argument(
+        "--no-control",
+        action="store_true",
+        help=f"skip the second native run at the end ({CONTROL_LABEL!r}), whose wall ratio shows the run-to-run noise",
+    )
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="script seed (default %(default)s)")
+    ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
+    ap.add_argument("--keep", metavar="DIR", help="run in DIR and keep every CODEX_HOME, mirror and stderr log")
+    ap.add_argument("--sidecar-log-level", default="warning", choices=["debug", "info", "warning", "error"], help="the sidecar's log level (stderr, kept with --keep; default %(default)s)")
+    args = ap.parse_args(argv)
+    try:
+        engines = _names(args.engines, list(ENGINES), "engine")
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    except argparse.ArgumentTypeError as exc:
+        ap.error(str(exc))
+    if args.turns < 1:
+        ap.error("--turns must be at least 1")
+    SIDECAR_LOG_LEVEL[0] = args.sidecar_log_level
+    codex_bin = args.codex_bin or find_codex_bin()
+    if not codex_bin:
+        print("real codex not found: run `make setup` or pass --codex-bin", file=sys.stderr)
+        return 2
+
+    script = build_script(args.turns, args.seed)
+    progress(
+        f"{args.turns} turns, {sum(t.requests for t in script)} scripted model requests, "
+        f"{sum(len(t.reply) for t in script) / 1024:.0f} KB of replies, {sum(1 for t in script if t.command)} tool calls; "
+        f"tokenizer {tokenizer_name()}"
+    )
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            root = Path(args.keep).resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            if any(root.iterdir()):
+                ap.error(f"--keep {root}: folder must be empty")
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-context-")))
+        paths = prepare(root)
+        plan: list[tuple[str, str | None, str | None]] = [("native", None, None)]
+        plan += [(f"{e}+{m}", e, m) for e in engines for m in modes]
+        if not args.no_control:
+            plan.append((CONTROL_LABEL, None, None))
+        runs = [run_one(label, e, m, script, paths, i, codex_bin) for i, (label, e, m) in enumerate(plan)]
+    elapsed = time.monotonic() - started
+    progress(f"done in {elapsed:.1f} s")
+
+    native = runs[0]
+    if not native.ok:
+        print(f"native run failed: {native.error or native.note}", file=sys.stderr)
+        return 1
+    if native.framing is None:
+        print("cannot measure Codex's framing: the first native request does not end with the first prompt", file=sys.stderr)
+        return 1
+    framing = native.framing
+    recall_runs = [r for r in runs if r.engine == "recall" and r.ok]
+    allowance = recall_runs[0].snippet_allowance() if recall_runs else None
+    rows, notes = table_rows(runs, native, framing)
+    print(format_table(rows, [*legend_lines(args.turns, native, framing, allowance), *notes]), flush=True)
+    if args.json:
+        report = {
+            "turns": args.turns,
+            "seed": args.seed,
+            "tokenizer": tokenizer_name(),
+            "framingTokens": framing,
+            "budgetTokens": BUDGET_TOKENS,
+            "budgetBoundTokens": budget_bound(framing),
+            "runs": [r.as_dict() for r in runs],
+            "checks": {r.label: [dataclasses.asdict(c) for c in checks_for(r, native, framing)] for r in runs},
+            "table": {"header": HEADER, "rows": rows, "notes": notes},
+            "seconds": elapsed,
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        }
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
