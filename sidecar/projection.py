@@ -149,6 +149,8 @@ REPLAY_OMITTED = "[OpenClaw assembled context replay omitted]"
 
 #: ``turn/start.additionalContext`` key of the engine's system prompt addition.
 ADDITIONAL_CONTEXT_KEY = "openclaw_system_prompt_addition"
+CONTEXT_KEY = "openclaw_context"
+"""additionalContext key of the context block when it travels there (delta mode)."""
 
 #: Codex's cap on the summed characters of a turn's text input items.
 CODEX_MAX_INPUT_CHARS = 1 << 20  # 1,048,576
@@ -167,6 +169,7 @@ _NAME_CHARS = 100  # tool names, mime types: one short line
 
 _PREFIX = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n"
 _SUFFIX = f"\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
+_SUFFIX_BLOCK = f"\n{CONTEXT_CLOSE}"  # the block alone, in additionalContext
 _ENTRY_SEPARATOR = "\n\n"
 # Where the request starts in a projection made by this module or by OpenClaw.
 _REQUEST_SPLIT = f"{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
@@ -471,8 +474,16 @@ def project_turn_input(
     char_budget: int | None = None,
     max_input_chars: int = CODEX_MAX_INPUT_CHARS,
     max_part_chars: int | None = None,
+    placement: Literal["input", "additional_context"] = "input",
 ) -> Projection:
     """Project assembled ``messages`` in front of the client's ``input_items``.
+
+    ``placement="additional_context"`` puts the context block (without the
+    ``Current user request:`` trailer) in ``additionalContext`` under
+    ``CONTEXT_KEY`` instead of a new input item: Codex renders it as a
+    developer message before the turn's input, keeps it with that turn (a
+    revert of the turn removes it) and never shows it to the client. The
+    input items then stay exactly the client's.
 
     ``messages`` is ``AssembleResult.messages``; ``input_items`` the original
     ``turn/start.input``; ``system_prompt_addition`` the assemble result's
@@ -537,7 +548,8 @@ def project_turn_input(
         limit = min(limit, char_budget)
 
     # Keep the longest suffix of entries that fits; count lengths exactly.
-    frame = len(_PREFIX) + len(_SUFFIX)
+    suffix = _SUFFIX if placement == "input" else _SUFFIX_BLOCK
+    frame = len(_PREFIX) + len(suffix)
     total = len(entries)
     kept_chars = 0  # sum of kept entry lengths
     fits: int | None = None
@@ -563,7 +575,20 @@ def project_turn_input(
     body = entries[total - fits :]
     if dropped:
         body = [_omitted_line(dropped), *body]
-    text = _PREFIX + _ENTRY_SEPARATOR.join(body) + _SUFFIX
+    text = _PREFIX + _ENTRY_SEPARATOR.join(body) + suffix
+    if placement == "additional_context":
+        block = {CONTEXT_KEY: {"kind": "application", "value": text}}
+        return Projection(
+            input=copies,
+            additional_context={**(additional_context or {}), **block},
+            text=text,
+            messages_rendered=fits,
+            messages_dropped=dropped,
+            messages_skipped=skipped,
+            duplicate_prompt_removed=duplicate,
+            text_chars=len(text),
+            input_text_chars=user_chars,
+        )
     context_item = {"type": "text", "text": text, "text_elements": []}
     return Projection(
         input=(context_item, *copies),
