@@ -75,9 +75,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} is replaced.", "TEMPLATE"),
     Setting(
         "projection_mode",
-        click.Choice(["auto", "per_turn", "epoch"]),
+        click.Choice(["auto", "per_turn", "epoch", "delta"]),
         "auto",
-        "How assembled context reaches Codex: per_turn (every turn), epoch (once per engine epoch), auto (what the engine asks for).",
+        "How assembled context reaches Codex: delta (only what the thread lacks; rebuild in place when the engine drops held content), "
+        "epoch (rebuild once per engine epoch), per_turn (every turn, the spec's first version), auto (what the engine asks for, else delta).",
     ),
 )
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)

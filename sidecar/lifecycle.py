@@ -29,6 +29,7 @@ unchanged addition is not stacked up in history turn after turn.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable
@@ -50,6 +51,7 @@ from engines import (
     RuntimeContext,
     Usage,
     after_turn_with_fallback,
+    encode_openclaw,
     optional_method,
 )
 from protocol import parse, rewrite
@@ -84,11 +86,13 @@ class LifecycleOptions:
     previous_turn_wait: float = 120.0
     """How long a turn waits for the previous turn's finalisation at most."""
     projection_mode: str = "auto"
-    """``per_turn``, ``epoch``, or ``auto`` (what the engine's assemble result
-    asks for: ``thread_bootstrap`` means epoch, anything else per turn)."""
+    """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
+    assemble result asks for (``thread_bootstrap`` means epoch, an explicit
+    ``per_turn`` means per turn), else ``delta``."""
 
 
-PROJECTION_MODES = ("auto", "per_turn", "epoch")
+PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
+REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
 
 
 @dataclass
@@ -113,6 +117,10 @@ class TurnState:
     dropped: int = 0
     original_chars: int = 0
     sent_chars: int = 0
+    held_plan: list[str] | None = None
+    """Fingerprints of what the Codex thread holds once this turn's projection
+    is in (before the turn's own messages); None when nothing was tracked."""
+    rebuilt: bool = False
 
 
 @dataclass
@@ -127,7 +135,9 @@ class ThreadSession:
     had_history: bool = False
     bootstrapped: bool = False
     ready: trio.Event = field(default_factory=trio.Event)
-    idle: trio.Event = field(default_factory=trio.Event)
+    slot: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))
+    """One turn at a time per thread, in arrival order (trio semaphores are
+    FIFO and, unlike locks, may be released by the finalising task)."""
     turns: dict[str, TurnState] = field(default_factory=dict)
     current: TurnState | None = None
     last_usage: Usage | None = None
@@ -140,11 +150,19 @@ class ThreadSession:
     completed_turns: set[str] = field(default_factory=set)
     """Turn ids whose ``turn/completed`` was taken (a replay is not finalised twice)."""
     projected_epoch: str | None = None
+    held: list[str] | None = None
+    """Fingerprints of the mirrored messages the Codex thread holds, in order
+    (its own turns plus what the sidecar projected); None: not known."""
+    turns_since_rebuild: list[str] | None = None
+    force_rebuild: bool = False
+    revert_unsupported: bool = False
+    rebuilds: int = 0
     inspect: "InspectLog | None" = None
     stats: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.idle.set()
+    @property
+    def busy(self) -> bool:
+        return self.slot.value == 0
 
 
 class Lifecycle:
@@ -158,6 +176,7 @@ class Lifecycle:
         self.sessions: dict[str, ThreadSession] = {}
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
+        self._reverting: dict[str, trio.Event] = {}
         info = engine.info
         self.engine_id: str = info.id
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
@@ -175,6 +194,8 @@ class Lifecycle:
         hooks.on_server_notification("item/completed", self._on_item_completed)
         hooks.on_server_notification("thread/tokenUsage/updated", self._on_token_usage)
         hooks.on_server_notification("turn/completed", self._on_turn_completed)
+        for method in REVERT_NOTIFICATIONS:
+            hooks.on_server_notification(method, self._swallow_revert_noise)
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
         self.proxy.add_status_provider("lifecycle", self.status)
@@ -183,12 +204,14 @@ class Lifecycle:
         return {
             "engine": {"id": self.engine_id, "ownsCompaction": self.owns_compaction},
             "projectionMode": self.options.projection_mode,
+            "rebuilds": sum(s.rebuilds for s in self.sessions.values()),
             "threads": {
                 tid: {
                     "sessionFile": str(s.path),
                     "bootstrapped": s.bootstrapped,
-                    "busy": not s.idle.is_set(),
+                    "busy": s.busy,
                     "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
+                    "rebuilds": s.rebuilds,
                     **s.stats,
                 }
                 for tid, s in sorted(self.sessions.items())
@@ -257,7 +280,11 @@ class Lifecycle:
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
                 last = await trio.to_thread.run_sync(session.inspect.last)
-                session.projected_epoch = last.get("projectedEpoch") if last else None
+                if last:
+                    session.projected_epoch = last.get("projectedEpoch")
+                    session.held = last.get("held")
+                    session.turns_since_rebuild = last.get("turnsSinceRebuild")
+                    session.rebuilds = int(last.get("rebuilds") or 0)
             # Import only when the session is first seen: a thread started or
             # imported earlier in this run is mirrored turn by turn already, and
             # importing it again would bootstrap an engine that saw every turn.
@@ -328,10 +355,10 @@ class Lifecycle:
         state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
-            await session.idle.wait()
+            await session.slot.acquire()
         if waited.cancelled_caught:
+            # The previous turn never finished (lost turn/completed): take over its slot.
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
-        session.idle = trio.Event()
         session.current = state
         try:
             line = await self._assemble_and_project(session, state, params, msg.line)
@@ -413,16 +440,21 @@ class Lifecycle:
         mode, epoch = self._mode_for(result)
         state.mode, state.epoch = mode, epoch
         messages = result.messages
-        if mode == "epoch" and epoch is not None and epoch == session.projected_epoch:
-            # The thread already holds this epoch's projection and every turn
-            # since: only a changed addition (if any) goes out.
-            messages = []
+        placement = "input"
+        if mode in ("delta", "epoch"):
+            planned = await self._plan_rebuild_or_delta(session, state, result, history, mode, epoch)
+            if planned is None:
+                return line
+            messages, placement = planned, "additional_context"
+        else:
+            session.force_rebuild = True  # a per-turn projection sits in history untracked
         try:
             projection = project_turn_input(
                 messages,
                 items,
                 system_prompt_addition=addition,
                 char_budget=char_budget_for_tokens(budget),
+                placement=placement,
             )
         except ProjectionError as exc:
             state.fallback_reason = f"projection-{exc.reason}"
@@ -445,13 +477,11 @@ class Lifecycle:
                 )
             },
         )
-        if mode == "epoch" and epoch is not None and projection.text:
-            session.projected_epoch = epoch
         if not projection.changed:
             return line
         state.projected = True
         if projection.text:
-            state.channels.append("turn/start.input")
+            state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
         if projection.additional_context is not None:
             state.channels.append("turn/start.additionalContext")
             session.addition_sent = result.system_prompt_addition
@@ -463,8 +493,110 @@ class Lifecycle:
         epoch = cp.epoch if cp is not None else None
         mode = self.options.projection_mode
         if mode == "auto":
-            mode = "epoch" if cp is not None and cp.mode == "thread_bootstrap" else "per_turn"
+            if cp is not None and cp.mode == "thread_bootstrap":
+                mode = "epoch"
+            elif cp is not None and cp.mode == "per_turn":
+                mode = "per_turn"
+            else:
+                mode = "delta"
+        if mode == "epoch" and epoch is None:
+            mode = "delta"  # no epoch to follow: project what the thread lacks
         return mode, epoch
+
+    async def _plan_rebuild_or_delta(
+        self, session: ThreadSession, state: TurnState, result: Any, history: list[AgentMessage], mode: str, epoch: str | None
+    ) -> list[AgentMessage] | None:
+        """What to project so that the model sees the engine's assembly.
+
+        The ledger (``session.held``) says which mirrored messages the Codex
+        thread holds. delta: when the assembly extends it, project only the
+        new tail; when it drops or replaces held content, rebuild: revert the
+        thread in place to its framing and project the whole assembly in the
+        turn's additionalContext. epoch: rebuild when the epoch changes,
+        project nothing within an epoch. Returns None to forward the
+        original request (no rebuild possible).
+        """
+        fps = [fingerprint(m) for m in result.messages]
+        held = session.held if session.held is not None else [fingerprint(m) for m in history]
+        if mode == "epoch":
+            rebuild = session.force_rebuild or epoch != session.projected_epoch
+            if not rebuild:
+                state.held_plan = held
+                return []
+        else:
+            rebuild = session.force_rebuild or fps[: len(held)] != held
+            if not rebuild:
+                state.held_plan = fps if len(fps) > len(held) else held
+                return result.messages[len(held) :]
+        if not history and not session.turns_since_rebuild and not fps:
+            state.held_plan = []
+            return []
+        if not await self._revert_to_framing(session):
+            state.fallback_reason = "rebuild-unavailable"
+            return None
+        state.rebuilt = True
+        state.held_plan = fps
+        session.rebuilds += 1
+        session.force_rebuild = False
+        if mode == "epoch":
+            session.projected_epoch = epoch
+        log.info("model-visible history rebuilt", extra={"fields": self._fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
+        return result.messages
+
+    async def _revert_to_framing(self, session: ThreadSession) -> bool:
+        """Drop every turn of the Codex thread in place (same id, same cache key).
+
+        Codex's own notifications about the revert are swallowed: the client
+        did not ask for it. Never called with a turn in progress (the caller
+        holds the thread's turn slot).
+        """
+        if session.revert_unsupported:
+            return False
+        first: str | None = None
+        if session.turns_since_rebuild is not None:
+            first = session.turns_since_rebuild[0] if session.turns_since_rebuild else None
+        else:
+            try:
+                listed = await self.proxy.request(
+                    "thread/turns/list", {"threadId": session.thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
+                )
+                data = listed.get("data") or listed.get("turns") or [] if isinstance(listed, dict) else []
+                first = data[0]["id"] if data and isinstance(data[0], dict) else None
+            except (RpcError, trio.TooSlowError, KeyError, TypeError) as exc:
+                log.warning("cannot list the thread's turns for a rebuild", extra={"fields": self._fields(session, error=type(exc).__name__)})
+                return False
+        if first is None:
+            session.turns_since_rebuild = []
+            return True  # nothing but framing yet
+        done = trio.Event()
+        self._reverting[session.thread_id] = done
+        try:
+            await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            self._reverting.pop(session.thread_id, None)
+            message = getattr(exc, "message", "") or ""
+            if "paginated" in message:
+                session.revert_unsupported = True
+            log.warning(
+                "rebuild impossible (thread/revert refused); forwarding the original request",
+                extra={"fields": self._fields(session, error=type(exc).__name__, legacyHistory=session.revert_unsupported)},
+            )
+            return False
+        with trio.move_on_after(2.0):
+            await done.wait()  # thread/reverted follows the response; keep it from the client
+        self._reverting.pop(session.thread_id, None)
+        session.turns_since_rebuild = []
+        return True
+
+    def _swallow_revert_noise(self, msg: Message) -> Decision:
+        params = msg.params()
+        thread_id = params.get("threadId") if isinstance(params, dict) else None
+        done = self._reverting.get(thread_id) if isinstance(thread_id, str) else None
+        if done is None:
+            return None
+        if msg.method == "thread/reverted":
+            done.set()
+        return HANDLED
 
     async def _bootstrap(self, session: ThreadSession) -> None:
         session.bootstrapped = True
@@ -533,6 +665,7 @@ class Lifecycle:
         if isinstance(stamp, int):
             state.item_times[item["id"]] = stamp
         if item.get("type") == "contextCompaction":
+            session.force_rebuild = True  # Codex rewrote its history: the ledger no longer holds
             log.info(
                 "native Codex compaction in turn",
                 extra={"fields": self._fields(session, turnId=turn_id, backend="codex-app-server", ownsCompaction=self.owns_compaction)},
@@ -651,6 +784,12 @@ class Lifecycle:
             except (MirrorError, OSError):
                 pass
             session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}
+            if state.client_id is not None:
+                base = state.held_plan
+                if base is None:
+                    base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
+                session.held = base + [fingerprint(m) for m in snapshot[state.pre_prompt_count :]]
+                session.turns_since_rebuild = [*(session.turns_since_rebuild or []), turn_id] if not state.rebuilt else [turn_id]
             self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:
                 await self._maintain(session, "turn")
@@ -679,6 +818,10 @@ class Lifecycle:
             "turnInputChars": {"original": state.original_chars, "sent": state.sent_chars or state.original_chars},
             "codexInputTokens": (usage.input + usage.cache_read) if usage else None,
             "cachedInputTokens": usage.cache_read if usage else None,
+            "rebuilt": state.rebuilt,
+            "rebuilds": session.rebuilds,
+            "held": session.held,
+            "turnsSinceRebuild": session.turns_since_rebuild,
         }
         session.inspect.append(record)
 
@@ -690,7 +833,8 @@ class Lifecycle:
     def _end_turn(self, session: ThreadSession, state: TurnState) -> None:
         if session.current is state:
             session.current = None
-            session.idle.set()
+            if session.slot.value == 0:
+                session.slot.release()
 
     # ------------------------------------------------------------ compaction
 
@@ -845,6 +989,11 @@ class Lifecycle:
             fields["turnId"] = session.current.turn_id
         fields.update(more)
         return fields
+
+
+def fingerprint(message: AgentMessage) -> str:
+    """A message's identity for the ledger: its canonical OpenClaw encoding."""
+    return hashlib.sha256(encode_openclaw(message)).hexdigest()[:16]
 
 
 def _message_chars(message: AgentMessage) -> int:
