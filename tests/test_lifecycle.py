@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from engines import (
     AssembleResult,
@@ -163,7 +164,7 @@ class Run:
 
         def done() -> bool:
             s = self.lifecycle.sessions.get(thread_id)
-            return s is not None and (s.stats.get("lastFinalize") or {}).get("turnId") == turn_id and s.idle.is_set()
+            return s is not None and (s.stats.get("lastFinalize") or {}).get("turnId") == turn_id and not s.busy
 
         await wait_until(done, what=f"finalisation of {turn_id}")
 
@@ -223,7 +224,7 @@ async def sidecar(
         lifecycle = None
         if engine is not None:
             # As sidecar.cli wires it, before any frame flows.
-            lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0))
+            lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode="per_turn"))
             lifecycle.install(client.proxy.hooks)
         run = Run(client, lifecycle, engine, state_dir, received_log, sent_log)
         resp = await run.request(
@@ -293,7 +294,7 @@ def fields(record: logging.LogRecord) -> dict[str, Any]:
 
 async def test_assemble_gets_mirrored_messages_budget_tools_citations_model_and_prompt(tmp_path):
     engine = make_engine()
-    opts = LifecycleOptions(engine_deadline=5.0, token_budget=50_000, citations_mode="inline")
+    opts = LifecycleOptions(engine_deadline=5.0, token_budget=50_000, citations_mode="inline", projection_mode="per_turn")
     async with sidecar(tmp_path, engine, options=opts) as run:
         tools = [
             {"name": "lookup_order", "description": "d", "inputSchema": {"type": "object"}},
@@ -676,7 +677,7 @@ async def test_assemble_raising_forwards_the_original_request_byte_for_byte(tmp_
 async def test_assemble_past_its_deadline_forwards_the_original_and_the_turn_completes(tmp_path, logs):
     engine = make_engine()
     engine.hang("assemble")  # forever: far beyond the deadline
-    async with sidecar(tmp_path, engine, options=LifecycleOptions(engine_deadline=0.5)) as run:
+    async with sidecar(tmp_path, engine, options=LifecycleOptions(engine_deadline=0.5, projection_mode="per_turn")) as run:
         tid = await run.start_thread()
         rid, line = run.turn_start_line(tid, "hello")
         await run.send(line)
@@ -1179,3 +1180,34 @@ async def test_sidecar_status_reports_per_thread_lifecycle_state(tmp_path):
     assert state["lastFinalize"]["status"] == "interrupted" and state["lastFinalize"]["ok"] is True
     assert state["lastMaintainTurn"] == "skipped: turn interrupted"
     assert t1["id"] != state["lastFinalize"]["turnId"]
+
+
+async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path):
+    engine = make_engine()
+    release = trio.Event()
+    async with sidecar(tmp_path, engine) as run:
+        a = await run.start_thread()
+        await run.turn(a, "A1", settle=False)
+        engine.hang("after_turn", release)
+        await engine.wait_for_call("after_turn")
+        a2_rid, a2 = run.turn_start_line(a, "A2")
+        a3_rid, a3 = run.turn_start_line(a, "A3")
+        await run.send(a2)
+        await run.send(a3)
+        # Both are held by the proxy and queued behind A1's finalisation.
+        await wait_until(lambda: run.client.proxy.pending_count == 2, what="both turn/starts held")
+        await trio.testing.wait_all_tasks_blocked(0.01)
+        assert [m["params"]["input"][-1]["text"] for m in run.child_turn_starts()] == ["A1"]
+        engine.reset("after_turn")
+        release.set()
+        await run.finish_turn(a, a2_rid, settle=False)
+        await run.finish_turn(a, a3_rid)
+        messages = run.mirror_messages(a)
+
+    order = [(c.method, getattr(c.params, "prompt", None)) for c in engine.calls if c.method in ("assemble", "after_turn")]
+    assert order == [
+        ("assemble", "A1"), ("after_turn", None),
+        ("assemble", "A2"), ("after_turn", None),
+        ("assemble", "A3"), ("after_turn", None),
+    ]
+    assert [text_of(m) for m in messages if m["role"] == "user"] == ["A1", "A2", "A3"]
