@@ -85,6 +85,10 @@ class LifecycleOptions:
     citations_mode: str | None = None
     previous_turn_wait: float = 120.0
     """How long a turn waits for the previous turn's finalisation at most."""
+    stale_slack: float = 0.05
+    """delta: content the engine dropped may stay in the thread, instead of a
+    rebuild, while it is at most this share of what the thread holds (a
+    rebuild costs Codex a revert, ~50-80 ms, and the prompt cache)."""
     projection_mode: str = "auto"
     """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
     assemble result asks for (``thread_bootstrap`` means epoch, an explicit
@@ -117,6 +121,7 @@ class TurnState:
     dropped: int = 0
     original_chars: int = 0
     sent_chars: int = 0
+    stale: int = 0
     held_plan: list[str] | None = None
     """Fingerprints of what the Codex thread holds once this turn's projection
     is in (before the turn's own messages); None when nothing was tracked."""
@@ -157,6 +162,8 @@ class ThreadSession:
     force_rebuild: bool = False
     revert_unsupported: bool = False
     rebuilds: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)
+    """Characters of each fingerprinted message (for the stale slack)."""
     inspect: "InspectLog | None" = None
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -516,18 +523,24 @@ class Lifecycle:
         project nothing within an epoch. Returns None to forward the
         original request (no rebuild possible).
         """
-        fps = [fingerprint(m) for m in result.messages]
-        held = session.held if session.held is not None else [fingerprint(m) for m in history]
+        fps = self._fingerprints(session, result.messages)
+        held = session.held if session.held is not None else self._fingerprints(session, history)
         if mode == "epoch":
             rebuild = session.force_rebuild or epoch != session.projected_epoch
             if not rebuild:
                 state.held_plan = held
                 return []
         else:
-            rebuild = session.force_rebuild or fps[: len(held)] != held
+            wanted = set(fps)
+            kept = [f for f in held if f in wanted]
+            stale = [f for f in held if f not in wanted]
+            rebuild = session.force_rebuild or fps[: len(kept)] != kept or not self._within_slack(session, stale, held)
             if not rebuild:
-                state.held_plan = fps if len(fps) > len(held) else held
-                return result.messages[len(held) :]
+                # The thread holds the assembly's head (plus a little the
+                # engine dropped): send only the tail it lacks.
+                state.held_plan = held + fps[len(kept) :]
+                state.stale = len(stale)
+                return result.messages[len(kept) :]
         if not history and not session.turns_since_rebuild and not fps:
             state.held_plan = []
             return []
@@ -542,6 +555,23 @@ class Lifecycle:
             session.projected_epoch = epoch
         log.info("model-visible history rebuilt", extra={"fields": self._fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
         return result.messages
+
+    def _fingerprints(self, session: ThreadSession, messages: list[AgentMessage]) -> list[str]:
+        out = []
+        for m in messages:
+            f = fingerprint(m)
+            session.sizes.setdefault(f, _message_chars(m))
+            out.append(f)
+        return out
+
+    def _within_slack(self, session: ThreadSession, stale: list[str], held: list[str]) -> bool:
+        if not stale:
+            return True
+        if any(f not in session.sizes for f in stale):
+            return False  # sizes unknown (e.g. after a restart): rebuild to be exact
+        stale_chars = sum(session.sizes[f] for f in stale)
+        held_chars = sum(session.sizes.get(f, 0) for f in held)
+        return stale_chars <= self.options.stale_slack * held_chars
 
     async def _revert_to_framing(self, session: ThreadSession) -> bool:
         """Drop every turn of the Codex thread in place (same id, same cache key).
@@ -570,6 +600,7 @@ class Lifecycle:
             return True  # nothing but framing yet
         done = trio.Event()
         self._reverting[session.thread_id] = done
+        started = trio.current_time()
         try:
             await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
         except (RpcError, trio.TooSlowError) as exc:
@@ -582,9 +613,14 @@ class Lifecycle:
                 extra={"fields": self._fields(session, error=type(exc).__name__, legacyHistory=session.revert_unsupported)},
             )
             return False
+        answered = trio.current_time()
         with trio.move_on_after(2.0):
             await done.wait()  # thread/reverted follows the response; keep it from the client
         self._reverting.pop(session.thread_id, None)
+        log.debug(
+            "thread reverted to its framing",
+            extra={"fields": self._fields(session, revertMs=round((answered - started) * 1000, 1), revertedNoticeMs=round((trio.current_time() - answered) * 1000, 1))},
+        )
         session.turns_since_rebuild = []
         return True
 
@@ -788,7 +824,7 @@ class Lifecycle:
                 base = state.held_plan
                 if base is None:
                     base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
-                session.held = base + [fingerprint(m) for m in snapshot[state.pre_prompt_count :]]
+                session.held = base + self._fingerprints(session, snapshot[state.pre_prompt_count :])
                 session.turns_since_rebuild = [*(session.turns_since_rebuild or []), turn_id] if not state.rebuilt else [turn_id]
             self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:
@@ -819,6 +855,7 @@ class Lifecycle:
             "codexInputTokens": (usage.input + usage.cache_read) if usage else None,
             "cachedInputTokens": usage.cache_read if usage else None,
             "rebuilt": state.rebuilt,
+            "staleHeld": state.stale,
             "rebuilds": session.rebuilds,
             "held": session.held,
             "turnsSinceRebuild": session.turns_since_rebuild,
