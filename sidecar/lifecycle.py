@@ -122,6 +122,8 @@ class TurnState:
     original_chars: int = 0
     sent_chars: int = 0
     stale: int = 0
+    received: float = field(default_factory=trio.current_time)
+    hold_ms: float | None = None
     held_plan: list[str] | None = None
     """Fingerprints of what the Codex thread holds once this turn's projection
     is in (before the turn's own messages); None when nothing was tracked."""
@@ -367,6 +369,7 @@ class Lifecycle:
             # The previous turn never finished (lost turn/completed): take over its slot.
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
         session.current = state
+        started = trio.current_time()
         try:
             line = await self._assemble_and_project(session, state, params, msg.line)
         except Exception as exc:  # fail open, whatever happened
@@ -377,7 +380,10 @@ class Lifecycle:
                 exc_info=True,
             )
             line = msg.line
+        state.hold_ms = round((trio.current_time() - started) * 1000, 2)
+        log.debug("turn/start released", extra={"fields": self._fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
         session.stats["lastTurn"] = {
+            "holdMs": state.hold_ms,
             "projected": state.projected,
             "assembledMessageCount": state.assembled_count,
             "estimatedTokens": state.estimated_tokens,
@@ -856,6 +862,7 @@ class Lifecycle:
             "cachedInputTokens": usage.cache_read if usage else None,
             "rebuilt": state.rebuilt,
             "staleHeld": state.stale,
+            "holdMs": state.hold_ms,
             "rebuilds": session.rebuilds,
             "held": session.held,
             "turnsSinceRebuild": session.turns_since_rebuild,
