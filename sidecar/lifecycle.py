@@ -122,6 +122,8 @@ class TurnState:
     original_chars: int = 0
     sent_chars: int = 0
     stale: int = 0
+    addition_pending: str | None = None
+    epoch_pending: str | None = None
     received: float = field(default_factory=trio.current_time)
     hold_ms: float | None = None
     held_plan: list[str] | None = None
@@ -444,9 +446,6 @@ class Lifecycle:
                 exc_info=True,
             )
             return line
-        addition = result.system_prompt_addition or None
-        if addition is not None and addition.strip() == (session.addition_sent or "").strip():
-            addition = None  # already in the thread's history, unchanged
         state.assembled_count = len(result.messages)
         state.estimated_tokens = result.estimated_tokens
         state.assembled_roles = [[m.role, _message_chars(m)] for m in result.messages]
@@ -459,17 +458,27 @@ class Lifecycle:
             if planned is None:
                 return line
             messages, placement = planned, "additional_context"
+            if state.rebuilt:
+                session.addition_sent = None  # the revert took the turn that carried it
         else:
             session.force_rebuild = True  # a per-turn projection sits in history untracked
+        addition = result.system_prompt_addition or None
+        if addition is not None and addition.strip() == (session.addition_sent or "").strip():
+            addition = None  # already in the thread's history, unchanged
         try:
             projection = project_turn_input(
                 messages,
                 items,
                 system_prompt_addition=addition,
-                char_budget=char_budget_for_tokens(budget),
+                # per_turn trims to the budget as the spec says; delta and epoch
+                # send the engine's assembly whole (the engine applied the
+                # budget), or the ledger would claim messages the model never saw.
+                char_budget=char_budget_for_tokens(budget) if placement == "input" else None,
                 placement=placement,
             )
         except ProjectionError as exc:
+            if state.rebuilt:
+                state.held_plan = []  # reverted, and nothing projected after all
             state.fallback_reason = f"projection-{exc.reason}"
             log.warning("projection failed; forwarding the original request", extra={"fields": self._fields(session, reason=exc.reason)})
             return line
@@ -495,9 +504,9 @@ class Lifecycle:
         state.projected = True
         if projection.text:
             state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
-        if projection.additional_context is not None:
-            state.channels.append("turn/start.additionalContext")
-            session.addition_sent = result.system_prompt_addition
+        if addition is not None:
+            state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
+            state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return rewrite(line, params=projection.apply(params))
 
     def _mode_for(self, result: Any) -> tuple[str, str | None]:
@@ -558,7 +567,7 @@ class Lifecycle:
         session.rebuilds += 1
         session.force_rebuild = False
         if mode == "epoch":
-            session.projected_epoch = epoch
+            state.epoch_pending = epoch  # the thread holds it once Codex accepts the turn
         log.info("model-visible history rebuilt", extra={"fields": self._fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
         return result.messages
 
@@ -683,7 +692,15 @@ class Lifecycle:
             if isinstance(turn, dict) and isinstance(turn.get("id"), str):
                 state.turn_id = turn["id"]
                 session.turns[turn["id"]] = state
+                if state.addition_pending is not None:
+                    session.addition_sent = state.addition_pending
+                if state.epoch_pending is not None:
+                    session.projected_epoch = state.epoch_pending
             else:  # refused: no turn will complete, the thread is free again
+                if state.rebuilt:
+                    # The revert went through; the projection did not land.
+                    session.held, session.turns_since_rebuild = [], []
+                    session.projected_epoch = None
                 self._end_turn(session, state)
             break
         return None

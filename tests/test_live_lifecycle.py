@@ -475,15 +475,6 @@ async def test_delta_projection_sends_only_what_codex_lacks_and_rebuilds_in_plac
     assert texts(live.calls("after_turn")[-1]["messages"], "user") == prompts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "lifecycle bug: a delta/epoch rebuild reverts the thread to its framing, which also "
-        "removes the developer message that carried the system prompt addition, but "
-        "session.addition_sent is not reset and the addition was already de-duplicated "
-        "(set to None) before _plan_rebuild_or_delta ran, so it is not sent again"
-    ),
-)
 async def test_addition_survives_a_delta_rebuild(live):
     live.write_config(system_prompt_addition=ADDITION, keep_last=2)
     live.model.script(Text("R1"), Text("R2"), Text("R3"))
@@ -744,15 +735,6 @@ async def test_fresh_process_bootstraps_from_the_mirror_and_ingests_once(live):
     assert roles == ["user", "assistant"] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "lifecycle bug: _assemble_and_project marks the system prompt addition as delivered "
-        "(session.addition_sent) when it rewrites turn/start, before Codex accepts the turn; "
-        "_on_turn_start_response does not undo it when Codex refuses the request, so the "
-        "addition never reaches the thread"
-    ),
-)
 async def test_addition_survives_a_refused_turn_start(live):
     live.model.script(Text("Hello."))
     async with live.sidecar() as client:
