@@ -221,9 +221,15 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         controls = ControlMethods()
         controls.add("sidecar/status", proxy.status)
         proxy.set_control(controls.handle)
+        lifecycle = None
         if engine is not None:
-            Lifecycle(proxy, engine, state_dir, lifecycle_options).install(proxy.hooks)
-        return await proxy.run()
+            lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)
+            lifecycle.install(proxy.hooks)
+        try:
+            return await proxy.run()
+        finally:
+            if lifecycle is not None:
+                await lifecycle.dispose()
 
     try:
         return trio.run(serve)

@@ -191,6 +191,7 @@ class Lifecycle:
         info = engine.info
         self.engine_id: str = info.id
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
+        self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
     # ------------------------------------------------------------ install
 
@@ -210,6 +211,24 @@ class Lifecycle:
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
         self.proxy.add_status_provider("lifecycle", self.status)
+
+    async def dispose(self) -> None:
+        """Give the engine its ``dispose`` (if any) when the sidecar stops cleanly.
+
+        Best effort, under the deadline: OpenClaw usually SIGKILLs, so an
+        engine must never depend on it.
+        """
+        dispose = optional_method(self.engine, "dispose")
+        if dispose is None:
+            return
+        try:
+            with trio.move_on_after(self.options.engine_deadline):
+                await dispose()
+        except Exception as exc:
+            log.warning("context engine dispose failed", extra={"fields": {"engineId": self.engine_id, "error": type(exc).__name__}})
+        for session in self.sessions.values():
+            if session.mirror is not None:
+                session.mirror.close()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -851,7 +870,10 @@ class Lifecycle:
                 session.turns_since_rebuild = [*(session.turns_since_rebuild or []), turn_id] if not state.rebuilt else [turn_id]
             self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:
-                await self._maintain(session, "turn")
+                if self.background_maintenance:
+                    self.proxy.spawn(self._maintain, session, "turn")  # the next turn need not wait
+                else:
+                    await self._maintain(session, "turn")
             else:
                 reason = "finalize failed" if not ok else f"turn {status}"
                 session.stats["lastMaintainTurn"] = f"skipped: {reason}"

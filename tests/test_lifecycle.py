@@ -1213,3 +1213,30 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path):
         ("assemble", "A3"), ("after_turn", None),
     ]
     assert [text_of(m) for m in messages if m["role"] == "user"] == ["A1", "A2", "A3"]
+
+
+async def test_background_turn_maintenance_does_not_hold_the_next_turn(tmp_path):
+    engine = RecordingEngine(
+        info=EngineInfo(id="rec", name="Recording", version="1", turn_maintenance_mode="background")
+    )
+    release = trio.Event()
+    engine.hang("maintain", release)
+    async with sidecar(tmp_path, engine) as run:
+        a = await run.start_thread()
+        await run.turn(a, "A1", settle=False)
+        await engine.wait_for_call("maintain")  # hanging, in the background
+        await run.turn(a, "A2", settle=False)  # would wait forever if maintenance held the slot
+        assert [m["params"]["input"][-1]["text"] for m in run.child_turn_starts()] == ["A1", "A2"]
+        engine.reset("maintain")
+        release.set()
+
+
+async def test_dispose_is_called_when_the_lifecycle_stops(tmp_path):
+    engine = make_engine()
+    async with sidecar(tmp_path, engine) as run:
+        a = await run.start_thread()
+        await run.turn(a, "A1")
+        lifecycle = run.lifecycle
+    assert "dispose" not in engine.method_names
+    await lifecycle.dispose()
+    assert engine.method_names[-1] == "dispose"
