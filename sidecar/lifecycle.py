@@ -577,6 +577,10 @@ class Lifecycle:
                 return result.messages[len(kept) :]
         if not history and not session.turns_since_rebuild and not fps:
             state.held_plan = []
+            if mode == "epoch":
+                # The epoch's assembly is empty and so is the thread: it holds
+                # this epoch already (else the next turn would revert for nothing).
+                state.epoch_pending = epoch
             return []
         if not await self._revert_to_framing(session):
             state.fallback_reason = "rebuild-unavailable"
