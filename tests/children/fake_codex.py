@@ -20,12 +20,31 @@ methods the lifecycle cares about, and nothing else:
   and ``turn/completed`` with the scripted status;
 * ``thread/compact/start`` -> ``{}`` then a compaction turn (``turn/started``,
   a ``contextCompaction`` item, ``turn/completed``), or an error when scripted;
+* ``thread/revert {threadId, beforeTurnId}`` -> drops that turn and every
+  later one from the stored thread, in place (same id). As in Codex 0.169.0:
+  ``thread/status/changed`` notLoaded, ``thread/readState/changed`` and
+  ``thread/status/changed`` idle come BEFORE the response, and
+  ``thread/reverted {threadId}`` AFTER it. Errors (-32600): ``thread not
+  found: <id>``, ``turn not found: <id>``, and ``thread/revert only supports
+  paginated threads`` for a legacy thread (``historyMode: "legacy"`` in
+  ``thread/start``, or every new thread with the script's ``legacy: true``);
+* ``thread/turns/list {threadId, sortDirection, limit}`` ->
+  ``{data: [turn...], nextCursor: null}``;
 * ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
+
+``turn/start`` refuses (-32600, no turn) an input item of a type Codex does
+not know (e.g. ``{"type": "no-such-input"}``), like Codex.
 
 Environment:
 
 * ``FAKE_CODEX_LOG``: every line received is appended here, byte for byte;
 * ``FAKE_CODEX_SENT``: every line sent is appended here, byte for byte;
+* ``FAKE_CODEX_MODEL``: what each turn's model would see, one JSON line per
+  accepted ``turn/start``: ``{"threadId", "turnId", "held": [{"turnId",
+  "additionalContext", "input", "reply"} or {"turnId", "compaction": true}...],
+  "additionalContext", "input"}``, where ``held`` is the thread's stored history before this turn
+  (what Codex would re-send) and the last two keys are this turn's own
+  (``additionalContext`` is null when the request had none);
 * ``FAKE_CODEX_STORE``: a JSON file holding the threads (so a fresh process
   can resume what an earlier one ran, like Codex's own rollout files);
 * ``FAKE_CODEX_SCRIPT``: a JSON file with optional keys ``turns`` (a list,
@@ -49,13 +68,14 @@ NOW_S = NOW_MS // 1000
 out = sys.stdout.buffer
 recv_log = open(os.environ["FAKE_CODEX_LOG"], "ab", buffering=0) if os.environ.get("FAKE_CODEX_LOG") else None
 sent_log = open(os.environ["FAKE_CODEX_SENT"], "ab", buffering=0) if os.environ.get("FAKE_CODEX_SENT") else None
+model_log = open(os.environ["FAKE_CODEX_MODEL"], "ab", buffering=0) if os.environ.get("FAKE_CODEX_MODEL") else None
 store_path = os.environ.get("FAKE_CODEX_STORE")
 script: dict = {}
 if os.environ.get("FAKE_CODEX_SCRIPT"):
     with open(os.environ["FAKE_CODEX_SCRIPT"]) as f:
         script = json.load(f)
 
-threads: dict[str, dict] = {}  # id -> {"cwd", "turns": [turn...], "forkedFromId"}
+threads: dict[str, dict] = {}  # id -> {"cwd", "turns": [turn...], "forkedFromId", "historyMode", "model": {turn id: what the model got}}
 if store_path and os.path.exists(store_path):
     with open(store_path) as f:
         threads = json.load(f)
@@ -98,13 +118,13 @@ def thread_obj(tid: str, *, with_turns: bool) -> dict:
         "forkedFromId": t.get("forkedFromId"),
         "preview": "",
         "ephemeral": False,
-        "historyMode": "paginated",
+        "historyMode": t.get("historyMode", "paginated"),
         "modelProvider": "fake",
         "model": "fake-model",
         "createdAt": NOW_S,
         "updatedAt": NOW_S,
         "status": {"type": "idle"},
-        "path": f"/tmp/fake-codex-home/sessions/rollout-{tid}.jsonl",
+        "path": f"/tmp/fake-codex-home/sessions/rollout-{tid}{t.get('segment', '')}.jsonl",
         "cwd": t["cwd"],
         "cliVersion": "0.169.0",
         "source": "vscode",
@@ -165,15 +185,28 @@ def run_turn(rid, params: dict) -> None:
     if tid not in threads:
         error(rid, -32600, f"thread not found: {tid}")
         return
+    for item in params.get("input") or []:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind not in INPUT_TYPES:
+            error(rid, -32600, f"Invalid request: unknown variant `{kind}`")
+            return
     spec = {}
     turns_script = script.get("turns") or []
     if turn_number < len(turns_script):
         spec = turns_script[turn_number] or {}
     turn_number += 1
     thread = threads[tid]
-    turn_id = f"{tid}-turn-{len(thread['turns']) + 1}"
+    # Numbered per thread, never reused: after a revert the thread holds fewer turns.
+    thread["turnSeq"] = thread.get("turnSeq", len(thread["turns"])) + 1
+    turn_id = f"{tid}-turn-{thread['turnSeq']}"
     status = spec.get("status", "completed")
     reply = spec.get("reply", script.get("defaultReply", "Reply {n}.").format(n=turn_number))
+    seen = {"additionalContext": params.get("additionalContext"), "input": params.get("input") or []}
+    if model_log:
+        model = thread.setdefault("model", {})
+        held = [dict(turnId=t["id"], **model.get(t["id"], {})) for t in thread["turns"]]
+        model_log.write(json.dumps({"threadId": tid, "turnId": turn_id, "held": held, **seen}, separators=(",", ":")).encode() + b"\n")
+    thread.setdefault("model", {})[turn_id] = seen
     result(rid, {"turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "active", "activeFlags": []}})
     notify("turn/started", {"threadId": tid, "turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
@@ -188,6 +221,7 @@ def run_turn(rid, params: dict) -> None:
         item_completed(tid, turn_id, agent)
         items.append(agent)
         summary = [agent]
+        seen["reply"] = reply
         token_usage(tid, turn_id, turn_number)
     elif status == "failed":
         error_obj = {"message": "scripted model failure", "codexErrorInfo": "other", "additionalDetails": None}
@@ -219,8 +253,55 @@ def compact(rid, params: dict) -> None:
     item = {"type": "contextCompaction", "id": f"{turn_id}-item", "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
     item_completed(tid, turn_id, item)
     thread["turns"].append(turn_obj(turn_id, "completed", [item], "full"))
+    thread.setdefault("model", {})[turn_id] = {"compaction": True}
     save()
     notify("turn/completed", {"threadId": tid, "turn": turn_obj(turn_id, "completed", [], "notLoaded")})
+
+
+INPUT_TYPES = ("text", "image", "localImage", "skill", "mention")
+
+
+def revert(rid, params: dict) -> None:
+    """In place, as Codex 0.169.0 does it (docs/research/history-rebuild.md §2.3)."""
+    tid = params.get("threadId")
+    if tid not in threads:
+        error(rid, -32600, f"thread not found: {tid}")
+        return
+    thread = threads[tid]
+    if thread.get("historyMode") == "legacy":
+        error(rid, -32600, "thread/revert only supports paginated threads")
+        return
+    before = params.get("beforeTurnId")
+    ids = [t["id"] for t in thread["turns"]]
+    if before not in ids:
+        error(rid, -32600, f"turn not found: {before}")
+        return
+    cut = ids.index(before)
+    for turn in thread["turns"][cut:]:
+        thread.get("model", {}).pop(turn["id"], None)
+    del thread["turns"][cut:]
+    thread["reverts"] = thread.get("reverts", 0) + 1
+    thread["segment"] = f"_segment-{thread['reverts']}"  # Codex writes a new rollout segment
+    save()
+    notify("thread/status/changed", {"threadId": tid, "status": {"type": "notLoaded"}})
+    notify("thread/readState/changed", {"threadId": tid, "readState": {"firstUnread": None, "revision": f"rev-{thread['reverts']}"}})
+    notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
+    result(rid, {"thread": thread_obj(tid, with_turns=False), "turnsBackwardsCursor": None, "itemsBackwardsCursor": None})
+    notify("thread/reverted", {"threadId": tid})
+
+
+def turns_list(rid, params: dict) -> None:
+    tid = params.get("threadId")
+    if tid not in threads:
+        error(rid, -32600, f"thread not found: {tid}")
+        return
+    turns = [dict(turn, itemsView="full") for turn in threads[tid]["turns"]]
+    if params.get("sortDirection") == "desc":
+        turns.reverse()
+    limit = params.get("limit")
+    if isinstance(limit, int) and limit >= 0:
+        turns = turns[:limit]
+    result(rid, {"data": turns, "nextCursor": None})
 
 
 def handle(msg: dict) -> None:
@@ -234,6 +315,8 @@ def handle(msg: dict) -> None:
     elif method == "thread/start":
         tid = new_thread_id()
         threads[tid] = {"cwd": params.get("cwd") or "/tmp/fake-work", "turns": [], "forkedFromId": None}
+        if params.get("historyMode") == "legacy" or script.get("legacy"):
+            threads[tid]["historyMode"] = "legacy"
         save()
         result(rid, thread_result(tid, with_turns=False))
         notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
@@ -255,6 +338,10 @@ def handle(msg: dict) -> None:
             turns.append(json.loads(json.dumps(turn)))
         tid = new_thread_id()
         threads[tid] = {"cwd": params.get("cwd") or threads[parent]["cwd"], "turns": turns, "forkedFromId": parent}
+        model = threads[parent].get("model", {})
+        threads[tid]["model"] = {t["id"]: model[t["id"]] for t in turns if t["id"] in model}
+        if threads[parent].get("historyMode") == "legacy":
+            threads[tid]["historyMode"] = "legacy"  # a fork of a legacy thread is legacy too
         save()
         result(rid, thread_result(tid, with_turns=not params.get("excludeTurns")))
         notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
@@ -268,6 +355,10 @@ def handle(msg: dict) -> None:
         run_turn(rid, params)
     elif method == "thread/compact/start":
         compact(rid, params)
+    elif method == "thread/revert":
+        revert(rid, params)
+    elif method == "thread/turns/list":
+        turns_list(rid, params)
     elif method == "turn/interrupt":
         result(rid, {})
     else:

@@ -1,0 +1,647 @@
+"""Projection modes (``delta``, ``epoch``) against the fake app-server.
+
+What these tests look at is what each turn's model would see. The fake
+(``tests/children/fake_codex.py``) logs, per accepted ``turn/start``, the
+turns its thread holds (each with the ``additionalContext`` and ``input`` it
+was started with) plus the new turn's own, so "the model saw X" is read from
+the fake, not inferred from the sidecar's ledger. Its ``thread/revert`` and
+``thread/turns/list`` behave like Codex 0.169.0's (notification order,
+errors, legacy threads refused).
+
+Engines are ``RecordingEngine``s with a scripted ``assemble``:
+
+* identity: the mirrored history unchanged;
+* recall: the history plus one retrieved snippet (a user message) at the end;
+* summary: everything but the newest ``keep`` messages replaced by one
+  ``CompactionSummaryMessage``;
+* epoch: the history, with ``context_projection(mode="thread_bootstrap",
+  epoch=...)``.
+
+No codex binary, no timing assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo, UserMessage
+from engines.testkit import RecordingEngine
+from sidecar.lifecycle import Lifecycle, LifecycleOptions
+from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
+
+from .harness import child, proxied
+from .test_lifecycle import Run, fields, frame, logs, records_with, text_of, wait_until  # noqa: F401  (logs: fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+CHANNEL = f"turn/start.additionalContext[{CONTEXT_KEY}]"
+REVERT_NOISE = ("thread/reverted", "thread/readState/changed")
+LONG_REPLY = "Reply {n}. " + "All right, noted; " * 25  # ~450 characters
+
+
+# --------------------------------------------------------------------------
+# A sidecar over the fake, with the model's view logged
+
+
+@dataclass
+class ModesRun(Run):
+    model_log: Path = Path("/nonexistent")
+
+    def seen(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Per accepted turn/start: {threadId, turnId, held: [...], additionalContext, input}."""
+        if not self.model_log.exists():
+            return []
+        out = [json.loads(line) for line in self.model_log.read_text().splitlines() if line.strip()]
+        return [s for s in out if thread_id is None or s["threadId"] == thread_id]
+
+    def child_lines(self, method: str) -> list[bytes]:
+        return [line for line in self.received_lines() if json.loads(line).get("method") == method]
+
+    def child_methods(self) -> list[str]:
+        return [m.get("method") for m in self.received() if "method" in m]
+
+    async def turn_ok(self, thread_id: str, text: str, **params: Any) -> str:
+        done = await self.turn(thread_id, text, **params)
+        assert done["completed"]["params"]["turn"]["status"] == "completed"
+        return done["id"]
+
+    async def status(self) -> dict[str, Any]:
+        resp = await self.request("sidecar/status")
+        return resp["result"]["lifecycle"]
+
+
+@asynccontextmanager
+async def modes_sidecar(
+    tmp_path: Path,
+    engine: RecordingEngine,
+    mode: str = "delta",
+    *,
+    options: LifecycleOptions | None = None,
+    script: dict[str, Any] | None = None,
+    state: str = "state",
+    name: str = "run",
+    store: str = "codex-store.json",
+):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    state_dir = tmp_path / state
+    received_log = tmp_path / f"{name}-received.jsonl"
+    sent_log = tmp_path / f"{name}-sent.jsonl"
+    model_log = tmp_path / f"{name}-model.jsonl"
+    env = {
+        "FAKE_CODEX_LOG": str(received_log),
+        "FAKE_CODEX_SENT": str(sent_log),
+        "FAKE_CODEX_STORE": str(tmp_path / store),
+        "FAKE_CODEX_MODEL": str(model_log),
+    }
+    if script is not None:
+        script_path = tmp_path / f"{name}-script.json"
+        script_path.write_text(json.dumps(script))
+        env["FAKE_CODEX_SCRIPT"] = str(script_path)
+    async with proxied(child("fake_codex.py"), env=env) as client:
+        lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode))
+        lifecycle.install(client.proxy.hooks)
+        run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log)
+        resp = await run.request(
+            "initialize",
+            {"clientInfo": {"name": "modes_tests", "title": "projection mode tests", "version": "0"}, "capabilities": {"experimentalApi": True}},
+        )
+        assert "result" in resp
+        await run.send(frame({"method": "initialized"}))
+        yield run
+
+
+# --------------------------------------------------------------------------
+# Engines
+
+
+def make_engine(assemble: Callable[[Any], AssembleResult] | None = None) -> RecordingEngine:
+    engine = RecordingEngine(info=EngineInfo(id="modes", name="Projection modes", version="1"))
+    if assemble is not None:
+        engine.set_result("assemble", assemble)
+    return engine
+
+
+def identity() -> RecordingEngine:
+    return make_engine()  # RecordingEngine assembles the messages unchanged
+
+
+def recall(snippet: Callable[[str], str]) -> RecordingEngine:
+    """History unchanged plus one snippet (keyed by the prompt) appended."""
+    return make_engine(lambda p: AssembleResult(messages=[*p.messages, UserMessage(content=snippet(p.prompt), timestamp=0)], estimated_tokens=1))
+
+
+def summary_text(count: int) -> str:
+    return f"SUMMARY of the {count} earliest messages"
+
+
+def summarising(keep: int = 2, addition: str | None = None) -> RecordingEngine:
+    """Everything but the newest ``keep`` messages replaced by one summary."""
+
+    def assemble(p: Any) -> AssembleResult:
+        messages = list(p.messages)
+        if len(messages) > keep:
+            old = len(messages) - keep
+            summary = CompactionSummaryMessage(summary=summary_text(old), tokens_before=old * 10, timestamp=0)
+            messages = [summary, *messages[old:]]
+        return AssembleResult(messages=messages, estimated_tokens=1, system_prompt_addition=addition)
+
+    return make_engine(assemble)
+
+
+def epochs(per: int = 4) -> RecordingEngine:
+    """History unchanged; a new projection epoch every ``per`` messages."""
+    return make_engine(
+        lambda p: AssembleResult(
+            messages=list(p.messages),
+            estimated_tokens=1,
+            context_projection=ContextProjection(mode="thread_bootstrap", epoch=f"e{len(p.messages) // per}", fingerprint="fp"),
+        )
+    )
+
+
+# --------------------------------------------------------------------------
+# Reading what went where
+
+
+def context_of(turn_start_or_seen: dict[str, Any]) -> str | None:
+    """The projected context block of a child turn/start (or a fake's model record)."""
+    params = turn_start_or_seen.get("params", turn_start_or_seen)
+    extra = params.get("additionalContext") or {}
+    entry = extra.get(CONTEXT_KEY)
+    return entry["value"] if entry else None
+
+
+def input_of(line: bytes) -> bytes:
+    """The raw bytes of a turn/start line's ``"input":[...]`` member."""
+    obj = json.loads(line)
+    raw = json.dumps(obj["params"]["input"], separators=(",", ":"), ensure_ascii=False).encode()
+    assert b'"input":' + raw in line
+    return raw
+
+
+def client_turn_starts(run: ModesRun) -> list[bytes]:
+    return [line for line in run.sent if json.loads(line).get("method") == "turn/start"]
+
+
+def assert_client_unaware(run: ModesRun, thread_id: str) -> None:
+    """Every frame the client got is about its own thread and its own requests:
+    no revert noise, no response to a request it did not send."""
+    sent_ids = {json.loads(line).get("id") for line in run.sent}
+    for f in run.frames():
+        if "method" not in f:
+            assert f.get("id") in sent_ids, f"response to a request the client never sent: {f}"
+            continue
+        assert f["method"] not in REVERT_NOISE, f
+        params = f.get("params") or {}
+        if f["method"] == "thread/status/changed":
+            assert params["status"]["type"] != "notLoaded", f
+        if "threadId" in params:
+            assert params["threadId"] == thread_id, f
+
+
+def inspect_records(run: ModesRun, thread_id: str) -> list[dict[str, Any]]:
+    assert run.lifecycle is not None
+    return run.lifecycle.inspect(thread_id)
+
+
+# --------------------------------------------------------------------------
+# delta
+
+
+async def test_delta_identity_never_projects_and_never_reverts(tmp_path):
+    async with modes_sidecar(tmp_path, identity()) as run:
+        tid = await run.start_thread()
+        for n in range(1, 5):
+            await run.turn_ok(tid, f"Prompt {n}", additionalContext={"client_key": {"kind": "application", "value": f"client {n}"}} if n == 3 else None)
+        status = await run.status()
+
+    # The child got exactly the client's turn/start lines (the None additionalContext included).
+    assert run.child_lines("turn/start") == client_turn_starts(run)
+    assert "thread/revert" not in run.child_methods()
+    assert "thread/turns/list" not in run.child_methods()
+    seen = run.seen(tid)
+    assert [context_of(s) for s in seen] == [None] * 4
+    assert seen[2]["additionalContext"] == {"client_key": {"kind": "application", "value": "client 3"}}
+    # The model sees Codex's own history: every earlier turn, raw, once.
+    assert [h["turnId"] for h in seen[3]["held"]] == [s["turnId"] for s in seen[:3]]
+    assert status["rebuilds"] == 0
+    records = inspect_records(run, tid)
+    assert [r["mode"] for r in records] == ["delta"] * 4
+    assert [r["injected"]["channels"] for r in records] == [[]] * 4
+    assert [r["rebuilt"] for r in records] == [False] * 4
+    assert [r["projected"] for r in records] == [False] * 4
+
+
+async def test_delta_appending_engine_projects_only_the_new_tail_in_additional_context(tmp_path):
+    engine = recall(lambda prompt: f"RECALL<{prompt[-8:]}>")  # small beside a turn: stays within the slack
+    async with modes_sidecar(tmp_path, engine, script={"defaultReply": LONG_REPLY}) as run:
+        tid = await run.start_thread()
+        prompts = [f"Question number {n}: what about topic {n}?" for n in range(1, 6)]
+        for prompt in prompts:
+            await run.turn_ok(tid, prompt)
+
+    starts = run.child_lines("turn/start")
+    clients = client_turn_starts(run)
+    assert len(starts) == len(clients) == 5
+    for n, (child_line, client_line) in enumerate(zip(starts, clients)):
+        # The input items are the client's, byte for byte; the context is never in them.
+        assert input_of(child_line) == input_of(client_line)
+        assert CONTEXT_HEADER.encode() not in input_of(child_line)
+        # Only this turn's snippet, nothing the thread already holds.
+        context = context_of(json.loads(child_line))
+        assert context is not None and context.startswith(CONTEXT_HEADER)
+        assert f"RECALL<{prompts[n][-8:]}>" in context
+        for other in prompts:
+            assert f"RECALL<{other[-8:]}>" not in context or other == prompts[n]
+            assert f"[user]\n{other}" not in context
+        assert "Reply" not in context
+        # The rest of the request is the client's.
+        child_params, client_params = json.loads(child_line)["params"], json.loads(client_line)["params"]
+        assert set(child_params["additionalContext"]) == {CONTEXT_KEY}
+        assert {k: v for k, v in child_params.items() if k != "additionalContext"} == client_params
+    assert "thread/revert" not in run.child_methods()
+    # What the last turn's model sees: every turn held once, each with its own snippet.
+    last = run.seen(tid)[-1]
+    assert [len(h["input"]) for h in last["held"]] == [1] * 4
+    assert [f"RECALL<{p[-8:]}>" in context_of(h) for h, p in zip(last["held"], prompts)] == [True] * 4
+    records = inspect_records(run, tid)
+    assert [r["injected"]["channels"] for r in records] == [[CHANNEL]] * 5
+    assert [r["rebuilt"] for r in records] == [False] * 5
+    assert [r["staleHeld"] for r in records] == [0, 1, 2, 3, 4]  # the old snippets stay, within the slack
+
+
+async def test_delta_summary_rebuilds_in_place_and_the_client_never_notices(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "P1 apples")
+        t2 = await run.turn_ok(tid, "P2 bananas")
+        status_before = await run.status()
+        t3 = await run.turn_ok(tid, "P3 cherries")
+        status_after_first = await run.status()
+        t4 = await run.turn_ok(tid, "P4 dates")
+        status_after_second = await run.status()
+        # thread/read still answers for the client's thread: the turns since the last rebuild.
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+
+    assert status_before["rebuilds"] == 0
+    assert status_after_first["rebuilds"] == 1 and status_after_first["threads"][tid]["rebuilds"] == 1
+    assert status_after_second["rebuilds"] == 2
+
+    received = run.received()
+    kinds = [(m.get("method"), (m.get("params") or {}).get("beforeTurnId")) for m in received if m.get("method") in ("turn/start", "thread/revert")]
+    # Turn 3 is the first whose assembly replaces held messages: a revert to the
+    # first turn comes before its turn/start; turn 4 reverts to turn 3 (the first since that rebuild).
+    assert kinds == [("turn/start", None), ("turn/start", None), ("thread/revert", t1), ("turn/start", None), ("thread/revert", t3), ("turn/start", None)]
+    reverts = [m for m in received if m.get("method") == "thread/revert"]
+    assert all(r["params"] == {"threadId": tid, "beforeTurnId": r["params"]["beforeTurnId"]} for r in reverts)
+
+    seen = run.seen(tid)
+    assert [s["turnId"] for s in seen] == [t1, t2, t3, t4]
+    # Turns 1 and 2: nothing dropped yet, nothing projected.
+    assert context_of(seen[0]) is None and context_of(seen[1]) is None
+    # Turn 3: the thread was emptied to its framing; the whole assembly came with the turn.
+    assert seen[2]["held"] == []
+    c3 = context_of(seen[2])
+    assert c3 is not None
+    assert f"[summary]\n{summary_text(2)}" in c3
+    assert "[user]\nP2 bananas" in c3 and "[assistant]\nReply 2." in c3
+    assert "P1 apples" not in c3 and "Reply 1." not in c3
+    assert seen[2]["input"] == [{"type": "text", "text": "P3 cherries", "text_elements": []}]
+    # Turn 4: reverted to before turn 3, so rebuild 1's block went with it.
+    assert seen[3]["held"] == []
+    c4 = context_of(seen[3])
+    assert f"[summary]\n{summary_text(4)}" in c4 and summary_text(2) not in c4
+    assert "[user]\nP3 cherries" in c4 and "[assistant]\nReply 3." in c4
+
+    # The client: its own turn frames arrived, none of the revert's, no stray responses.
+    assert_client_unaware(run, tid)
+    frames = run.frames()
+    for turn_id in (t1, t2, t3, t4):
+        for method in ("turn/started", "turn/completed"):
+            assert sum(1 for f in frames if f.get("method") == method and f["params"]["turn"]["id"] == turn_id) == 1
+        assert any(f.get("method") == "item/completed" and f["params"]["turnId"] == turn_id for f in frames)
+    # The client's view of the user input never carries the projection.
+    users = [f["params"]["item"] for f in frames if f.get("method") == "item/completed" and f["params"]["item"]["type"] == "userMessage"]
+    assert not any(CONTEXT_HEADER in json.dumps(u) for u in users)
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t4]
+
+    records = inspect_records(run, tid)
+    assert [r["rebuilt"] for r in records] == [False, False, True, True]
+    assert [r["injected"]["channels"] for r in records] == [[], [], [CHANNEL], [CHANNEL]]
+    assert records[-1]["turnsSinceRebuild"] == [t4]
+    assert records[-1]["rebuilds"] == 2
+
+
+async def test_rebuild_keeps_the_client_s_additional_context_and_the_addition(tmp_path):
+    engine = summarising(keep=2, addition="Be brief.")
+    client_extra = {"client_key": {"kind": "application", "value": "from the client"}}
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "P1")
+        await run.turn_ok(tid, "P2")
+        await run.turn_ok(tid, "P3", additionalContext=client_extra)
+
+    third = json.loads(run.child_lines("turn/start")[2])["params"]["additionalContext"]
+    assert third["client_key"] == client_extra["client_key"]
+    assert list(third)[0] == "client_key"  # the client's own entry first
+    assert context_of({"additionalContext": third}) is not None
+    # The addition was delivered on turn 1 and reverted away with it: sent again.
+    assert third[ADDITIONAL_CONTEXT_KEY] == {"kind": "application", "value": "Be brief."}
+
+
+# --------------------------------------------------------------------------
+# stale slack
+
+
+async def test_a_small_dropped_snippet_stays_a_big_dropped_message_rebuilds(tmp_path):
+    small = recall(lambda prompt: f"fact<{prompt[:8]}>")
+    async with modes_sidecar(tmp_path / "small", small, script={"defaultReply": LONG_REPLY}) as run:
+        tid = await run.start_thread()
+        for n in range(1, 6):
+            await run.turn_ok(tid, f"Prompt {n}, tell me more about it")
+        status = await run.status()
+    assert "thread/revert" not in run.child_methods()
+    assert status["rebuilds"] == 0
+    assert [r["staleHeld"] for r in inspect_records(run, tid)] == [0, 1, 2, 3, 4]
+
+    big_snippet = "BIG RETRIEVED DOCUMENT " + "lorem ipsum " * 200  # ~2,400 characters
+    big = recall(lambda prompt: f"{big_snippet}<{prompt}>")
+    async with modes_sidecar(tmp_path / "big", big) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "Prompt 1")
+        t2 = await run.turn_ok(tid, "Prompt 2")
+        status = await run.status()
+    # Turn 2: the first snippet (most of what the thread holds) is no longer
+    # in the assembly: rebuilt, reverting turn 1.
+    reverts = run.received("thread/revert")
+    assert [r["params"]["beforeTurnId"] for r in reverts] == [t1]
+    assert status["rebuilds"] == 1
+    seen = run.seen(tid)
+    assert seen[1]["turnId"] == t2 and seen[1]["held"] == []
+    assert "<Prompt 1>" not in context_of(seen[1]) and "<Prompt 2>" in context_of(seen[1])
+    assert "[user]\nPrompt 1" in context_of(seen[1])
+
+
+async def test_zero_slack_rebuilds_for_any_dropped_message(tmp_path):
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_slack=0.0)
+    async with modes_sidecar(tmp_path, recall(lambda prompt: f"fact<{prompt}>"), options=options, script={"defaultReply": LONG_REPLY}) as run:
+        tid = await run.start_thread()
+        turns = [await run.turn_ok(tid, f"Prompt {n}") for n in range(1, 4)]
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")] == [turns[0], turns[1]]
+
+
+# --------------------------------------------------------------------------
+# epoch
+
+
+async def test_epoch_mode_projects_once_per_epoch_and_rebuilds_at_a_change(tmp_path):
+    async with modes_sidecar(tmp_path, epochs(per=4), mode="auto") as run:  # auto: thread_bootstrap means epoch
+        tid = await run.start_thread()
+        turns = [await run.turn_ok(tid, f"E{n}") for n in range(1, 6)]
+        status = await run.status()
+
+    # Epochs by turn (history 0, 2, 4, 6, 8 messages): e0 e0 e1 e1 e2.
+    records = inspect_records(run, tid)
+    assert [r["mode"] for r in records] == ["epoch"] * 5
+    assert [r["epoch"] for r in records] == ["e0", "e0", "e1", "e1", "e2"]
+    # Reverts only at the epoch changes, each to the first turn of the previous epoch's projection.
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")] == [turns[0], turns[2]]
+    seen = run.seen(tid)
+    contexts = [context_of(s) for s in seen]
+    # Within an epoch: nothing projected (turn 1 had nothing to project yet).
+    assert contexts[0] is None and contexts[1] is None and contexts[3] is None
+    # At e1: the thread was emptied and the whole assembly (4 messages) projected.
+    assert seen[2]["held"] == []
+    assert all(f"[user]\nE{n}" in contexts[2] for n in (1, 2))
+    # Turn 4 (still e1) sees e1's projection, held in turn 3.
+    assert [h["turnId"] for h in seen[3]["held"]] == [turns[2]]
+    assert context_of(seen[3]["held"][0]) == contexts[2]
+    # At e2: again a fresh projection of everything (8 messages); e1's block is gone.
+    assert seen[4]["held"] == []
+    assert all(f"[user]\nE{n}" in contexts[4] for n in (1, 2, 3, 4))
+    assert status["rebuilds"] == 2
+    assert [r["rebuilt"] for r in records] == [False, False, True, False, True]
+    assert [r["projectedEpoch"] for r in records] == ["e0", "e0", "e1", "e1", "e2"]
+
+
+async def test_epoch_mode_requested_by_config_with_an_epoch_from_the_start(tmp_path):
+    """An engine whose first assembly already has content (a bootstrap
+    document): the first turn projects it; the next turn of the epoch does not."""
+    doc = UserMessage(content="BOOTSTRAP DOCUMENT", timestamp=0)
+    engine = make_engine(
+        lambda p: AssembleResult(
+            messages=[doc, *p.messages],
+            estimated_tokens=1,
+            context_projection=ContextProjection(mode="thread_bootstrap", epoch="only"),
+        )
+    )
+    async with modes_sidecar(tmp_path, engine, mode="epoch") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "one")
+        await run.turn_ok(tid, "two")
+        await run.turn_ok(tid, "three")
+    contexts = [context_of(s) for s in run.seen(tid)]
+    assert "BOOTSTRAP DOCUMENT" in contexts[0]
+    assert contexts[1:] == [None, None]
+    assert "thread/revert" not in run.child_methods()
+
+
+# --------------------------------------------------------------------------
+# native compaction, refused reverts, refused turns
+
+
+async def test_native_compaction_forces_the_next_turn_to_rebuild(tmp_path):
+    async with modes_sidecar(tmp_path, identity()) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "C1")
+        await run.turn_ok(tid, "C2")
+        assert (await run.request("thread/compact/start", {"threadId": tid}))["result"] == {}
+        await run.wait_frame(lambda f: f.get("method") == "turn/completed" and "compaction" in f["params"]["turn"]["id"])
+        t3 = await run.turn_ok(tid, "C3")
+        await run.turn_ok(tid, "C4")
+
+    # The compaction rewrote Codex's history: the turn after it rebuilds it from
+    # the mirror (identity: every message so far) ...
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")] == [t1]
+    seen = run.seen(tid)
+    assert seen[2]["turnId"] == t3 and seen[2]["held"] == []  # the compaction turn went too
+    context = context_of(seen[2])
+    assert all(f"[user]\nC{n}" in context for n in (1, 2))
+    # ... and the turn after that is a plain delta again (nothing new to project).
+    assert context_of(seen[3]) is None
+    assert [r["rebuilt"] for r in inspect_records(run, tid)] == [False, False, True, False]
+
+
+async def test_revert_refused_on_a_legacy_thread_forwards_the_original_request(tmp_path, logs):
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
+        tid = await run.start_thread(historyMode="legacy")
+        for n in range(1, 6):
+            await run.turn_ok(tid, f"L{n}")
+        status = await run.status()
+
+    # Turn 3 wanted a rebuild; Codex refused the revert once; later turns do not ask again.
+    assert len(run.received("thread/revert")) == 1
+    # Every turn/start went out as the client sent it.
+    assert run.child_lines("turn/start") == client_turn_starts(run)
+    warned = records_with(logs, "rebuild impossible")
+    assert len(warned) == 1 and fields(warned[0]).get("legacyHistory") is True
+    assert_client_unaware(run, tid)
+    assert status["rebuilds"] == 0
+    records = inspect_records(run, tid)
+    assert [r["fallback"] for r in records] == [None, None, "rebuild-unavailable", "rebuild-unavailable", "rebuild-unavailable"]
+    # The model still saw the whole raw conversation, as Codex holds it.
+    assert len(run.seen(tid)[-1]["held"]) == 4
+
+
+async def test_a_turn_refused_after_the_revert_leaves_a_ledger_that_matches_the_thread(tmp_path):
+    """The revert is done when Codex answers it; if Codex then refuses the
+    client's turn/start, the thread holds only its framing, and the next turn
+    must project the whole assembly (not the delta against what was reverted)."""
+
+    def summarise_on_request(p: Any) -> AssembleResult:
+        messages = list(p.messages)
+        if "SUMMARISE" in p.prompt:  # e.g. a budget that shrank for this turn only
+            messages = [CompactionSummaryMessage(summary=summary_text(len(messages)), tokens_before=1, timestamp=0)]
+        return AssembleResult(messages=messages, estimated_tokens=1)
+
+    async with modes_sidecar(tmp_path, make_engine(summarise_on_request)) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "Q1")
+        await run.turn_ok(tid, "Q2")
+        rid = run.new_id()
+        bad = {"threadId": tid, "input": [{"type": "text", "text": "SUMMARISE Q3", "text_elements": []}, {"type": "no-such-input"}]}
+        await run.send(frame({"id": rid, "method": "turn/start", "params": bad}))
+        refused = await run.wait_response(rid)
+        assert refused["error"]["code"] == -32600
+        await wait_until(lambda: not run.session(tid).busy, what="the refused turn's slot")
+        t4 = await run.turn_ok(tid, "Q4")
+        t5 = await run.turn_ok(tid, "Q5")
+
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")] == [t1]
+    seen = run.seen(tid)
+    assert [s["turnId"] for s in seen] == [t1, run.seen(tid)[1]["turnId"], t4, t5]
+    assert seen[2]["held"] == []  # the revert before the refused turn emptied the thread
+    context = context_of(seen[2])
+    assert context is not None, "turn 4's model would see no history at all"
+    assert all(f"[user]\n{q}" in context for q in ("Q1", "Q2")) and "[assistant]\nReply 1." in context
+    # And from there on, plain deltas again.
+    assert context_of(seen[3]) is None and [h["turnId"] for h in seen[3]["held"]] == [t4]
+    assert_client_unaware(run, tid)
+
+
+# --------------------------------------------------------------------------
+# the ledger across a restart, inspection
+
+
+async def test_the_ledger_survives_a_restart(tmp_path):
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "R1")
+        await run.turn_ok(tid, "R2")
+
+    async with modes_sidecar(tmp_path, identity(), name="two") as run2:
+        await run2.resume_thread(tid)
+        await run2.turn_ok(tid, "R3")
+        inspected = await run2.request("sidecar/inspect", {"threadId": tid})
+        status = await run2.status()
+
+    # No rebuild, no listing, no projection: the restored ledger says the thread holds it all.
+    assert "thread/revert" not in run2.child_methods()
+    assert "thread/turns/list" not in run2.child_methods()
+    assert run2.child_lines("turn/start") == client_turn_starts(run2)
+    seen = run2.seen(tid)
+    assert len(seen[0]["held"]) == 2 and context_of(seen[0]) is None
+    assert status["rebuilds"] == 0
+
+    turns = inspected["result"]["turns"]
+    assert [t["mode"] for t in turns] == ["delta"] * 3
+    assert [t["rebuilt"] for t in turns] == [False] * 3
+    assert [t["injected"]["channels"] for t in turns] == [[]] * 3
+    assert inspected["result"]["engine"] == "modes"
+
+    # The CLI reads the same records from the state directory.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "no-config")
+    argv = [sys.executable, "-m", "sidecar", "--state-dir", str(tmp_path / "state"), "inspect", tid]
+    as_json = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    rows = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert rows == turns
+    table = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    lines = table.stdout.splitlines()
+    assert len(lines) == 4 and "mode" in lines[0]
+    assert all(" delta " in line for line in lines[1:])
+
+
+async def test_a_rebuild_after_a_restart_reverts_to_the_last_rebuild_s_turn(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "S1")
+        await run.turn_ok(tid, "S2")
+        t3 = await run.turn_ok(tid, "S3")  # rebuild 1
+        t4 = await run.turn_ok(tid, "S4")  # rebuild 2: reverts t3
+
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
+        await run2.resume_thread(tid)
+        t5 = await run2.turn_ok(tid, "S5")
+        records = (await run2.request("sidecar/inspect", {"threadId": tid}))["result"]["turns"]
+
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")] == [run.seen(tid)[0]["turnId"], t3]
+    # After the restart the ledger still knows the thread starts at t4.
+    assert [r["params"]["beforeTurnId"] for r in run2.received("thread/revert")] == [t4]
+    assert "thread/turns/list" not in run2.child_methods()
+    assert run2.seen(tid)[0]["turnId"] == t5 and run2.seen(tid)[0]["held"] == []
+    assert [r["rebuilt"] for r in records] == [False, False, True, True, True]
+    assert [r["rebuilds"] for r in records] == [0, 0, 1, 2, 3]
+    assert [r["injected"]["channels"] for r in records] == [[], [], [CHANNEL], [CHANNEL], [CHANNEL]]
+    assert records[-1]["turnsSinceRebuild"] == [t5]
+
+
+async def test_an_unknown_thread_is_listed_before_its_first_rebuild(tmp_path):
+    """A thread the sidecar has no ledger for (run before it without an
+    engine): the first turn of the rebuild comes from thread/turns/list."""
+    async with modes_sidecar(tmp_path, identity(), name="plain", state="other-state") as plain:
+        tid = await plain.start_thread()
+        first = await plain.turn_ok(tid, "U1")
+        await plain.turn_ok(tid, "U2")
+        await plain.turn_ok(tid, "U3")
+
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="engine") as run:
+        await run.resume_thread(tid)
+        await run.turn_ok(tid, "U4")
+    methods = run.child_methods()
+    assert methods.index("thread/turns/list") < methods.index("thread/revert") < methods.index("turn/start")
+    listed = run.received("thread/turns/list")[0]["params"]
+    assert listed == {"threadId": tid, "sortDirection": "asc", "limit": 1}
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")] == [first]
+    assert run.seen(tid)[-1]["held"] == []
+    assert_client_unaware(run, tid)
+
+
+# --------------------------------------------------------------------------
+# determinism
+
+
+async def session_frames(tmp_path: Path) -> list[bytes]:
+    engine = summarising(keep=3)
+    async with modes_sidecar(tmp_path, engine, script={"defaultReply": LONG_REPLY}) as run:
+        tid = await run.start_thread()
+        for n in range(1, 7):
+            await run.turn_ok(tid, f"Deterministic prompt {n}")
+    lines = [line for line in run.received_lines() if json.loads(line).get("method") in ("turn/start", "thread/revert")]
+    assert len(run.child_lines("turn/start")) == 6 and run.child_lines("thread/revert")
+    return lines
+
+
+async def test_the_same_session_twice_gives_the_same_bytes(tmp_path):
+    first = await session_frames(tmp_path / "a")
+    second = await session_frames(tmp_path / "b")
+    assert first == second
