@@ -1,0 +1,355 @@
+"""delta projection, live: real codex 0.169.0, the fake model, and test
+engines the sidecar loads by entry point like any third-party engine.
+
+The fake model's recorded request bodies are what the model saw. Two engines,
+from a module this test writes next to a ``*.dist-info`` (put on the
+sidecar's ``PYTHONPATH`` and trusted by ``CODEX_SIDECAR_ENGINE_ALLOWLIST``):
+
+* ``live-delta-summary`` replaces the older messages by one summary, with a
+  boundary that moves in steps of :data:`STEP` messages and always leaves at
+  least :data:`KEEP` raw: over 7 turns the sidecar rebuilds the thread twice
+  (turns 4 and 6) and sends plain deltas in between;
+* ``live-delta-identity`` assembles the mirrored history unchanged.
+
+No assertion depends on timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from sidecar.projection import CONTEXT_HEADER, CONTEXT_KEY
+from tools.client import AppServerClient
+from tools.codex_home import codex_env, find_codex_bin, make_codex_home
+from tools.fake_model import FakeModel, FunctionCall, Text, input_texts
+from tools.scenarios import WEATHER_RESULT, WEATHER_TOOL, codex_connector, connector
+
+from .test_live_transparency import Normaliser
+
+CODEX_BIN = find_codex_bin()
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.codex,
+    pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`"),
+]
+
+TURN_TIMEOUT = 30.0
+DIST_NAME = "live-delta-engines"
+SUMMARY_ID = "live-delta-summary"
+IDENTITY_ID = "live-delta-identity"
+STEP = 4
+KEEP = 2
+OPEN, CLOSE = f"<{CONTEXT_KEY}>", f"</{CONTEXT_KEY}>"
+
+ENGINE_MODULE = f'''\
+"""Test engines for tests/test_live_delta.py."""
+
+from engines import AssembleResult, CompactionSummaryMessage, EngineInfo
+from engines.testkit import RecordingEngine
+
+STEP = {STEP}
+KEEP = {KEEP}
+
+
+class Identity(RecordingEngine):
+    def __init__(self, config=None):
+        super().__init__(config, info=EngineInfo(id="{IDENTITY_ID}", name="identity", version="0"))
+
+
+class Summary(RecordingEngine):
+    """The oldest messages, in steps of STEP, become one summary; KEEP or more stay raw."""
+
+    def __init__(self, config=None):
+        super().__init__(config, info=EngineInfo(id="{SUMMARY_ID}", name="summary", version="0"))
+
+    async def handle_assemble(self, params):
+        messages = list(params.messages)
+        boundary = max(0, (len(messages) - KEEP) // STEP * STEP)
+        if boundary:
+            summary = CompactionSummaryMessage(
+                summary=f"SUMMARY of the {{boundary}} earliest messages", tokens_before=boundary * 100, timestamp=0
+            )
+            messages = [summary, *messages[boundary:]]
+        return AssembleResult(messages=messages, estimated_tokens=len(messages))
+'''
+
+
+def install_engines(site: Path) -> Path:
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "live_delta_engines.py").write_text(ENGINE_MODULE)
+    info = site / "live_delta_engines-0.0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text(
+        f"[openclaw.context_engines]\n{SUMMARY_ID} = live_delta_engines:Summary\n{IDENTITY_ID} = live_delta_engines:Identity\n"
+    )
+    return site
+
+
+def sidecar_env(home: Path, site: Path, state: Path, config: Path, engine: str) -> dict[str, str]:
+    config.write_text("")  # never the developer's own config file
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    base.update(
+        {
+            "CODEX_SIDECAR_CODEX_BIN": CODEX_BIN or "",
+            "CODEX_SIDECAR_ENGINE": engine,
+            "CODEX_SIDECAR_ENGINE_ALLOWLIST": DIST_NAME,
+            "CODEX_SIDECAR_PROJECTION_MODE": "delta",
+            "CODEX_SIDECAR_STATE_DIR": str(state),
+            "CODEX_SIDECAR_CONFIG": str(config),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        }
+    )
+    return codex_env(home, base)
+
+
+@contextlib.asynccontextmanager
+async def sidecar(env: dict[str, str], work: Path) -> AsyncIterator[AppServerClient]:
+    argv = [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"]
+    async with AppServerClient.spawn(argv, env=env, cwd=str(work)) as client:
+        await client.initialize()
+        yield client
+
+
+async def finalized(client: AppServerClient, thread_id: str, turn_id: str) -> dict:
+    """sidecar/status once the sidecar finished the turn (turn/completed is forwarded first)."""
+    with trio.move_on_after(TURN_TIMEOUT):
+        while True:
+            status = await client.request("sidecar/status")
+            thread = status["lifecycle"]["threads"].get(thread_id) or {}
+            if (thread.get("lastFinalize") or {}).get("turnId") == turn_id and not thread.get("busy"):
+                return status
+            await trio.sleep(0.05)
+    pytest.fail(f"the sidecar never finished {turn_id}: {json.dumps(status.get('lifecycle'))[:2000]}")
+
+
+# --------------------------------------------------------------------------
+# Reading the model's requests
+
+
+def without_ids(items: list[dict]) -> list[dict]:
+    """Items minus their ``id``: a revert gives Codex's framing messages new
+    item ids, the content stays byte for byte."""
+    return [{k: v for k, v in item.items() if k != "id"} for item in items]
+
+
+def texts_of(item: dict) -> list[str]:
+    return input_texts({"input": [item]})
+
+
+def chars(request: dict) -> int:
+    """Characters of every text in the request's input (what grows with history)."""
+    return sum(len(t) for t in input_texts(request))
+
+
+def prompt_of(request: dict) -> str:
+    users = [i for i in request["input"] if i.get("type", "message") == "message" and i.get("role") == "user"]
+    return texts_of(users[-1])[-1]
+
+
+def context_items(request: dict) -> list[int]:
+    return [n for n, item in enumerate(request["input"]) if any(OPEN in t for t in texts_of(item))]
+
+
+def context_text(request: dict, index: int) -> str:
+    (text,) = [t for t in texts_of(request["input"][index]) if OPEN in t]
+    assert text.startswith(OPEN) and text.endswith(CLOSE), text[:80]
+    return text[len(OPEN) : -len(CLOSE)]
+
+
+def thread_ids_in(value: Any, out: set[str]) -> set[str]:
+    """Every thread id a frame names: ``threadId`` anywhere, and ``thread.id``."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if key == "threadId" and isinstance(child, str):
+                out.add(child)
+            elif key == "thread" and isinstance(child, dict) and isinstance(child.get("id"), str):
+                out.add(child["id"])
+            thread_ids_in(child, out)
+    elif isinstance(value, list):
+        for child in value:
+            thread_ids_in(child, out)
+    return out
+
+
+def filler(tag: str, n: int) -> str:
+    words = ["amber", "basil", "cedar", "delta", "ember", "fjord", "grove", "heron"]
+    return f"{tag} " + " ".join(words[(n + k) % len(words)] for k in range(70))  # ~420 characters
+
+
+# --------------------------------------------------------------------------
+# Tests
+
+
+async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_client(tmp_path):
+    prompts = [filler(f"P{n}", n) for n in range(1, 8)]
+    replies = [filler(f"R{n}", n + 3) for n in range(1, 8)]
+    work = tmp_path / "work"
+    work.mkdir()
+    site = install_engines(tmp_path / "site")
+    tool_calls: list[dict] = []
+
+    async def tool_call(params: dict) -> dict:
+        tool_calls.append(params)
+        return {"contentItems": [{"type": "inputText", "text": WEATHER_RESULT}], "success": True}
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", SUMMARY_ID)
+        # Turns 1-6 answer in text; turn 7 calls the client's dynamic tool first.
+        model.script(*(Text(r) for r in replies[:6]), FunctionCall(WEATHER_TOOL["name"], {"city": "Paris"}, call_id="call_w"), Text(replies[6]))
+        async with sidecar(env, work) as client:
+            client.on_server_request("item/tool/call", tool_call)
+            tid = await client.start_thread(cwd=str(work), dynamicTools=[WEATHER_TOOL])
+            turn_ids = []
+            for prompt in prompts:
+                done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+                turn_ids.append(done["turn"]["id"])
+            status = await finalized(client, tid, turn_ids[-1])
+            inspected = await client.request("sidecar/inspect", {"threadId": tid})
+            read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+        requests = list(model.requests)
+
+        # A fresh app-server process (codex itself, no sidecar) resumes the rebuilt thread.
+        async with codex_connector(CODEX_BIN, home, work)() as direct:
+            await direct.initialize()
+            resumed = await direct.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            assert resumed["thread"]["id"] == tid
+            model.script(Text("Resumed fine."))
+            done = await direct.run_turn(tid, "After the restart.", timeout=TURN_TIMEOUT)
+            assert done["turn"]["status"] == "completed"
+        after_restart = model.requests[-1]
+
+    # --- the engine's rebuilds, as the sidecar reports them
+    assert status["lifecycle"]["rebuilds"] == 2
+    turns = inspected["turns"]
+    assert [t["rebuilt"] for t in turns] == [False, False, False, True, False, True, False]
+    assert [t["mode"] for t in turns] == ["delta"] * 7
+
+    # --- what the model saw, turn by turn
+    by_turn = [next(r for r in requests if prompt_of(r) == p) for p in prompts]
+    assert {r["prompt_cache_key"] for r in requests} == {tid}  # one thread, one cache key throughout
+    framing = by_turn[0]["input"][:-1]  # the first request: Codex's framing, then P1
+    for n, request in enumerate(by_turn, 1):
+        # The user's message is only the user's prompt; no context in it, ever.
+        assert not any(CONTEXT_HEADER in t for t in input_texts(request, "user"))
+        assert prompt_of(request) == prompts[n - 1]
+    for n in (4, 6):  # rebuilds: framing, the whole assembly as a developer message, the prompt
+        request = by_turn[n - 1]
+        assert without_ids(request["input"][: len(framing)]) == without_ids(framing), "Codex's framing changed across the revert"
+        rest = request["input"][len(framing) :]
+        assert [(i.get("role"), len(context_items({"input": [i]}))) for i in rest] == [("developer", 1), ("user", 0)]
+        context = context_text(request, len(framing))
+        assert context.startswith(CONTEXT_HEADER)
+        boundary = 2 * n - 2 - KEEP - ((2 * n - 2 - KEEP) % STEP)
+        assert f"[summary]\nSUMMARY of the {boundary} earliest messages" in context
+        kept = (boundary // 2) + 1  # the first raw turn after the summary
+        assert f"[user]\n{prompts[kept - 1]}" in context
+        body = json.dumps(request["input"])
+        for old in range(1, kept):  # summarised turns are gone from the model's input
+            assert prompts[old - 1] not in body and replies[old - 1] not in body
+    for n in (2, 3):  # before any rebuild: Codex's own history, nothing projected
+        assert context_items(by_turn[n - 1]) == []
+    for n, rebuild in ((5, 4), (7, 6)):  # after a rebuild: that request plus the turns since, unchanged
+        before = by_turn[rebuild - 1]["input"]
+        assert by_turn[n - 1]["input"][: len(before)] == before
+        assert context_items(by_turn[n - 1]) == context_items(by_turn[rebuild - 1])  # no pile-up
+
+    # --- bounded: never more than the last rebuild plus the turns since, and
+    # never more than a window of STEP + KEEP + 1 messages over the framing.
+    last_rebuild = 0
+    for n, request in enumerate(by_turn, 1):
+        if n in (4, 6):
+            last_rebuild = n
+            continue
+        if last_rebuild:
+            # The rebuild's request, then the replies and prompts of the turns since.
+            grown = sum(len(r) for r in replies[last_rebuild - 1 : n - 1]) + sum(len(p) for p in prompts[last_rebuild:n])
+            assert chars(request) <= chars(by_turn[last_rebuild - 1]) + grown
+    turn_chars = [len(p) + len(r) for p, r in zip(prompts, replies)]
+    window = chars(by_turn[0]) + (STEP + KEEP + 1) * max(len(t) for t in prompts + replies) + 1_000
+    assert all(chars(r) <= window for r in by_turn), [chars(r) for r in by_turn]
+    assert chars(by_turn[0]) + sum(turn_chars[:6]) > window  # native would not fit: the bound means something
+
+    # --- the client never noticed
+    frames = [json.loads(line) for line in client.received]
+    ids: set[str] = set()
+    for f in frames:
+        thread_ids_in(f, ids)
+    assert ids == {tid}
+    methods = [f.get("method") for f in frames]
+    assert "thread/reverted" not in methods
+    assert not any(f.get("method") == "thread/status/changed" and f["params"]["status"]["type"] == "notLoaded" for f in frames)
+    sent_ids = {json.loads(line).get("id") for line in client.sent}
+    assert all(f["id"] in sent_ids for f in frames if "method" not in f and "id" in f)
+    # Its own turn frames all arrived, once each.
+    assert [n["turn"]["id"] for n in client.notifications_for("turn/started", threadId=tid)] == turn_ids
+    assert [n["turn"]["id"] for n in client.notifications_for("turn/completed", threadId=tid)] == turn_ids
+    # The dynamic tool call of turn 7 (after the second rebuild) reached the client, on its thread.
+    assert len(tool_calls) == 1 and tool_calls[0]["threadId"] == tid and tool_calls[0]["turnId"] == turn_ids[6]
+    assert any(
+        i["type"] == "function_call_output" and WEATHER_RESULT in json.dumps(i) for i in requests[-1]["input"]
+    )
+    # The client's userMessage items are its own prompts.
+    users = [n["item"] for n in client.notifications_for("item/completed", threadId=tid) if n["item"]["type"] == "userMessage"]
+    assert [u["content"][0]["text"] for u in users] == prompts
+    # thread/read answers for the thread: the turns since the last rebuild.
+    assert [t["id"] for t in read["thread"]["turns"]] == turn_ids[5:]
+
+    # --- the resumed thread, in a fresh codex: the rebuilt history, nothing older
+    assert after_restart["prompt_cache_key"] == tid
+    assert without_ids(after_restart["input"][: len(framing)]) == without_ids(framing)
+    assert len(context_items(after_restart)) == 1
+    assert context_text(after_restart, context_items(after_restart)[0]) == context_text(by_turn[5], len(framing))
+    body = json.dumps(after_restart["input"])
+    assert prompts[0] not in body and prompts[4] in body and prompts[6] in body
+
+
+async def test_identity_engine_in_delta_is_invisible_to_the_model(tmp_path):
+    prompts = ["Remember the codeword PAPAYA.", "My favourite colour is blue.", "And my city is Lyon.", "Codeword, colour and city?"]
+    replies = ["Noted PAPAYA.", "Blue it is.", "Lyon, noted.", "PAPAYA, blue, Lyon."]
+
+    async def run(via_sidecar: bool) -> tuple[list[dict], list[bytes], str]:
+        root = tmp_path / ("s" if via_sidecar else "d")  # same length: the fake model counts path characters
+        work = root / "work"
+        work.mkdir(parents=True)
+        with FakeModel() as model:
+            home = make_codex_home(root / "codex-home", model.base_url)
+            if via_sidecar:
+                env = sidecar_env(home, install_engines(root / "site"), root / "state", root / "sidecar.toml", IDENTITY_ID)
+                connect = connector([sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"], env=env, cwd=work)
+            else:
+                connect = codex_connector(CODEX_BIN, home, work)
+            model.script(*(Text(r) for r in replies))
+            async with connect() as client:
+                await client.initialize()
+                tid = await client.start_thread(cwd=str(work))
+                for prompt in prompts:
+                    done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
+                    assert done["turn"]["status"] == "completed"
+                if via_sidecar:
+                    status = await finalized(client, tid, done["turn"]["id"])
+                    assert status["lifecycle"]["rebuilds"] == 0
+                    assert status["lifecycle"]["engine"]["id"] == IDENTITY_ID
+            return list(model.requests), list(client.received), str(root)
+
+    d_requests, d_frames, d_root = await run(via_sidecar=False)
+    s_requests, s_frames, s_root = await run(via_sidecar=True)
+    assert len(s_requests) == len(d_requests) == 4
+    dn, sn = Normaliser(d_root), Normaliser(s_root)
+    assert [sn.value(r) for r in s_requests] == [dn.value(r) for r in d_requests]
+    # Each request extends the previous one unchanged (a prompt cache reuses it all).
+    for before, after in zip(s_requests, s_requests[1:]):
+        assert after["input"][: len(before["input"])] == before["input"]
+    assert not any(OPEN in t for r in s_requests for t in input_texts(r))
