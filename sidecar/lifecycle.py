@@ -644,6 +644,12 @@ class Lifecycle:
         except (RpcError, trio.TooSlowError) as exc:
             self._reverting.pop(session.thread_id, None)
             message = getattr(exc, "message", "") or ""
+            if message.startswith("turn not found") and session.turns_since_rebuild is not None:
+                # The ledger's first turn is gone (the client reverted the thread
+                # itself, or the sidecar died between a revert and its turn/start):
+                # ask Codex for the thread's first turn instead, once.
+                session.turns_since_rebuild = None
+                return await self._revert_to_framing(session)
             if "paginated" in message:
                 session.revert_unsupported = True
             log.warning(
