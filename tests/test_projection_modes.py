@@ -538,6 +538,35 @@ async def test_a_turn_refused_after_the_revert_leaves_a_ledger_that_matches_the_
     assert_client_unaware(run, tid)
 
 
+async def test_a_client_s_own_revert_reaches_it_and_later_rebuilds_still_work(tmp_path):
+    """The client reverts its thread itself: its revert's notifications are
+    its own (not swallowed), and the sidecar's ledger, whose first turn is
+    now gone, must not make every later rebuild fail with "turn not found"."""
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "V1")
+        await run.turn_ok(tid, "V2")
+        mark = len(run.frames())
+        reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t1})
+        assert reverted["result"]["thread"]["id"] == tid
+        await run.wait_frame(lambda f: f.get("method") == "thread/reverted")
+        client_saw = [f.get("method") for f in run.frames()[mark:] if "method" in f]
+        t3 = await run.turn_ok(tid, "V3")
+        t4 = await run.turn_ok(tid, "V4")
+        status = await run.status()
+
+    assert client_saw == ["thread/status/changed", "thread/readState/changed", "thread/status/changed", "thread/reverted"]
+    sidecar_reverts = [r["params"]["beforeTurnId"] for r in run.received("thread/revert")][1:]  # [0] is the client's
+    assert sidecar_reverts[-1] == t3  # turn 4 rebuilt again, from turn 3: the ledger is back on track
+    seen = run.seen(tid)
+    assert [s["turnId"] for s in seen][-2:] == [t3, t4]
+    # Turn 3 rebuilt: the engine's assembly (from the mirror, which still has V1 and V2) is projected whole.
+    assert seen[-2]["held"] == [] and f"[summary]\n{summary_text(2)}" in context_of(seen[-2])
+    assert seen[-1]["held"] == [] and f"[summary]\n{summary_text(4)}" in context_of(seen[-1])
+    assert status["rebuilds"] == 2
+    assert [r["fallback"] for r in inspect_records(run, tid)] == [None] * 4
+
+
 # --------------------------------------------------------------------------
 # the ledger across a restart, inspection
 
