@@ -32,15 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo, UserMessage
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
 
 from .harness import child, proxied
-from .test_lifecycle import Run, fields, frame, logs, records_with, text_of, wait_until  # noqa: F401  (logs: fixture)
+from .test_lifecycle import Run, fields, frame, logs, records_with, wait_until  # noqa: F401  (logs: fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL = f"turn/start.additionalContext[{CONTEXT_KEY}]"
