@@ -44,6 +44,10 @@ class InspectLog:
             pass  # inspection is best-effort; the turn itself is not affected
 
     def records(self) -> list[dict[str, Any]]:
+        """Per-turn records, in order (ledger markers left out)."""
+        return [r for r in self._all() if "turnId" in r]
+
+    def _all(self) -> list[dict[str, Any]]:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -58,5 +62,6 @@ class InspectLog:
         return out
 
     def last(self) -> dict[str, Any] | None:
-        records = self.records()
+        """The last record, a "rebuilding" marker included."""
+        records = self._all()
         return records[-1] if records else None

@@ -315,6 +315,10 @@ class Lifecycle:
                     session.held = last.get("held")
                     session.turns_since_rebuild = last.get("turnsSinceRebuild")
                     session.rebuilds = int(last.get("rebuilds") or 0)
+                    if last.get("rebuilding"):
+                        # Killed between a revert and the turn that carried the
+                        # projection: the thread may hold only its framing.
+                        session.held, session.force_rebuild = [], True
             # Import only when the session is first seen: a thread started or
             # imported earlier in this run is mirrored turn by turn already, and
             # importing it again would bootstrap an engine that saw every turn.
@@ -636,6 +640,13 @@ class Lifecycle:
         if first is None:
             session.turns_since_rebuild = []
             return True  # nothing but framing yet
+        if session.inspect is not None:
+            # Persist before reverting: a SIGKILL between the revert and the
+            # turn/start that carries the projection must not leave a ledger
+            # claiming history the thread no longer holds.
+            await trio.to_thread.run_sync(
+                session.inspect.append, {"rebuilding": True, "rebuilds": session.rebuilds, "projectedEpoch": session.projected_epoch}
+            )
         done = trio.Event()
         self._reverting[session.thread_id] = done
         started = trio.current_time()

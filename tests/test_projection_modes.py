@@ -672,3 +672,27 @@ async def test_the_same_session_twice_gives_the_same_bytes(tmp_path):
     first = await session_frames(tmp_path / "a")
     second = await session_frames(tmp_path / "b")
     assert first == second
+
+
+
+async def test_a_kill_between_revert_and_turn_start_forces_a_full_rebuild_on_restart(tmp_path):
+    """SIGKILL after thread/revert but before the turn/start that carries the
+    projection leaves the "rebuilding" marker last in the ledger: the thread
+    may hold only its framing, so the next process must not trust the older
+    ledger (with an identity engine it would otherwise project nothing)."""
+    from sidecar.inspect import InspectLog, inspect_path
+
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "K1")
+        await run.turn_ok(tid, "K2")
+    log = InspectLog(inspect_path(tmp_path / "state", tid))
+    turns_before = log.records()
+    log.append({"rebuilding": True, "rebuilds": 0, "projectedEpoch": None})  # what the killed process left
+    assert log.records() == turns_before  # markers are not turns
+
+    async with modes_sidecar(tmp_path, identity(), name="two") as run2:
+        await run2.resume_thread(tid)
+        await run2.turn_ok(tid, "K3")
+    assert len(run2.received("thread/revert")) == 1
+    assert context_of(run2.seen(tid)[0]) is not None, "the whole history was projected again"
