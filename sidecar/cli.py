@@ -206,6 +206,7 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         token_budget=settings.get("token_budget"),
         session_key_template=settings["session_key"],
         projection_mode=settings["projection_mode"],
+        stale_slack=settings["stale_slack"],
     )
 
     async def serve() -> int:

@@ -74,6 +74,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window, once Codex reports it).", "TOKENS"),
     Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} is replaced.", "TEMPLATE"),
     Setting(
+        "stale_slack",
+        click.FloatRange(min=0.0, max=1.0),
+        0.05,
+        "delta: share of what the thread holds that may be content the engine dropped before the sidecar rebuilds (0 = rebuild on any drop).",
+        "FRACTION",
+    ),
+    Setting(
         "projection_mode",
         click.Choice(["auto", "per_turn", "epoch", "delta"]),
         "auto",
