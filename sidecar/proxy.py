@@ -178,7 +178,7 @@ class ProxyOptions:
     """Seconds the child gets to exit on its own after the client hangs up."""
     kill_grace: float = 3.0
     """Seconds between SIGTERM and SIGKILL when the child lingers."""
-    high_water: int = 8 * 1024 * 1024
+    high_water: int = 1024 * 1024
     forward_signals: bool = True
 
 
