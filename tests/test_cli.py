@@ -177,7 +177,10 @@ def test_sigkill_of_the_sidecar_takes_the_child_down_and_leaves_a_readable_recor
     for i in range(200):
         proc.stdin.write(b'{"method":"flood","params":{"i":%d}}\n' % i)
     proc.stdin.flush()
-    time.sleep(0.2)
+    # Kill mid-stream, once frames are demonstrably being recorded.
+    deadline = time.monotonic() + 10
+    while (not rec.exists() or rec.read_bytes().count(b"\n") < 20) and time.monotonic() < deadline:
+        time.sleep(0.01)
     proc.kill()
     proc.wait(timeout=10)
     deadline = time.monotonic() + 10
