@@ -89,6 +89,10 @@ class LifecycleOptions:
     """delta: content the engine dropped may stay in the thread, instead of a
     rebuild, while it is at most this share of what the thread holds (a
     rebuild costs Codex a revert, ~50-80 ms, and the prompt cache)."""
+    stale_floor_chars: int = 4000
+    """...and always this many characters (about 1,000 tokens), so a young
+    thread, where 5% is less than one recalled snippet, does not rebuild on
+    every turn. 0 with stale_slack 0 means rebuild on any drop."""
     projection_mode: str = "auto"
     """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
     assemble result asks for (``thread_bootstrap`` means epoch, an explicit
@@ -613,7 +617,7 @@ class Lifecycle:
             return False  # sizes unknown (e.g. after a restart): rebuild to be exact
         stale_chars = sum(session.sizes[f] for f in stale)
         held_chars = sum(session.sizes.get(f, 0) for f in held)
-        return stale_chars <= self.options.stale_slack * held_chars
+        return stale_chars <= max(self.options.stale_slack * held_chars, self.options.stale_floor_chars)
 
     async def _revert_to_framing(self, session: ThreadSession) -> bool:
         """Drop every turn of the Codex thread in place (same id, same cache key).

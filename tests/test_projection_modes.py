@@ -105,7 +105,7 @@ async def modes_sidecar(
         script_path.write_text(json.dumps(script))
         env["FAKE_CODEX_SCRIPT"] = str(script_path)
     async with proxied(child("fake_codex.py"), env=env) as client:
-        lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode))
+        lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode, stale_floor_chars=0))
         lifecycle.install(client.proxy.hooks)
         run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log)
         resp = await run.request(
@@ -390,7 +390,7 @@ async def test_a_small_dropped_snippet_stays_a_big_dropped_message_rebuilds(tmp_
 
 
 async def test_zero_slack_rebuilds_for_any_dropped_message(tmp_path):
-    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_slack=0.0)
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_slack=0.0, stale_floor_chars=0)
     async with modes_sidecar(tmp_path, recall(lambda prompt: f"fact<{prompt}>"), options=options, script={"defaultReply": LONG_REPLY}) as run:
         tid = await run.start_thread()
         turns = [await run.turn_ok(tid, f"Prompt {n}") for n in range(1, 4)]
@@ -696,3 +696,20 @@ async def test_a_kill_between_revert_and_turn_start_forces_a_full_rebuild_on_res
         await run2.turn_ok(tid, "K3")
     assert len(run2.received("thread/revert")) == 1
     assert context_of(run2.seen(tid)[0]) is not None, "the whole history was projected again"
+
+
+async def test_the_slack_floor_keeps_a_young_thread_from_rebuilding_for_one_snippet(tmp_path):
+    """5% of a young thread is less than one recalled snippet; the absolute
+    floor (stale_floor_chars) lets it stay, and a drop beyond it rebuilds."""
+    snippet = "RETRIEVED " + "lorem ipsum " * 200  # ~2,400 characters
+    engine = recall(lambda prompt: f"{snippet}<{prompt}>")
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=4000)
+    async with modes_sidecar(tmp_path, engine, options=options) as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"Prompt {n}")
+        status = await run.status()
+    # Turn 2 keeps one stale snippet (~2,400 chars, under the floor); turn 3
+    # would keep two (~4,800 chars, over it): one rebuild, at turn 3.
+    assert status["rebuilds"] == 1
+    assert [r["rebuilt"] for r in inspect_records(run, tid)] == [False, False, True]
