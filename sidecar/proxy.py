@@ -562,14 +562,9 @@ class Proxy:
         self._pending[wire_id] = pending
         hooks = self.hooks.client_requests.get(method)
         if hooks:
-            msg = Message(env, line)
-            for hook in hooks:
-                decision = self._run_hook(hook, msg)
-                if decision is HANDLED:
-                    return
-                if decision is not None:
-                    msg = Message(parse(decision), decision)  # type: ignore[arg-type]
-            line = msg.line
+            line = self._run_chain(hooks, Message(env, line))
+            if line is None:
+                return
         if wire_id is not client_id:
             line = rewrite(line, id=wire_id)
         self._forward_to_child(line)
@@ -603,14 +598,9 @@ class Proxy:
         else:
             hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
         if hooks:
-            msg = Message(env, line)
-            for hook in hooks:
-                decision = self._run_hook(hook, msg)
-                if decision is HANDLED:
-                    return
-                if decision is not None:
-                    msg = Message(parse(decision), decision)  # type: ignore[arg-type]
-            line = msg.line
+            line = self._run_chain(hooks, Message(env, line))
+            if line is None:
+                return
         self._forward_to_client(line)
 
     def _from_child_response(self, env: Envelope, line: bytes) -> None:
@@ -643,14 +633,9 @@ class Proxy:
         if pending is not None:
             hooks = self.hooks.responses.get(pending.method)
             if hooks:
-                msg = Message(env, line)
-                for hook in hooks:
-                    decision = self._run_response_hook(hook, msg, pending)
-                    if decision is HANDLED:
-                        return
-                    if decision is not None:
-                        msg = Message(parse(decision), decision)  # type: ignore[arg-type]
-                line = msg.line
+                line = self._run_chain(hooks, Message(env, line), pending)
+                if line is None:
+                    return
         self._forward_to_client(line)
 
     def _forward_to_client(self, line: bytes) -> None:
@@ -662,6 +647,22 @@ class Proxy:
         self.to_client.put_line(line)
 
     # ---------------------------------------------------------------- hooks
+
+    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None) -> bytes | None:
+        """Run hooks in order; the line to forward, or None when one took it.
+
+        A hook's returned bytes replace the message for the hooks after it.
+        """
+        for hook in hooks:
+            if pending is None:
+                decision = self._run_hook(hook, msg)
+            else:
+                decision = self._run_response_hook(hook, msg, pending)
+            if decision is HANDLED:
+                return None
+            if decision is not None:
+                msg = Message(parse(decision), decision)  # type: ignore[arg-type]
+        return msg.line
 
     def _run_hook(self, hook: Callable[[Message], Decision], msg: Message) -> Decision:
         try:
