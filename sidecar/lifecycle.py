@@ -512,7 +512,11 @@ class Lifecycle:
         state.rendered, state.dropped = projection.messages_rendered, projection.messages_dropped
         state.context_chars = len(projection.text or "")
         state.original_chars = input_text_chars(items)
-        state.sent_chars = projection.input_text_chars
+        # What this turn adds to the model's input, wherever it travels: the
+        # input text, plus the context block and addition in additionalContext.
+        state.sent_chars = projection.input_text_chars + len(addition or "")
+        if placement == "additional_context":
+            state.sent_chars += len(projection.text or "")
         log.info(
             "codex context engine assemble applied",
             extra={
@@ -921,6 +925,7 @@ class Lifecycle:
             "historyMessages": state.pre_prompt_count,
             "assembled": {"count": state.assembled_count, "estimatedTokens": state.estimated_tokens, "messages": state.assembled_roles},
             "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
+            # The turn's contribution to model input, before and after projection.
             "turnInputChars": {"original": state.original_chars, "sent": state.sent_chars or state.original_chars},
             "codexInputTokens": (usage.input + usage.cache_read) if usage else None,
             "cachedInputTokens": usage.cache_read if usage else None,
