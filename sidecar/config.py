@@ -77,7 +77,7 @@ SETTINGS: tuple[Setting, ...] = (
         "stale_slack",
         click.FloatRange(min=0.0, max=1.0),
         0.05,
-        "delta: share of what the thread holds that may be content the engine dropped before the sidecar rebuilds (0 = rebuild on any drop).",
+        "delta: share of what the thread holds (at least 4,000 chars) that may be content the engine dropped before the sidecar rebuilds; 0 = exact, rebuild on any drop.",
         "FRACTION",
     ),
     Setting(

@@ -92,7 +92,7 @@ class LifecycleOptions:
     stale_floor_chars: int = 4000
     """...and always this many characters (about 1,000 tokens), so a young
     thread, where 5% is less than one recalled snippet, does not rebuild on
-    every turn. 0 with stale_slack 0 means rebuild on any drop."""
+    every turn. ``stale_slack`` 0 means exact: rebuild on any drop."""
     projection_mode: str = "auto"
     """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
     assemble result asks for (``thread_bootstrap`` means epoch, an explicit
@@ -617,6 +617,8 @@ class Lifecycle:
     def _within_slack(self, session: ThreadSession, stale: list[str], held: list[str]) -> bool:
         if not stale:
             return True
+        if self.options.stale_slack == 0:
+            return False  # exact: rebuild on any drop (the floor does not apply)
         if any(f not in session.sizes for f in stale):
             return False  # sizes unknown (e.g. after a restart): rebuild to be exact
         stale_chars = sum(session.sizes[f] for f in stale)
