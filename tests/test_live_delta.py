@@ -9,7 +9,10 @@ sidecar's ``PYTHONPATH`` and trusted by ``CODEX_SIDECAR_ENGINE_ALLOWLIST``):
   boundary that moves in steps of :data:`STEP` messages and always leaves at
   least :data:`KEEP` raw: over 7 turns the sidecar rebuilds the thread twice
   (turns 4 and 6) and sends plain deltas in between;
-* ``live-delta-identity`` assembles the mirrored history unchanged.
+* ``live-delta-identity`` assembles the mirrored history unchanged;
+* ``live-delta-epoch`` assembles it unchanged too, but asks for
+  ``thread_bootstrap`` with an epoch that changes every :data:`EPOCH_TURNS`
+  turns (so ``auto`` means epoch mode).
 
 No assertion depends on timing.
 """
@@ -30,7 +33,7 @@ import trio
 from sidecar.projection import CONTEXT_HEADER, CONTEXT_KEY
 from tools.client import AppServerClient
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
-from tools.fake_model import FakeModel, FunctionCall, Text, input_texts
+from tools.fake_model import FakeModel, FunctionCall, ShellCall, Text, input_texts
 from tools.scenarios import WEATHER_RESULT, WEATHER_TOOL, codex_connector, connector
 
 from .test_live_transparency import Normaliser
@@ -47,6 +50,8 @@ TURN_TIMEOUT = 30.0
 DIST_NAME = "live-delta-engines"
 SUMMARY_ID = "live-delta-summary"
 IDENTITY_ID = "live-delta-identity"
+EPOCH_ID = "live-delta-epoch"
+EPOCH_TURNS = 3
 STEP = 4
 KEEP = 2
 OPEN, CLOSE = f"<{CONTEXT_KEY}>", f"</{CONTEXT_KEY}>"
@@ -54,11 +59,12 @@ OPEN, CLOSE = f"<{CONTEXT_KEY}>", f"</{CONTEXT_KEY}>"
 ENGINE_MODULE = f'''\
 """Test engines for tests/test_live_delta.py."""
 
-from engines import AssembleResult, CompactionSummaryMessage, EngineInfo
+from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo
 from engines.testkit import RecordingEngine
 
 STEP = {STEP}
 KEEP = {KEEP}
+EPOCH_TURNS = {EPOCH_TURNS}
 
 
 class Identity(RecordingEngine):
@@ -81,6 +87,23 @@ class Summary(RecordingEngine):
             )
             messages = [summary, *messages[boundary:]]
         return AssembleResult(messages=messages, estimated_tokens=len(messages))
+
+
+class Epoch(RecordingEngine):
+    """The history unchanged, in a new epoch every EPOCH_TURNS plain turns (a user
+    and an assistant message each)."""
+
+    def __init__(self, config=None):
+        super().__init__(config, info=EngineInfo(id="{EPOCH_ID}", name="epoch", version="0"))
+
+    async def handle_assemble(self, params):
+        messages = list(params.messages)
+        epoch = f"e{{len(messages) // (2 * EPOCH_TURNS)}}"
+        return AssembleResult(
+            messages=messages,
+            estimated_tokens=len(messages),
+            context_projection=ContextProjection(mode="thread_bootstrap", epoch=epoch),
+        )
 '''
 
 
@@ -92,6 +115,7 @@ def install_engines(site: Path) -> Path:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: 0.0.1\n")
     (info / "entry_points.txt").write_text(
         f"[openclaw.context_engines]\n{SUMMARY_ID} = live_delta_engines:Summary\n{IDENTITY_ID} = live_delta_engines:Identity\n"
+        f"{EPOCH_ID} = live_delta_engines:Epoch\n"
     )
     return site
 
@@ -353,3 +377,128 @@ async def test_identity_engine_in_delta_is_invisible_to_the_model(tmp_path):
     for before, after in zip(s_requests, s_requests[1:]):
         assert after["input"][: len(before["input"])] == before["input"]
     assert not any(OPEN in t for r in s_requests for t in input_texts(r))
+
+
+async def test_approval_after_a_rebuild_reaches_the_client_on_its_own_thread(tmp_path):
+    """A server request Codex sends after the sidecar rebuilt the thread (revert
+    in place) names the client's thread; the client's answer reaches Codex."""
+    prompts = [filler(f"P{n}", n) for n in range(1, 5)]
+    replies = [filler(f"R{n}", n + 3) for n in range(1, 5)]
+    marker = "approved-after-rebuild"
+    cmd = f"printf {marker} > approved.txt && cat approved.txt"
+    work = tmp_path / "work"
+    work.mkdir()
+    site = install_engines(tmp_path / "site")
+    approvals: list[dict] = []
+
+    async def approve(params: dict) -> dict:
+        approvals.append(params)
+        return {"decision": "accept"}
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url, approval_policy="on-request", sandbox_mode="read-only")
+        env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", SUMMARY_ID)
+        model.script(
+            *(Text(r) for r in replies),
+            ShellCall(cmd, call_id="call_esc", sandbox_permissions="require_escalated", justification="Write approved.txt", login=False),
+            Text("The file is written."),
+        )
+        async with sidecar(env, work) as client:
+            client.on_server_request("item/commandExecution/requestApproval", approve)
+            tid = await client.start_thread(cwd=str(work), approvalPolicy="on-request", sandbox="read-only")
+            for prompt in prompts:  # the summary engine makes turn 4 a rebuild
+                done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+            before = await finalized(client, tid, done["turn"]["id"])
+            assert before["lifecycle"]["rebuilds"] >= 1
+            done = await client.run_turn(tid, "Write approved.txt please.", timeout=TURN_TIMEOUT)
+            turn_id = done["turn"]["id"]
+            await finalized(client, tid, turn_id)
+        requests = list(model.requests)
+
+    assert done["turn"]["status"] == "completed", done
+    # Codex asked the client, once, naming the client's own thread and turn.
+    assert [r["method"] for r in client.server_requests] == ["item/commandExecution/requestApproval"]
+    assert len(approvals) == 1 and approvals[0]["threadId"] == tid and approvals[0]["turnId"] == turn_id
+    # The approved command ran outside the sandbox.
+    commands = [
+        n["item"] for n in client.notifications_for("item/completed", threadId=tid, turnId=turn_id) if n["item"]["type"] == "commandExecution"
+    ]
+    assert len(commands) == 1 and commands[0]["exitCode"] == 0, commands
+    assert marker in (commands[0].get("aggregatedOutput") or "")
+    assert (work / "approved.txt").read_text() == marker
+    # The model got the command's output back (the turn's second request).
+    outputs = [i for i in requests[-1]["input"] if i.get("type") == "function_call_output" and i.get("call_id") == "call_esc"]
+    assert len(outputs) == 1 and marker in json.dumps(outputs[0])
+    # No frame the client received names another thread (the revert's own included).
+    frames = [json.loads(line) for line in client.received]
+    ids: set[str] = set()
+    for f in frames:
+        thread_ids_in(f, ids)
+    assert ids == {tid}
+    assert "thread/reverted" not in [f.get("method") for f in frames]
+
+
+async def test_epoch_engine_in_auto_mode_rebuilds_once_per_epoch(tmp_path):
+    """``thread_bootstrap`` under ``auto``: the context goes in only when the
+    epoch changes (the first epoch has no history to project); within an epoch
+    Codex's own history carries on."""
+    turns = 7
+    # Short turns: Codex 0.169.0 middle-truncates a long additionalContext
+    # ("…N tokens truncated…"; seen with 12 messages of ~420 characters).
+    prompts = [f"P{n}: remember the item number {n}." for n in range(1, turns + 1)]
+    replies = [f"R{n}: item {n} noted." for n in range(1, turns + 1)]
+    epochs = [f"e{(n - 1) // EPOCH_TURNS}" for n in range(1, turns + 1)]
+    changed = [n > 0 and epochs[n] != epochs[n - 1] for n in range(turns)]  # turns 4 and 7
+    work = tmp_path / "work"
+    work.mkdir()
+    site = install_engines(tmp_path / "site")
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", EPOCH_ID)
+        del env["CODEX_SIDECAR_PROJECTION_MODE"]  # auto: what the engine asks for
+        model.script(*(Text(r) for r in replies))
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            turn_ids = []
+            for prompt in prompts:
+                done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+                turn_ids.append(done["turn"]["id"])
+            status = await finalized(client, tid, turn_ids[-1])
+            inspected = await client.request("sidecar/inspect", {"threadId": tid})
+        requests = list(model.requests)
+
+    assert sum(changed) == 2
+    assert status["lifecycle"]["rebuilds"] == sum(changed)
+    records = inspected["turns"]
+    assert [t["mode"] for t in records] == ["epoch"] * turns
+    assert [t["epoch"] for t in records] == epochs
+    assert [t["rebuilt"] for t in records] == changed
+
+    assert len(requests) == turns
+    by_turn = [next(r for r in requests if prompt_of(r) == p) for p in prompts]
+    framing = by_turn[0]["input"][:-1]
+    seen: set[str] = set()
+    for n, request in enumerate(by_turn, 1):
+        assert not any(CONTEXT_HEADER in t for t in input_texts(request, "user"))
+        contexts = [context_text(request, i) for i in context_items(request)]
+        assert len(contexts) <= 1, f"turn {n}: contexts pile up"
+        new = [c for c in contexts if c not in seen]
+        assert bool(new) == changed[n - 1], f"turn {n}: new context {bool(new)}, epoch changed {changed[n - 1]}"
+        seen.update(contexts)
+        if changed[n - 1]:
+            # Reverted to the framing; the whole history as one developer message, then the prompt.
+            assert without_ids(request["input"][: len(framing)]) == without_ids(framing)
+            rest = request["input"][len(framing) :]
+            assert [(i.get("role"), len(context_items({"input": [i]}))) for i in rest] == [("developer", 1), ("user", 0)]
+            (context,) = new
+            assert context.startswith(CONTEXT_HEADER)
+            for k in range(n - 1):
+                assert f"[user]\n{prompts[k]}" in context and replies[k] in context
+        elif n > 1:
+            # Within an epoch: the previous request plus the last reply and this prompt, unchanged.
+            before = by_turn[n - 2]["input"]
+            assert request["input"][: len(before)] == before
+    assert context_items(by_turn[0]) == context_items(by_turn[1]) == context_items(by_turn[2]) == []
