@@ -151,6 +151,11 @@ REPLAY_OMITTED = "[OpenClaw assembled context replay omitted]"
 ADDITIONAL_CONTEXT_KEY = "openclaw_system_prompt_addition"
 CONTEXT_KEY = "openclaw_context"
 """additionalContext key of the context block when it travels there (delta mode)."""
+CONTEXT_PART_BYTES = 3000
+"""Codex 0.169.0 cuts the middle out of an additionalContext value over about
+4 KB (seen: 2,004 CJK characters cut, 3,900 ASCII characters kept), so the
+block travels in parts of at most this many UTF-8 bytes, one key each. Codex
+orders the keys by name: ``openclaw_context``, ``openclaw_context_002``, ..."""
 
 #: Codex's cap on the summed characters of a turn's text input items.
 CODEX_MAX_INPUT_CHARS = 1 << 20  # 1,048,576
@@ -252,6 +257,38 @@ class Projection:
 # ---------------------------------------------------------------------------
 # Public helpers
 # ---------------------------------------------------------------------------
+
+
+def split_utf8(text: str, limit: int) -> list[str]:
+    """``text`` in consecutive parts of at most ``limit`` UTF-8 bytes, cut at
+    line ends where possible; joining the parts gives ``text`` back."""
+    parts: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in text.splitlines(keepends=True):
+        n = len(line.encode("utf-8"))
+        if n > limit:  # a line too long on its own: cut it by characters
+            if current:
+                parts.append("".join(current))
+                current, size = [], 0
+            piece, piece_size = [], 0
+            for ch in line:
+                b = len(ch.encode("utf-8"))
+                if piece_size + b > limit:
+                    parts.append("".join(piece))
+                    piece, piece_size = [], 0
+                piece.append(ch)
+                piece_size += b
+            current, size = piece, piece_size
+            continue
+        if size + n > limit and current:
+            parts.append("".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += n
+    if current:
+        parts.append("".join(current))
+    return parts
 
 
 def char_budget_for_tokens(token_budget: int | None, *, chars_per_token: float = CHARS_PER_TOKEN) -> int | None:
@@ -577,7 +614,10 @@ def project_turn_input(
         body = [_omitted_line(dropped), *body]
     text = _PREFIX + _ENTRY_SEPARATOR.join(body) + suffix
     if placement == "additional_context":
-        block = {CONTEXT_KEY: {"kind": "application", "value": text}}
+        block = {
+            (CONTEXT_KEY if n == 1 else f"{CONTEXT_KEY}_{n:03d}"): {"kind": "application", "value": part}
+            for n, part in enumerate(split_utf8(text, CONTEXT_PART_BYTES), 1)
+        }
         return Projection(
             input=copies,
             additional_context={**(additional_context or {}), **block},

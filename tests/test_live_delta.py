@@ -502,3 +502,40 @@ async def test_epoch_engine_in_auto_mode_rebuilds_once_per_epoch(tmp_path):
             before = by_turn[n - 2]["input"]
             assert request["input"][: len(before)] == before
     assert context_items(by_turn[0]) == context_items(by_turn[1]) == context_items(by_turn[2]) == []
+
+
+async def test_a_long_rebuild_reaches_the_model_whole_in_ordered_parts(tmp_path):
+    """Codex 0.169.0 cuts the middle out of an additionalContext value over
+    about 4 KB, so a large rebuild travels in parts (``openclaw_context``,
+    ``openclaw_context_002``, ...). At the epoch change of turn 7 the history
+    (12 messages of ~420 characters) must reach the model complete."""
+    turns = 7
+    prompts = [filler(f"P{n}", n) for n in range(1, turns + 1)]
+    replies = [filler(f"R{n}", n + 3) for n in range(1, turns + 1)]
+    work = tmp_path / "work"
+    work.mkdir()
+    site = install_engines(tmp_path / "site")
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", EPOCH_ID)
+        del env["CODEX_SIDECAR_PROJECTION_MODE"]
+        model.script(*(Text(r) for r in replies))
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            for prompt in prompts:
+                done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+        last = next(r for r in model.requests if prompt_of(r) == prompts[-1])
+    parts = []
+    for item in last["input"]:
+        for text in texts_of(item):
+            if text.startswith("<openclaw_context"):
+                tag = text[1 : text.index(">")]
+                assert text.endswith(f"</{tag}>")
+                parts.append((tag, text[len(tag) + 2 : -len(tag) - 3]))
+    assert len(parts) >= 2, "a ~5 KB block must travel in several parts"
+    assert [t for t, _ in parts] == ["openclaw_context"] + [f"openclaw_context_{n:03d}" for n in range(2, len(parts) + 1)]
+    whole = "".join(body for _, body in parts)
+    assert "truncated" not in whole
+    for k in range(turns - 1):
+        assert prompts[k] in whole and replies[k] in whole

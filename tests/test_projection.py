@@ -712,3 +712,29 @@ def test_apply_keeps_every_field_and_merges_additional_context():
     assert "additionalContext" not in without
     null_context = projection.apply({"threadId": "t", "input": items, "additionalContext": None})
     assert null_context["additionalContext"] == projection.additional_context
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from sidecar.projection import CONTEXT_KEY, CONTEXT_PART_BYTES, split_utf8  # noqa: E402
+
+
+@settings(max_examples=200)
+@given(st.text(max_size=3000), st.integers(4, 200))
+def test_split_utf8_gives_back_the_text_in_bounded_parts(text, limit):
+    parts = split_utf8(text, limit)
+    assert "".join(parts) == text
+    assert all(0 < len(p.encode("utf-8")) <= limit for p in parts)
+
+
+def test_a_long_context_block_travels_in_ordered_parts_under_codexs_cap():
+    from engines.api import UserMessage
+
+    history = [UserMessage(content=f"message {i} " + "中文 and text " * 40, timestamp=i) for i in range(40)]
+    projection = project_turn_input(history, [{"type": "text", "text": "now", "text_elements": []}], placement="additional_context")
+    keys = list(projection.additional_context)
+    assert len(keys) > 3
+    assert keys[0] == CONTEXT_KEY and keys == sorted(keys), "Codex orders keys by name"
+    values = [projection.additional_context[k]["value"] for k in keys]
+    assert all(len(v.encode("utf-8")) <= CONTEXT_PART_BYTES for v in values)
+    assert "".join(values) == projection.text
