@@ -196,6 +196,7 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         max_line=settings["max_line_bytes"],
         eof_grace=settings["eof_grace"],
         kill_grace=settings["kill_grace"],
+        busy_poll=settings["busy_poll_us"] / 1e6,
     )
     env = dict(os.environ)
     env[ACTIVE_ENV] = str(os.getpid())

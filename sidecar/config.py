@@ -67,6 +67,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_line_bytes", click.IntRange(min=1024), 64 * 1024 * 1024, "Longest line parsed; longer lines are forwarded unparsed.", "BYTES"),
     Setting("eof_grace", click.FloatRange(min=0), 2.0, "Seconds the child gets to exit after the client closes stdin, before SIGTERM.", "SECONDS"),
     Setting("kill_grace", click.FloatRange(min=0), 3.0, "Seconds between SIGTERM and SIGKILL for a lingering child.", "SECONDS"),
+    Setting(
+        "busy_poll_us",
+        click.IntRange(min=0, max=100_000),
+        300,
+        "Microseconds the relay keeps polling after traffic before it sleeps: cuts the latency it adds "
+        "(a sleeping process is slow to wake, on VMs especially) for at most that much CPU per burst; 0 = off; "
+        "always off on a single CPU.",
+        "MICROSECONDS",
+    ),
     Setting("engine", str, "legacy", "Context engine id (entry point in openclaw.context_engines); legacy = pass through.", "ID"),
     Setting("engine_allowlist", NameList(), None, "Distributions trusted to provide engines (comma-separated); unset trusts all installed, with a warning.", "DISTS"),
     Setting("state_dir", str, None, "Where transcript mirrors live (default: $XDG_STATE_HOME/codex-sidecar).", "DIR"),

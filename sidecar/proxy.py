@@ -180,6 +180,22 @@ class ProxyOptions:
     """Seconds between SIGTERM and SIGKILL when the child lingers."""
     high_water: int = 1024 * 1024
     forward_signals: bool = True
+    busy_poll: float = 300e-6
+    """Seconds a reader keeps polling its pipe after traffic (either way)
+    before it sleeps in epoll; 0 = sleep at once. See ``effective_busy_poll``."""
+
+
+def effective_busy_poll(requested: float) -> float:
+    """The busy-poll window actually used: none on a single CPU.
+
+    Polling only pays when the peer that will answer runs on another CPU; on
+    one CPU the poller would take the very CPU the peer needs.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return requested if requested > 0 and cpus > 1 else 0.0
 
 
 _USER_AGENT_VERSION = re.compile(r"/(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
@@ -224,6 +240,8 @@ class Proxy:
         self.c2s = Counters()
         self.s2c = Counters()
         self.started_at = time.monotonic()
+        self.busy_poll = effective_busy_poll(self.options.busy_poll)
+        self._activity = _Activity()
         self.codex_version: str | None = None
         self.user_agent: str | None = None
         self.threads_seen: set[str] = set()
@@ -337,6 +355,7 @@ class Proxy:
             "codexToClient": self.s2c.as_dict(),
             "pendingRequests": len(self._pending),
             "threadsSeen": sorted(self.threads_seen),
+            "busyPollMicroseconds": round(self.busy_poll * 1e6),
             **{name: fn() for name, fn in self._status_providers.items()},
         }
 
@@ -482,7 +501,7 @@ class Proxy:
         the writer task is idle.
         """
         splitter = LineSplitter(self.options.max_line)
-        receive = _receiver(stream)
+        receive = _receiver(stream, self.busy_poll, self._activity)
         while True:
             await out.wait_writable()
             try:
@@ -717,11 +736,31 @@ class Proxy:
             self.recorder.note(direction, note)
 
 
-def _receiver(stream: trio.abc.ReceiveStream) -> Callable[[], Awaitable[bytes]]:
+class _Activity:
+    """When either reader last got data (``time.perf_counter``), shared by both."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+
+def _receiver(
+    stream: trio.abc.ReceiveStream, busy_poll: float = 0.0, activity: _Activity | None = None
+) -> Callable[[], Awaitable[bytes]]:
     """``stream.receive_some`` without its checkpoint before every read.
 
     For an fd-backed stream: read at once, park on the fd only when it has
     nothing, and yield to other tasks every few reads that did not park.
+
+    With ``busy_poll`` > 0, a reader that finds its pipe empty within that
+    many seconds of the last data either reader got keeps polling (yielding
+    to every other task between polls) instead of parking. A request is
+    usually answered within a few hundred microseconds, and on a virtual
+    machine waking a parked process costs tens of microseconds a hop; the
+    sidecar adds two hops to every round trip. Polling stops at the end of
+    the window, so an idle sidecar sleeps; the price is at most that window
+    of CPU per burst of traffic.
     """
     fileno = getattr(stream, "fileno", None)
     if fileno is None:
@@ -734,22 +773,33 @@ def _receiver(stream: trio.abc.ReceiveStream) -> Callable[[], Awaitable[bytes]]:
         return lambda: stream.receive_some(READ_SIZE)
     unparked = 0
     drained = False
+    act = activity if activity is not None else _Activity()
+    clock = time.perf_counter
 
     async def receive() -> bytes:
         nonlocal unparked, drained
         while True:
             if drained:
                 # A short read from a pipe took all there was: don't ask again
-                # just to hear EAGAIN, wait for more.
+                # just to hear EAGAIN, wait for more (or poll, in the window).
                 drained = False
-                unparked = 0
-                await trio.lowlevel.wait_readable(fd)
+                if not (busy_poll and clock() - act.last < busy_poll):
+                    unparked = 0
+                    await trio.lowlevel.wait_readable(fd)
             try:
                 data = os.read(fd, READ_SIZE)
             except BlockingIOError:
+                if busy_poll and clock() - act.last < busy_poll:
+                    # Let a process waiting for this CPU (the peer that will
+                    # write to us, when CPUs are scarce) run first.
+                    os.sched_yield()
+                    await trio.lowlevel.checkpoint()
+                    continue
                 unparked = 0
                 await trio.lowlevel.wait_readable(fd)
                 continue
+            if busy_poll:
+                act.last = clock()
             drained = 0 < len(data) < READ_SIZE
             unparked += 1
             if unparked >= 8:

@@ -107,6 +107,8 @@ def test_a_lost_frame_is_reported_not_counted():
 def test_the_table_has_one_row_per_metric_and_judges_targets():
     lat = {f"{who}_p{p}_us": v for p in (50, 99) for who, v in (("direct", 50.0), ("sidecar", 150.0))}
     lat |= {"added_p50_us": 100.0, "added_p99_us": 100.0}
+    lat |= {"no_busy_poll_p50_us": 250.0, "no_busy_poll_added_p50_us": 200.0}
+    lat |= {"sidecar_cpu_per_round_trip_us": 80.0, "no_busy_poll_cpu_per_round_trip_us": 60.0}
     tp1k = {
         "direct_frames_per_s": 500_000.0,
         "sidecar_frames_per_s": 40_000.0,
@@ -115,7 +117,8 @@ def test_the_table_has_one_row_per_metric_and_judges_targets():
     }
     tp1m = {"direct_mb_per_s": 900.0, "sidecar_mb_per_s": 300.0}
     rows = build_rows(lat, lat, tp1k, tp1m)
-    assert [r.passed for r in rows] == [True, None, None, None, False, True, True]
+    assert [r.passed for r in rows] == [True, None, None, None, None, None, False, True, True]
+    assert "+200.0 µs with --busy-poll-us 0" in rows[2].note and "60 µs" in rows[3].note
     assert rows[0].ratio == pytest.approx(3.0)
     table = format_table(rows)
     assert len(table.splitlines()) == 2 + len(rows)

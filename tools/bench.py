@@ -10,7 +10,10 @@ gives the ratio sidecar/direct next to the issue's target:
 
 * round-trip latency of 1 KB requests against ``tools/echo_child.py`` (p50 and
   p99 of several thousand round trips after a warm-up); the target is on the
-  latency the sidecar *adds* at p50. The same again with the client and both
+  latency the sidecar *adds* at p50. A second sidecar with ``--busy-poll-us 0``
+  runs in the same interleaved loop, with the sidecars' CPU time per round
+  trip, so the row shows what the default busy-poll window buys and costs.
+  The same again with the client and both
   process chains pinned to one CPU (informational): that leaves out the cost
   of waking a process on the other CPU, which the sidecar's two extra hops
   pay and which is large on virtual machines, and so shows the relay's own work;
@@ -131,34 +134,24 @@ def bench_env(src: str = REPO) -> dict[str, str]:
     return env
 
 
-def sidecar_argv(child: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "sidecar", "--log-level", "warning", "proxy", "--", *child]
+def sidecar_argv(child: Sequence[str], flags: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "sidecar", "--log-level", "warning", *flags, "proxy", "--", *child]
 
 
-def shielded(argv: Sequence[str]) -> list[str]:
-    """``argv`` exec'd with SIGTERM ignored (an ignored signal survives exec).
-
-    Works around a sidecar bug: the child's PR_SET_PDEATHSIG is armed in a
-    preexec_fn that runs in trio's worker thread (``open_process`` forks from
-    ``to_thread``), and that thread exits after 10 s idle, so the kernel
-    SIGTERMs every child about 10 s after the sidecar started it. The memory
-    run needs one sidecar for well over 10 s. Used for direct runs too, so
-    both sides run the very same child.
-    """
-    return ["sh", "-c", 'trap "" TERM; exec "$@"', "sh", *argv]
+BUSY_POLL_OFF = ("--busy-poll-us", "0")
 
 
-def sidecar_peer(child: Sequence[str], src: str = REPO) -> Peer:
-    """The sidecar from source tree ``src``, relaying for ``child``."""
-    return Peer(sidecar_argv(child), env=bench_env(src), cwd=src)
+def sidecar_peer(child: Sequence[str], src: str = REPO, flags: Sequence[str] = ()) -> Peer:
+    """The sidecar from source tree ``src`` (with ``flags``), relaying for ``child``."""
+    return Peer(sidecar_argv(child, flags), env=bench_env(src), cwd=src)
 
 
 def echo_child_argv() -> list[str]:
-    return shielded([sys.executable, ECHO_CHILD])
+    return [sys.executable, ECHO_CHILD]
 
 
 def cat_argv() -> list[str]:
-    return shielded(["cat"])
+    return ["cat"]
 
 
 def _set_pipe_size(fd: int, size: int) -> None:
@@ -422,46 +415,56 @@ def pinned(cpu: int | None) -> Iterator[None]:
 
 
 def measure_latency(cfg: Config, cpu: int | None = None) -> dict:
-    """Round trips through the echo child, direct and proxied, interleaved.
+    """Round trips through the echo child: direct, through the sidecar as it
+    comes (busy-poll on), and through a sidecar with ``--busy-poll-us 0``,
+    one request at a time on each in turn.
 
-    With ``cpu``, the client and both process chains share that one CPU: the
+    With ``cpu``, the client and every process chain share that one CPU: the
     figure is then the relay's own work, without the cost of waking a process
     on the other CPU (large on virtual machines) that the sidecar's two extra
-    hops otherwise add.
+    hops otherwise add. (The sidecar turns busy-poll off by itself there.)
     """
     where = "all CPUs" if cpu is None else f"CPU {cpu} only"
     progress(
         f"latency ({where}): {cfg.rtt_warmup} warm-up + {cfg.rtt_samples} round trips of "
-        f"{cfg.frame_1k} B, direct/sidecar interleaved"
+        f"{cfg.frame_1k} B, direct / sidecar / sidecar without busy-poll interleaved"
     )
     echo = echo_child_argv()
-    with pinned(cpu), Peer(echo) as direct, sidecar_peer(echo, cfg.sidecar_src) as proxied:
+    with (
+        pinned(cpu),
+        Peer(echo) as direct,
+        sidecar_peer(echo, cfg.sidecar_src) as proxied,
+        sidecar_peer(echo, cfg.sidecar_src, BUSY_POLL_OFF) as no_poll,
+    ):
+        peers = [direct, proxied, no_poll]
         warm = [echo_request(i, cfg.frame_1k) for i in range(1, cfg.rtt_warmup + 1)]
-        interleaved_round_trips([direct, proxied], warm)
+        interleaved_round_trips(peers, warm)
         base = cfg.rtt_warmup + 1
         reqs = [echo_request(i, cfg.frame_1k) for i in range(base, base + cfg.rtt_samples)]
         gc.collect()
         gc.disable()
-        cpu0 = proxied.cpu()
+        cpu0 = [proxied.cpu(), no_poll.cpu()]
         try:
-            d, s = interleaved_round_trips([direct, proxied], reqs)
+            d, s, s0 = interleaved_round_trips(peers, reqs)
         finally:
             gc.enable()
-        sidecar_cpu = proxied.cpu() - cpu0
-    d_us = sorted(t / 1000 for t in d)
-    s_us = sorted(t / 1000 for t in s)
-    out = {
+        cpu_used = [proxied.cpu() - cpu0[0], no_poll.cpu() - cpu0[1]]
+    out: dict = {
         "cpus": "all" if cpu is None else [cpu],
-        "samples": len(d_us),
+        "samples": len(d),
         "frameBytes": cfg.frame_1k,
-        "sidecar_cpu_per_round_trip_us": sidecar_cpu / len(s) * 1e6,
+        "sidecar_cpu_per_round_trip_us": cpu_used[0] / len(s) * 1e6,
+        "no_busy_poll_cpu_per_round_trip_us": cpu_used[1] / len(s0) * 1e6,
     }
-    for p in (50, 90, 99):
-        out[f"direct_p{p}_us"] = percentile(d_us, p)
-        out[f"sidecar_p{p}_us"] = percentile(s_us, p)
-        out[f"added_p{p}_us"] = out[f"sidecar_p{p}_us"] - out[f"direct_p{p}_us"]
-    paired = sorted((b - a) / 1000 for a, b in zip(d, s))
-    out["paired_added_p50_us"] = percentile(paired, 50)
+    d_us = sorted(t / 1000 for t in d)
+    for name, samples in (("sidecar", s), ("no_busy_poll", s0)):
+        us = sorted(t / 1000 for t in samples)
+        for p in (50, 90, 99):
+            out[f"direct_p{p}_us"] = percentile(d_us, p)
+            out[f"{name}_p{p}_us"] = percentile(us, p)
+            added = "added" if name == "sidecar" else "no_busy_poll_added"
+            out[f"{added}_p{p}_us"] = out[f"{name}_p{p}_us"] - out[f"direct_p{p}_us"]
+    out["paired_added_p50_us"] = percentile(sorted((b - a) / 1000 for a, b in zip(d, s)), 50)
     return out
 
 
@@ -611,6 +614,22 @@ def build_rows(lat: dict, lat1: dict | None, tp1k: dict, tp1m: dict) -> list[Row
             "-",
             None,
             f"+{lat['added_p99_us']:.1f} µs",
+        ),
+        Row(
+            "RTT p50, 1 KB, busy-poll off (µs)",
+            lat["direct_p50_us"],
+            lat["no_busy_poll_p50_us"],
+            "-",
+            None,
+            f"+{lat['no_busy_poll_added_p50_us']:.1f} µs with --busy-poll-us 0",
+        ),
+        Row(
+            "sidecar CPU per round trip (µs)",
+            None,
+            lat["sidecar_cpu_per_round_trip_us"],
+            "-",
+            None,
+            f"{lat['no_busy_poll_cpu_per_round_trip_us']:.0f} µs with busy-poll off",
         ),
         *one_cpu,
         Row(
