@@ -300,15 +300,20 @@ def round_trips(peer: Peer, requests: Sequence[tuple[bytes, bytes]]) -> list[int
     return times
 
 
-def interleaved_round_trips(peers: Sequence[Peer], requests: Sequence[tuple[bytes, bytes]]) -> list[list[int]]:
-    """``round_trips`` on several peers, one request at a time on each in turn
-    (starting peer alternates), so they share whatever the machine is doing."""
+def interleaved_round_trips(
+    peers: Sequence[Peer], requests: Sequence[tuple[bytes, bytes]], block: int = 1
+) -> list[list[int]]:
+    """``round_trips`` on several peers in turn, ``block`` requests at a time
+    on each (the starting peer alternates), so they share whatever the
+    machine is doing. Blocks longer than one request keep a peer that polls
+    after traffic (the sidecar's busy-poll) from spending its window during
+    the other peers' round trips, where it would take a CPU from them."""
     times: list[list[int]] = [[] for _ in peers]
     order = list(range(len(peers)))
-    for k, pair in enumerate(requests):
-        seq = order if k % 2 == 0 else order[::-1]
-        for i in seq:
-            times[i].extend(round_trips(peers[i], [pair]))
+    for k, start in enumerate(range(0, len(requests), block)):
+        chunk = requests[start : start + block]
+        for i in order if k % 2 == 0 else order[::-1]:
+            times[i].extend(round_trips(peers[i], chunk))
     return times
 
 
@@ -389,6 +394,7 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 class Config:
     rtt_warmup: int = 500
     rtt_samples: int = 5000
+    rtt_block: int = 100
     frame_1k: int = KB
     tp_1k_frames: int = 200_000  # per round; the sidecar's rounds are the memory run
     tp_1k_rounds: int = 5
@@ -417,7 +423,7 @@ def pinned(cpu: int | None) -> Iterator[None]:
 def measure_latency(cfg: Config, cpu: int | None = None) -> dict:
     """Round trips through the echo child: direct, through the sidecar as it
     comes (busy-poll on), and through a sidecar with ``--busy-poll-us 0``,
-    one request at a time on each in turn.
+    in blocks of ``rtt_block`` requests on each in turn.
 
     With ``cpu``, the client and every process chain share that one CPU: the
     figure is then the relay's own work, without the cost of waking a process
@@ -438,14 +444,14 @@ def measure_latency(cfg: Config, cpu: int | None = None) -> dict:
     ):
         peers = [direct, proxied, no_poll]
         warm = [echo_request(i, cfg.frame_1k) for i in range(1, cfg.rtt_warmup + 1)]
-        interleaved_round_trips(peers, warm)
+        interleaved_round_trips(peers, warm, cfg.rtt_block)
         base = cfg.rtt_warmup + 1
         reqs = [echo_request(i, cfg.frame_1k) for i in range(base, base + cfg.rtt_samples)]
         gc.collect()
         gc.disable()
         cpu0 = [proxied.cpu(), no_poll.cpu()]
         try:
-            d, s, s0 = interleaved_round_trips(peers, reqs)
+            d, s, s0 = interleaved_round_trips(peers, reqs, cfg.rtt_block)
         finally:
             gc.enable()
         cpu_used = [proxied.cpu() - cpu0[0], no_poll.cpu() - cpu0[1]]
