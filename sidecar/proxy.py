@@ -181,8 +181,9 @@ class ProxyOptions:
     high_water: int = 1024 * 1024
     forward_signals: bool = True
     busy_poll: float = 300e-6
-    """Seconds a reader keeps polling its pipe after traffic (either way)
-    before it sleeps in epoll; 0 = sleep at once. See ``effective_busy_poll``."""
+    """Seconds a reader keeps polling its pipe for an answer it expects (a
+    response, or the client's next request) before it sleeps in epoll;
+    0 = sleep at once. See ``effective_busy_poll`` and ``_receiver``."""
 
 
 def effective_busy_poll(requested: float) -> float:
@@ -241,7 +242,11 @@ class Proxy:
         self.s2c = Counters()
         self.started_at = time.monotonic()
         self.busy_poll = effective_busy_poll(self.options.busy_poll)
-        self._activity = _Activity()
+        # When each reader should expect an answer: the child's after a
+        # request went to it, the client's after a response or server
+        # request went to it. Notifications set neither.
+        self._expect_child = _Activity()
+        self._expect_client = _Activity()
         self.codex_version: str | None = None
         self.user_agent: str | None = None
         self.threads_seen: set[str] = set()
@@ -474,7 +479,7 @@ class Proxy:
 
     async def _pump_client(self) -> None:
         try:
-            await self._pump(self._client_in, self.to_child, self._from_client, self._from_client_raw)
+            await self._pump(self._client_in, self.to_child, self._from_client, self._from_client_raw, self._expect_client)
         finally:
             self._client_gone = True
         if not self._child_gone:
@@ -483,7 +488,7 @@ class Proxy:
     async def _pump_child(self) -> None:
         assert self.process is not None
         try:
-            await self._pump(self.process.stdout, self.to_client, self._from_child, self._from_child_raw)
+            await self._pump(self.process.stdout, self.to_client, self._from_child, self._from_child_raw, self._expect_child)
         finally:
             self._child_stdout_done.set()
 
@@ -493,6 +498,7 @@ class Proxy:
         out: Outbox,
         handle: Callable[[bytes], None],
         handle_raw: Callable[[Oversized | Fragment], None],
+        expect: _Activity,
     ) -> None:
         """Read ``stream`` until EOF, handing each line to ``handle``.
 
@@ -501,7 +507,7 @@ class Proxy:
         the writer task is idle.
         """
         splitter = LineSplitter(self.options.max_line)
-        receive = _receiver(stream, self.busy_poll, self._activity)
+        receive = _receiver(stream, self.busy_poll, expect)
         while True:
             await out.wait_writable()
             try:
@@ -557,6 +563,8 @@ class Proxy:
             # Responses to server requests and client notifications pass through.
             if env.method is not msgspec.UNSET and env.method.startswith(CONTROL_PREFIX):
                 return  # a control notification: nothing to answer, nothing to forward
+            if env.method is msgspec.UNSET and self.busy_poll:
+                self._expect_child.last = time.perf_counter()  # codex goes on after an answer
             self._forward_to_child(line)
             return
         method: str = env.method  # type: ignore[assignment]
@@ -586,6 +594,8 @@ class Proxy:
                 return
         if wire_id is not client_id:
             line = rewrite(line, id=wire_id)
+        if self.busy_poll:
+            self._expect_child.last = time.perf_counter()
         self._forward_to_child(line)
 
     def _forward_to_child(self, line: bytes) -> None:
@@ -616,6 +626,8 @@ class Proxy:
             hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
         else:
             hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
+            if self.busy_poll:
+                self._expect_client.last = time.perf_counter()
         if hooks:
             line = self._run_chain(hooks, Message(env, line))
             if line is None:
@@ -655,6 +667,8 @@ class Proxy:
                 line = self._run_chain(hooks, Message(env, line), pending)
                 if line is None:
                     return
+        if self.busy_poll:
+            self._expect_client.last = time.perf_counter()  # clients often ask again at once
         self._forward_to_client(line)
 
     def _forward_to_client(self, line: bytes) -> None:
@@ -737,7 +751,7 @@ class Proxy:
 
 
 class _Activity:
-    """When either reader last got data (``time.perf_counter``), shared by both."""
+    """When a reader was last told to expect data (``time.perf_counter``)."""
 
     __slots__ = ("last",)
 
@@ -754,13 +768,16 @@ def _receiver(
     nothing, and yield to other tasks every few reads that did not park.
 
     With ``busy_poll`` > 0, a reader that finds its pipe empty within that
-    many seconds of the last data either reader got keeps polling (yielding
-    to every other task between polls) instead of parking. A request is
-    usually answered within a few hundred microseconds, and on a virtual
-    machine waking a parked process costs tens of microseconds a hop; the
-    sidecar adds two hops to every round trip. Polling stops at the end of
-    the window, so an idle sidecar sleeps; the price is at most that window
-    of CPU per burst of traffic.
+    many seconds of ``activity.last`` (set by the proxy when it forwards
+    something the other side will answer: a request, a server request, or a
+    response the client may follow with its next request) keeps polling,
+    yielding to every other task and to processes waiting for the CPU
+    between polls, instead of parking. On a virtual machine waking a parked
+    process costs tens of microseconds a hop and the sidecar adds two hops to
+    every round trip; a quick answer is then picked up without a wake-up.
+    Notifications (a turn's stream of events) never start a window, so
+    polling does not take CPU from codex while it works, and an idle sidecar
+    sleeps; the price is at most one window of CPU per request.
     """
     fileno = getattr(stream, "fileno", None)
     if fileno is None:
@@ -798,8 +815,6 @@ def _receiver(
                 unparked = 0
                 await trio.lowlevel.wait_readable(fd)
                 continue
-            if busy_poll:
-                act.last = clock()
             drained = 0 < len(data) < READ_SIZE
             unparked += 1
             if unparked >= 8:

@@ -254,3 +254,27 @@ def _texts(body: dict) -> list[str]:
     out: list[str] = []
     bc._strings(body.get("input"), out)
     return out
+
+
+def test_wall_ratios_are_bracketed_by_the_native_runs_around_each_sidecar_run():
+    def run(label, engine, wall, ok=True):
+        reqs = [bc.RequestStats(100, 1, None, 0, "reply")] if ok else []
+        return bc.RunResult(label, engine, "delta" if engine else None, requests=reqs, turn_walls=[wall])
+
+    runs = [
+        run("native", None, 0.100),
+        run("budget+delta", "budget", 0.120),
+        run("native again", None, 0.140),  # the machine got slower: judge against both neighbours
+        run("budget+delta", "budget", 0.150),
+        run("native again", None, 0.160, ok=False),  # a failed native run is skipped...
+        run("native again", None, 0.150),  # ...for the next good one
+        run("recall+delta", "recall", 0.300, ok=False),
+    ]
+    walls = bc.bracketed_walls(runs)
+    assert walls.keys() == {"budget+delta"}
+    assert walls["budget+delta"] == pytest.approx([0.120 / 0.120, 0.150 / 0.145])
+    checks = bc.checks_for(runs[1], runs[0], 4000, walls["budget+delta"])
+    wall = [c for c in checks if c.name == "wall"][0]
+    assert wall.passed and wall.detail.startswith("1.02x, 2 runs 1.00-1.03x")
+    # Without bracketing, the same run against the first native alone fails.
+    assert not [c for c in bc.checks_for(runs[3], runs[0], 4000) if c.name == "wall"][0].passed

@@ -1,4 +1,5 @@
-"""Busy-poll: the relay polls for a short window after traffic, then sleeps.
+"""Busy-poll: after forwarding what the other side will answer, the relay
+polls for the answer for a short window, then sleeps.
 
 The window trades CPU for latency (``make bench`` measures both); what must
 hold whatever the machine: the sidecar polls only within the window, sleeps
@@ -107,3 +108,24 @@ def test_it_polls_within_the_window_only_and_sleeps_when_idle():
     assert after["polling"] >= 0.04, after
     assert after["sleeping"] <= 0.02 + TICK, after
     assert idle["polling"] <= 0.02 + TICK and idle["sleeping"] <= 0.02 + TICK, idle
+
+
+@pytest.mark.skipif(not MULTI_CPU, reason="busy-poll is off on a single CPU")
+def test_notifications_do_not_start_a_window():
+    """A stream of notifications (what codex sends during a turn) expects no
+    answer: the sidecar must not poll after it and take CPU from codex."""
+    s = Sidecar("--busy-poll-us", "100000")
+    try:
+        s.call("bench/echo", {"x": 1})
+        time.sleep(1.0)
+        assert s.proc.stdin
+        c0 = s.cpu()
+        for i in range(5):  # five bursts, each of which would start a 100 ms window
+            s.proc.stdin.write(b'{"method":"bench/note","params":{"i":%d}}\n' % i)
+            s.proc.stdin.flush()
+            time.sleep(0.12)
+        spent = s.cpu() - c0
+        assert s.call("bench/echo", {"x": 2})["result"] == {"x": 2}  # still relaying
+    finally:
+        s.close()
+    assert spent <= 0.03 + TICK, spent  # five windows of polling would be ~0.5 s
