@@ -167,15 +167,31 @@ def inspect_cmd(ctx: click.Context, thread: str, as_json: bool) -> None:
         for r in records:
             click.echo(json.dumps(r, sort_keys=True))
         return
-    click.echo(f"{'#':>3} {'status':<11} {'mode':<9} {'epoch':<10} {'assembled':>9} {'est.tok':>8} {'channels':<44} {'input chars':>18} {'codex in tok':>12}")
+    click.echo(
+        f"{'#':>3} {'status':<11} {'mode':<9} {'epoch':<10} {'assembled':>9} {'est.tok':>8} {'channels':<44} "
+        f"{'input chars':>18} {'codex in tok':>12} {'hold ms':>8} {'rebuild':<12}"
+    )
     for n, r in enumerate(records, 1):
         a, inj, size = r.get("assembled") or {}, r.get("injected") or {}, r.get("turnInputChars") or {}
         channels = ",".join(inj.get("channels") or []) or (f"none ({r['fallback']})" if r.get("fallback") else "none")
         click.echo(
             f"{n:>3} {str(r.get('status')):<11} {str(r.get('mode')):<9} {str(r.get('epoch') or '-'):<10} "
             f"{str(a.get('count')):>9} {str(a.get('estimatedTokens')):>8} {channels:<44} "
-            f"{size.get('original', 0):>8} -> {size.get('sent', 0):<7} {str(r.get('codexInputTokens')):>12}"
+            f"{size.get('original', 0):>8} -> {size.get('sent', 0):<7} {str(r.get('codexInputTokens')):>12} "
+            f"{_ms(r.get('holdMs')):>8} {_rebuild_cell(r):<12}".rstrip()
         )
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def _rebuild_cell(record: dict[str, Any]) -> str:
+    """``revert 52 ms`` for a turn that rebuilt the thread's history."""
+    if not record.get("rebuilt"):
+        return "-"
+    revert = record.get("revertMs")
+    return f"revert {revert:.0f} ms" if isinstance(revert, (int, float)) else "yes"
 
 
 @cli.command("version")

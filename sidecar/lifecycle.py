@@ -130,6 +130,8 @@ class TurnState:
     epoch_pending: str | None = None
     received: float = field(default_factory=trio.current_time)
     hold_ms: float | None = None
+    revert_ms: float | None = None
+    """How long Codex took to answer this turn's rebuild revert (part of hold_ms)."""
     held_plan: list[str] | None = None
     """Fingerprints of what the Codex thread holds once this turn's projection
     is in (before the turn's own messages); None when nothing was tracked."""
@@ -679,6 +681,8 @@ class Lifecycle:
             )
             return False
         answered = trio.current_time()
+        if session.current is not None:
+            session.current.revert_ms = round((answered - started) * 1000, 1)
         with trio.move_on_after(2.0):
             await done.wait()  # thread/reverted follows the response; keep it from the client
         self._reverting.pop(session.thread_id, None)
@@ -934,6 +938,7 @@ class Lifecycle:
             "rebuilt": state.rebuilt,
             "staleHeld": state.stale,
             "holdMs": state.hold_ms,
+            "revertMs": state.revert_ms,
             "rebuilds": session.rebuilds,
             "held": session.held,
             "turnsSinceRebuild": session.turns_since_rebuild,

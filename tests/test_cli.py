@@ -190,3 +190,12 @@ def test_sigkill_of_the_sidecar_takes_the_child_down_and_leaves_a_readable_recor
     entries = list(read_recording(rec))
     assert entries and entries[0].dir == "codex>client"
     assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+
+
+def test_inspect_table_shows_the_hold_and_each_rebuild_s_revert():
+    from sidecar.cli import _ms, _rebuild_cell
+
+    assert _ms(3.456) == "3.5" and _ms(None) == "-"
+    assert _rebuild_cell({"rebuilt": False, "revertMs": None}) == "-"
+    assert _rebuild_cell({"rebuilt": True, "revertMs": 52.4}) == "revert 52 ms"
+    assert _rebuild_cell({"rebuilt": True, "revertMs": None}) == "yes"  # nothing to revert: framing only

@@ -562,7 +562,12 @@ async def test_a_client_s_own_revert_reaches_it_and_later_rebuilds_still_work(tm
     assert seen[-2]["held"] == [] and f"[summary]\n{summary_text(2)}" in context_of(seen[-2])
     assert seen[-1]["held"] == [] and f"[summary]\n{summary_text(4)}" in context_of(seen[-1])
     assert status["rebuilds"] == 2
-    assert [r["fallback"] for r in inspect_records(run, tid)] == [None] * 4
+    records = inspect_records(run, tid)
+    assert [r["fallback"] for r in records] == [None] * 4
+    # A rebuild records how long its revert took. Turn 3 rebuilt without one
+    # (the client's revert had left only the framing); turn 4 reverted.
+    assert [r["rebuilt"] for r in records] == [False, False, True, True]
+    assert [r["revertMs"] is not None and r["revertMs"] >= 0 for r in records] == [False, False, False, True]
 
 
 # --------------------------------------------------------------------------
@@ -604,8 +609,9 @@ async def test_the_ledger_survives_a_restart(tmp_path):
     assert rows == turns
     table = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     lines = table.stdout.splitlines()
-    assert len(lines) == 4 and "mode" in lines[0]
+    assert len(lines) == 4 and "mode" in lines[0] and "hold ms" in lines[0] and "rebuild" in lines[0]
     assert all(" delta " in line for line in lines[1:])
+    assert all(line.rstrip().endswith(" -") for line in lines[1:])  # no rebuild on any turn
 
 
 async def test_a_rebuild_after_a_restart_reverts_to_the_last_rebuild_s_turn(tmp_path):
