@@ -39,7 +39,7 @@ bench: setup
 	$(PY) -m tools.bench
 
 bench-context: setup
-	$(PY) -m tools.bench_context
+	$(PY) -m tools.bench_context --repeat 3
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures

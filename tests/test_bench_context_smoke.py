@@ -278,3 +278,18 @@ def test_wall_ratios_are_bracketed_by_the_native_runs_around_each_sidecar_run():
     assert wall.passed and wall.detail.startswith("1.02x, 2 runs 1.00-1.03x")
     # Without bracketing, the same run against the first native alone fails.
     assert not [c for c in bc.checks_for(runs[3], runs[0], 4000) if c.name == "wall"][0].passed
+
+
+def test_codex_gets_an_empty_home_unless_asked_for_the_user_s(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    hermetic = bc.prepare(tmp_path / "a")
+    assert hermetic.home is not None and hermetic.home.is_dir() and not any(hermetic.home.iterdir())
+    users = bc.prepare(tmp_path / "b", user_home=True)
+    assert users.home is None
+    for engine in (None, "identity"):
+        run_dir = tmp_path / f"run-{engine}"
+        run_dir.mkdir()
+        _, env = bc._session_env(tmp_path / "codex-home", run_dir, hermetic, "/bin/codex", engine, "delta")
+        assert env["HOME"] == str(hermetic.home)
+        _, env = bc._session_env(tmp_path / "codex-home", run_dir, users, "/bin/codex", engine, "delta")
+        assert env["HOME"] == "/home/someone"

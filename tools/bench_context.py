@@ -45,7 +45,10 @@ Every figure comes from the request bodies the fake model recorded:
 * Codex's fixed framing: the native run's first request minus the user's
   prompt (base instructions, developer instructions, environment context).
 
-Codex runs with its own defaults. The fake model reports each request's real
+Codex runs with its own defaults and an empty HOME (``--user-home`` keeps
+yours): it snapshots the login shell at every session start, and every
+rebuild's revert starts a new session, so with heavy dotfiles each rebuild
+also pays for your shell's startup. The fake model reports each request's real
 o200k input count as usage (its own figure is JSON characters / 4), so
 Codex's window bookkeeping and automatic compaction behave as with a real
 model; a native compaction's model request counts as input and the row says
@@ -683,12 +686,18 @@ class Paths:
     root: Path
     work: Path
     site: Path
+    home: Path | None = None
+    """HOME for codex (and the login shell it snapshots); None = the user's."""
 
 
-def prepare(root: Path) -> Paths:
-    """The shared workspace and the engines' dist-info under ``root``."""
+def prepare(root: Path, *, user_home: bool = False) -> Paths:
+    """The shared workspace, the engines' dist-info and (unless ``user_home``)
+    an empty HOME under ``root``."""
     paths = Paths(root=root, work=make_workspace(root / "work"), site=root / "site")
     write_dist_info(paths.site)
+    if not user_home:
+        paths.home = root / "home"
+        paths.home.mkdir()
     return paths
 
 
@@ -756,6 +765,12 @@ class ModeNotAvailable(Exception):
 def _session_env(home: Path, run_dir: Path, paths: Paths, codex_bin: str, engine: str | None, mode: str | None) -> tuple[list[str], dict[str, str]]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
     base["XDG_CONFIG_HOME"] = str(run_dir / "xdg-config")  # no user config for codex-sidecar
+    if paths.home is not None:
+        # Codex snapshots the user's login shell at every session start, and a
+        # rebuild's revert starts a new session: with the user's own dotfiles
+        # (here pyenv and cargo setup, ~650 ms of CPU) that cost is the
+        # machine's, not the sidecar's. --user-home measures it.
+        base["HOME"] = str(paths.home)
     if engine is None:
         return [codex_bin, "app-server", "--listen", "stdio://"], codex_env(home, base)
     engine_id = ENGINES[engine]
@@ -1141,6 +1156,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="a sidecar setting for every sidecar run (as CODEX_SIDECAR_<NAME>), e.g. busy_poll_us=0 or stale_slack=0.1; repeatable",
     )
+    ap.add_argument(
+        "--user-home",
+        action="store_true",
+        help="run codex with your HOME (your login shell, which codex snapshots at every session start and "
+        "so after every rebuild); default: an empty HOME, the same on every machine",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per sidecar row, for the wall ratio (default %(default)s); tokens come from the first")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="script seed (default %(default)s)")
     ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
@@ -1182,7 +1203,7 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error(f"--keep {root}: folder must be empty")
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-context-")))
-        paths = prepare(root)
+        paths = prepare(root, user_home=args.user_home)
         plan: list[tuple[str, str | None, str | None]] = [("native", None, None)]
         for _ in range(args.repeat):
             for e in engines:
