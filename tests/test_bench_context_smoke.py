@@ -293,3 +293,24 @@ def test_codex_gets_an_empty_home_unless_asked_for_the_user_s(tmp_path, monkeypa
         assert env["HOME"] == str(hermetic.home)
         _, env = bc._session_env(tmp_path / "codex-home", run_dir, users, "/bin/codex", engine, "delta")
         assert env["HOME"] == "/home/someone"
+
+
+def test_the_engines_memos_never_serve_a_stale_answer():
+    """The bench engines memoise per message object (the sidecar hands them
+    the same objects every turn): equal results to a fresh computation, and a
+    different object, even with the same id later, is recomputed."""
+    from engines import AssistantMessage, TextBlock, UserMessage
+    from tools import context_engines as ce
+
+    msgs = [UserMessage(content=[TextBlock(text=f"Question {i}. Why?")], timestamp=i) for i in range(6)]
+    msgs += [AssistantMessage(content=[TextBlock(text=f"Answer {i}. Because.")], timestamp=i) for i in range(6)]
+    fresh = ce.extractive_summary(msgs, 200)
+    assert ce.cached_extractive_summary(msgs, 200) == fresh == ce.cached_extractive_summary(list(msgs), 200)
+    assert ce.cached_extractive_summary(msgs[:5], 200) == ce.extractive_summary(msgs[:5], 200) != fresh
+    assert ce.cached_extractive_summary(msgs, 20) == ce.extractive_summary(msgs, 20) != fresh
+    a = UserMessage(content=[TextBlock(text="short")], timestamp=0)
+    n = ce._message_tokens(a)
+    b = UserMessage(content=[TextBlock(text="a much longer message " * 20)], timestamp=0)
+    assert ce._message_tokens(b) > n == ce._message_tokens(a)
+    ce._object_tokens[id(b)] = (a, n)  # an entry left by another object under b's id
+    assert ce._message_tokens(b) > n  # is not trusted

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -144,16 +145,24 @@ class IdentityEngine(_BenchEngine):
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _token_cache: dict[bytes, int] = {}
+_object_tokens: dict[int, tuple[Any, int]] = {}
 
 
 def _message_tokens(message: Any) -> int:
-    """:func:`estimate_message_tokens`, memoised on the message's JSON form."""
+    """:func:`estimate_message_tokens`, memoised on the message object (the
+    sidecar hands the same objects every turn), then on its JSON form."""
+    hit = _object_tokens.get(id(message))
+    if hit is not None and hit[0] is message:
+        return hit[1]
     key = hashlib.blake2b(encode_openclaw(message), digest_size=16).digest()
     cached = _token_cache.get(key)
     if cached is None:
         if len(_token_cache) > 100_000:
             _token_cache.clear()
         cached = _token_cache[key] = estimate_message_tokens(message)
+    if len(_object_tokens) > 100_000:
+        _object_tokens.clear()
+    _object_tokens[id(message)] = (message, cached)  # the reference keeps the id from being reused
     return cached
 
 
@@ -259,6 +268,28 @@ def _summary_lines(message: Any) -> list[str]:
     return []
 
 
+@functools.lru_cache(maxsize=65_536)
+def _line_tokens(line: str) -> int:
+    return count_tokens(line)
+
+
+def cached_extractive_summary(messages: Sequence[Any], max_tokens: int) -> str:
+    """:func:`extractive_summary`, memoised on the very message objects: the
+    head the budget engine summarises stays the same for many turns."""
+    key = (tuple(map(id, messages)), max_tokens)
+    hit = _summary_cache.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], messages)):
+        return hit[1]
+    summary = extractive_summary(messages, max_tokens)
+    if len(_summary_cache) > 256:
+        _summary_cache.clear()
+    _summary_cache[key] = (tuple(messages), summary)
+    return summary
+
+
+_summary_cache: dict[tuple[tuple[int, ...], int], tuple[tuple[Any, ...], str]] = {}
+
+
 def extractive_summary(messages: Sequence[Any], max_tokens: int) -> str:
     """A deterministic extractive summary: one line per point, newest kept.
 
@@ -269,9 +300,9 @@ def extractive_summary(messages: Sequence[Any], max_tokens: int) -> str:
     lines = [line for m in messages for line in _summary_lines(m)]
     head = f"Summary of the {len(messages)} earlier messages of this conversation (extractive):"
     kept: list[str] = []
-    used = count_tokens(head) + 16  # room for the omission line
+    used = _line_tokens(head) + 16  # room for the omission line
     for line in reversed(lines):
-        cost = count_tokens(line) + 1
+        cost = _line_tokens(line) + 1
         if used + cost > max_tokens:
             break
         kept.append(line)
@@ -309,11 +340,11 @@ class BudgetEngine(_BenchEngine):
             projection = ContextProjection(mode="thread_bootstrap", epoch="0", fingerprint=_fingerprint(""))
             return AssembleResult(messages=messages, estimated_tokens=_estimate(messages), context_projection=projection)
         head, tail = messages[:boundary], messages[boundary:]
-        summary = extractive_summary(head, self.summary_tokens)
+        summary = cached_extractive_summary(head, self.summary_tokens)
         summary_message = CompactionSummaryMessage(
             summary=summary,
             tokens_before=_estimate(head),
-            tokens_after=count_tokens(summary),
+            tokens_after=_line_tokens(summary),
             timestamp=head[-1].timestamp,
         )
         assembled = [summary_message, *tail]
