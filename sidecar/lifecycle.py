@@ -860,8 +860,7 @@ class Lifecycle:
                 return
             snapshot: list[AgentMessage]
             try:
-                await trio.to_thread.run_sync(session.mirror.append_records, records)
-                snapshot = await trio.to_thread.run_sync(session.mirror.messages)
+                snapshot = await trio.to_thread.run_sync(_append_then_read, session.mirror, records)
             except (MirrorError, OSError) as exc:
                 snapshot = state.history + messages_of(records)
                 log.warning(
@@ -1109,6 +1108,14 @@ class Lifecycle:
             fields["turnId"] = session.current.turn_id
         fields.update(more)
         return fields
+
+
+def _append_then_read(mirror: TranscriptMirror, records: list[Any]) -> list[AgentMessage]:
+    """Mirror a turn and read the session back, in one trip to a worker
+    thread: each trip costs a thread wake-up and an event-loop wake-up,
+    and the next turn of this thread waits for finalisation."""
+    mirror.append_records(records)
+    return mirror.messages()
 
 
 def fingerprint(message: AgentMessage) -> str:
