@@ -836,8 +836,8 @@ async def test_next_turn_waits_for_finalisation_other_threads_do_not(tmp_path):
     async with sidecar(tmp_path, engine) as run:
         a = await run.start_thread()
         b = await run.start_thread()
+        engine.hang("after_turn", release)  # before A1 ends: finalisation may reach it at once
         await run.turn(a, "A1", settle=False)
-        engine.hang("after_turn", release)
         await engine.wait_for_call("after_turn")  # A1's finalisation is stuck
 
         a2_rid, a2 = run.turn_start_line(a, "A2")
@@ -1189,8 +1189,8 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path):
     release = trio.Event()
     async with sidecar(tmp_path, engine) as run:
         a = await run.start_thread()
+        engine.hang("after_turn", release)  # before A1 ends: finalisation may reach it at once
         await run.turn(a, "A1", settle=False)
-        engine.hang("after_turn", release)
         await engine.wait_for_call("after_turn")
         a2_rid, a2 = run.turn_start_line(a, "A2")
         a3_rid, a3 = run.turn_start_line(a, "A3")
