@@ -178,7 +178,10 @@ async def run(codex_bin: str) -> int:
     work = Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-"))
     state_dir = work / "state"
     config = work / "sidecar.toml"
-    config.write_text(f"[engines.{ENGINE}]\nsystem_prompt_addition = {json.dumps(ADDITION)}\n")
+    # stale_slack = 0: rebuild as soon as the engine drops anything. The
+    # default slack lets a thread keep up to 4,000 characters the engine
+    # dropped (a revert costs Codex tens of ms), more than this whole demo.
+    config.write_text(f"stale_slack = 0\n\n[engines.{ENGINE}]\nsystem_prompt_addition = {json.dumps(ADDITION)}\n")
     with FakeModel() as model:
         home = make_codex_home(work / "codex-home", model.base_url)
         base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
@@ -194,7 +197,7 @@ async def run(codex_bin: str) -> int:
         print(f"$ CODEX_SIDECAR_ENGINE={ENGINE} CODEX_SIDECAR_TOKEN_BUDGET={TOKEN_BUDGET} \\")
         print(f"  CODEX_SIDECAR_CONFIG={config} \\")
         print("  codex-sidecar app-server --listen stdio://")
-        print(f"  config: [engines.{ENGINE}] system_prompt_addition = {ADDITION!r}")
+        print(f"  config: stale_slack = 0 (rebuild on any drop); [engines.{ENGINE}] system_prompt_addition = {ADDITION!r}")
         async with AppServerClient.spawn(sidecar, env=env, cwd=str(work)) as client:
             info = await client.initialize()
             print(f"initialize -> userAgent {info['userAgent']!r} (passed through untouched)\n")
