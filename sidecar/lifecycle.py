@@ -57,6 +57,7 @@ from engines import (
 from protocol import parse, rewrite
 
 from .mirror import MirrorError, TranscriptMirror, session_path
+from .archive import TurnArchive, archive_path, archived_turn, splice_turns
 from .inspect import InspectLog, inspect_path
 from .projection import (
     ProjectionError,
@@ -175,6 +176,9 @@ class ThreadSession:
     sizes: dict[str, int] = field(default_factory=dict)
     """Characters of each fingerprinted message (for the stale slack)."""
     inspect: "InspectLog | None" = None
+    live_turns: list[str] | None = None
+    """Archived turns Codex still holds (a revert to the framing drops them
+    all); None: not known in this process, the archive knows."""
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -191,6 +195,8 @@ class Lifecycle:
         self.state_dir = Path(state_dir)
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
+        self._hidden: dict[str, list[dict[str, Any]]] = {}
+        """Per thread, the archived turns its rebuilds dropped (loaded when first needed)."""
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
         self._reverting: dict[str, trio.Event] = {}
@@ -205,6 +211,10 @@ class Lifecycle:
         for method in ("thread/start", "thread/resume", "thread/fork"):
             hooks.on_client_request(method, self._remember_params)
             hooks.on_response(method, self._on_thread_response)
+        hooks.on_client_request("thread/read", self._remember_params)
+        hooks.on_response("thread/read", self._on_thread_read_response)
+        hooks.on_client_request("thread/revert", self._remember_params)
+        hooks.on_response("thread/revert", self._on_client_revert_response)
         hooks.on_client_request("turn/start", self._on_turn_start)
         hooks.on_response("turn/start", self._on_turn_start_response)
         hooks.on_client_request("thread/compact/start", self._on_compact_start)
@@ -284,7 +294,59 @@ class Lifecycle:
             if parent is not None and parent.tools and not session.tools:
                 session.tools = parent.tools
         self.proxy.spawn(self._open_session, session, pending.method, params, thread)
+        if pending.method == "thread/resume" and not params.get("excludeTurns"):
+            return self._with_hidden_turns(msg, result, thread)
         return None
+
+    def _on_thread_read_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = self._requests.pop(pending.client_id, None) or {}
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if not params.get("includeTurns") or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+            return None
+        return self._with_hidden_turns(msg, result, thread)
+
+    def _on_client_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        """The client reverted its thread itself: the turns it dropped must
+        not come back in its reads, whatever the sidecar rebuilds later."""
+        params = self._requests.pop(pending.client_id, None) or {}
+        thread_id, before = params.get("threadId"), params.get("beforeTurnId")
+        if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
+            return None
+        self.proxy.spawn(self._forget_turns, thread_id, before)
+        return None
+
+    async def _forget_turns(self, thread_id: str, before: str) -> None:
+        try:
+            archive = TurnArchive(archive_path(self.state_dir, thread_id))
+        except ValueError:
+            return
+        gone = await trio.to_thread.run_sync(archive.forget_from, before)
+        session = self.sessions.get(thread_id)
+        if session is not None and session.live_turns is not None:
+            session.live_turns = [t for t in session.live_turns if t not in gone]
+        self._hidden.pop(thread_id, None)
+
+    def _with_hidden_turns(self, msg: Message, result: dict[str, Any], thread: dict[str, Any]) -> Decision:
+        """The response with the turns the sidecar's rebuilds took out of the
+        Codex thread back in front of Codex's own (see ``sidecar.archive``)."""
+        turns = thread.get("turns")
+        if not isinstance(turns, list):
+            return None
+        thread_id = thread["id"]
+        hidden = self._hidden.get(thread_id)
+        if hidden is None:
+            try:
+                path = archive_path(self.state_dir, thread_id)
+            except ValueError:
+                return None
+            # Read once per thread and process (a small blocking read, and
+            # only for a thread that a rebuild touched: no file otherwise).
+            hidden = self._hidden[thread_id] = TurnArchive(path).hidden()
+        spliced = splice_turns(hidden, turns)
+        if spliced is None:
+            return None
+        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
 
     def _session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)
@@ -652,13 +714,18 @@ class Lifecycle:
         if first is None:
             session.turns_since_rebuild = []
             return True  # nothing but framing yet
-        if session.inspect is not None:
-            # Persist before reverting: a SIGKILL between the revert and the
-            # turn/start that carries the projection must not leave a ledger
-            # claiming history the thread no longer holds.
-            await trio.to_thread.run_sync(
-                session.inspect.append, {"rebuilding": True, "rebuilds": session.rebuilds, "projectedEpoch": session.projected_epoch}
-            )
+        # Persist before reverting: a SIGKILL between the revert and the
+        # turn/start that carries the projection must not leave a ledger
+        # claiming history the thread no longer holds, nor lose which turns
+        # the client's reads must still show (a turn marked dropped that Codex
+        # still has is not shown twice: reads splice only the missing ones).
+        await trio.to_thread.run_sync(
+            _before_revert,
+            TurnArchive(archive_path(self.state_dir, session.thread_id)),
+            session.live_turns,
+            session.inspect,
+            {"rebuilding": True, "rebuilds": session.rebuilds, "projectedEpoch": session.projected_epoch},
+        )
         done = trio.Event()
         self._reverting[session.thread_id] = done
         started = trio.current_time()
@@ -681,6 +748,8 @@ class Lifecycle:
             )
             return False
         answered = trio.current_time()
+        self._hidden.pop(session.thread_id, None)  # reloaded from the archive when a read needs it
+        session.live_turns = []
         if session.current is not None:
             session.current.revert_ms = round((answered - started) * 1000, 1)
         with trio.move_on_after(2.0):
@@ -839,6 +908,10 @@ class Lifecycle:
             if session.mirror.has_key(final_key):
                 log.info("turn already finalized; not ingesting it twice", extra={"fields": self._fields(session, turnId=turn_id)})
                 return
+            archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+            archived = archived_turn(turn, list(state.items.values()))
+            if session.live_turns is not None:
+                session.live_turns.append(turn_id)
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
             error = turn.get("error")
             records = translate_turn(
@@ -856,11 +929,11 @@ class Lifecycle:
             if state.client_id is None and not messages_of(records):
                 # A turn the client did not start with turn/start and that says
                 # nothing (native compaction runs as one): mirror the marker only.
-                await trio.to_thread.run_sync(session.mirror.append_records, records)
+                await trio.to_thread.run_sync(_archive_then_append, archive, archived, session.mirror, records)
                 return
             snapshot: list[AgentMessage]
             try:
-                snapshot = await trio.to_thread.run_sync(_append_then_read, session.mirror, records)
+                snapshot = await trio.to_thread.run_sync(_append_then_read, archive, archived, session.mirror, records)
             except (MirrorError, OSError) as exc:
                 snapshot = state.history + messages_of(records)
                 log.warning(
@@ -1110,12 +1183,23 @@ class Lifecycle:
         return fields
 
 
-def _append_then_read(mirror: TranscriptMirror, records: list[Any]) -> list[AgentMessage]:
-    """Mirror a turn and read the session back, in one trip to a worker
-    thread: each trip costs a thread wake-up and an event-loop wake-up,
-    and the next turn of this thread waits for finalisation."""
+def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> None:
+    archive.append_turn(turn)  # best effort, and first: a mirror failure must not cost it
     mirror.append_records(records)
+
+
+def _append_then_read(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> list[AgentMessage]:
+    """Archive and mirror a turn and read the session back, in one trip to
+    a worker thread: each trip costs a thread wake-up and an event-loop
+    wake-up, and the next turn of this thread waits for finalisation."""
+    _archive_then_append(archive, turn, mirror, records)
     return mirror.messages()
+
+
+def _before_revert(archive: TurnArchive, dropped: list[str] | None, inspect: InspectLog | None, marker: dict[str, Any]) -> None:
+    archive.mark_dropped(dropped)
+    if inspect is not None:
+        inspect.append(marker)
 
 
 def fingerprint(message: AgentMessage) -> str:

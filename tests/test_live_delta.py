@@ -236,14 +236,21 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
             client.on_server_request("item/tool/call", tool_call)
             tid = await client.start_thread(cwd=str(work), dynamicTools=[WEATHER_TOOL])
             turn_ids = []
-            for prompt in prompts:
+            early = None
+            for n, prompt in enumerate(prompts, 1):
                 done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
                 assert done["turn"]["status"] == "completed", done
                 turn_ids.append(done["turn"]["id"])
+                if n == 3:  # before the first rebuild: Codex's own answer
+                    early = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
             status = await finalized(client, tid, turn_ids[-1])
             inspected = await client.request("sidecar/inspect", {"threadId": tid})
             read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
         requests = list(model.requests)
+
+        # A fresh sidecar resumes the thread: every turn is still in the answer.
+        async with sidecar(env, work) as again:
+            resumed_via_sidecar = await again.request("thread/resume", {"threadId": tid, "cwd": str(work)})
 
         # A fresh app-server process (codex itself, no sidecar) resumes the rebuilt thread.
         async with codex_connector(CODEX_BIN, home, work)() as direct:
@@ -328,8 +335,13 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     # The client's userMessage items are its own prompts.
     users = [n["item"] for n in client.notifications_for("item/completed", threadId=tid) if n["item"]["type"] == "userMessage"]
     assert [u["content"][0]["text"] for u in users] == prompts
-    # thread/read answers for the thread: the turns since the last rebuild.
-    assert [t["id"] for t in read["thread"]["turns"]] == turn_ids[5:]
+    # thread/read answers for the thread with every turn: Codex holds only the
+    # turns since the last rebuild, the sidecar's archive the rest, exactly as
+    # Codex showed them before its revert.
+    assert [t["id"] for t in read["thread"]["turns"]] == turn_ids
+    assert read["thread"]["turns"][:3] == early["thread"]["turns"]
+    assert [t["id"] for t in resumed_via_sidecar["thread"]["turns"]] == turn_ids
+    assert resumed_via_sidecar["thread"]["turns"][:6] == read["thread"]["turns"][:6]
 
     # --- the resumed thread, in a fresh codex: the rebuilt history, nothing older
     assert after_restart["prompt_cache_key"] == tid

@@ -34,6 +34,7 @@ from typing import Any
 
 from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo, UserMessage
 from engines.testkit import RecordingEngine
+from sidecar.archive import archive_path
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
 
@@ -53,6 +54,11 @@ LONG_REPLY = "Reply {n}. " + "All right, noted; " * 25  # ~450 characters
 @dataclass
 class ModesRun(Run):
     model_log: Path = Path("/nonexistent")
+    store_path: Path = Path("/nonexistent")
+
+    def store_turns(self, thread_id: str) -> list[dict[str, Any]]:
+        """The turns the fake Codex itself holds for the thread."""
+        return json.loads(self.store_path.read_text())[thread_id]["turns"]
 
     def seen(self, thread_id: str | None = None) -> list[dict[str, Any]]:
         """Per accepted turn/start: {threadId, turnId, held: [...], additionalContext, input}."""
@@ -107,7 +113,7 @@ async def modes_sidecar(
     async with proxied(child("fake_codex.py"), env=env) as client:
         lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode, stale_floor_chars=0))
         lifecycle.install(client.proxy.hooks)
-        run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log)
+        run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log, store_path=tmp_path / store)
         resp = await run.request(
             "initialize",
             {"clientInfo": {"name": "modes_tests", "title": "projection mode tests", "version": "0"}, "capabilities": {"experimentalApi": True}},
@@ -287,7 +293,8 @@ async def test_delta_summary_rebuilds_in_place_and_the_client_never_notices(tmp_
         status_after_first = await run.status()
         t4 = await run.turn_ok(tid, "P4 dates")
         status_after_second = await run.status()
-        # thread/read still answers for the client's thread: the turns since the last rebuild.
+        # thread/read answers for the client's thread with every turn, the
+        # ones the rebuilds took out of Codex included.
         read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
 
     assert status_before["rebuilds"] == 0
@@ -330,7 +337,12 @@ async def test_delta_summary_rebuilds_in_place_and_the_client_never_notices(tmp_
     # The client's view of the user input never carries the projection.
     users = [f["params"]["item"] for f in frames if f.get("method") == "item/completed" and f["params"]["item"]["type"] == "userMessage"]
     assert not any(CONTEXT_HEADER in json.dumps(u) for u in users)
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t4]
+    read_turns = read["result"]["thread"]["turns"]
+    assert [t["id"] for t in read_turns] == [t1, t2, t3, t4]
+    assert [t["id"] for t in run.store_turns(tid)] == [t4]  # Codex itself holds only the last
+    for turn in read_turns[:3]:  # from the archive, as Codex showed them before its revert
+        assert turn["itemsView"] == "full" and turn["status"] == "completed"
+        assert turn["items"] == [f["params"]["item"] for f in frames if f.get("method") == "item/completed" and f["params"]["turnId"] == turn["id"]]
 
     records = inspect_records(run, tid)
     assert [r["rebuilt"] for r in records] == [False, False, True, True]
@@ -552,9 +564,13 @@ async def test_a_client_s_own_revert_reaches_it_and_later_rebuilds_still_work(tm
         t3 = await run.turn_ok(tid, "V3")
         t4 = await run.turn_ok(tid, "V4")
         status = await run.status()
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
 
     assert client_saw == ["thread/status/changed", "thread/readState/changed", "thread/status/changed", "thread/reverted"]
     sidecar_reverts = [r["params"]["beforeTurnId"] for r in run.received("thread/revert")][1:]  # [0] is the client's
+    # The turns the client reverted stay gone from its reads; the one the
+    # sidecar's rebuild took out comes back.
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3, t4]
     assert sidecar_reverts[-1] == t3  # turn 4 rebuilt again, from turn 3: the ledger is back on track
     seen = run.seen(tid)
     assert [s["turnId"] for s in seen][-2:] == [t3, t4]
@@ -719,3 +735,86 @@ async def test_the_slack_floor_keeps_a_young_thread_from_rebuilding_for_one_snip
     # would keep two (~4,800 chars, over it): one rebuild, at turn 3.
     assert status["rebuilds"] == 1
     assert [r["rebuilt"] for r in inspect_records(run, tid)] == [False, False, True]
+
+
+# --------------------------------------------------------------------------
+# reads after rebuilds: the turns Codex forgot come from the sidecar's archive
+
+
+def _response_line(run: ModesRun, rid: Any) -> bytes:
+    return next(line for line in run.client.lines if json.loads(line).get("id") == rid)
+
+
+async def test_reads_and_resumes_answer_with_every_turn_across_rebuilds_and_a_restart(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "W1")
+        t2 = await run.turn_ok(tid, "W2")
+        early = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        t3 = await run.turn_ok(tid, "W3")  # rebuild 1: Codex forgets t1, t2
+        t4 = await run.turn_ok(tid, "W4")  # rebuild 2: Codex forgets t3
+        bare = await run.request("thread/read", {"threadId": tid})  # no turns asked for, none added
+    every = [t1, t2, t3, t4]
+    assert run.lifecycle is not None and run.lifecycle.sessions[tid].rebuilds == 2
+    # Nothing to add before a rebuild: Codex's answer reaches the client byte for byte.
+    assert [t["id"] for t in early["result"]["thread"]["turns"]] == [t1, t2]
+    assert _response_line(run, early["id"]) in run.sent_log.read_bytes().splitlines()
+    assert bare["result"]["thread"]["turns"] == []
+    first_items = {
+        f["params"]["turnId"]: [] for f in run.frames() if f.get("method") == "item/completed"
+    }
+    for f in run.frames():
+        if f.get("method") == "item/completed":
+            first_items[f["params"]["turnId"]].append(f["params"]["item"])
+
+    # A fresh sidecar (and a fresh Codex) on the same state: resume and read still show every turn.
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
+        resumed = await run2.resume_thread(tid)
+        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
+        without = await run2.request("thread/resume", {"threadId": tid, "excludeTurns": True})
+        t5 = await run2.turn_ok(tid, "W5")  # rebuild 3, after the restart: Codex forgets t4
+        read_after = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
+
+    assert [t["id"] for t in run2.store_turns(tid)] == [t5]
+    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == every
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == every
+    assert without["result"]["thread"]["turns"] == []  # the client asked for none
+    assert [t["id"] for t in read_after["result"]["thread"]["turns"]] == [*every, t5]
+    for turn in read_after["result"]["thread"]["turns"][:4]:
+        assert turn["items"] == first_items[turn["id"]]
+    # Every other field of the responses is Codex's own.
+    codex_read = next(json.loads(line) for line in run2.sent_log.read_bytes().splitlines() if json.loads(line).get("id") == read["id"])
+    assert {k: v for k, v in read["result"]["thread"].items() if k != "turns"} == {
+        k: v for k, v in codex_read["result"]["thread"].items() if k != "turns"
+    }
+    assert read["result"]["thread"]["turns"][-1] == codex_read["result"]["thread"]["turns"][-1]
+    assert_client_unaware(run2, tid)
+
+
+async def test_a_torn_archive_line_loses_only_that_line(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "X1")
+        t2 = await run.turn_ok(tid, "X2")
+        t3 = await run.turn_ok(tid, "X3")  # rebuild: t1, t2 dropped
+    path = archive_path(tmp_path / "state", tid)
+    assert path.stat().st_mode & 0o777 == 0o600
+    with open(path, "ab") as f:
+        f.write(b'{"turn": {"id": "torn", "ite')  # a kill -9 in the middle of a write
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
+        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3]
+
+
+async def test_an_unwritable_archive_costs_the_reads_not_the_turns(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "turns").write_text("not a folder")  # every archive write fails
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "Y1")
+        await run.turn_ok(tid, "Y2")
+        t3 = await run.turn_ok(tid, "Y3")  # the rebuild still happens
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        status = await run.status()
+    assert status["rebuilds"] == 1
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3]  # Codex's own answer
