@@ -75,7 +75,14 @@ class TurnArchive:
 
     def hidden(self) -> list[dict[str, Any]]:
         """The archived turns marked dropped, oldest first."""
-        turns, dropped, forgotten = self._read()
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return []
+        if b'"dropped"' not in data:
+            return []  # no rebuild yet: skip parsing every turn (the caller may be the event loop)
+        turns, dropped, forgotten = self._parse(data)
         return [turn for tid, turn in turns.items() if tid in dropped and tid not in forgotten]
 
     def _append(self, record: dict[str, Any]) -> None:
@@ -94,6 +101,10 @@ class TurnArchive:
             data = self.path.read_bytes()
         except OSError:
             return {}, set(), set()
+        return self._parse(data)
+
+    @staticmethod
+    def _parse(data: bytes) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
         turns: dict[str, dict[str, Any]] = {}
         dropped: set[str] = set()
         forgotten: set[str] = set()
