@@ -23,12 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
+from .inspect import append_record, decode_records
 from .mirror import session_path
-
-_encode = msgspec.json.Encoder()
-_decode = msgspec.json.Decoder()
 
 
 def archive_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
@@ -86,15 +82,7 @@ class TurnArchive:
         return [turn for tid, turn in turns.items() if tid in dropped and tid not in forgotten]
 
     def _append(self, record: dict[str, Any]) -> None:
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, _encode.encode(record) + b"\n")
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # best effort, see the module docstring
+        append_record(self.path, record)  # best effort, see the module docstring
 
     def _read(self) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
         try:
@@ -108,13 +96,7 @@ class TurnArchive:
         turns: dict[str, dict[str, Any]] = {}
         dropped: set[str] = set()
         forgotten: set[str] = set()
-        for raw in data.split(b"\n"):
-            if not raw.strip():
-                continue
-            try:
-                record = _decode.decode(raw)
-            except msgspec.DecodeError:
-                continue  # a torn line
+        for record in decode_records(data):
             if not isinstance(record, dict):
                 continue
             turn = record.get("turn")

@@ -28,20 +28,38 @@ def inspect_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "inspect" / session_path(state_dir, thread_id).name
 
 
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line in one write (0600 file, 0700 folder); best
+    effort: an error is swallowed, the caller's turn goes on."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, _encode.encode(record) + b"\n")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def decode_records(data: bytes) -> list[Any]:
+    """The JSON lines of ``data``; a torn line (a kill mid-write) is skipped."""
+    out = []
+    for raw in data.split(b"\n"):
+        if raw.strip():
+            try:
+                out.append(_decode.decode(raw))
+            except msgspec.DecodeError:
+                continue
+    return out
+
+
 class InspectLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def append(self, record: dict[str, Any]) -> None:
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, _encode.encode(record) + b"\n")
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # inspection is best-effort; the turn itself is not affected
+        append_record(self.path, record)  # inspection is best-effort
 
     def records(self) -> list[dict[str, Any]]:
         """Per-turn records, in order (ledger markers left out)."""
@@ -52,14 +70,7 @@ class InspectLog:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        out = []
-        for raw in data.split(b"\n"):
-            if raw.strip():
-                try:
-                    out.append(_decode.decode(raw))
-                except msgspec.DecodeError:
-                    continue  # a torn line
-        return out
+        return decode_records(data)
 
     def last(self) -> dict[str, Any] | None:
         """The last record, a "rebuilding" marker included."""
