@@ -115,3 +115,76 @@ def splice_turns(hidden: list[dict[str, Any]], turns: list[Any]) -> list[Any] | 
     present = {t.get("id") for t in turns if isinstance(t, dict)}
     missing = [t for t in hidden if t.get("id") not in present]
     return [*missing, *turns] if missing else None
+
+
+# ---------------------------------------------------------------------------
+# thread/turns/list: paging through the archived turns
+#
+# Codex pages a thread's turns with opaque cursors. Its own pages cover only
+# the turns it still holds (those since the last rebuild); the archived ones
+# are older. Pages of those are the sidecar's to make, with its own cursors:
+# a desc listing continues into them once Codex says it has no more, an asc
+# listing starts with them and then hands over to Codex from its start.
+
+CURSOR_PREFIX = "codex-sidecar:turns:"
+_ASC, _DESC, _CODEX = "asc", "desc", "codex"
+
+
+def encode_cursor(kind: str, position: int) -> str:
+    return f"{CURSOR_PREFIX}{kind}:{position}"
+
+
+def decode_cursor(cursor: Any) -> tuple[str, int] | None:
+    """``(kind, position)`` of a sidecar cursor; None for anything else
+    (Codex's own cursors, which pass through)."""
+    if not isinstance(cursor, str) or not cursor.startswith(CURSOR_PREFIX):
+        return None
+    kind, _, position = cursor[len(CURSOR_PREFIX) :].partition(":")
+    if kind not in (_ASC, _DESC, _CODEX) or not position.isdigit():
+        return None
+    return kind, int(position)
+
+
+def summary_items(items: list[Any]) -> list[Any]:
+    """What Codex's "summary" items view keeps of a turn: its user messages
+    and its last agent message (commands, tool calls, reasoning and
+    compaction items are left out), in turn order. Inferred from Codex
+    0.169.0's answers; the live test compares it with Codex's own."""
+    agents = [i for i, item in enumerate(items) if isinstance(item, dict) and item.get("type") == "agentMessage"]
+    last_agent = agents[-1] if agents else None
+    return [
+        item
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and (item.get("type") == "userMessage" or i == last_agent)
+    ]
+
+
+def in_view(turn: dict[str, Any], items_view: Any) -> dict[str, Any]:
+    """An archived (full) turn as ``thread/turns/list`` shows it in ``items_view``
+    (Codex's default: "summary")."""
+    if items_view == "full":
+        return turn
+    if items_view == "notLoaded":
+        return {**turn, "items": [], "itemsView": "notLoaded"}
+    return {**turn, "items": summary_items(turn.get("items") or []), "itemsView": "summary"}
+
+
+def hidden_page(hidden: list[dict[str, Any]], kind: str, position: int, limit: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of archived turns from a sidecar cursor (``kind`` asc or
+    desc at ``position``) and the cursor after it. asc ends by handing over
+    to Codex's own turns from their start; desc ends the listing."""
+    size = limit if isinstance(limit, int) and limit > 0 else len(hidden)
+    position = max(0, min(position, len(hidden)))
+    if kind == _DESC:
+        start = max(0, position - size)
+        page = hidden[start:position][::-1]
+        return page, encode_cursor(_DESC, start) if start > 0 else None
+    end = min(len(hidden), position + size)
+    page = hidden[position:end]
+    return page, encode_cursor(_ASC, end) if end < len(hidden) else encode_cursor(_CODEX, 0)
+
+
+def codex_cursor_from_start(cursor: Any) -> bool:
+    """The cursor an asc listing gets after the last archived turn."""
+    decoded = decode_cursor(cursor)
+    return decoded is not None and decoded[0] == _CODEX

@@ -54,10 +54,20 @@ from engines import (
     encode_openclaw,
     optional_method,
 )
-from protocol import parse, rewrite
+from protocol import encode_response, parse, rewrite
 
 from .mirror import MirrorError, TranscriptMirror, session_path
-from .archive import TurnArchive, archive_path, archived_turn, splice_turns
+from .archive import (
+    TurnArchive,
+    archive_path,
+    archived_turn,
+    codex_cursor_from_start,
+    decode_cursor,
+    encode_cursor,
+    hidden_page,
+    in_view,
+    splice_turns,
+)
 from .inspect import InspectLog, inspect_path
 from .projection import (
     ProjectionError,
@@ -197,6 +207,8 @@ class Lifecycle:
         self.sessions: dict[str, ThreadSession] = {}
         self._hidden: dict[str, list[dict[str, Any]]] = {}
         """Per thread, the archived turns its rebuilds dropped (loaded when first needed)."""
+        self._turn_lists: dict[Any, tuple[str, str, Any, Any]] = {}
+        """client id -> (thread id, "asc"|"desc", limit, itemsView) of a thread/turns/list to splice."""
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
         self._reverting: dict[str, trio.Event] = {}
@@ -214,6 +226,8 @@ class Lifecycle:
         hooks.on_client_request("thread/read", self._remember_params)
         hooks.on_response("thread/read", self._on_thread_read_response)
         hooks.on_client_request("thread/revert", self._remember_params)
+        hooks.on_client_request("thread/turns/list", self._on_turns_list)
+        hooks.on_response("thread/turns/list", self._on_turns_list_response)
         hooks.on_response("thread/revert", self._on_client_revert_response)
         hooks.on_client_request("turn/start", self._on_turn_start)
         hooks.on_response("turn/start", self._on_turn_start_response)
@@ -333,20 +347,75 @@ class Lifecycle:
         turns = thread.get("turns")
         if not isinstance(turns, list):
             return None
-        thread_id = thread["id"]
+        spliced = splice_turns(self._hidden_for(thread["id"]), turns)
+        if spliced is None:
+            return None
+        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
+
+    def _hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
         hidden = self._hidden.get(thread_id)
         if hidden is None:
             try:
                 path = archive_path(self.state_dir, thread_id)
             except ValueError:
-                return None
-            # Read once per thread and process (a small blocking read, and
-            # only for a thread that a rebuild touched: no file otherwise).
+                return []
+            # Read once per thread and process, on the event loop: a thread
+            # no rebuild touched is answered from a substring check.
             hidden = self._hidden[thread_id] = TurnArchive(path).hidden()
-        spliced = splice_turns(hidden, turns)
-        if spliced is None:
+        return hidden
+
+    def _on_turns_list(self, msg: Message) -> Decision:
+        """thread/turns/list of a rebuilt thread: Codex pages only the turns
+        since the last rebuild; the archived ones before them are paged by
+        the sidecar (see ``sidecar.archive``). Nothing changes for a thread
+        without archived turns."""
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
-        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
+        thread_id, cursor, limit, view = params["threadId"], params.get("cursor"), params.get("limit"), params.get("itemsView")
+        direction = "asc" if params.get("sortDirection") == "asc" else "desc"
+        ours = decode_cursor(cursor)
+        if codex_cursor_from_start(cursor):
+            # The archived turns are listed: Codex's own from their start.
+            return rewrite(msg.line, params={**params, "cursor": None})
+        hidden = self._hidden_for(thread_id)
+        if ours is not None or (direction == "asc" and cursor is None and hidden and isinstance(limit, int) and 0 < limit <= len(hidden)):
+            kind, position = ours if ours is not None else ("asc", 0)
+            page, after = hidden_page(hidden, kind, position, limit)
+            self.proxy.send_to_client(
+                encode_response(msg.id, {"data": [in_view(t, view) for t in page], "nextCursor": after, "backwardsCursor": None})
+            )
+            return HANDLED
+        if not hidden or (direction == "asc" and cursor is not None):
+            return None  # within Codex's own turns
+        self._turn_lists[msg.id] = (thread_id, direction, limit, view)
+        if direction == "asc" and isinstance(limit, int) and limit > 0:
+            # The archived turns come first: Codex fills the rest of the page.
+            return rewrite(msg.line, params={**params, "limit": limit - len(hidden)})
+        return None
+
+    def _on_turns_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        plan = self._turn_lists.pop(pending.client_id, None)
+        result = msg.result()
+        if plan is None or not isinstance(result, dict) or not isinstance(result.get("data"), list):
+            return None
+        thread_id, direction, limit, view = plan
+        data = result["data"]
+        hidden = self._hidden_for(thread_id)
+        if not hidden:
+            return None
+        if direction == "asc":
+            # A turn marked dropped whose revert failed is Codex's: listed once.
+            ids = {t.get("id") for t in hidden}
+            own = [t for t in data if not (isinstance(t, dict) and t.get("id") in ids)]
+            return rewrite(msg.line, result={**result, "data": [*(in_view(t, view) for t in hidden), *own]})
+        if result.get("nextCursor") is not None:
+            return None  # Codex has more of its own first
+        room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(hidden)
+        if room <= 0:
+            return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(hidden))})
+        page, after = hidden_page(hidden, "desc", len(hidden), room)
+        return rewrite(msg.line, result={**result, "data": [*data, *(in_view(t, view) for t in page)], "nextCursor": after})
 
     def _session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)

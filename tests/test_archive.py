@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.archive import TurnArchive, archive_path, archived_turn, splice_turns
+from sidecar.archive import (
+    TurnArchive,
+    archive_path,
+    archived_turn,
+    decode_cursor,
+    encode_cursor,
+    hidden_page,
+    in_view,
+    splice_turns,
+    summary_items,
+)
 
 
 def turn(tid: str) -> dict:
@@ -54,3 +64,44 @@ def test_splice_adds_only_what_codex_no_longer_has():
 def test_a_thread_id_cannot_escape_the_state_dir(tmp_path):
     with pytest.raises(ValueError):
         archive_path(tmp_path, "../elsewhere")
+
+
+def full(tid: str, *types: str) -> dict:
+    return {"id": tid, "status": "completed", "itemsView": "full", "items": [{"type": t, "id": f"{tid}-{n}"} for n, t in enumerate(types)]}
+
+
+def test_summary_keeps_the_user_messages_and_the_last_agent_message():
+    turn_ = full("t", "userMessage", "agentMessage", "commandExecution", "reasoning", "agentMessage")
+    assert [i["id"] for i in summary_items(turn_["items"])] == ["t-0", "t-4"]
+    assert summary_items(full("c", "contextCompaction")["items"]) == []
+    assert summary_items(full("f", "userMessage")["items"]) == [{"type": "userMessage", "id": "f-0"}]
+    assert in_view(turn_, "full") is turn_
+    assert in_view(turn_, "notLoaded") == {**turn_, "items": [], "itemsView": "notLoaded"}
+    assert in_view(turn_, None)["itemsView"] == "summary" and len(in_view(turn_, None)["items"]) == 2
+
+
+def test_cursors_round_trip_and_codex_s_own_are_not_ours():
+    assert decode_cursor(encode_cursor("desc", 3)) == ("desc", 3)
+    assert decode_cursor('{"requestedThreadId":"x","rolloutOrdinal":14}') is None
+    assert decode_cursor(None) is None
+    assert decode_cursor("codex-sidecar:turns:sideways:1") is None
+    assert decode_cursor("codex-sidecar:turns:asc:-1") is None
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, None])
+def test_paging_the_hidden_turns_covers_each_once_in_order(limit):
+    hidden = [full(f"t{n}") for n in range(1, 6)]
+    seen, cursor = [], encode_cursor("desc", len(hidden))
+    while cursor is not None:
+        kind, position = decode_cursor(cursor)
+        page, cursor = hidden_page(hidden, kind, position, limit)
+        assert len(page) <= (limit or len(hidden))
+        seen += [t["id"] for t in page]
+    assert seen == ["t5", "t4", "t3", "t2", "t1"]
+    seen, cursor = [], encode_cursor("asc", 0)
+    while decode_cursor(cursor)[0] == "asc":
+        kind, position = decode_cursor(cursor)
+        page, cursor = hidden_page(hidden, kind, position, limit)
+        seen += [t["id"] for t in page]
+    assert seen == ["t1", "t2", "t3", "t4", "t5"]
+    assert decode_cursor(cursor) == ("codex", 0)  # then Codex's own turns from their start

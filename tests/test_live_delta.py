@@ -241,11 +241,15 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
                 done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
                 assert done["turn"]["status"] == "completed", done
                 turn_ids.append(done["turn"]["id"])
-                if n == 3:  # before the first rebuild: Codex's own answer
+                if n == 3:  # before the first rebuild: Codex's own answers
                     early = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+                    early_list = await client.request("thread/turns/list", {"threadId": tid, "sortDirection": "asc"})
             status = await finalized(client, tid, turn_ids[-1])
             inspected = await client.request("sidecar/inspect", {"threadId": tid})
             read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+            listed = {}
+            for direction, limit in (("desc", 2), ("asc", 3), ("desc", None)):
+                listed[direction, limit] = await list_all_turns(client, tid, direction, limit)
         requests = list(model.requests)
 
         # A fresh sidecar resumes the thread: every turn is still in the answer.
@@ -341,6 +345,11 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert [t["id"] for t in read["thread"]["turns"]] == turn_ids
     assert read["thread"]["turns"][:3] == early["thread"]["turns"]
     assert [t["id"] for t in resumed_via_sidecar["thread"]["turns"]] == turn_ids
+    # thread/turns/list pages through every turn too, Codex's cursors and the
+    # sidecar's one after the other; archived turns in Codex's summary view.
+    assert [t["id"] for t in listed["desc", 2]] == turn_ids[::-1]
+    assert [t["id"] for t in listed["asc", 3]] == turn_ids
+    assert listed["desc", None][::-1][:3] == early_list["data"]
     assert resumed_via_sidecar["thread"]["turns"][:6] == read["thread"]["turns"][:6]
 
     # --- the resumed thread, in a fresh codex: the rebuilt history, nothing older
@@ -350,6 +359,20 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert context_text(after_restart, context_items(after_restart)[0]) == context_text(by_turn[5], len(framing))
     body = json.dumps(after_restart["input"])
     assert prompts[0] not in body and prompts[4] in body and prompts[6] in body
+
+
+async def list_all_turns(client: AppServerClient, tid: str, direction: str, limit: int | None) -> list[dict]:
+    turns: list[dict] = []
+    cursor = None
+    for _ in range(30):
+        params = {"threadId": tid, "sortDirection": direction, **({"limit": limit} if limit else {}), **({"cursor": cursor} if cursor else {})}
+        page = await client.request("thread/turns/list", params)
+        assert not limit or len(page["data"]) <= limit
+        turns += page["data"]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            return turns
+    raise AssertionError("thread/turns/list never ended")
 
 
 async def test_identity_engine_in_delta_is_invisible_to_the_model(tmp_path):

@@ -818,3 +818,77 @@ async def test_an_unwritable_archive_costs_the_reads_not_the_turns(tmp_path):
         status = await run.status()
     assert status["rebuilds"] == 1
     assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3]  # Codex's own answer
+
+
+async def _list_all(run: ModesRun, tid: str, **params: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Page through thread/turns/list to the end: the turn ids, and every page."""
+    ids: list[str] = []
+    pages: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(20):
+        resp = await run.request("thread/turns/list", {"threadId": tid, **params, **({"cursor": cursor} if cursor else {})})
+        assert "result" in resp, resp
+        pages.append(resp["result"])
+        ids += [t["id"] for t in resp["result"]["data"]]
+        cursor = resp["result"]["nextCursor"]
+        if cursor is None:
+            return ids, pages
+    raise AssertionError(f"thread/turns/list never ended: {ids}")
+
+
+def summarising_once() -> RecordingEngine:
+    """The first two messages replaced by a summary from the third turn on:
+    one rebuild, then plain deltas."""
+
+    def assemble(p: Any) -> AssembleResult:
+        messages = list(p.messages)
+        if len(messages) >= 4:
+            messages = [CompactionSummaryMessage(summary=summary_text(2), tokens_before=20, timestamp=0), *messages[2:]]
+        return AssembleResult(messages=messages, estimated_tokens=1)
+
+    return make_engine(assemble)
+
+
+async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "Z1")
+        t2 = await run.turn_ok(tid, "Z2")
+        before = await _list_all(run, tid, limit=1)
+        t3 = await run.turn_ok(tid, "Z3")  # the rebuild: Codex forgets t1, t2
+        t4 = await run.turn_ok(tid, "Z4")
+        t5 = await run.turn_ok(tid, "Z5")  # Codex holds t3, t4, t5
+        every = [t1, t2, t3, t4, t5]
+        listings = {}
+        for limit in (1, 2, 3, 10, None):
+            for direction in ("asc", "desc"):
+                params = {"sortDirection": direction, **({"limit": limit} if limit else {})}
+                listings[direction, limit] = await _list_all(run, tid, **params)
+        full_view = await _list_all(run, tid, sortDirection="asc", itemsView="full")
+        not_loaded = await _list_all(run, tid, itemsView="notLoaded")
+        frames = run.frames()
+        sent_by_codex = run.sent_log.read_bytes().splitlines()
+
+    assert [t["id"] for t in run.store_turns(tid)] == [t3, t4, t5]
+    assert run.lifecycle is not None and run.lifecycle.sessions[tid].rebuilds == 1
+    assert before[0] == [t2, t1]  # before any rebuild: Codex's own paging, untouched
+    for (direction, limit), (ids, pages) in listings.items():
+        assert ids == (every if direction == "asc" else every[::-1]), (direction, limit)
+        assert all(len(p["data"]) <= limit for p in pages if limit), (direction, limit)
+    # The archived turns in the view asked for; Codex's own as Codex sent them.
+    items = {}
+    for f in frames:
+        if f.get("method") == "item/completed":
+            items.setdefault(f["params"]["turnId"], []).append(f["params"]["item"])
+    for turn in full_view[1][0]["data"]:
+        assert turn["items"] == items[turn["id"]]
+    summary = [t for p in listings["desc", None][1] for t in p["data"]]
+    assert all(t["itemsView"] == "summary" for t in summary if t["id"] in (t1, t2))
+    assert all(t["itemsView"] == "notLoaded" and t["items"] == [] for p in not_loaded[1] for t in p["data"] if t["id"] in (t1, t2))
+    # A page of Codex's own turns only (desc, limit 2, first page) reached the
+    # client byte for byte; and Codex never saw a sidecar cursor.
+    first = listings["desc", 2][1][0]
+    assert [t["id"] for t in first["data"]] == [t5, t4]
+    assert any(json.loads(line).get("result") == first for line in sent_by_codex)
+    assert not any("codex-sidecar:turns:" in json.dumps(m.get("params")) for m in run.received("thread/turns/list"))
+    assert_client_unaware(run, tid)

@@ -28,8 +28,10 @@ methods the lifecycle cares about, and nothing else:
   found: <id>``, ``turn not found: <id>``, and ``thread/revert only supports
   paginated threads`` for a legacy thread (``historyMode: "legacy"`` in
   ``thread/start``, or every new thread with the script's ``legacy: true``);
-* ``thread/turns/list {threadId, sortDirection, limit}`` ->
-  ``{data: [turn...], nextCursor: null}``;
+* ``thread/turns/list {threadId, sortDirection, limit, cursor}`` ->
+  ``{data: [turn...], nextCursor, backwardsCursor}``, newest first unless
+  ``sortDirection`` is "asc", ``nextCursor`` ``fake:<offset>`` while more
+  remain (null at the end), like Codex's own paging;
 * ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
 
 ``turn/start`` refuses (-32600, no turn) an input item of a type Codex does
@@ -296,12 +298,20 @@ def turns_list(rid, params: dict) -> None:
         error(rid, -32600, f"thread not found: {tid}")
         return
     turns = [dict(turn, itemsView="full") for turn in threads[tid]["turns"]]
-    if params.get("sortDirection") == "desc":
+    if params.get("sortDirection") != "asc":  # Codex's default is newest first
         turns.reverse()
+    cursor = params.get("cursor")
+    if cursor is not None:
+        if not (isinstance(cursor, str) and cursor.startswith("fake:") and cursor[5:].isdigit()):
+            error(rid, -32600, f"invalid cursor: {cursor}")
+            return
+        turns = turns[int(cursor[5:]) :]
+    start = int(cursor[5:]) if cursor else 0
     limit = params.get("limit")
-    if isinstance(limit, int) and limit >= 0:
-        turns = turns[:limit]
-    result(rid, {"data": turns, "nextCursor": None})
+    more = None
+    if isinstance(limit, int) and limit >= 0 and len(turns) > limit:
+        turns, more = turns[:limit], f"fake:{start + limit}"
+    result(rid, {"data": turns, "nextCursor": more, "backwardsCursor": f"fake-back:{start}" if turns else None})
 
 
 def handle(msg: dict) -> None:
