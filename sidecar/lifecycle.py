@@ -220,19 +220,19 @@ class Lifecycle:
     # ------------------------------------------------------------ install
 
     def install(self, hooks: Hooks) -> None:
-        for method in ("thread/start", "thread/resume", "thread/fork"):
-            hooks.on_client_request(method, self._remember_params)
-            hooks.on_response(method, self._on_thread_response)
-        hooks.on_client_request("thread/read", self._remember_params)
-        hooks.on_response("thread/read", self._on_thread_read_response)
-        hooks.on_client_request("thread/revert", self._remember_params)
-        hooks.on_client_request("thread/turns/list", self._on_turns_list)
-        hooks.on_response("thread/turns/list", self._on_turns_list_response)
-        hooks.on_response("thread/revert", self._on_client_revert_response)
-        hooks.on_client_request("turn/start", self._on_turn_start)
-        hooks.on_response("turn/start", self._on_turn_start_response)
-        hooks.on_client_request("thread/compact/start", self._on_compact_start)
-        hooks.on_response("thread/compact/start", self._on_compact_response)
+        # (client request, its response): the request hook sees it on the way
+        # in, the response hook on the way back.
+        pairs = [
+            *((m, self._remember_params, self._on_thread_response) for m in ("thread/start", "thread/resume", "thread/fork")),
+            ("thread/read", self._remember_params, self._on_thread_read_response),
+            ("thread/revert", self._remember_params, self._on_client_revert_response),
+            ("thread/turns/list", self._on_turns_list, self._on_turns_list_response),
+            ("turn/start", self._on_turn_start, self._on_turn_start_response),
+            ("thread/compact/start", self._on_compact_start, self._on_compact_response),
+        ]
+        for method, on_request, on_response in pairs:
+            hooks.on_client_request(method, on_request)
+            hooks.on_response(method, on_response)
         hooks.on_server_notification("item/completed", self._on_item_completed)
         hooks.on_server_notification("thread/tokenUsage/updated", self._on_token_usage)
         hooks.on_server_notification("turn/completed", self._on_turn_completed)
