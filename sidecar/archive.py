@@ -69,6 +69,23 @@ class TurnArchive:
             self._append({"forgotten": gone})
         return gone
 
+    def copy_from(self, parent: "TurnArchive", *, before: str | None = None, last: str | None = None) -> None:
+        """A fork's archive: the parent's, cut like the fork itself (the turns
+        before ``before``, or up to and including ``last``)."""
+        turns, dropped, forgotten = parent._read()
+        kept = list(turns)
+        if before in turns:
+            kept = kept[: kept.index(before)]
+        elif last in turns:
+            kept = kept[: kept.index(last) + 1]
+        records: list[dict[str, Any]] = [{"turn": turns[tid]} for tid in kept]
+        for key, ids in (("dropped", dropped), ("forgotten", forgotten)):
+            marked = [tid for tid in kept if tid in ids]
+            if marked:
+                records.append({key: marked})
+        for record in records:
+            self._append(record)
+
     def hidden(self) -> list[dict[str, Any]]:
         """The archived turns marked dropped, oldest first."""
         try:
@@ -107,6 +124,17 @@ class TurnArchive:
                 if isinstance(ids, list):
                     into.update(i for i in ids if isinstance(i, str))
         return turns, dropped, forgotten
+
+
+def cut_for_fork(hidden: list[dict[str, Any]], before: Any, last: Any) -> list[dict[str, Any]]:
+    """The hidden turns a fork keeps (``thread/fork`` with ``beforeTurnId``
+    or ``lastTurnId``)."""
+    ids = [t.get("id") for t in hidden]
+    if before in ids:
+        return hidden[: ids.index(before)]
+    if last in ids:
+        return hidden[: ids.index(last) + 1]
+    return hidden
 
 
 def splice_turns(hidden: list[dict[str, Any]], turns: list[Any]) -> list[Any] | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -62,6 +62,7 @@ from .archive import (
     archive_path,
     archived_turn,
     codex_cursor_from_start,
+    cut_for_fork,
     decode_cursor,
     encode_cursor,
     hidden_page,
@@ -307,8 +308,12 @@ class Lifecycle:
             parent = self.sessions.get(params.get("threadId", ""))
             if parent is not None and parent.tools and not session.tools:
                 session.tools = parent.tools
+        if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
+            # Codex copied the parent's turns since its last rebuild; the fork
+            # also inherits the archived ones before them (persisted by _open_session).
+            self._hidden[thread_id] = cut_for_fork(self._hidden_for(params["threadId"]), params.get("beforeTurnId"), params.get("lastTurnId"))
         self.proxy.spawn(self._open_session, session, pending.method, params, thread)
-        if pending.method == "thread/resume" and not params.get("excludeTurns"):
+        if pending.method in ("thread/resume", "thread/fork") and not params.get("excludeTurns"):
             return self._with_hidden_turns(msg, result, thread)
         return None
 
@@ -434,6 +439,7 @@ class Lifecycle:
                 forked = bool(parent_id and parent_id != session.thread_id)
                 if forked:
                     session.mirror = await trio.to_thread.run_sync(self._fork_mirror, parent_id, session, params)
+                    await trio.to_thread.run_sync(self._fork_archive, parent_id, session, params)
                 else:
                     session.mirror = await trio.to_thread.run_sync(
                         lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
@@ -472,12 +478,22 @@ class Lifecycle:
 
     def _fork_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
         parent_path = session_path(self.state_dir, parent_id)
-        before = params.get("beforeTurnId")
+        before, last = params.get("beforeTurnId"), params.get("lastTurnId")
         stop = None
         if isinstance(before, str):
             prefix = turn_key_prefix(parent_id, before)
             stop = lambda key: key.startswith(prefix)  # noqa: E731
+        elif isinstance(last, str):
+            stop = _after_turn(parent_id, last)
         return TranscriptMirror.fork(parent_path, session.path, session.thread_id, cwd=session.cwd, stop_before=stop)
+
+    def _fork_archive(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> None:
+        before, last = params.get("beforeTurnId"), params.get("lastTurnId")
+        TurnArchive(archive_path(self.state_dir, session.thread_id)).copy_from(
+            TurnArchive(archive_path(self.state_dir, parent_id)),
+            before=before if isinstance(before, str) else None,
+            last=last if isinstance(last, str) else None,
+        )
 
     async def _import_history(self, session: ThreadSession, thread: dict[str, Any]) -> None:
         """A resumed thread with no mirror: import its turns from the app-server once."""
@@ -1250,6 +1266,22 @@ class Lifecycle:
             fields["turnId"] = session.current.turn_id
         fields.update(more)
         return fields
+
+
+def _after_turn(thread_id: str, last: str) -> Callable[[str], bool]:
+    """A mirror copy's stop test for ``thread/fork`` with ``lastTurnId``:
+    stop at the first entry after that turn's own."""
+    last_prefix = turn_key_prefix(thread_id, last)
+    seen = False
+
+    def stop(key: str) -> bool:
+        nonlocal seen
+        if key.startswith(last_prefix):
+            seen = True
+            return False
+        return seen
+
+    return stop
 
 
 def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> None:

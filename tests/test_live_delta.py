@@ -255,6 +255,7 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
         # A fresh sidecar resumes the thread: every turn is still in the answer.
         async with sidecar(env, work) as again:
             resumed_via_sidecar = await again.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            forked = await again.request("thread/fork", {"threadId": tid, "lastTurnId": turn_ids[5]})
 
         # A fresh app-server process (codex itself, no sidecar) resumes the rebuilt thread.
         async with codex_connector(CODEX_BIN, home, work)() as direct:
@@ -345,6 +346,9 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert [t["id"] for t in read["thread"]["turns"]] == turn_ids
     assert read["thread"]["turns"][:3] == early["thread"]["turns"]
     assert [t["id"] for t in resumed_via_sidecar["thread"]["turns"]] == turn_ids
+    # A fork through turn 6 inherits the turns before it, archived ones included.
+    assert [t["id"] for t in forked["thread"]["turns"]] == turn_ids[:6]
+    assert forked["thread"]["turns"][:5] == read["thread"]["turns"][:5]
     # thread/turns/list pages through every turn too, Codex's cursors and the
     # sidecar's one after the other; archived turns in Codex's summary view.
     assert [t["id"] for t in listed["desc", 2]] == turn_ids[::-1]

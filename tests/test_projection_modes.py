@@ -892,3 +892,36 @@ async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
     assert any(json.loads(line).get("result") == first for line in sent_by_codex)
     assert not any("codex-sidecar:turns:" in json.dumps(m.get("params")) for m in run.received("thread/turns/list"))
     assert_client_unaware(run, tid)
+
+
+async def test_a_fork_of_a_rebuilt_thread_lists_every_turn_it_inherits(tmp_path):
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "F1")
+        t2 = await run.turn_ok(tid, "F2")
+        t3 = await run.turn_ok(tid, "F3")  # the rebuild: Codex forgets t1, t2
+        t4 = await run.turn_ok(tid, "F4")
+        whole = await run.request("thread/fork", {"threadId": tid})
+        through_t3 = await run.request("thread/fork", {"threadId": tid, "lastTurnId": t3})
+        bare = await run.request("thread/fork", {"threadId": tid, "excludeTurns": True})
+        f_all, f_t3 = whole["result"]["thread"]["id"], through_t3["result"]["thread"]["id"]
+        await run.settle_thread(f_all)
+        await run.settle_thread(f_t3)
+        read_all = await run.request("thread/read", {"threadId": f_all, "includeTurns": True})
+        read_t3 = await run.request("thread/read", {"threadId": f_t3, "includeTurns": True})
+        t5 = await run.turn_ok(f_t3, "F5 on the fork")
+        read_t3_after = await run.request("thread/read", {"threadId": f_t3, "includeTurns": True})
+        mirror_t3 = run.mirror_messages(f_t3)
+
+    assert [t["id"] for t in run.store_turns(f_all)] == [t3, t4]  # Codex's copy: since the rebuild
+    assert [t["id"] for t in whole["result"]["thread"]["turns"]] == [t1, t2, t3, t4]
+    assert [t["id"] for t in read_all["result"]["thread"]["turns"]] == [t1, t2, t3, t4]
+    assert [t["id"] for t in through_t3["result"]["thread"]["turns"]] == [t1, t2, t3]
+    assert [t["id"] for t in read_t3["result"]["thread"]["turns"]] == [t1, t2, t3]
+    assert bare["result"]["thread"]["turns"] == []
+    # The fork's own turns go on from there, its archive carried over.
+    assert [t["id"] for t in read_t3_after["result"]["thread"]["turns"]] == [t1, t2, t3, t5]
+    # A fork through t3 mirrors nothing of t4 (lastTurnId cuts the mirror too).
+    assert [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in mirror_t3 if m["role"] == "user"] == [
+        "F1", "F2", "F3", "F5 on the fork"
+    ]

@@ -10,8 +10,9 @@ methods the lifecycle cares about, and nothing else:
   then ``thread/started``; thread ids are ``thr-1``, ``thr-2``, ... per store;
 * ``thread/resume`` -> the stored thread with its turns (none when
   ``excludeTurns`` is true); an unknown id is an error, as in Codex;
-* ``thread/fork`` -> a new thread holding a copy of the parent's turns (cut at
-  ``beforeTurnId``), ``forkedFromId`` set, then ``thread/started``;
+* ``thread/fork`` -> a new thread holding a copy of the parent's turns (cut
+  before ``beforeTurnId`` or after ``lastTurnId``), ``forkedFromId`` set, then
+  ``thread/started``;
 * ``thread/read`` -> the thread, with turns when ``includeTurns`` is true;
 * ``turn/start`` -> ``{turn:{id, status:"inProgress", ...}}``, then
   ``turn/started``, a ``userMessage`` item whose content is the input the
@@ -346,6 +347,8 @@ def handle(msg: dict) -> None:
             if turn["id"] == params.get("beforeTurnId"):
                 break
             turns.append(json.loads(json.dumps(turn)))
+            if turn["id"] == params.get("lastTurnId"):
+                break
         tid = new_thread_id()
         threads[tid] = {"cwd": params.get("cwd") or threads[parent]["cwd"], "turns": turns, "forkedFromId": parent}
         model = threads[parent].get("model", {})
