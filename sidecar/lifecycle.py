@@ -113,6 +113,8 @@ class LifecycleOptions:
 
 PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
 REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
+REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
+"""Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
 
 
 @dataclass
@@ -340,11 +342,41 @@ class Lifecycle:
             archive = TurnArchive(archive_path(self.state_dir, thread_id))
         except ValueError:
             return
-        gone = await trio.to_thread.run_sync(archive.forget_from, before)
         session = self.sessions.get(thread_id)
-        if session is not None and session.live_turns is not None:
-            session.live_turns = [t for t in session.live_turns if t not in gone]
-        self._hidden.pop(thread_id, None)
+        if session is None:
+            await trio.to_thread.run_sync(archive.forget_from, before)
+            self._hidden.pop(thread_id, None)
+            return
+        # After the turn Codex interrupted for the revert (if any) is
+        # finalised, and before the next turn/start is assembled.
+        await session.ready.wait()
+        await session.slot.acquire()
+        try:
+            gone = await trio.to_thread.run_sync(archive.forget_from, before)
+            self._hidden.pop(thread_id, None)
+            if session.live_turns is not None:
+                session.live_turns = [t for t in session.live_turns if t not in gone]
+            if session.mirror is not None:
+                # The engine's history loses the reverted turns as Codex's did.
+                try:
+                    await trio.to_thread.run_sync(
+                        lambda: session.mirror.rewind(
+                            turn_key_prefix(thread_id, before),
+                            f"{turn_key_prefix(thread_id, before)}client-revert",
+                            REVERT_CUSTOM_TYPE,
+                            {"beforeTurnId": before},
+                        )
+                    )
+                except (MirrorError, OSError) as exc:
+                    log.warning("transcript mirror could not follow the client's revert", extra={"fields": self._fields(session, error=type(exc).__name__)})
+            # What Codex holds now: worked out afresh from the mirror (a later
+            # mismatch with the assembly rebuilds, which is exact).
+            session.held = None
+            since = session.turns_since_rebuild
+            session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
+            log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
+        finally:
+            session.slot.release()
 
     def _with_hidden_turns(self, msg: Message, result: dict[str, Any], thread: dict[str, Any]) -> Decision:
         """The response with the turns the sidecar's rebuilds took out of the

@@ -622,18 +622,22 @@ class TranscriptMirror:
         if not isinstance(key, str) or not key:
             raise ValueError("an idempotency key must be a non-empty string")
         with self._locked():
-            if key in self._keys:
-                return False
-            entry_id = entry_id_for_key(key)
-            if entry_id in self._by_id:
-                raise MirrorError(f"entry id {entry_id} of a new key is already taken in {self.path}")
-            entry = build(entry_id, self._leaf_id)
-            entry["idempotencyKey"] = key
-            self._write_line(entry)
-            self._entries.append(entry)
-            self._by_id[entry_id] = entry
-            self._keys[key] = entry_id
-            self._leaf_id = entry_id
+            return self._append_locked(key, build, self._leaf_id)
+
+    def _append_locked(self, key: str, build: Callable[[str, str | None], dict[str, Any]], parent_id: str | None) -> bool:
+        """Append under ``parent_id`` (the caller holds the exclusive lock)."""
+        if key in self._keys:
+            return False
+        entry_id = entry_id_for_key(key)
+        if entry_id in self._by_id:
+            raise MirrorError(f"entry id {entry_id} of a new key is already taken in {self.path}")
+        entry = build(entry_id, parent_id)
+        entry["idempotencyKey"] = key
+        self._write_line(entry)
+        self._entries.append(entry)
+        self._by_id[entry_id] = entry
+        self._keys[key] = entry_id
+        self._leaf_id = entry_id
         return True
 
     def _copy(self, entry: Mapping[str, Any]) -> int:
@@ -729,6 +733,35 @@ class TranscriptMirror:
             }
 
         return self._append(key, build)
+
+    def rewind(self, turn_prefix: str, key: str, custom_type: str, data: Any, *, timestamp: int | None = None) -> bool:
+        """Take the turn whose keys start with ``turn_prefix``, and every later
+        one, off the session's context: a ``custom`` entry whose parent is the
+        entry before that turn becomes the leaf, so the path to the leaf (what
+        :meth:`messages` and OpenClaw read) skips them, and what comes next
+        continues from there. The entries stay in the file (a branch, as
+        OpenClaw's tree format allows). False when ``key`` is present or the
+        turn is not on the path."""
+        when = _now_ms() if timestamp is None else timestamp
+        with self._locked():
+            if key in self._keys:
+                return False
+            path = self._path_to_leaf()
+            at = next((i for i, e in enumerate(path) if str(e.get("idempotencyKey") or "").startswith(turn_prefix)), None)
+            if at is None:
+                return False
+            return self._append_locked(
+                key,
+                lambda entry_id, parent_id: {
+                    "type": "custom",
+                    "id": entry_id,
+                    "parentId": parent_id,
+                    "timestamp": _iso(when),
+                    "customType": custom_type,
+                    "data": data,
+                },
+                path[at - 1]["id"] if at > 0 else None,
+            )
 
     def append_records(self, records: Iterable[Translated]) -> int:
         """Append translated records (``sidecar.translate``); returns how many were new.

@@ -614,3 +614,28 @@ def test_threads_sharing_one_mirror_do_not_race(path):
         assert m.entry_count == 500
     entries = _check_file(path)
     assert len(entries) == 500
+
+
+def test_rewind_takes_a_turn_and_the_later_ones_off_the_path(path):
+    prefix = lambda turn: f"codex-app-server:T:{turn}:"  # noqa: E731
+    with TranscriptMirror.open(path, "T") as m:
+        for n in (1, 2, 3):
+            m.append_message(user(f"U{n}"), f"{prefix(n)}u")
+            m.append_message(assistant(f"A{n}"), f"{prefix(n)}a")
+        assert m.rewind(prefix(2), "revert-2", "codex-sidecar.client-revert", {"beforeTurnId": "2"}) is True
+        assert [text(x) for x in m.messages()] == ["U1", "A1"]
+        assert m.rewind(prefix(2), "revert-2", "codex-sidecar.client-revert", {}) is False  # same key: once
+        assert m.rewind(prefix(9), "revert-9", "codex-sidecar.client-revert", {}) is False  # not on the path
+        assert m.rewind(prefix(3), "revert-3", "codex-sidecar.client-revert", {}) is False  # already off it
+        m.append_message(user("U4"), f"{prefix(4)}u")
+        assert [text(x) for x in m.messages()] == ["U1", "A1", "U4"]
+    # Nothing was removed from the file, and a reader sees the same path.
+    assert sum(1 for e in parsed(path) if e.get("type") == "message") == 7
+    with TranscriptMirror.open(path, "T") as again:
+        assert [text(x) for x in again.messages()] == ["U1", "A1", "U4"]
+        assert again.rewind(prefix(1), "revert-1", "codex-sidecar.client-revert", {}) is True
+        assert again.messages() == []
+
+
+def text(message) -> str:
+    return message.content if isinstance(message.content, str) else message.content[0].text

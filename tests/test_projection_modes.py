@@ -39,7 +39,7 @@ from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
 
 from .harness import child, proxied
-from .test_lifecycle import Run, fields, frame, logs, records_with, wait_until  # noqa: F401  (logs: fixture)
+from .test_lifecycle import Run, calls_for, fields, frame, logs, records_with, roles_texts, wait_until  # noqa: F401  (logs: fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL = f"turn/start.additionalContext[{CONTEXT_KEY}]"
@@ -548,10 +548,11 @@ async def test_a_turn_refused_after_the_revert_leaves_a_ledger_that_matches_the_
     assert_client_unaware(run, tid)
 
 
-async def test_a_client_s_own_revert_reaches_it_and_later_rebuilds_still_work(tmp_path):
+async def test_a_client_s_own_revert_reaches_it_and_the_engine_forgets_those_turns(tmp_path):
     """The client reverts its thread itself: its revert's notifications are
-    its own (not swallowed), and the sidecar's ledger, whose first turn is
-    now gone, must not make every later rebuild fail with "turn not found"."""
+    its own (not swallowed), the transcript mirror and the ledger follow it
+    (the engine never assembles the reverted turns again, so they never come
+    back to the model), and its reads keep them gone."""
     async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
         tid = await run.start_thread()
         t1 = await run.turn_ok(tid, "V1")
@@ -565,25 +566,55 @@ async def test_a_client_s_own_revert_reaches_it_and_later_rebuilds_still_work(tm
         t4 = await run.turn_ok(tid, "V4")
         status = await run.status()
         read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        assert run.lifecycle is not None
+        mirrored = run.lifecycle.sessions[tid].mirror.messages()  # the session's path, as OpenClaw reads it
+        revert_entries = [e for e in run.mirror_entries(tid) if e.get("customType") == "codex-sidecar.client-revert"]
 
     assert client_saw == ["thread/status/changed", "thread/readState/changed", "thread/status/changed", "thread/reverted"]
-    sidecar_reverts = [r["params"]["beforeTurnId"] for r in run.received("thread/revert")][1:]  # [0] is the client's
-    # The turns the client reverted stay gone from its reads; the one the
-    # sidecar's rebuild took out comes back.
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3, t4]
-    assert sidecar_reverts[-1] == t3  # turn 4 rebuilt again, from turn 3: the ledger is back on track
+    assert len(run.received("thread/revert")) == 1  # the client's; no rebuild was needed
+    assembled = [roles_texts(p.messages) for p in calls_for(run.engine, "assemble", tid)]
+    assert assembled[2] == []  # V3: the reverted V1 and V2 are gone from the engine's history
+    assert assembled[3] == [("user", "V3"), ("assistant", "Reply 3.")]
+    assert [t for _, t in roles_texts(mirrored) if t.startswith("V")] == ["V3", "V4"]
+    # The reverted turns stay in the file, on a branch the path no longer takes.
+    assert [t for _, t in roles_texts(run.mirror_messages(tid)) if t.startswith("V")] == ["V1", "V2", "V3", "V4"]
+    assert len(revert_entries) == 1 and revert_entries[0]["parentId"] is None
+    assert revert_entries[0]["data"] == {"beforeTurnId": t1}
     seen = run.seen(tid)
     assert [s["turnId"] for s in seen][-2:] == [t3, t4]
-    # Turn 3 rebuilt: the engine's assembly (from the mirror, which still has V1 and V2) is projected whole.
-    assert seen[-2]["held"] == [] and f"[summary]\n{summary_text(2)}" in context_of(seen[-2])
-    assert seen[-1]["held"] == [] and f"[summary]\n{summary_text(4)}" in context_of(seen[-1])
-    assert status["rebuilds"] == 2
+    assert seen[-2]["held"] == [] and context_of(seen[-2]) is None
+    assert [h["turnId"] for h in seen[-1]["held"]] == [t3] and context_of(seen[-1]) is None
+    assert status["rebuilds"] == 0
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3, t4]
+
+
+async def test_a_client_revert_after_rebuilds_leaves_the_model_only_what_it_kept(tmp_path):
+    """Reverting the turn after a rebuild: Codex holds only its framing, the
+    ledger says so, and the next turn projects the engine's assembly of what
+    is left (nothing of the reverted turn); the turns the rebuilds archived
+    stay in the client's reads."""
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "U1")
+        t2 = await run.turn_ok(tid, "U2")
+        t3 = await run.turn_ok(tid, "U3")  # rebuild: Codex forgets t1, t2
+        t4 = await run.turn_ok(tid, "U4")  # rebuild: Codex forgets t3
+        reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t4})
+        assert "result" in reverted
+        await run.wait_frame(lambda f: f.get("method") == "thread/reverted")
+        t5 = await run.turn_ok(tid, "U5")
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+
+    sidecar_reverts = [r["params"]["beforeTurnId"] for r in run.received("thread/revert")]
+    assert sidecar_reverts == [t1, t3, t4]  # two rebuilds, then the client's; U5 needs no revert
+    seen = run.seen(tid)[-1]
+    assert seen["turnId"] == t5 and seen["held"] == []
+    context = context_of(seen)
+    assert context is not None and f"[summary]\n{summary_text(4)}" in context and "[user]\nU3" in context
+    assert "U4" not in context and "Reply 4." not in context
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3, t5]
     records = inspect_records(run, tid)
-    assert [r["fallback"] for r in records] == [None] * 4
-    # A rebuild records how long its revert took. Turn 3 rebuilt without one
-    # (the client's revert had left only the framing); turn 4 reverted.
-    assert [r["rebuilt"] for r in records] == [False, False, True, True]
-    assert [r["revertMs"] is not None and r["revertMs"] >= 0 for r in records] == [False, False, False, True]
+    assert [r["rebuilt"] for r in records] == [False, False, True, True, True]
 
 
 # --------------------------------------------------------------------------
