@@ -209,6 +209,7 @@ class Lifecycle:
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
         self._hidden: dict[str, list[dict[str, Any]]] = {}
+        self._hidden_generation: dict[str, int] = {}
         """Per thread, the archived turns its rebuilds dropped (loaded when first needed)."""
         self._turn_lists: dict[Any, tuple[str, str, Any, Any]] = {}
         """client id -> (thread id, "asc"|"desc", limit, itemsView) of a thread/turns/list to splice."""
@@ -345,7 +346,7 @@ class Lifecycle:
         session = self.sessions.get(thread_id)
         if session is None:
             await trio.to_thread.run_sync(archive.forget_from, before)
-            self._hidden.pop(thread_id, None)
+            self._forget_hidden(thread_id)
             return
         # After the turn Codex interrupted for the revert (if any) is
         # finalised, and before the next turn/start is assembled.
@@ -353,7 +354,8 @@ class Lifecycle:
         await session.slot.acquire()
         try:
             gone = await trio.to_thread.run_sync(archive.forget_from, before)
-            self._hidden.pop(thread_id, None)
+            self._forget_hidden(thread_id)
+            await self._load_hidden(thread_id)
             if session.live_turns is not None:
                 session.live_turns = [t for t in session.live_turns if t not in gone]
             if session.mirror is not None:
@@ -396,10 +398,27 @@ class Lifecycle:
                 path = archive_path(self.state_dir, thread_id)
             except ValueError:
                 return []
-            # Read once per thread and process, on the event loop: a thread
-            # no rebuild touched is answered from a substring check.
+            # Loaded in a worker thread when a session opens and after each
+            # revert; this blocking read is the fallback for a thread this
+            # process has not opened (a thread that no rebuild touched is
+            # answered from a substring check).
             hidden = self._hidden[thread_id] = TurnArchive(path).hidden()
         return hidden
+
+    def _forget_hidden(self, thread_id: str) -> None:
+        """The archive changed: drop the cached list, and any load under way."""
+        self._hidden.pop(thread_id, None)
+        self._hidden_generation[thread_id] = self._hidden_generation.get(thread_id, 0) + 1
+
+    async def _load_hidden(self, thread_id: str) -> None:
+        try:
+            archive = TurnArchive(archive_path(self.state_dir, thread_id))
+        except ValueError:
+            return
+        generation = self._hidden_generation.get(thread_id, 0)
+        hidden = await trio.to_thread.run_sync(archive.hidden)
+        if self._hidden_generation.get(thread_id, 0) == generation:  # no revert since the read began
+            self._hidden.setdefault(thread_id, hidden)  # a read that loaded it meanwhile has the same
 
     def _on_turns_list(self, msg: Message) -> Decision:
         """thread/turns/list of a rebuilt thread: Codex pages only the turns
@@ -482,6 +501,8 @@ class Lifecycle:
                 session.had_history = (session.mirror.existed_before or forked) and bool(
                     await trio.to_thread.run_sync(session.mirror.messages)
                 )
+            if session.thread_id not in self._hidden:
+                await self._load_hidden(session.thread_id)
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
                 last = await trio.to_thread.run_sync(session.inspect.last)
@@ -865,7 +886,8 @@ class Lifecycle:
             )
             return False
         answered = trio.current_time()
-        self._hidden.pop(session.thread_id, None)  # reloaded from the archive when a read needs it
+        self._forget_hidden(session.thread_id)
+        self.proxy.spawn(self._load_hidden, session.thread_id)  # before a read needs it
         session.live_turns = []
         if session.current is not None:
             session.current.revert_ms = round((answered - started) * 1000, 1)
