@@ -149,6 +149,22 @@ def session_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "sessions" / f"{thread_id}.jsonl"
 
 
+def _custom_builder(custom_type: str, data: Any, timestamp: int | None) -> Callable[[str, str | None], dict[str, Any]]:
+    when = _now_ms() if timestamp is None else timestamp
+
+    def build(entry_id: str, parent_id: str | None) -> dict[str, Any]:
+        return {
+            "type": "custom",
+            "id": entry_id,
+            "parentId": parent_id,
+            "timestamp": _iso(when),
+            "customType": custom_type,
+            "data": data,
+        }
+
+    return build
+
+
 class TranscriptMirror:
     """One OpenClaw session file, append-only, idempotent by key.
 
@@ -720,19 +736,7 @@ class TranscriptMirror:
 
     def append_custom(self, custom_type: str, data: Any, key: str, *, timestamp: int | None = None) -> bool:
         """Append a ``custom`` entry (extension state; never model context)."""
-        when = _now_ms() if timestamp is None else timestamp
-
-        def build(entry_id: str, parent_id: str | None) -> dict[str, Any]:
-            return {
-                "type": "custom",
-                "id": entry_id,
-                "parentId": parent_id,
-                "timestamp": _iso(when),
-                "customType": custom_type,
-                "data": data,
-            }
-
-        return self._append(key, build)
+        return self._append(key, _custom_builder(custom_type, data, timestamp))
 
     def rewind(self, turn_prefix: str, key: str, custom_type: str, data: Any, *, timestamp: int | None = None) -> bool:
         """Take the turn whose keys start with ``turn_prefix``, and every later
@@ -742,7 +746,6 @@ class TranscriptMirror:
         continues from there. The entries stay in the file (a branch, as
         OpenClaw's tree format allows). False when ``key`` is present or the
         turn is not on the path."""
-        when = _now_ms() if timestamp is None else timestamp
         with self._locked():
             if key in self._keys:
                 return False
@@ -750,18 +753,8 @@ class TranscriptMirror:
             at = next((i for i, e in enumerate(path) if str(e.get("idempotencyKey") or "").startswith(turn_prefix)), None)
             if at is None:
                 return False
-            return self._append_locked(
-                key,
-                lambda entry_id, parent_id: {
-                    "type": "custom",
-                    "id": entry_id,
-                    "parentId": parent_id,
-                    "timestamp": _iso(when),
-                    "customType": custom_type,
-                    "data": data,
-                },
-                path[at - 1]["id"] if at > 0 else None,
-            )
+            parent = path[at - 1]["id"] if at > 0 else None
+            return self._append_locked(key, _custom_builder(custom_type, data, timestamp), parent)
 
     def append_records(self, records: Iterable[Translated]) -> int:
         """Append translated records (``sidecar.translate``); returns how many were new.
