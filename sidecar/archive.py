@@ -6,8 +6,8 @@ turns before it; the client did not ask for that, and ``thread/read`` and
 finalised turn is archived as Codex itself shows it in ``thread/read`` (the
 ``turn/completed`` turn with the items of its ``item/completed``
 notifications, ``itemsView`` "full"), and before each revert the turns it
-drops are marked. The lifecycle splices the marked turns back in front of
-Codex's own when it answers for the thread.
+drops are marked. ``sidecar.reads`` puts the marked turns back where
+Codex would have shown them when it answers for the thread.
 
 One JSONL file a thread, ``<state_dir>/turns/<thread id>.jsonl`` (0600):
 ``{"turn": {...}}``, ``{"dropped": [turn ids]}`` and, when the client

@@ -54,22 +54,12 @@ from engines import (
     encode_openclaw,
     optional_method,
 )
-from protocol import encode_response, parse, rewrite
+from protocol import parse, rewrite
 
 from .mirror import MirrorError, TranscriptMirror, session_path
-from .archive import (
-    TurnArchive,
-    archive_path,
-    archived_turn,
-    codex_cursor_from_start,
-    cut_for_fork,
-    decode_cursor,
-    encode_cursor,
-    hidden_page,
-    in_view,
-    splice_turns,
-)
+from .archive import TurnArchive, archive_path, archived_turn
 from .inspect import InspectLog, inspect_path
+from .reads import ArchivedTurns
 from .projection import (
     ProjectionError,
     already_projected,
@@ -208,11 +198,8 @@ class Lifecycle:
         self.state_dir = Path(state_dir)
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
-        self._hidden: dict[str, list[dict[str, Any]]] = {}
-        self._hidden_generation: dict[str, int] = {}
+        self.archived = ArchivedTurns(proxy, state_dir)
         """Per thread, the archived turns its rebuilds dropped (loaded when first needed)."""
-        self._turn_lists: dict[Any, tuple[str, str, Any, Any]] = {}
-        """client id -> (thread id, "asc"|"desc", limit, itemsView) of a thread/turns/list to splice."""
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
         self._reverting: dict[str, trio.Event] = {}
@@ -228,9 +215,9 @@ class Lifecycle:
         # in, the response hook on the way back.
         pairs = [
             *((m, self._remember_params, self._on_thread_response) for m in ("thread/start", "thread/resume", "thread/fork")),
-            ("thread/read", self._remember_params, self._on_thread_read_response),
+            ("thread/read", self.archived.on_thread_read, self.archived.on_thread_read_response),
             ("thread/revert", self._remember_params, self._on_client_revert_response),
-            ("thread/turns/list", self._on_turns_list, self._on_turns_list_response),
+            ("thread/turns/list", self.archived.on_turns_list, self.archived.on_turns_list_response),
             ("turn/start", self._on_turn_start, self._on_turn_start_response),
             ("thread/compact/start", self._on_compact_start, self._on_compact_response),
         ]
@@ -312,21 +299,11 @@ class Lifecycle:
             if parent is not None and parent.tools and not session.tools:
                 session.tools = parent.tools
         if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
-            # Codex copied the parent's turns since its last rebuild; the fork
-            # also inherits the archived ones before them (persisted by _open_session).
-            self._hidden[thread_id] = cut_for_fork(self._hidden_for(params["threadId"]), params.get("beforeTurnId"), params.get("lastTurnId"))
+            self.archived.seed_fork(thread_id, params["threadId"], params)
         self.proxy.spawn(self._open_session, session, pending.method, params, thread)
         if pending.method in ("thread/resume", "thread/fork") and not params.get("excludeTurns"):
-            return self._with_hidden_turns(msg, result, thread)
+            return self.archived.splice_thread(msg, result, thread)
         return None
-
-    def _on_thread_read_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self._requests.pop(pending.client_id, None) or {}
-        result = msg.result()
-        thread = result.get("thread") if isinstance(result, dict) else None
-        if not params.get("includeTurns") or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
-            return None
-        return self._with_hidden_turns(msg, result, thread)
 
     def _on_client_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
@@ -346,7 +323,7 @@ class Lifecycle:
         session = self.sessions.get(thread_id)
         if session is None:
             await trio.to_thread.run_sync(archive.forget_from, before)
-            self._forget_hidden(thread_id)
+            self.archived.forget(thread_id)
             return
         # After the turn Codex interrupted for the revert (if any) is
         # finalised, and before the next turn/start is assembled.
@@ -354,8 +331,8 @@ class Lifecycle:
         await session.slot.acquire()
         try:
             gone = await trio.to_thread.run_sync(archive.forget_from, before)
-            self._forget_hidden(thread_id)
-            await self._load_hidden(thread_id)
+            self.archived.forget(thread_id)
+            await self.archived.load(thread_id)
             if session.live_turns is not None:
                 session.live_turns = [t for t in session.live_turns if t not in gone]
             if session.mirror is not None:
@@ -379,99 +356,6 @@ class Lifecycle:
             log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
         finally:
             session.slot.release()
-
-    def _with_hidden_turns(self, msg: Message, result: dict[str, Any], thread: dict[str, Any]) -> Decision:
-        """The response with the turns the sidecar's rebuilds took out of the
-        Codex thread back in front of Codex's own (see ``sidecar.archive``)."""
-        turns = thread.get("turns")
-        if not isinstance(turns, list):
-            return None
-        spliced = splice_turns(self._hidden_for(thread["id"]), turns)
-        if spliced is None:
-            return None
-        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
-
-    def _hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
-        hidden = self._hidden.get(thread_id)
-        if hidden is None:
-            try:
-                path = archive_path(self.state_dir, thread_id)
-            except ValueError:
-                return []
-            # Loaded in a worker thread when a session opens and after each
-            # revert; this blocking read is the fallback for a thread this
-            # process has not opened (a thread that no rebuild touched is
-            # answered from a substring check).
-            hidden = self._hidden[thread_id] = TurnArchive(path).hidden()
-        return hidden
-
-    def _forget_hidden(self, thread_id: str) -> None:
-        """The archive changed: drop the cached list, and any load under way."""
-        self._hidden.pop(thread_id, None)
-        self._hidden_generation[thread_id] = self._hidden_generation.get(thread_id, 0) + 1
-
-    async def _load_hidden(self, thread_id: str) -> None:
-        try:
-            archive = TurnArchive(archive_path(self.state_dir, thread_id))
-        except ValueError:
-            return
-        generation = self._hidden_generation.get(thread_id, 0)
-        hidden = await trio.to_thread.run_sync(archive.hidden)
-        if self._hidden_generation.get(thread_id, 0) == generation:  # no revert since the read began
-            self._hidden.setdefault(thread_id, hidden)  # a read that loaded it meanwhile has the same
-
-    def _on_turns_list(self, msg: Message) -> Decision:
-        """thread/turns/list of a rebuilt thread: Codex pages only the turns
-        since the last rebuild; the archived ones before them are paged by
-        the sidecar (see ``sidecar.archive``). Nothing changes for a thread
-        without archived turns."""
-        params = msg.params()
-        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
-            return None
-        thread_id, cursor, limit, view = params["threadId"], params.get("cursor"), params.get("limit"), params.get("itemsView")
-        direction = "asc" if params.get("sortDirection") == "asc" else "desc"
-        ours = decode_cursor(cursor)
-        if codex_cursor_from_start(cursor):
-            # The archived turns are listed: Codex's own from their start.
-            return rewrite(msg.line, params={**params, "cursor": None})
-        hidden = self._hidden_for(thread_id)
-        if ours is not None or (direction == "asc" and cursor is None and hidden and isinstance(limit, int) and 0 < limit <= len(hidden)):
-            kind, position = ours if ours is not None else ("asc", 0)
-            page, after = hidden_page(hidden, kind, position, limit)
-            self.proxy.send_to_client(
-                encode_response(msg.id, {"data": [in_view(t, view) for t in page], "nextCursor": after, "backwardsCursor": None})
-            )
-            return HANDLED
-        if not hidden or (direction == "asc" and cursor is not None):
-            return None  # within Codex's own turns
-        self._turn_lists[msg.id] = (thread_id, direction, limit, view)
-        if direction == "asc" and isinstance(limit, int) and limit > 0:
-            # The archived turns come first: Codex fills the rest of the page.
-            return rewrite(msg.line, params={**params, "limit": limit - len(hidden)})
-        return None
-
-    def _on_turns_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        plan = self._turn_lists.pop(pending.client_id, None)
-        result = msg.result()
-        if plan is None or not isinstance(result, dict) or not isinstance(result.get("data"), list):
-            return None
-        thread_id, direction, limit, view = plan
-        data = result["data"]
-        hidden = self._hidden_for(thread_id)
-        if not hidden:
-            return None
-        if direction == "asc":
-            # A turn marked dropped whose revert failed is Codex's: listed once.
-            ids = {t.get("id") for t in hidden}
-            own = [t for t in data if not (isinstance(t, dict) and t.get("id") in ids)]
-            return rewrite(msg.line, result={**result, "data": [*(in_view(t, view) for t in hidden), *own]})
-        if result.get("nextCursor") is not None:
-            return None  # Codex has more of its own first
-        room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(hidden)
-        if room <= 0:
-            return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(hidden))})
-        page, after = hidden_page(hidden, "desc", len(hidden), room)
-        return rewrite(msg.line, result={**result, "data": [*data, *(in_view(t, view) for t in page)], "nextCursor": after})
 
     def _session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)
@@ -501,8 +385,7 @@ class Lifecycle:
                 session.had_history = (session.mirror.existed_before or forked) and bool(
                     await trio.to_thread.run_sync(session.mirror.messages)
                 )
-            if session.thread_id not in self._hidden:
-                await self._load_hidden(session.thread_id)
+            await self.archived.load(session.thread_id)
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
                 last = await trio.to_thread.run_sync(session.inspect.last)
@@ -886,8 +769,8 @@ class Lifecycle:
             )
             return False
         answered = trio.current_time()
-        self._forget_hidden(session.thread_id)
-        self.proxy.spawn(self._load_hidden, session.thread_id)  # before a read needs it
+        self.archived.forget(session.thread_id)
+        self.proxy.spawn(self.archived.load, session.thread_id)  # before a read needs it
         session.live_turns = []
         if session.current is not None:
             session.current.revert_ms = round((answered - started) * 1000, 1)

@@ -787,7 +787,7 @@ async def test_reads_and_resumes_answer_with_every_turn_across_rebuilds_and_a_re
         # Loaded in a worker thread after the revert, before any read needs it
         # (a read would otherwise load it on the event loop).
         assert run.lifecycle is not None
-        await wait_until(lambda: [t["id"] for t in run.lifecycle._hidden.get(tid, [])] == [t1, t2, t3], what="the archived turns loaded")
+        await wait_until(lambda: [t["id"] for t in run.lifecycle.archived._cache.get(tid, [])] == [t1, t2, t3], what="the archived turns loaded")
         bare = await run.request("thread/read", {"threadId": tid})  # no turns asked for, none added
     every = [t1, t2, t3, t4]
     assert run.lifecycle is not None and run.lifecycle.sessions[tid].rebuilds == 2

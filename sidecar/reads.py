@@ -1,0 +1,171 @@
+"""Answering the client's reads with the turns rebuilds took out of Codex.
+
+A rebuild reverts the Codex thread to its framing, so Codex's own answers to
+``thread/read``, ``thread/resume``, ``thread/fork`` and ``thread/turns/list``
+cover only the turns since the last rebuild. :class:`ArchivedTurns` keeps,
+per thread, the turns the archive (``sidecar.archive``) marks dropped, and
+puts them back where Codex would have shown them:
+
+* ``thread/read`` (``includeTurns``), ``thread/resume`` and ``thread/fork``
+  (unless ``excludeTurns``): in front of Codex's turns;
+* ``thread/turns/list``: a newest-first listing continues into them once
+  Codex has no more, an oldest-first one starts with them; pages of
+  archived turns carry the sidecar's own cursors, answered here and never
+  forwarded (see :func:`sidecar.archive.hidden_page`).
+
+A thread with nothing archived is never touched: Codex's answer passes byte
+for byte. The lists are loaded in a worker thread when a session opens and
+after each revert; a blocking read is the fallback for a thread this
+process has not opened.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import trio
+
+from protocol import encode_response, rewrite
+
+from .archive import (
+    TurnArchive,
+    archive_path,
+    codex_cursor_from_start,
+    cut_for_fork,
+    decode_cursor,
+    encode_cursor,
+    hidden_page,
+    in_view,
+    splice_turns,
+)
+from .proxy import HANDLED, Decision, Message, PendingRequest, Proxy
+
+
+class ArchivedTurns:
+    def __init__(self, proxy: Proxy, state_dir: str | os.PathLike[str]) -> None:
+        self.proxy = proxy
+        self.state_dir = state_dir
+        self._cache: dict[str, list[dict[str, Any]]] = {}
+        self._generation: dict[str, int] = {}
+        self._reads: dict[Any, bool] = {}
+        """client id -> includeTurns of a thread/read on its way."""
+        self._turn_lists: dict[Any, tuple[str, str, Any, Any]] = {}
+        """client id -> (thread id, "asc"|"desc", limit, itemsView) of a thread/turns/list to splice."""
+
+    def on_thread_read(self, msg: Message) -> Decision:
+        params = msg.params()
+        if isinstance(params, dict) and params.get("includeTurns"):
+            self._reads[msg.id] = True
+        return None
+
+    def seed_fork(self, fork_id: str, parent_id: str, params: dict[str, Any]) -> None:
+        """Codex copied the parent's turns since its last rebuild; the fork
+        also inherits the archived ones before them (the lifecycle copies the
+        archive file when it opens the fork's session)."""
+        self._cache[fork_id] = cut_for_fork(self.hidden_for(parent_id), params.get("beforeTurnId"), params.get("lastTurnId"))
+
+    def on_thread_read_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        include = self._reads.pop(pending.client_id, False)
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if not include or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+            return None
+        return self.splice_thread(msg, result, thread)
+
+    def splice_thread(self, msg: Message, result: dict[str, Any], thread: dict[str, Any]) -> Decision:
+        """The response with the turns the sidecar's rebuilds took out of the
+        Codex thread back in front of Codex's own."""
+        turns = thread.get("turns")
+        if not isinstance(turns, list):
+            return None
+        spliced = splice_turns(self.hidden_for(thread["id"]), turns)
+        if spliced is None:
+            return None
+        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
+
+    def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
+        hidden = self._cache.get(thread_id)
+        if hidden is None:
+            try:
+                path = archive_path(self.state_dir, thread_id)
+            except ValueError:
+                return []
+            # Loaded in a worker thread when a session opens and after each
+            # revert; this blocking read is the fallback for a thread this
+            # process has not opened (a thread that no rebuild touched is
+            # answered from a substring check).
+            hidden = self._cache[thread_id] = TurnArchive(path).hidden()
+        return hidden
+
+    def forget(self, thread_id: str) -> None:
+        """The archive changed: drop the cached list, and any load under way."""
+        self._cache.pop(thread_id, None)
+        self._generation[thread_id] = self._generation.get(thread_id, 0) + 1
+
+    async def load(self, thread_id: str) -> None:
+        """Load the thread's list in a worker thread, unless it is loaded."""
+        if thread_id in self._cache:
+            return
+        try:
+            archive = TurnArchive(archive_path(self.state_dir, thread_id))
+        except ValueError:
+            return
+        generation = self._generation.get(thread_id, 0)
+        hidden = await trio.to_thread.run_sync(archive.hidden)
+        if self._generation.get(thread_id, 0) == generation:  # no revert since the read began
+            self._cache.setdefault(thread_id, hidden)  # a read that loaded it meanwhile has the same
+
+    def on_turns_list(self, msg: Message) -> Decision:
+        """thread/turns/list of a rebuilt thread: Codex pages only the turns
+        since the last rebuild; the archived ones before them are paged by
+        the sidecar (see ``sidecar.archive``). Nothing changes for a thread
+        without archived turns."""
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        thread_id, cursor, limit, view = params["threadId"], params.get("cursor"), params.get("limit"), params.get("itemsView")
+        direction = "asc" if params.get("sortDirection") == "asc" else "desc"
+        ours = decode_cursor(cursor)
+        if codex_cursor_from_start(cursor):
+            # The archived turns are listed: Codex's own from their start.
+            return rewrite(msg.line, params={**params, "cursor": None})
+        hidden = self.hidden_for(thread_id)
+        if ours is not None or (direction == "asc" and cursor is None and hidden and isinstance(limit, int) and 0 < limit <= len(hidden)):
+            kind, position = ours if ours is not None else ("asc", 0)
+            page, after = hidden_page(hidden, kind, position, limit)
+            self.proxy.send_to_client(
+                encode_response(msg.id, {"data": [in_view(t, view) for t in page], "nextCursor": after, "backwardsCursor": None})
+            )
+            return HANDLED
+        if not hidden or (direction == "asc" and cursor is not None):
+            return None  # within Codex's own turns
+        self._turn_lists[msg.id] = (thread_id, direction, limit, view)
+        if direction == "asc" and isinstance(limit, int) and limit > 0:
+            # The archived turns come first: Codex fills the rest of the page.
+            return rewrite(msg.line, params={**params, "limit": limit - len(hidden)})
+        return None
+
+    def on_turns_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        plan = self._turn_lists.pop(pending.client_id, None)
+        result = msg.result()
+        if plan is None or not isinstance(result, dict) or not isinstance(result.get("data"), list):
+            return None
+        thread_id, direction, limit, view = plan
+        data = result["data"]
+        hidden = self.hidden_for(thread_id)
+        if not hidden:
+            return None
+        if direction == "asc":
+            # A turn marked dropped whose revert failed is Codex's: listed once.
+            ids = {t.get("id") for t in hidden}
+            own = [t for t in data if not (isinstance(t, dict) and t.get("id") in ids)]
+            return rewrite(msg.line, result={**result, "data": [*(in_view(t, view) for t in hidden), *own]})
+        if result.get("nextCursor") is not None:
+            return None  # Codex has more of its own first
+        room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(hidden)
+        if room <= 0:
+            return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(hidden))})
+        page, after = hidden_page(hidden, "desc", len(hidden), room)
+        return rewrite(msg.line, result={**result, "data": [*data, *(in_view(t, view) for t in page)], "nextCursor": after})
+
