@@ -578,3 +578,36 @@ async def test_a_long_rebuild_reaches_the_model_whole_in_ordered_parts(tmp_path)
     assert "truncated" not in whole
     for k in range(turns - 1):
         assert prompts[k] in whole and replies[k] in whole
+
+
+async def test_a_client_revert_reaches_the_engine_s_history_with_the_real_codex(tmp_path):
+    """The client undoes its last two turns: Codex drops them, and so does
+    the transcript mirror the engine assembles from (inspect shows the
+    history the engine got), while the client's reads list what is left."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = sidecar_env(home, install_engines(tmp_path / "site"), tmp_path / "state", tmp_path / "sidecar.toml", IDENTITY_ID)
+        model.script(*(Text(f"Reply {n}.") for n in range(1, 5)))
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            ids = []
+            for n in range(1, 4):
+                done = await client.run_turn(tid, f"Prompt {n}.", timeout=TURN_TIMEOUT)
+                ids.append(done["turn"]["id"])
+            await finalized(client, tid, ids[-1])
+            await client.request("thread/revert", {"threadId": tid, "beforeTurnId": ids[1]})
+            done = await client.run_turn(tid, "Prompt 4.", timeout=TURN_TIMEOUT)
+            ids.append(done["turn"]["id"])
+            await finalized(client, tid, ids[-1])
+            records = (await client.request("sidecar/inspect", {"threadId": tid}))["turns"]
+            read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+        last = model.requests[-1]
+
+    # The engine's history for turn 4 is turn 1 only (2 messages), not turns 1-3 (6).
+    assert [r["historyMessages"] for r in records] == [0, 2, 4, 2]
+    assert [t["id"] for t in read["thread"]["turns"]] == [ids[0], ids[3]]
+    body = json.dumps(last["input"])
+    assert "Prompt 1." in body and "Prompt 4." in body
+    assert "Prompt 2." not in body and "Prompt 3." not in body
