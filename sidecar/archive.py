@@ -154,20 +154,24 @@ def splice_turns(hidden: list[dict[str, Any]], turns: list[Any]) -> list[Any] | 
 # a desc listing continues into them once Codex says it has no more, an asc
 # listing starts with them and then hands over to Codex from its start.
 
-CURSOR_PREFIX = "codex-sidecar:turns:"
+CURSOR_PREFIX = "codex-sidecar:"
+"""Sidecar cursors: ``codex-sidecar:<turns|items>:<asc|desc|codex>:<position>``."""
 _ASC, _DESC, _CODEX = "asc", "desc", "codex"
+SPACES = ("turns", "items")
 
 
-def encode_cursor(kind: str, position: int) -> str:
-    return f"{CURSOR_PREFIX}{kind}:{position}"
+def encode_cursor(kind: str, position: int, space: str = "turns") -> str:
+    return f"{CURSOR_PREFIX}{space}:{kind}:{position}"
 
 
-def decode_cursor(cursor: Any) -> tuple[str, int] | None:
-    """``(kind, position)`` of a sidecar cursor; None for anything else
-    (Codex's own cursors, which pass through)."""
-    if not isinstance(cursor, str) or not cursor.startswith(CURSOR_PREFIX):
+def decode_cursor(cursor: Any, space: str = "turns") -> tuple[str, int] | None:
+    """``(kind, position)`` of a sidecar cursor of ``space`` (what is being
+    listed: turns or items); None for anything else (Codex's own cursors,
+    which pass through)."""
+    prefix = f"{CURSOR_PREFIX}{space}:"
+    if not isinstance(cursor, str) or not cursor.startswith(prefix):
         return None
-    kind, _, position = cursor[len(CURSOR_PREFIX) :].partition(":")
+    kind, _, position = cursor[len(prefix) :].partition(":")
     if kind not in (_ASC, _DESC, _CODEX) or not position.isdigit():
         return None
     return kind, int(position)
@@ -197,22 +201,36 @@ def in_view(turn: dict[str, Any], items_view: Any) -> dict[str, Any]:
     return {**turn, "items": summary_items(turn.get("items") or []), "itemsView": "summary"}
 
 
-def hidden_page(hidden: list[dict[str, Any]], kind: str, position: int, limit: Any) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of archived turns from a sidecar cursor (``kind`` asc or
-    desc at ``position``) and the cursor after it. asc ends by handing over
-    to Codex's own turns from their start; desc ends the listing."""
+def hidden_page(
+    hidden: list[dict[str, Any]], kind: str, position: int, limit: Any, *, space: str = "turns", handover: bool = True
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of archived turns (or items) from a sidecar cursor (``kind``
+    asc or desc at ``position``) and the cursor after it. asc ends by handing
+    over to Codex's own from their start (unless ``handover`` is false: the
+    items of one archived turn); desc ends the listing."""
     size = limit if isinstance(limit, int) and limit > 0 else len(hidden)
     position = max(0, min(position, len(hidden)))
     if kind == _DESC:
         start = max(0, position - size)
         page = hidden[start:position][::-1]
-        return page, encode_cursor(_DESC, start) if start > 0 else None
+        return page, encode_cursor(_DESC, start, space) if start > 0 else None
     end = min(len(hidden), position + size)
     page = hidden[position:end]
-    return page, encode_cursor(_ASC, end) if end < len(hidden) else encode_cursor(_CODEX, 0)
+    if end < len(hidden):
+        return page, encode_cursor(_ASC, end, space)
+    return page, encode_cursor(_CODEX, 0, space) if handover else None
 
 
-def codex_cursor_from_start(cursor: Any) -> bool:
-    """The cursor an asc listing gets after the last archived turn."""
-    decoded = decode_cursor(cursor)
+def codex_cursor_from_start(cursor: Any, space: str = "turns") -> bool:
+    """The cursor an asc listing gets after the last archived turn (item)."""
+    decoded = decode_cursor(cursor, space)
     return decoded is not None and decoded[0] == _CODEX
+
+
+def item_entries(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """An archived turn's items as ``thread/items/list`` entries."""
+    return [
+        {"item": item, "turnId": turn.get("id"), "startedAtMs": item.get("startedAtMs"), "completedAtMs": item.get("completedAtMs")}
+        for item in turn.get("items") or []
+        if isinstance(item, dict)
+    ]

@@ -217,7 +217,8 @@ class Lifecycle:
             *((m, self._remember_params, self._on_thread_response) for m in ("thread/start", "thread/resume", "thread/fork")),
             ("thread/read", self.archived.on_thread_read, self.archived.on_thread_read_response),
             ("thread/revert", self._remember_params, self._on_client_revert_response),
-            ("thread/turns/list", self.archived.on_turns_list, self.archived.on_turns_list_response),
+            ("thread/turns/list", self.archived.on_turns_list, self.archived.on_list_response),
+            ("thread/items/list", self.archived.on_items_list, self.archived.on_list_response),
             ("turn/start", self._on_turn_start, self._on_turn_start_response),
             ("thread/compact/start", self._on_compact_start, self._on_compact_response),
         ]

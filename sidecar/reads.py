@@ -37,6 +37,7 @@ from .archive import (
     encode_cursor,
     hidden_page,
     in_view,
+    item_entries,
     splice_turns,
 )
 from .proxy import HANDLED, Decision, Message, PendingRequest, Proxy
@@ -50,8 +51,8 @@ class ArchivedTurns:
         self._generation: dict[str, int] = {}
         self._reads: dict[Any, bool] = {}
         """client id -> includeTurns of a thread/read on its way."""
-        self._turn_lists: dict[Any, tuple[str, str, Any, Any]] = {}
-        """client id -> (thread id, "asc"|"desc", limit, itemsView) of a thread/turns/list to splice."""
+        self._lists: dict[Any, tuple[str, str, str, Any, dict[str, Any]]] = {}
+        """client id -> (space, thread id, direction, limit, params) of a listing to splice."""
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -116,56 +117,102 @@ class ArchivedTurns:
         if self._generation.get(thread_id, 0) == generation:  # no revert since the read began
             self._cache.setdefault(thread_id, hidden)  # a read that loaded it meanwhile has the same
 
-    def on_turns_list(self, msg: Message) -> Decision:
-        """thread/turns/list of a rebuilt thread: Codex pages only the turns
-        since the last rebuild; the archived ones before them are paged by
-        the sidecar (see ``sidecar.archive``). Nothing changes for a thread
-        without archived turns."""
-        params = msg.params()
-        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
-            return None
-        thread_id, cursor, limit, view = params["threadId"], params.get("cursor"), params.get("limit"), params.get("itemsView")
-        direction = "asc" if params.get("sortDirection") == "asc" else "desc"
-        ours = decode_cursor(cursor)
-        if codex_cursor_from_start(cursor):
-            # The archived turns are listed: Codex's own from their start.
-            return rewrite(msg.line, params={**params, "cursor": None})
-        hidden = self.hidden_for(thread_id)
-        if ours is not None or (direction == "asc" and cursor is None and hidden and isinstance(limit, int) and 0 < limit <= len(hidden)):
-            kind, position = ours if ours is not None else ("asc", 0)
-            page, after = hidden_page(hidden, kind, position, limit)
-            self.proxy.send_to_client(
-                encode_response(msg.id, {"data": [in_view(t, view) for t in page], "nextCursor": after, "backwardsCursor": None})
-            )
-            return HANDLED
-        if not hidden or (direction == "asc" and cursor is not None):
-            return None  # within Codex's own turns
-        self._turn_lists[msg.id] = (thread_id, direction, limit, view)
-        if direction == "asc" and isinstance(limit, int) and limit > 0:
-            # The archived turns come first: Codex fills the rest of the page.
-            return rewrite(msg.line, params={**params, "limit": limit - len(hidden)})
-        return None
+    # ------------------------------------------------------------- listings
+    # thread/turns/list (newest first by default) and thread/items/list
+    # (oldest first by default) page the same way: Codex's own pages cover
+    # what it still holds, the archived units (turns, or item entries) are
+    # older, and pages of those are the sidecar's, with its own cursors.
 
-    def on_turns_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        plan = self._turn_lists.pop(pending.client_id, None)
+    def on_turns_list(self, msg: Message) -> Decision:
+        return self._on_list(msg, "turns", "desc")
+
+    def on_items_list(self, msg: Message) -> Decision:
+        return self._on_list(msg, "items", "asc")
+
+    def on_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        plan = self._lists.pop(pending.client_id, None)
         result = msg.result()
         if plan is None or not isinstance(result, dict) or not isinstance(result.get("data"), list):
             return None
-        thread_id, direction, limit, view = plan
+        space, thread_id, direction, limit, params = plan
         data = result["data"]
-        hidden = self.hidden_for(thread_id)
-        if not hidden:
+        units = self._units(space, thread_id, params)
+        if not units:
             return None
         if direction == "asc":
-            # A turn marked dropped whose revert failed is Codex's: listed once.
-            ids = {t.get("id") for t in hidden}
-            own = [t for t in data if not (isinstance(t, dict) and t.get("id") in ids)]
-            return rewrite(msg.line, result={**result, "data": [*(in_view(t, view) for t in hidden), *own]})
+            # A unit marked dropped whose revert failed is Codex's: listed once.
+            keys = {_unit_key(space, u) for u in units}
+            own = [u for u in data if not (isinstance(u, dict) and _unit_key(space, u) in keys)]
+            return rewrite(msg.line, result={**result, "data": [*units, *own]})
         if result.get("nextCursor") is not None:
             return None  # Codex has more of its own first
-        room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(hidden)
+        room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(units)
         if room <= 0:
-            return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(hidden))})
-        page, after = hidden_page(hidden, "desc", len(hidden), room)
-        return rewrite(msg.line, result={**result, "data": [*data, *(in_view(t, view) for t in page)], "nextCursor": after})
+            return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(units), space)})
+        page, after = hidden_page(units, "desc", len(units), room, space=space)
+        return rewrite(msg.line, result={**result, "data": [*data, *page], "nextCursor": after})
 
+    def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The archived turns (in the items view asked for) or item entries, oldest first."""
+        hidden = self.hidden_for(thread_id)
+        if space == "turns":
+            return [in_view(t, params.get("itemsView")) for t in hidden]
+        return [entry for t in hidden for entry in item_entries(t)]
+
+    def _on_list(self, msg: Message, space: str, default: str) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        thread_id, cursor, limit = params["threadId"], params.get("cursor"), params.get("limit")
+        direction = params.get("sortDirection") if params.get("sortDirection") in ("asc", "desc") else default
+        if space == "items" and params.get("turnId") is not None:
+            return self._archived_turn_items(msg, thread_id, params, direction)
+        if codex_cursor_from_start(cursor, space):
+            # The archived units are listed: Codex's own from their start.
+            return rewrite(msg.line, params={**params, "cursor": None})
+        ours = decode_cursor(cursor, space)
+        units = self._units(space, thread_id, params)
+        if ours is not None or (direction == "asc" and cursor is None and units and isinstance(limit, int) and 0 < limit <= len(units)):
+            kind, position = ours if ours is not None else ("asc", 0)
+            page, after = hidden_page(units, kind, position, limit, space=space)
+            self._answer(msg, page, after)
+            return HANDLED
+        if not units or (direction == "asc" and cursor is not None):
+            return None  # within Codex's own
+        self._lists[msg.id] = (space, thread_id, direction, limit, params)
+        if direction == "asc" and isinstance(limit, int) and limit > 0:
+            # The archived units come first: Codex fills the rest of the page.
+            return rewrite(msg.line, params={**params, "limit": limit - len(units)})
+        return None
+
+    def _archived_turn_items(self, msg: Message, thread_id: str, params: dict[str, Any], direction: str) -> Decision:
+        """thread/items/list of one turn: an archived turn is the sidecar's to
+        page (Codex no longer knows it); any other goes to Codex."""
+        turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
+        if turn is None:
+            return None
+        entries = item_entries(turn)
+        cursor = params.get("cursor")
+        ours = decode_cursor(cursor, "items")
+        if ours is not None:
+            kind, position = ours
+        elif isinstance(cursor, dict) and cursor.get("type") == "item":
+            # An exclusive anchor: asc lists the items after it, desc the ones before.
+            ids = [e["item"].get("id") for e in entries]
+            at = ids.index(cursor.get("itemId")) if cursor.get("itemId") in ids else len(ids)
+            kind, position = direction, at + 1 if direction == "asc" else at
+        else:
+            kind, position = direction, 0 if direction == "asc" else len(entries)
+        page, after = hidden_page(entries, kind, position, params.get("limit"), space="items", handover=False)
+        self._answer(msg, page, after)
+        return HANDLED
+
+    def _answer(self, msg: Message, page: list[dict[str, Any]], after: str | None) -> None:
+        self.proxy.send_to_client(encode_response(msg.id, {"data": page, "nextCursor": after, "backwardsCursor": None}))
+
+
+def _unit_key(space: str, unit: dict[str, Any]) -> Any:
+    if space == "turns":
+        return unit.get("id")
+    item = unit.get("item")
+    return item.get("id") if isinstance(item, dict) else None

@@ -244,12 +244,17 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
                 if n == 3:  # before the first rebuild: Codex's own answers
                     early = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
                     early_list = await client.request("thread/turns/list", {"threadId": tid, "sortDirection": "asc"})
+                    early_items = await client.request("thread/items/list", {"threadId": tid})
             status = await finalized(client, tid, turn_ids[-1])
             inspected = await client.request("sidecar/inspect", {"threadId": tid})
             read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
             listed = {}
             for direction, limit in (("desc", 2), ("asc", 3), ("desc", None)):
                 listed[direction, limit] = await list_all_turns(client, tid, direction, limit)
+            item_pages = {}
+            for direction, limit in (("asc", 4), ("desc", 3)):
+                item_pages[direction, limit] = await list_all_turns(client, tid, direction, limit, method="thread/items/list")
+            first_turn_items = await client.request("thread/items/list", {"threadId": tid, "turnId": turn_ids[0]})
         requests = list(model.requests)
 
         # A fresh sidecar resumes the thread: every turn is still in the answer.
@@ -355,6 +360,13 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert [t["id"] for t in listed["asc", 3]] == turn_ids
     assert listed["desc", None][::-1][:3] == early_list["data"]
     assert resumed_via_sidecar["thread"]["turns"][:6] == read["thread"]["turns"][:6]
+    # thread/items/list too: every item of every turn, both ways, the archived
+    # ones equal to Codex's own entries for them from before the rebuild.
+    every_item = [(t["id"], i["id"]) for t in read["thread"]["turns"] for i in t["items"]]
+    assert [(e["turnId"], e["item"]["id"]) for e in item_pages["asc", 4]] == every_item
+    assert [(e["turnId"], e["item"]["id"]) for e in item_pages["desc", 3]] == every_item[::-1]
+    assert item_pages["asc", 4][: len(early_items["data"])] == early_items["data"]
+    assert first_turn_items["data"] == [e for e in early_items["data"] if e["turnId"] == turn_ids[0]]
 
     # --- the resumed thread, in a fresh codex: the rebuilt history, nothing older
     assert after_restart["prompt_cache_key"] == tid
@@ -365,18 +377,18 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert prompts[0] not in body and prompts[4] in body and prompts[6] in body
 
 
-async def list_all_turns(client: AppServerClient, tid: str, direction: str, limit: int | None) -> list[dict]:
+async def list_all_turns(client: AppServerClient, tid: str, direction: str, limit: int | None, method: str = "thread/turns/list") -> list[dict]:
     turns: list[dict] = []
     cursor = None
-    for _ in range(30):
+    for _ in range(60):
         params = {"threadId": tid, "sortDirection": direction, **({"limit": limit} if limit else {}), **({"cursor": cursor} if cursor else {})}
-        page = await client.request("thread/turns/list", params)
+        page = await client.request(method, params)
         assert not limit or len(page["data"]) <= limit
         turns += page["data"]
         cursor = page["nextCursor"]
         if cursor is None:
             return turns
-    raise AssertionError("thread/turns/list never ended")
+    raise AssertionError(f"{method} never ended")
 
 
 async def test_identity_engine_in_delta_is_invisible_to_the_model(tmp_path):

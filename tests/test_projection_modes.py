@@ -929,13 +929,16 @@ async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
     assert_client_unaware(run, tid)
 
 
+async def _four_turns_rebuilt_at_the_third(run: ModesRun, prefix: str) -> tuple[str, list[str]]:
+    """A thread of four turns under summarising_once(): the third rebuilds,
+    so Codex forgets the first two."""
+    tid = await run.start_thread()
+    return tid, [await run.turn_ok(tid, f"{prefix}{n}") for n in range(1, 5)]
+
+
 async def test_a_fork_of_a_rebuilt_thread_lists_every_turn_it_inherits(tmp_path):
     async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "F1")
-        t2 = await run.turn_ok(tid, "F2")
-        t3 = await run.turn_ok(tid, "F3")  # the rebuild: Codex forgets t1, t2
-        t4 = await run.turn_ok(tid, "F4")
+        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "F")
         whole = await run.request("thread/fork", {"threadId": tid})
         through_t3 = await run.request("thread/fork", {"threadId": tid, "lastTurnId": t3})
         bare = await run.request("thread/fork", {"threadId": tid, "excludeTurns": True})
@@ -960,3 +963,49 @@ async def test_a_fork_of_a_rebuilt_thread_lists_every_turn_it_inherits(tmp_path)
     assert [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in mirror_t3 if m["role"] == "user"] == [
         "F1", "F2", "F3", "F5 on the fork"
     ]
+
+
+async def _items_all(run: ModesRun, tid: str, **params: Any) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    cursor: Any = params.pop("cursor", None)
+    for _ in range(40):
+        resp = await run.request("thread/items/list", {"threadId": tid, **params, **({"cursor": cursor} if cursor else {})})
+        assert "result" in resp, resp
+        if isinstance(params.get("limit"), int):
+            assert len(resp["result"]["data"]) <= params["limit"]
+        entries += resp["result"]["data"]
+        cursor = resp["result"]["nextCursor"]
+        if cursor is None:
+            return entries
+    raise AssertionError("thread/items/list never ended")
+
+
+async def test_items_list_pages_through_the_archived_turns_items(tmp_path):
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "I")
+        listings = {}
+        for limit in (1, 3, 100, None):
+            for direction in ("asc", "desc"):
+                listings[direction, limit] = await _items_all(run, tid, sortDirection=direction, **({"limit": limit} if limit else {}))
+        default = await _items_all(run, tid)
+        one_turn = await _items_all(run, tid, turnId=t1, limit=1)
+        after_anchor = await _items_all(run, tid, turnId=t2, cursor={"type": "item", "itemId": f"{t2}-user"})
+        before_anchor = await _items_all(run, tid, turnId=t2, sortDirection="desc", cursor={"type": "item", "itemId": f"{t2}-agent"})
+        codex_turn = await _items_all(run, tid, turnId=t4)
+        frames = run.frames()
+
+    every = [(f["params"]["turnId"], f["params"]["item"]["id"]) for f in frames if f.get("method") == "item/completed"]
+    assert [t for t, _ in every] == [t1, t1, t2, t2, t3, t3, t4, t4]
+    for (direction, limit), entries in listings.items():
+        got = [(e["turnId"], e["item"]["id"]) for e in entries]
+        assert got == (every if direction == "asc" else every[::-1]), (direction, limit)
+    assert [(e["turnId"], e["item"]["id"]) for e in default] == every  # oldest first by default
+    items = {i: f["params"]["item"] for f in frames if f.get("method") == "item/completed" for i in [f["params"]["item"]["id"]]}
+    for e in listings["asc", None]:
+        assert e["item"] == items[e["item"]["id"]] and e["startedAtMs"] == e["item"]["startedAtMs"]
+    assert [e["item"]["id"] for e in one_turn] == [f"{t1}-user", f"{t1}-agent"]
+    assert [e["item"]["id"] for e in after_anchor] == [f"{t2}-agent"]
+    assert [e["item"]["id"] for e in before_anchor] == [f"{t2}-user"]
+    assert [e["item"]["id"] for e in codex_turn] == [f"{t4}-user", f"{t4}-agent"]  # Codex's own, forwarded
+    assert not any("codex-sidecar:" in json.dumps(m.get("params")) for m in run.received("thread/items/list"))
+    assert [m["params"].get("turnId") for m in run.received("thread/items/list") if m["params"].get("turnId")] == [t4]

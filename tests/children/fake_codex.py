@@ -33,6 +33,10 @@ methods the lifecycle cares about, and nothing else:
   ``{data: [turn...], nextCursor, backwardsCursor}``, newest first unless
   ``sortDirection`` is "asc", ``nextCursor`` ``fake:<offset>`` while more
   remain (null at the end), like Codex's own paging;
+* ``thread/items/list {threadId, turnId, sortDirection, limit, cursor}`` ->
+  ``{data: [{item, turnId, startedAtMs, completedAtMs}...], nextCursor,
+  backwardsCursor}``, oldest first unless "desc", cursors ``fakei:<offset>``
+  or an item anchor ``{"type": "item", "itemId"}`` (the items after it);
 * ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
 
 ``turn/start`` refuses (-32600, no turn) an input item of a type Codex does
@@ -315,6 +319,42 @@ def turns_list(rid, params: dict) -> None:
     result(rid, {"data": turns, "nextCursor": more, "backwardsCursor": f"fake-back:{start}" if turns else None})
 
 
+def items_list(rid, params: dict) -> None:
+    tid = params.get("threadId")
+    if tid not in threads:
+        error(rid, -32600, f"thread not found: {tid}")
+        return
+    turns = threads[tid]["turns"]
+    if params.get("turnId") is not None:
+        turns = [t for t in turns if t["id"] == params["turnId"]]
+        if not turns:
+            error(rid, -32600, f"turn not found: {params['turnId']}")
+            return
+    entries = [
+        {"item": item, "turnId": t["id"], "startedAtMs": item.get("startedAtMs"), "completedAtMs": item.get("completedAtMs")}
+        for t in turns
+        for item in t.get("items") or []
+    ]
+    if params.get("sortDirection") == "desc":  # Codex's default here is oldest first
+        entries.reverse()
+    cursor = params.get("cursor")
+    start = 0
+    if isinstance(cursor, dict) and cursor.get("type") == "item":
+        ids = [e["item"].get("id") for e in entries]
+        start = ids.index(cursor.get("itemId")) + 1 if cursor.get("itemId") in ids else len(ids)
+    elif cursor is not None:
+        if not (isinstance(cursor, str) and cursor.startswith("fakei:") and cursor[6:].isdigit()):
+            error(rid, -32600, f"invalid cursor: {cursor}")
+            return
+        start = int(cursor[6:])
+    entries = entries[start:]
+    limit = params.get("limit")
+    more = None
+    if isinstance(limit, int) and limit >= 0 and len(entries) > limit:
+        entries, more = entries[:limit], f"fakei:{start + limit}"
+    result(rid, {"data": entries, "nextCursor": more, "backwardsCursor": f"fakei-back:{start}" if entries else None})
+
+
 def handle(msg: dict) -> None:
     method = msg.get("method")
     if "id" not in msg or method is None:
@@ -372,6 +412,8 @@ def handle(msg: dict) -> None:
         revert(rid, params)
     elif method == "thread/turns/list":
         turns_list(rid, params)
+    elif method == "thread/items/list":
+        items_list(rid, params)
     elif method == "turn/interrupt":
         result(rid, {})
     else:
