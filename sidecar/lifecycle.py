@@ -199,7 +199,8 @@ class Lifecycle:
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
         self.archived = ArchivedTurns(proxy, state_dir)
-        """Per thread, the archived turns its rebuilds dropped (loaded when first needed)."""
+        """The read side: answers thread/read, resume, fork, turns/list and
+        items/list with the turns rebuilds took out of Codex (``sidecar.reads``)."""
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
         self._reverting: dict[str, trio.Event] = {}
