@@ -2,6 +2,8 @@
 #   make demo     the main job: the sidecar in front of a real codex app-server
 #   make test     the whole test suite (real-codex tests included)
 #   make bench    relay benchmark (ratios against a direct connection)
+#   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
+#   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -12,7 +14,7 @@ CODEX_DIR   := .tools/codex-$(CODEX_VER)
 CODEX_BIN   := $(CODEX_DIR)/node_modules/.bin/codex
 export CODEX_SIDECAR_TEST_CODEX_BIN := $(abspath $(CODEX_BIN))
 
-.PHONY: all setup demo test bench bench-context fixtures clean
+.PHONY: all setup demo test bench bench-context bench-rebuild fixtures clean
 
 all: test
 
@@ -40,6 +42,9 @@ bench: setup
 
 bench-context: setup
 	$(PY) -m tools.bench_context --repeat 3
+
+bench-rebuild: setup
+	$(PY) -m tools.bench_rebuild --rounds 6
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures
