@@ -30,12 +30,18 @@ def inspect_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON line in one write (0600 file, 0700 folder); best
-    effort: an error is swallowed, the caller's turn goes on."""
+    effort: an error is swallowed, the caller's turn goes on.
+
+    A file that ends in a torn line (a kill or a full disk in the middle of
+    an earlier write) gets its newline first, so the torn line stays the only
+    one lost and this record is not glued onto it."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, _encode.encode(record) + b"\n")
+            size = os.fstat(fd).st_size
+            torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+            os.write(fd, (b"\n" if torn else b"") + _encode.encode(record) + b"\n")
         finally:
             os.close(fd)
     except OSError:
