@@ -10,10 +10,13 @@ drops are marked. ``sidecar.reads`` puts the marked turns back where
 Codex would have shown them when it answers for the thread.
 
 One JSONL file a thread, ``<state_dir>/turns/<thread id>.jsonl`` (0600):
-``{"turn": {...}}``, ``{"dropped": [turn ids]}`` and, when the client
+``{"turn": {...}}``, ``{"dropped": [turn ids]}``, ``{"restored": [turn
+ids]}`` (marked dropped, but Codex kept them: a refused revert, or a kill
+between the marks and the revert, found when Codex lists them again; read in
+file order, so a later rebuild can drop them again) and, when the client
 reverts turns itself, ``{"forgotten": [turn ids]}`` records. Appends are
 single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
-line, which reading skips. Archiving is best effort: a failed write costs
+line, which reading skips and the next append terminates. Archiving is best effort: a failed write costs
 the client those turns in later reads, never the turn itself.
 """
 
@@ -47,15 +50,22 @@ class TurnArchive:
     def append_turn(self, turn: dict[str, Any]) -> None:
         self._append({"turn": turn})
 
-    def mark_dropped(self, turn_ids: list[str] | None) -> None:
+    def mark_dropped(self, turn_ids: list[str] | None) -> list[str]:
         """Mark the turns a revert to the framing is about to drop; ``None``:
         every archived turn Codex should still hold (the sidecar restarted
-        and lost its list)."""
+        and lost its list). Returns the turns marked."""
         if turn_ids is None:
             turns, dropped, forgotten = self._read()
             turn_ids = [tid for tid in turns if tid not in dropped and tid not in forgotten]
         if turn_ids:
             self._append({"dropped": list(turn_ids)})
+        return list(turn_ids or [])
+
+    def mark_restored(self, turn_ids: list[str]) -> None:
+        """Turns marked dropped that Codex still holds (a refused revert, or a
+        kill between the marks and the revert): they are Codex's to list."""
+        if turn_ids:
+            self._append({"restored": list(turn_ids)})
 
     def forget_from(self, turn_id: str) -> list[str]:
         """The client reverted its thread before ``turn_id``: that turn and
@@ -123,6 +133,9 @@ class TurnArchive:
                 ids = record.get(key)
                 if isinstance(ids, list):
                     into.update(i for i in ids if isinstance(i, str))
+            restored = record.get("restored")
+            if isinstance(restored, list):  # in file order: a later revert may drop them again
+                dropped.difference_update(i for i in restored if isinstance(i, str))
         return turns, dropped, forgotten
 
 

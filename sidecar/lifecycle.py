@@ -455,7 +455,10 @@ class Lifecycle:
                     translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status"))
                 )
         assert session.mirror is not None
-        added = await trio.to_thread.run_sync(session.mirror.append_records, records)
+        # Archived too, so the reads keep showing them after a rebuild drops them.
+        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        known = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        added = await trio.to_thread.run_sync(_archive_many_then_append, archive, known, session.mirror, records)
         session.had_history = session.had_history or bool(messages_of(records))
         log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
 
@@ -742,13 +745,24 @@ class Lifecycle:
         # claiming history the thread no longer holds, nor lose which turns
         # the client's reads must still show (a turn marked dropped that Codex
         # still has is not shown twice: reads splice only the missing ones).
-        await trio.to_thread.run_sync(
+        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        self.archived.reverting.add(session.thread_id)
+        try:
+            return await self._revert_marked(session, archive, first)
+        finally:
+            self.archived.reverting.discard(session.thread_id)
+
+    async def _revert_marked(self, session: ThreadSession, archive: TurnArchive, first: str) -> bool:
+        marked = await trio.to_thread.run_sync(
             _before_revert,
-            TurnArchive(archive_path(self.state_dir, session.thread_id)),
+            archive,
             session.live_turns,
             session.inspect,
             {"rebuilding": True, "rebuilds": session.rebuilds, "projectedEpoch": session.projected_epoch},
         )
+        # A read answered from here on must see the marks (its response may
+        # come in the same pipe read as the revert's, before this task resumes).
+        self.archived.forget(session.thread_id)
         done = trio.Event()
         self._reverting[session.thread_id] = done
         started = trio.current_time()
@@ -756,6 +770,10 @@ class Lifecycle:
             await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
         except (RpcError, trio.TooSlowError) as exc:
             self._reverting.pop(session.thread_id, None)
+            if isinstance(exc, RpcError):
+                # Refused: Codex keeps the turns, so they are its to list again.
+                await trio.to_thread.run_sync(archive.mark_restored, marked)
+                self.archived.forget(session.thread_id)
             message = getattr(exc, "message", "") or ""
             if message.startswith("turn not found") and session.turns_since_rebuild is not None:
                 # The ledger's first turn is gone (the client reverted the thread
@@ -953,7 +971,13 @@ class Lifecycle:
             if state.client_id is None and not messages_of(records):
                 # A turn the client did not start with turn/start and that says
                 # nothing (native compaction runs as one): mirror the marker only.
-                await trio.to_thread.run_sync(_archive_then_append, archive, archived, session.mirror, records)
+                try:
+                    await trio.to_thread.run_sync(_archive_then_append, archive, archived, session.mirror, records)
+                except (MirrorError, OSError) as exc:
+                    log.warning(
+                        "transcript mirror failed on a turn without messages; not mirrored",
+                        extra={"fields": self._fields(session, turnId=turn_id, error=type(exc).__name__)},
+                    )
                 return
             snapshot: list[AgentMessage]
             try:
@@ -998,7 +1022,12 @@ class Lifecycle:
                 if base is None:
                     base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
                 session.held = base + self._fingerprints(session, snapshot[state.pre_prompt_count :])
-                session.turns_since_rebuild = [*(session.turns_since_rebuild or []), turn_id] if not state.rebuilt else [turn_id]
+                if state.rebuilt:
+                    session.turns_since_rebuild = [turn_id]
+                elif session.turns_since_rebuild is not None:
+                    session.turns_since_rebuild = [*session.turns_since_rebuild, turn_id]
+                # else: unknown (a fork, a thread from before this state dir)
+                # stays unknown: a rebuild asks Codex for the thread's first turn.
             self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:
                 if self.background_maintenance:
@@ -1228,6 +1257,12 @@ def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: Tra
     mirror.append_records(records)
 
 
+def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]], mirror: TranscriptMirror, records: list[Any]) -> int:
+    for turn in turns:
+        archive.append_turn(turn)
+    return mirror.append_records(records)
+
+
 def _append_then_read(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> list[AgentMessage]:
     """Archive and mirror a turn and read the session back, in one trip to
     a worker thread: each trip costs a thread wake-up and an event-loop
@@ -1236,10 +1271,11 @@ def _append_then_read(archive: TurnArchive, turn: dict[str, Any], mirror: Transc
     return mirror.messages()
 
 
-def _before_revert(archive: TurnArchive, dropped: list[str] | None, inspect: InspectLog | None, marker: dict[str, Any]) -> None:
-    archive.mark_dropped(dropped)
+def _before_revert(archive: TurnArchive, dropped: list[str] | None, inspect: InspectLog | None, marker: dict[str, Any]) -> list[str]:
+    marked = archive.mark_dropped(dropped)
     if inspect is not None:
         inspect.append(marker)
+    return marked
 
 
 def fingerprint(message: AgentMessage) -> str:

@@ -53,6 +53,8 @@ class ArchivedTurns:
         """client id -> includeTurns of a thread/read on its way."""
         self._lists: dict[Any, tuple[str, str, str, Any, dict[str, Any]]] = {}
         """client id -> (space, thread id, direction, limit, params) of a listing to splice."""
+        self.reverting: set[str] = set()
+        """Threads whose rebuild revert is under way (set by the lifecycle)."""
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -80,6 +82,7 @@ class ArchivedTurns:
         turns = thread.get("turns")
         if not isinstance(turns, list):
             return None
+        self._reconcile(thread["id"], turns)
         spliced = splice_turns(self.hidden_for(thread["id"]), turns)
         if spliced is None:
             return None
@@ -98,6 +101,25 @@ class ArchivedTurns:
             # answered from a substring check).
             hidden = self._cache[thread_id] = TurnArchive(path).hidden()
         return hidden
+
+    def _reconcile(self, thread_id: str, turns: list[Any]) -> None:
+        """Turns marked dropped that Codex still lists were not reverted (a
+        kill between the marks and the revert): give them back to Codex, in
+        the cache now and in the archive in the background. Not while a
+        revert of the thread is under way (the marks are about to come true)."""
+        if thread_id in self.reverting:
+            return
+        hidden = self.hidden_for(thread_id)
+        present = {t.get("id") for t in turns if isinstance(t, dict)}
+        restored = [t["id"] for t in hidden if t.get("id") in present]
+        if not restored:
+            return
+        self._cache[thread_id] = [t for t in hidden if t.get("id") not in present]
+        try:
+            archive = TurnArchive(archive_path(self.state_dir, thread_id))
+        except ValueError:
+            return
+        self.proxy.spawn(trio.to_thread.run_sync, archive.mark_restored, restored)
 
     def forget(self, thread_id: str) -> None:
         """The archive changed: drop the cached list, and any load under way."""
@@ -146,6 +168,8 @@ class ArchivedTurns:
             return rewrite(msg.line, result={**result, "data": [*units, *own]})
         if result.get("nextCursor") is not None:
             return None  # Codex has more of its own first
+        listed = {_unit_key(space, u) for u in data if isinstance(u, dict)}
+        units = [u for u in units if _unit_key(space, u) not in listed]  # Codex's own, listed once
         room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(units)
         if room <= 0:
             return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(units), space)})
@@ -167,6 +191,16 @@ class ArchivedTurns:
         direction = params.get("sortDirection") if params.get("sortDirection") in ("asc", "desc") else default
         if space == "items" and params.get("turnId") is not None:
             return self._archived_turn_items(msg, thread_id, params, direction)
+        if space == "items" and isinstance(cursor, dict) and cursor.get("type") == "item":
+            # An item anchor the client took from a page of archived items:
+            # Codex no longer knows the item, so the page is the sidecar's.
+            entries = self._units(space, thread_id, params)
+            ids = [e["item"].get("id") for e in entries]
+            if cursor.get("itemId") in ids:
+                at = ids.index(cursor.get("itemId"))
+                page, after = hidden_page(entries, direction, at + 1 if direction == "asc" else at, limit, space=space)
+                self._answer(msg, page, after)
+                return HANDLED
         if codex_cursor_from_start(cursor, space):
             # The archived units are listed: Codex's own from their start.
             return rewrite(msg.line, params={**params, "cursor": None})
@@ -208,7 +242,7 @@ class ArchivedTurns:
         return HANDLED
 
     def _answer(self, msg: Message, page: list[dict[str, Any]], after: str | None) -> None:
-        self.proxy.send_to_client(encode_response(msg.id, {"data": page, "nextCursor": after, "backwardsCursor": None}))
+        self.proxy.answer_client_request(msg.id, encode_response(msg.id, {"data": page, "nextCursor": after, "backwardsCursor": None}))
 
 
 def _unit_key(space: str, unit: dict[str, Any]) -> Any:

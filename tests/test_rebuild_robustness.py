@@ -1,0 +1,216 @@
+"""Rebuilds, reads and the archive when things go wrong.
+
+Kills between a rebuild's marks and its revert, refused reverts, torn
+archive lines, threads the sidecar never archived, unknown ledgers (forks,
+other state dirs), a full disk on a turn without messages, reads racing a
+revert, and item anchors on archived items. Each case was a bug once; the
+fake app-server (tests/children/fake_codex.py) reverts like Codex.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import trio
+
+from engines import AssembleResult, CompactionSummaryMessage
+from sidecar.archive import TurnArchive, archive_path
+from sidecar.inspect import InspectLog, inspect_path
+from sidecar.mirror import TranscriptMirror
+from tests.test_lifecycle import wait_until
+from tests.test_projection_modes import (
+    _four_turns_rebuilt_at_the_third,
+    _items_all,
+    _list_all,
+    identity,
+    make_engine,
+    modes_sidecar,
+    summarising,
+    summarising_once,
+    summary_text,
+)
+
+
+# A legacy thread refuses the revert after the turns were marked dropped:
+# Codex keeps them, so they are marked restored and every listing has each once.
+async def test_a_refused_revert_leaves_each_turn_listed_once(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
+        tid = await run.start_thread(historyMode="legacy")
+        turns = [await run.turn_ok(tid, f"L{n}") for n in range(1, 4)]  # turn 3 wanted a rebuild; refused
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:  # a restart
+        await run2.resume_thread(tid)
+        desc, _ = await _list_all(run2, tid)
+        asc, _ = await _list_all(run2, tid, sortDirection="asc", limit=1)
+        items = await _items_all(run2, tid)
+    assert [t["id"] for t in run.store_turns(tid)] == turns  # Codex still has every turn
+    assert desc == turns[::-1], desc
+    assert asc == turns, asc
+    assert len(items) == 6, [(e["turnId"], e["item"]["id"]) for e in items]
+
+
+# Killed after a rebuild's marks, before its revert reached Codex: the next
+# read that sees Codex still holding the turns restores them, so a client's
+# own revert of one of them makes it gone for good.
+async def test_a_kill_before_the_revert_then_a_client_revert_keeps_the_turn_gone(tmp_path):
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "K1")
+        t2 = await run.turn_ok(tid, "K2")
+    state = tmp_path / "state"
+    # Exactly what _revert_to_framing persists before sending thread/revert (live_turns None):
+    TurnArchive(archive_path(state, tid)).mark_dropped(None)
+    InspectLog(inspect_path(state, tid)).append({"rebuilding": True, "rebuilds": 0, "projectedEpoch": None})
+    # -- SIGKILL here: the revert never went out. --
+    async with modes_sidecar(tmp_path, identity(), name="two") as run2:
+        await run2.resume_thread(tid)
+        listed, _ = await _list_all(run2, tid)
+        reverted = await run2.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        assert "result" in reverted
+        await run2.wait_frame(lambda f: f.get("method") == "thread/reverted")
+        await wait_until(lambda: not run2.session(tid).busy, what="forget")
+        await wait_until(lambda: tid in run2.lifecycle.archived._cache, what="cache reload")
+        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
+    assert [t["id"] for t in run2.store_turns(tid)] == [t1]
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1], f"the turn the client reverted came back; listed before: {listed}"
+
+
+# A torn archive line (a kill mid-write) gets its newline before the next
+# append, so the next record (here the next rebuild's marks) is not lost with it.
+async def test_a_torn_archive_line_costs_only_itself(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "X1")
+        t2 = await run.turn_ok(tid, "X2")
+        t3 = await run.turn_ok(tid, "X3")  # rebuild: t1, t2 dropped; Codex holds t3
+    path = archive_path(tmp_path / "state", tid)
+    with open(path, "ab") as f:
+        f.write(b'{"turn": {"id": "torn", "ite')  # a kill -9 in the middle of a write
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
+        await run2.resume_thread(tid)
+        t4 = await run2.turn_ok(tid, "X4")  # rebuild: marks t3 dropped (that line is glued to the torn one)
+        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
+    assert [t["id"] for t in run2.store_turns(tid)] == [t4]
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3, t4]
+
+
+# A thread with turns from before the sidecar (or another state dir): the
+# imported turns are archived too, so reads still show them after a rebuild.
+async def test_turns_from_before_the_archive_survive_the_first_rebuild_in_reads(tmp_path):
+    async with modes_sidecar(tmp_path, identity(), name="plain", state="other-state") as plain:
+        tid = await plain.start_thread()
+        u = [await plain.turn_ok(tid, f"U{n}") for n in range(1, 4)]
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="engine") as run:
+        await run.resume_thread(tid)
+        u4 = await run.turn_ok(tid, "U4")  # rebuild
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+    assert [t["id"] for t in run.store_turns(tid)] == [u4]
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [*u, u4]
+
+
+# The same unknown thread, whose first turn under the engine does not rebuild:
+# the ledger stays unknown, so the later rebuild reverts to Codex's first turn
+# and the model keeps nothing of U1..U3 beside the summary.
+async def test_a_rebuild_without_a_ledger_reverts_to_the_thread_s_first_turn(tmp_path):
+    def late_summary(p: Any) -> AssembleResult:
+        messages = list(p.messages)
+        if len(messages) >= 8:
+            messages = [CompactionSummaryMessage(summary=summary_text(len(messages) - 2), tokens_before=1, timestamp=0), *messages[-2:]]
+        return AssembleResult(messages=messages, estimated_tokens=1)
+
+    async with modes_sidecar(tmp_path, identity(), name="plain", state="other-state") as plain:
+        tid = await plain.start_thread()
+        for n in range(1, 4):
+            await plain.turn_ok(tid, f"U{n}")
+    async with modes_sidecar(tmp_path, make_engine(late_summary), name="engine") as run:
+        await run.resume_thread(tid)
+        u4 = await run.turn_ok(tid, "U4")  # 6 messages: no rebuild
+        u5 = await run.turn_ok(tid, "U5")  # 8 messages: rebuild
+    reverts = [r["params"]["beforeTurnId"] for r in run.received("thread/revert")]
+    seen = run.seen(tid)[-1]
+    assert seen["turnId"] == u5
+    assert seen["held"] == [], f"rebuild reverted before {reverts}, the model still holds {[h['turnId'] for h in seen['held']]}"
+    assert u4  # noqa
+
+
+# A turn the client did not start through the sidecar (a native compaction)
+# whose mirror write fails (ENOSPC) is logged; the sidecar keeps answering.
+async def test_a_full_disk_on_a_turn_without_messages_fails_open(tmp_path, monkeypatch):
+    broken = {"on": False}
+
+    def writer(fd, data):
+        if broken["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+    real_open = TranscriptMirror.open.__func__
+    monkeypatch.setattr(TranscriptMirror, "open", classmethod(lambda cls, *a, **kw: real_open(cls, *a, **{**kw, "writer": writer})))
+    async with modes_sidecar(tmp_path, identity()) as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "C1")
+        broken["on"] = True
+        resp = await run.request("thread/compact/start", {"threadId": tid})
+        assert resp.get("result") == {}
+        await run.wait_frame(lambda f: f.get("method") == "turn/completed" and "compaction" in f["params"]["turn"]["id"])
+        await trio.sleep(0.5)
+        broken["on"] = False
+        status = await run.request("sidecar/status")  # the sidecar must still answer
+        assert "result" in status
+
+
+# P2. A fork's ledger starts unknown; its first turns without a rebuild must
+#     not make a later rebuild revert only to them.
+def late_summary(p: Any) -> AssembleResult:
+    messages = list(p.messages)
+    if len(messages) >= 8:
+        messages = [CompactionSummaryMessage(summary=summary_text(len(messages) - 2), tokens_before=1, timestamp=0), *messages[-2:]]
+    return AssembleResult(messages=messages, estimated_tokens=1)
+
+
+async def test_a_fork_s_rebuild_drops_the_parent_s_turns_too(tmp_path):
+    async with modes_sidecar(tmp_path, make_engine(late_summary)) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "P1")
+        t2 = await run.turn_ok(tid, "P2")
+        fork = (await run.request("thread/fork", {"threadId": tid}))["result"]["thread"]["id"]
+        await run.settle_thread(fork)
+        f1 = await run.turn_ok(fork, "F1")  # 6 messages: no rebuild
+        await run.turn_ok(fork, "F2")  # 6 messages: no rebuild
+        f2 = await run.turn_ok(fork, "F3")  # 8 messages: rebuild
+        listed, _ = await _list_all(run, fork)
+        read = await run.request("thread/read", {"threadId": fork, "includeTurns": True})
+    reverts = [r["params"] for r in run.received("thread/revert")]
+    seen = run.seen(fork)[-1]
+    assert seen["turnId"] == f2
+    assert seen["held"] == [], f"reverts {reverts}; the fork's model still holds {[h['turnId'] for h in seen['held']]}; turns/list: {listed}; thread/read: {[t['id'] for t in read['result']['thread']['turns']]}"
+
+
+# F. A thread-wide item anchor naming an archived item is the sidecar's to page.
+async def test_a_thread_wide_item_anchor_on_an_archived_item(tmp_path):
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "I")
+        every = await _items_all(run, tid)
+        after = await _items_all(run, tid, cursor={"type": "item", "itemId": f"{t1}-user"})
+        before = await _items_all(run, tid, sortDirection="desc", cursor={"type": "item", "itemId": f"{t2}-agent"})
+    ids = [e["item"]["id"] for e in every]
+    assert ids[0] == f"{t1}-user" and len(ids) == 8
+    got_after = [e["item"]["id"] for e in after]
+    got_before = [e["item"]["id"] for e in before]
+    assert (got_after, got_before) == (ids[1:], ids[:3][::-1]), f"after={got_after} before={got_before}"
+
+
+# C. A thread/read whose answer comes in the same pipe read as the rebuild
+#    revert's (the relay child forces it) must list the turns just dropped.
+async def test_a_read_answered_with_the_revert_lists_the_dropped_turns(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), codex="coalescing_codex.py") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "W1")
+        t2 = await run.turn_ok(tid, "W2")
+        rid, line = run.turn_start_line(tid, "W3")  # this turn rebuilds: reverts t1, t2
+        await run.send(line)
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        await run.finish_turn(tid, rid)
+    methods = [m.get("method") for m in run.received()]
+    assert methods.index("thread/revert") < methods.index("thread/read")  # Codex answered the read after the revert
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2]
