@@ -98,6 +98,10 @@ def cli(ctx: click.Context, **settings: Any) -> None:
     Settings come from flags, then CODEX_SIDECAR_* variables, then the config
     file. Logs go to stderr; stdout carries protocol frames only.
     """
+    # click reads an empty variable as unset; an allowlist set to nothing
+    # means "only the built-ins", as the empty flag does, not "trust all".
+    if os.environ.get("CODEX_SIDECAR_ENGINE_ALLOWLIST") == "" and ctx.get_parameter_source("engine_allowlist") is not click.core.ParameterSource.COMMANDLINE:
+        settings["engine_allowlist"] = ()
     ctx.obj = settings
 
 
@@ -135,13 +139,13 @@ def engines_cmd(ctx: click.Context) -> None:
     for e in rows:
         trusted = e.builtin or allow is None or _normalise(e.distribution) in {_normalise(a) for a in allow}
         mark = "*" if e.id == settings["engine"] else " "
-        click.echo(f"{mark} {e.id:<24} {e.distribution} {e.version:<10} {e.value}{'' if trusted else '  (not in allowlist)'}")
+        click.echo(f"{mark} {e.id:<24} {e.distribution or '-'} {e.version or '-':<10} {e.value}{'' if trusted else '  (not in allowlist)'}")
     if not any(e.id == settings["engine"] for e in rows):
         click.echo(f"selected engine {settings['engine']!r} is not installed; the sidecar would run legacy", err=True)
 
 
-def _normalise(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+def _normalise(name: str | None) -> str:
+    return (name or "").lower().replace("_", "-").replace(".", "-")
 
 
 @cli.command("inspect")
@@ -200,7 +204,19 @@ def version_cmd() -> None:
     click.echo(f"codex-sidecar {__version__}")
 
 
+def _claim_stdout() -> int:
+    """Keep stdout for protocol frames: return a private descriptor of it and
+    point fd 1 (and ``sys.stdout``) at stderr, so a ``print`` in an engine or
+    a library lands in the log instead of in the client's JSON-RPC stream."""
+    sys.stdout.flush()
+    protocol = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol
+
+
 def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, Any]) -> int:
+    protocol_out = _claim_stdout()
     setup_logging(settings["log_format"], settings["log_level"])
     recorder = None
     if settings.get("record"):
@@ -231,7 +247,7 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         proxy = Proxy(
             argv,
             client_in=trio.lowlevel.FdStream(os.dup(0)),
-            client_out=trio.lowlevel.FdStream(os.dup(1)),
+            client_out=trio.lowlevel.FdStream(protocol_out),
             env=env,
             options=options,
             recorder=recorder,

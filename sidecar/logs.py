@@ -62,7 +62,10 @@ class TextFormatter(logging.Formatter):
 def setup_logging(fmt: str = "text", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger("codex_sidecar")
-    root.handlers[:] = [handler]
-    root.setLevel(getattr(logging, level.upper(), logging.INFO))
-    root.propagate = False
+    # The sidecar's loggers and the engine loader's (``engines.*``, a package
+    # engines from outside import too): one handler, one format.
+    for name in ("codex_sidecar", "engines"):
+        root = logging.getLogger(name)
+        root.handlers[:] = [handler]
+        root.setLevel(getattr(logging, level.upper(), logging.INFO))
+        root.propagate = False

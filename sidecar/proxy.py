@@ -548,6 +548,12 @@ class Proxy:
             counters.frames += 1
             counters.invalid += 1
             log.warning(f"{source} output ended inside a line; forwarding the fragment")
+            if source == "codex":
+                # The sidecar's own -32001 answers follow: end the torn line
+                # so that they reach the client as lines of their own.
+                counters.bytes += len(ev.data)
+                out.put(ev.data + b"\n")
+                return
         counters.bytes += len(ev.data)
         out.put(ev.data)
 

@@ -47,6 +47,10 @@ REDACTED_KEYS = frozenset(
         "query",
         "url",
         "value",
+        "preview",
+        "diff",
+        "reason",
+        "proposedExecpolicyAmendment",
     }
 )
 """Keys whose string values are message text, tool I/O or images."""
@@ -63,7 +67,8 @@ def redact(value: Any) -> Any:
         for k, v in value.items():
             if k in REDACTED_KEYS and isinstance(v, str):
                 out[k] = f"[redacted {len(v)} chars]"
-            elif k in REDACTED_KEYS and isinstance(v, (dict, list)) and k in ("arguments", "content"):
+            elif k in REDACTED_KEYS and isinstance(v, (dict, list)):
+                # A list of summaries, an argv, content blocks: every string goes.
                 out[k] = redact_all_strings(v)
             else:
                 out[k] = redact(v)

@@ -1,0 +1,153 @@
+"""The relay and the CLI when a child, an engine or the settings misbehave.
+
+Each case was a bug found by review: a child dying in the middle of a line,
+an engine that prints, an engine loader warning that ignored the log format,
+prompt text left in a redacted recording, requests the sidecar answered
+itself staying pending, a distribution without a version, and an empty
+allowlist variable read as "trust everything".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sidecar.record import Recorder
+
+CHILDREN = Path(__file__).parent / "children"
+SIDECAR = [sys.executable, "-m", "sidecar"]
+
+
+def _lines(out: bytes) -> tuple[list[dict], list[bytes]]:
+    good, bad = [], []
+    for line in out.split(b"\n"):
+        if line:
+            try:
+                good.append(json.loads(line))
+            except ValueError:
+                bad.append(line)
+    return good, bad
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    env.update({"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "CODEX_SIDECAR_STATE_DIR": str(tmp_path / "state"), "ECHO_RPC_QUIET": "1"})
+    env.update(extra)
+    return env
+
+
+def _engine_site(tmp_path: Path, version: str | None = "0.1", noisy: bool = True) -> Path:
+    """A distribution providing engine ``noisy`` whose constructor prints."""
+    site = tmp_path / "site"
+    (site / "noisy_pkg").mkdir(parents=True)
+    (site / "noisy_pkg" / "__init__.py").write_text(
+        "from engines import BaseContextEngine, EngineInfo, AssembleResult, IngestResult, CompactResult\n"
+        "class Noisy(BaseContextEngine):\n"
+        "    info = EngineInfo(id='noisy', name='noisy', version='0.1')\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__(config)\n"
+        + ("        print('noisy engine: loaded')\n" if noisy else "")
+        + "    async def ingest(self, p): return IngestResult(ingested=True)\n"
+        "    async def assemble(self, p): return AssembleResult(messages=p.messages, estimated_tokens=0)\n"
+        "    async def compact(self, p): return CompactResult(ok=True, compacted=False)\n"
+    )
+    dist = site / "noisy_engine-0.1.dist-info"
+    dist.mkdir()
+    (dist / "entry_points.txt").write_text("[openclaw.context_engines]\nnoisy = noisy_pkg:Noisy\n")
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: noisy-engine\n" + (f"Version: {version}\n" if version else ""))
+    return site
+
+
+def test_a_child_dying_mid_line_still_gets_its_requests_answered(tmp_path):
+    p = subprocess.run(
+        [*SIDECAR, "proxy", "--", sys.executable, str(CHILDREN / "torn_exit.py")],
+        input=b'{"id":1,"method":"x","params":{}}\n',
+        capture_output=True,
+        timeout=30,
+        env=_env(tmp_path),
+    )
+    good, bad = _lines(p.stdout)
+    assert bad == [b'{"id":1,"resu'], "the torn line is forwarded as it was, on a line of its own"
+    assert [m["id"] for m in good if "error" in m] == [1]
+    assert p.returncode == 3
+
+
+def test_an_engine_that_prints_cannot_corrupt_the_protocol_stream(tmp_path):
+    site = _engine_site(tmp_path)
+    p = subprocess.run(
+        [*SIDECAR, "--engine", "noisy", "proxy", "--", sys.executable, str(CHILDREN / "echo_rpc.py")],
+        input=b'{"id":1,"method":"initialize","params":{}}\n',
+        capture_output=True,
+        timeout=30,
+        env=_env(tmp_path, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])),
+    )
+    good, bad = _lines(p.stdout)
+    assert bad == [] and [m.get("id") for m in good] == [1]
+    assert b"noisy engine: loaded" in p.stderr
+
+
+def test_the_engine_loader_logs_as_json_when_asked(tmp_path):
+    p = subprocess.run(
+        [*SIDECAR, "--log-format", "json", "--engine", "nope", "proxy", "--", "cat"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        env=_env(tmp_path),
+    )
+    good, bad = _lines(p.stderr)
+    assert bad == [], bad
+    assert any("nope" in json.dumps(m) and m.get("level") == "warning" for m in good), good
+
+
+def test_a_redacted_recording_keeps_no_preview_reasoning_diff_or_amendment(tmp_path):
+    frames = [
+        {"method": "thread/started", "params": {"thread": {"id": "t1", "preview": "SECRET first prompt"}}},
+        {"id": 0, "method": "item/commandExecution/requestApproval", "params": {"command": "curl SECRET", "reason": "SECRET why", "proposedExecpolicyAmendment": ["curl SECRET"]}},
+        {"method": "item/completed", "params": {"item": {"type": "reasoning", "id": "r", "summary": ["SECRET summary"], "content": []}}},
+        {"method": "item/completed", "params": {"item": {"type": "fileChange", "id": "f", "changes": [{"path": "a.txt", "kind": "add", "diff": "SECRET body"}]}}},
+    ]
+    path = tmp_path / "rec.jsonl"
+    rec = Recorder(path, redact=True)
+    for f in frames:
+        rec.record("codex>client", json.dumps(f).encode())
+    rec.close()
+    data = path.read_text()
+    assert "SECRET" not in data
+    assert '"path":"a.txt"' in data and '"id":"t1"' in data, "the shape stays"
+
+
+def test_a_page_the_sidecar_answers_is_answered_once(tmp_path):
+    p = subprocess.run(
+        [*SIDECAR, "--engine", "transcript-budget", "proxy", "--", sys.executable, str(CHILDREN / "echo_rpc.py")],
+        input=b'{"id":5,"method":"thread/turns/list","params":{"threadId":"00000000-0000-0000-0000-000000000001","cursor":"codex-sidecar:turns:desc:0"}}\n'
+        b'{"id":6,"method":"sidecar/status"}\n',
+        capture_output=True,
+        timeout=30,
+        env=_env(tmp_path),
+    )
+    good, _ = _lines(p.stdout)
+    assert [m.get("id") for m in good].count(5) == 1, good
+    status = next(m for m in good if m.get("id") == 6)["result"]
+    assert status["pendingRequests"] == 0, status
+
+
+def test_engines_lists_a_distribution_without_a_version(tmp_path):
+    site = _engine_site(tmp_path, version=None, noisy=False)
+    p = subprocess.run([*SIDECAR, "engines"], capture_output=True, timeout=30, env=_env(tmp_path, PYTHONPATH=str(site)))
+    assert p.returncode == 0, p.stderr.decode()[-300:]
+    assert b"noisy" in p.stdout
+
+
+def test_an_empty_allowlist_variable_trusts_only_the_built_ins(tmp_path):
+    site = _engine_site(tmp_path, noisy=False)
+    env = _env(tmp_path, PYTHONPATH=str(site))
+    trusted = subprocess.run([*SIDECAR, "engines"], capture_output=True, timeout=30, env=env)
+    empty = subprocess.run([*SIDECAR, "engines"], capture_output=True, timeout=30, env={**env, "CODEX_SIDECAR_ENGINE_ALLOWLIST": ""})
+    flag = subprocess.run([*SIDECAR, "--engine-allowlist", "", "engines"], capture_output=True, timeout=30, env=env)
+    noisy = lambda out: next(line for line in out.decode().splitlines() if " noisy " in line)  # noqa: E731
+    assert "not in allowlist" not in noisy(trusted.stdout)
+    assert "not in allowlist" in noisy(empty.stdout)
+    assert noisy(empty.stdout) == noisy(flag.stdout)
