@@ -34,6 +34,8 @@ class Outbox:
         "_fd",
         "_held",
         "_writing",
+        "_raw_open",
+        "_deferred",
     )
 
     def __init__(self, name: str, high_water: int = 8 * 1024 * 1024) -> None:
@@ -51,6 +53,10 @@ class Outbox:
         self._fd: int | None = None
         self._held = False
         self._writing = False
+        self._raw_open = False
+        """An oversized line is being streamed through in pieces."""
+        self._deferred: list[bytes] = []
+        """Frames put while a raw line is open: they follow its end."""
 
     @property
     def closed(self) -> bool:
@@ -69,26 +75,61 @@ class Outbox:
         """Queue raw bytes; False when they can no longer be delivered."""
         if self._closed or self._broken:
             return False
-        self._parts.append(data)
-        self._size += len(data)
-        if not self._held:
-            self._data_ready.set()
-        if self._size > self.high_water and self._below_high_water.is_set():
-            self._below_high_water = trio.Event()
+        if self._raw_open:
+            self._deferred.append(data)
+            return True
+        self._queue(data)
         return True
 
     def put_line(self, line: bytes) -> bool:
         """Queue one frame; the newline is added here, not copied into ``line``."""
         if self._closed or self._broken:
             return False
-        self._parts.append(line)
-        self._parts.append(b"\n")
+        if self._raw_open:
+            self._deferred += (line, b"\n")
+            return True
+        self._parts += (line, b"\n")  # the hot path: inlined _queue
         self._size += len(line) + 1
         if not self._held:
             self._data_ready.set()
         if self._size > self.high_water and self._below_high_water.is_set():
             self._below_high_water = trio.Event()
         return True
+
+    def put_raw(self, data: bytes, end: bool) -> bool:
+        """Queue a piece of a line too long to parse (``end``: its last piece,
+        newline included). Until that piece, other frames wait behind the
+        line instead of landing inside it."""
+        if self._closed or self._broken:
+            return False
+        self._queue(data)
+        self._raw_open = not end
+        if end:
+            self._release()
+        return True
+
+    def end_raw(self, terminator: bytes = b"") -> None:
+        """The stream ended inside a raw line: end it with ``terminator`` and
+        let the frames that waited behind it go."""
+        if self._raw_open:
+            self._raw_open = False
+            if terminator and not (self._closed or self._broken):
+                self._queue(terminator)
+            self._release()
+
+    def _release(self) -> None:
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            if not (self._closed or self._broken):
+                self._queue(*deferred)
+
+    def _queue(self, *parts: bytes) -> None:
+        self._parts.extend(parts)
+        self._size += sum(len(p) for p in parts)
+        if not self._held:
+            self._data_ready.set()
+        if self._size > self.high_water and self._below_high_water.is_set():
+            self._below_high_water = trio.Event()
 
     def hold(self) -> None:
         """Batch the puts that follow until ``flush`` (a reader's chunk)."""

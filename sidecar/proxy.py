@@ -201,6 +201,15 @@ def effective_busy_poll(requested: float) -> float:
 
 _USER_AGENT_VERSION = re.compile(r"/(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
 
+# The head of a line too long to parse: its id, when the line starts with it
+# (Codex writes responses as {"id":...,"result"|"error":...}), and a request's
+# method when it follows the id.
+_JSON_ID = rb'(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|"(?:[^"\\]|\\.)*")'
+_HEAD_ID = re.compile(rb'\A\s*\{\s*"id"\s*:\s*' + _JSON_ID)
+_HEAD_METHOD = re.compile(rb'\s*,\s*"method"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_id_decoder = msgspec.json.Decoder()
+_id_encoder = msgspec.json.Encoder()
+
 
 def codex_version_from_user_agent(user_agent: str) -> str | None:
     """``"codex_cli_rs/0.169.0 (Linux ...)"`` -> ``"0.169.0"`` (what OpenClaw checks)."""
@@ -236,6 +245,10 @@ class Proxy:
         self._ids = IdSpace()
         self._pending: dict[RpcId, PendingRequest] = {}
         self._internal: dict[str, _InternalCall] = {}
+        self._raw_c2s_open = False
+        """A client line too long to parse is being streamed to codex."""
+        self._raw_s2c: str | None = None
+        """The same from codex: "forward" it, or "drop" it (the sidecar's own answer)."""
         self.to_child = Outbox("codex", self.options.high_water)
         self.to_client = Outbox("client", self.options.high_water)
         self.c2s = Counters()
@@ -517,6 +530,9 @@ class Proxy:
             if not data:
                 for ev in splitter.close():
                     handle_raw(ev)
+                # Ended inside a line too long to parse: end it, so what the
+                # sidecar still sends (its -32001 answers) has lines of its own.
+                out.end_raw(b"\n" if out is self.to_client else b"")
                 return
             out.hold()
             try:
@@ -531,7 +547,35 @@ class Proxy:
     # ------------------------------------------------- client -> child frames
 
     def _from_client_raw(self, ev: Oversized | Fragment) -> None:
+        if type(ev) is Oversized:
+            first = not self._raw_c2s_open
+            self._raw_c2s_open = not ev.end
+            if first:
+                ev = Oversized(self._client_raw_head(ev.data), ev.end)
         self._forward_raw(ev, self.c2s, self.to_child, "client>codex", "client")
+
+    def _client_raw_head(self, data: bytes) -> bytes:
+        """A request too long to parse still gets what every request gets: a
+        pending entry (its -32001 if codex dies) and an alias for an id in
+        the sidecar's namespace. Its hooks cannot run: it passes unchanged."""
+        m = _HEAD_ID.match(data)
+        method = _HEAD_METHOD.match(data, m.end()) if m else None
+        if m is None or method is None:
+            return data  # not a request that starts with its id: as is
+        try:
+            client_id = _id_decoder.decode(m.group(1))
+            name = _id_decoder.decode(b'"' + method.group(1) + b'"')
+        except msgspec.DecodeError:
+            return data
+        if name.startswith(CONTROL_PREFIX) or self._child_gone:
+            return data
+        wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
+        self._pending[wire_id] = PendingRequest(client_id, name, wire_id)
+        if self.hooks.client_requests.get(name):
+            log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.options.max_line}})
+        if wire_id is not client_id:
+            data = data[: m.start(1)] + _id_encoder.encode(wire_id) + data[m.end(1) :]
+        return data
 
     def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Outbox, direction: str, source: str) -> None:
         """A piece of an unparsable line, or a stream's unterminated tail: as is."""
@@ -555,7 +599,10 @@ class Proxy:
                 out.put(ev.data + b"\n")
                 return
         counters.bytes += len(ev.data)
-        out.put(ev.data)
+        if type(ev) is Oversized:
+            out.put_raw(ev.data, ev.end)
+        else:
+            out.put(ev.data)
 
     def _from_client(self, line: bytes) -> None:
         try:
@@ -615,7 +662,46 @@ class Proxy:
     # ------------------------------------------------- child -> client frames
 
     def _from_child_raw(self, ev: Oversized | Fragment) -> None:
+        if type(ev) is Oversized:
+            if self._raw_s2c is None:
+                data, self._raw_s2c = self._child_raw_head(ev.data)
+                ev = Oversized(data, ev.end)
+            keep = self._raw_s2c == "forward"
+            if ev.end:
+                self._raw_s2c = None
+            if not keep:
+                return  # an answer to the sidecar's own request: not the client's
         self._forward_raw(ev, self.s2c, self.to_client, "codex>client", "codex")
+
+    def _child_raw_head(self, data: bytes) -> tuple[bytes, str]:
+        """A response too long to parse is still matched to its request: the
+        request is no longer pending (no -32001 later), an aliased id goes
+        back to the client's, and an answer to one of the sidecar's own
+        requests fails that request instead of reaching the client.
+        Response hooks cannot run on it: it passes unchanged."""
+        m = _HEAD_ID.match(data)
+        if m is None:
+            return data, "forward"
+        try:
+            wire_id = _id_decoder.decode(m.group(1))
+        except msgspec.DecodeError:
+            return data, "forward"
+        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self._ids.is_alias(wire_id):
+            call = self._internal.get(wire_id)
+            if call is not None:
+                call.error = RpcError(-32603, f"response longer than the sidecar's max line ({self.options.max_line} bytes)")
+                call.done.set()
+            log.warning("oversized response to a sidecar request dropped", extra={"fields": {"maxLine": self.options.max_line}})
+            return data, "drop"
+        pending = self._pending.pop(wire_id, None)
+        if pending is None:
+            return data, "forward"
+        if self.hooks.responses.get(pending.method):
+            log.warning("oversized response passed without the sidecar's hooks", extra={"fields": {"method": pending.method, "maxLine": self.options.max_line}})
+        if pending.wire_id is not pending.client_id:
+            self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
+            data = data[: m.start(1)] + _id_encoder.encode(pending.client_id) + data[m.end(1) :]
+        return data, "forward"
 
     def _from_child(self, line: bytes) -> None:
         try:

@@ -151,3 +151,78 @@ def test_an_empty_allowlist_variable_trusts_only_the_built_ins(tmp_path):
     assert "not in allowlist" not in noisy(trusted.stdout)
     assert "not in allowlist" in noisy(empty.stdout)
     assert noisy(empty.stdout) == noisy(flag.stdout)
+
+
+# ------------------------------------------------------------------------
+# Lines longer than --max-line-bytes are streamed through unparsed; they must
+# still be matched to their requests, keep ids apart, and never have other
+# frames spliced into them.
+
+
+async def test_frames_wait_behind_an_oversized_line_still_streaming():
+    import trio
+
+    from sidecar.proxy import ProxyOptions
+    from tests.harness import child, proxied
+
+    opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
+    env = {"BIG_ANSWER_SPLIT": "1", "BIG_ANSWER_PAUSE": "0.5"}
+    async with proxied(child("big_answers.py"), options=opts, env=env) as c:
+        await c.send(b'{"id":1,"method":"thread/read","params":{}}\n')
+        await trio.sleep(0.25)  # the first half is out, the line is open
+        await c.send(b'{"id":2,"method":"sidecar/status"}\n')
+        lines = await c.wait_lines(2)
+    frames = [json.loads(line) for line in lines]
+    assert [f["id"] for f in frames] == [1, 2], "the status reply follows the big line, whole"
+    assert len(frames[0]["result"]["blob"]) == 3000
+
+
+async def test_an_oversized_response_answers_its_request_once_with_the_client_s_id():
+    from sidecar.proxy import ProxyOptions
+    from tests.harness import child, proxied
+
+    opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
+    async with proxied(child("big_answers.py"), options=opts) as c:
+        await c.send(b'{"id":1,"method":"thread/read","params":{}}\n{"id":"codex-sidecar:7","method":"thread/read","params":{}}\n')
+        await c.wait_lines(2)
+        status = json.loads((await _status(c))["line"])["result"]
+        await c.close()
+        await c.wait_exit()
+    ids = [json.loads(line)["id"] for line in c.lines if b'"blob"' in line]
+    assert ids == [1, "codex-sidecar:7"]
+    assert status["pendingRequests"] == 0
+    assert not [line for line in c.lines if b"-32001" in line], "no second answer when the child exits"
+
+
+async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
+    from sidecar.proxy import ProxyOptions
+    from tests.harness import child, proxied
+
+    opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
+    big = json.dumps({"id": "codex-sidecar:9", "method": "turn/start", "params": {"pad": "y" * 3000}}).encode()
+    async with proxied(child("echo_rpc.py"), options=opts, env={"ECHO_RPC_QUIET": "1"}) as c:
+        await c.send(big + b"\n")
+        lines = await c.wait_lines(1)
+    assert json.loads(lines[0])["id"] == "codex-sidecar:9"
+
+
+async def test_an_oversized_answer_to_the_sidecar_s_own_request_fails_it_and_stays_away():
+    import pytest
+
+    from sidecar.proxy import ProxyOptions, RpcError
+    from tests.harness import child, proxied
+
+    opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
+    async with proxied(child("big_answers.py"), options=opts) as c:
+        with pytest.raises(RpcError, match="max line"):
+            await c.proxy.request("thread/read", {}, timeout=5)
+        await c.send(b'{"id":3,"method":"thread/read","params":{}}\n')
+        lines = await c.wait_lines(1)
+    assert [json.loads(line)["id"] for line in lines] == [3], "the sidecar's answer never reached the client"
+
+
+async def _status(c) -> dict:
+    n = len(c.lines)
+    await c.send(b'{"id":"status","method":"sidecar/status"}\n')
+    lines = await c.wait_lines(n + 1)
+    return {"line": lines[n]}
