@@ -736,8 +736,9 @@ class Proxy:
                     err = decode(env.error)
                     if not isinstance(err, dict):
                         err = {}
+                    code = err.get("code", -32603)
                     call.error = RpcError(
-                        int(err.get("code", -32603)), str(err.get("message", "")), err.get("data")
+                        code if type(code) is int else -32603, str(err.get("message", "")), err.get("data")
                     )
                 else:
                     call.result = decode(env.result)

@@ -226,3 +226,26 @@ async def _status(c) -> dict:
     await c.send(b'{"id":"status","method":"sidecar/status"}\n')
     lines = await c.wait_lines(n + 1)
     return {"line": lines[n]}
+
+
+async def test_a_malformed_error_code_fails_the_sidecar_s_request_not_the_sidecar():
+    import sys as _sys
+
+    import pytest
+
+    from sidecar.proxy import RpcError
+    from tests.harness import proxied
+
+    code = (
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    print(json.dumps({'id': m['id'], 'error': {'code': 'oops', 'message': 'bad'}}), flush=True)\n"
+    )
+    async with proxied([_sys.executable, "-c", code]) as c:
+        with pytest.raises(RpcError) as info:
+            await c.proxy.request("thread/list", {}, timeout=5)
+        assert info.value.code == -32603 and info.value.message == "bad"
+        await c.send(b'{"id":1,"method":"thread/list","params":{}}\n')
+        lines = await c.wait_lines(1)
+    assert json.loads(lines[0])["error"]["code"] == "oops", "the client's own answer passes as it is"
