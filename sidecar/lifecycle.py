@@ -489,27 +489,33 @@ class Lifecycle:
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
         session.current = state
         started = trio.current_time()
+        # While this turn/start is held, the client's later requests on the
+        # thread (turn/interrupt, thread/revert, ...) wait behind it.
+        self.proxy.gate(session.thread_id)
         try:
-            line = await self._assemble_and_project(session, state, params, msg.line)
-        except Exception as exc:  # fail open, whatever happened
-            state.fallback_reason = type(exc).__name__
-            log.warning(
-                "context engine assembly failed; forwarding the original request",
-                extra={"fields": self._fields(session, error=type(exc).__name__)},
-                exc_info=True,
-            )
-            line = msg.line
-        state.hold_ms = round((trio.current_time() - started) * 1000, 2)
-        log.debug("turn/start released", extra={"fields": self._fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
-        session.stats["lastTurn"] = {
-            "holdMs": state.hold_ms,
-            "projected": state.projected,
-            "assembledMessageCount": state.assembled_count,
-            "estimatedTokens": state.estimated_tokens,
-            "fallback": state.fallback_reason,
-        }
-        if not self.proxy.forward_client_request(Message(parse(line), line)):
-            self._end_turn(session, state)
+            try:
+                line = await self._assemble_and_project(session, state, params, msg.line)
+            except Exception as exc:  # fail open, whatever happened
+                state.fallback_reason = type(exc).__name__
+                log.warning(
+                    "context engine assembly failed; forwarding the original request",
+                    extra={"fields": self._fields(session, error=type(exc).__name__)},
+                    exc_info=True,
+                )
+                line = msg.line
+            state.hold_ms = round((trio.current_time() - started) * 1000, 2)
+            log.debug("turn/start released", extra={"fields": self._fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
+            session.stats["lastTurn"] = {
+                "holdMs": state.hold_ms,
+                "projected": state.projected,
+                "assembledMessageCount": state.assembled_count,
+                "estimatedTokens": state.estimated_tokens,
+                "fallback": state.fallback_reason,
+            }
+            if not self.proxy.forward_client_request(Message(parse(line), line)):
+                self._end_turn(session, state)
+        finally:
+            self.proxy.ungate(session.thread_id)
 
     async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], line: bytes) -> bytes:
         items = state.original_input or []

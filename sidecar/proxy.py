@@ -245,6 +245,8 @@ class Proxy:
         self._ids = IdSpace()
         self._pending: dict[RpcId, PendingRequest] = {}
         self._internal: dict[str, _InternalCall] = {}
+        self._gates: dict[str, list[bytes]] = {}
+        """Threads whose turn/start a hook is holding: their later requests wait here, in order."""
         self._raw_c2s_open = False
         """A client line too long to parse is being streamed to codex."""
         self._raw_s2c: str | None = None
@@ -317,6 +319,16 @@ class Proxy:
         self.c2s.bytes += len(line) + 1
         self._record("client>codex", line)
         return self.to_child.put_line(line)
+
+    def gate(self, thread_id: str) -> None:
+        """Hold the client's later requests naming ``thread_id`` (a hook is
+        holding one of its requests): Codex must see them in the client's order."""
+        self._gates.setdefault(thread_id, [])
+
+    def ungate(self, thread_id: str) -> None:
+        """Let the requests held by :meth:`gate` go, in the order they came."""
+        for line in self._gates.pop(thread_id, None) or []:
+            self._from_client(line)
 
     def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
         """Answer a held client request from the sidecar (no child involved)."""
@@ -632,6 +644,12 @@ class Proxy:
             )
             self.send_to_client(reply)
             return
+        if self._gates:
+            params = decode(env.params) if env.params else None
+            thread_id = params.get("threadId") if isinstance(params, dict) else None
+            if type(thread_id) is str and thread_id in self._gates:
+                self._gates[thread_id].append(line)
+                return
         client_id: RpcId = env.id  # type: ignore[assignment]
         wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
         if self._child_gone:

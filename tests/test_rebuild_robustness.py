@@ -214,3 +214,36 @@ async def test_a_read_answered_with_the_revert_lists_the_dropped_turns(tmp_path)
     methods = [m.get("method") for m in run.received()]
     assert methods.index("thread/revert") < methods.index("thread/read")  # Codex answered the read after the revert
     assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2]
+
+
+# A client's requests on a thread whose turn/start the sidecar holds (here a
+# thread/revert sent while the engine assembles) reach Codex after that
+# turn/start, in the client's order: the revert then drops the new turn as
+# it would without the sidecar, and the mirror and archive agree with Codex.
+async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_path):
+    from tests.test_lifecycle import calls_for, roles_texts
+
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "R1")
+        t2 = await run.turn_ok(tid, "R2")
+        release = trio.Event()
+        engine.hang("assemble", release)
+        rid, line = run.turn_start_line(tid, "R3")
+        await run.send(line)
+        await engine.wait_for_call("assemble", 3)
+        revert_id = run.new_id()
+        await run.send(b'{"id":%d,"method":"thread/revert","params":{"threadId":"%s","beforeTurnId":"%s"}}' % (revert_id, tid.encode(), t2.encode()))
+        await trio.sleep(0.2)
+        assert [m.get("method") for m in run.received()][-1] != "thread/revert", "the revert waits behind the held turn/start"
+        release.set()
+        await run.finish_turn(tid, rid)
+        assert "result" in await run.wait_response(revert_id)
+        await wait_until(lambda: not run.session(tid).busy, what="forget")
+        t4 = await run.turn_ok(tid, "R4")
+    methods = [m.get("method") for m in run.received() if m.get("method") in ("turn/start", "thread/revert")]
+    assert methods[-3:] == ["turn/start", "thread/revert", "turn/start"]
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
+    history = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
+    assert history == ["R1", "Reply 1."], history
