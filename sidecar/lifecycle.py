@@ -405,6 +405,8 @@ class Lifecycle:
             # importing it again would bootstrap an engine that saw every turn.
             if opened and method in ("thread/resume", "thread/fork") and not session.had_history:
                 await self._import_history(session, thread)
+            elif opened and method == "thread/resume":
+                await self._catch_up(session, thread)
         except (MirrorError, OSError) as exc:
             log.warning(
                 "transcript mirror unavailable; turns of this thread pass through",
@@ -432,6 +434,39 @@ class Lifecycle:
             before=before if isinstance(before, str) else None,
             last=last if isinstance(last, str) else None,
         )
+
+    async def _catch_up(self, session: ThreadSession, thread: dict[str, Any]) -> None:
+        """A resumed thread whose mirror exists: mirror (and archive) the turns
+        Codex holds that the mirror lacks. A kill between forwarding a
+        turn/completed and writing the turn leaves one; so does a turn run
+        on this thread without the sidecar. Appends are keyed by turn and
+        item, so turns already mirrored add nothing."""
+        turns = [t for t in thread.get("turns") or [] if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        if not turns or session.mirror is None:
+            return
+        now = _now_ms()
+        per_turn = [
+            (turn, translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status")))
+            for turn in turns
+        ]
+        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        added = await trio.to_thread.run_sync(_catch_up_turns, archive, per_turn, session.mirror)
+        if added:
+            # Codex holds these turns natively, as finalisation would have recorded.
+            records = {t["id"]: r for t, r in per_turn}
+            if session.held is not None:
+                for tid in added:
+                    fps = self._fingerprints(session, messages_of(records[tid]))
+                    if fps and session.held[-len(fps) :] != fps:  # not recorded already (a write that failed)
+                        session.held = session.held + fps
+            if session.turns_since_rebuild is not None:
+                session.turns_since_rebuild = [*session.turns_since_rebuild, *added]
+            if session.live_turns is not None:
+                session.live_turns.extend(added)
+            log.warning(
+                "mirrored turns the transcript lacked (killed before writing them, or run without the sidecar)",
+                extra={"fields": {"threadId": session.thread_id, "turns": len(added)}},
+            )
 
     async def _import_history(self, session: ThreadSession, thread: dict[str, Any]) -> None:
         """A resumed thread with no mirror: import its turns from the app-server once."""
@@ -1261,6 +1296,15 @@ def _after_turn(thread_id: str, last: str) -> Callable[[str], bool]:
 def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> None:
     archive.append_turn(turn)  # best effort, and first: a mirror failure must not cost it
     mirror.append_records(records)
+
+
+def _catch_up_turns(archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: TranscriptMirror) -> list[str]:
+    added = []
+    for turn, records in per_turn:
+        if mirror.append_records(records):
+            archive.append_turn(turn)
+            added.append(turn["id"])
+    return added
 
 
 def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]], mirror: TranscriptMirror, records: list[Any]) -> int:

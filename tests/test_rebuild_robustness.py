@@ -10,6 +10,7 @@ fake app-server (tests/children/fake_codex.py) reverts like Codex.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from typing import Any
 
@@ -247,3 +248,36 @@ async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_pat
     assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
     history = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
     assert history == ["R1", "Reply 1."], history
+
+
+# A turn Codex holds but the mirror lacks (the sidecar was killed between
+# forwarding turn/completed and writing anything of the turn: simulated by
+# cutting every state file back to its size before the turn) is mirrored and
+# archived when the thread is resumed, once; the engine sees it in order and
+# the ledger knows Codex holds it (no rebuild, nothing projected again).
+async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path):
+    from sidecar.mirror import session_path
+    from tests.test_lifecycle import calls_for, roles_texts
+
+    state = tmp_path / "state"
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "K1")
+        await wait_until(lambda: not run.session(tid).busy, what="finalisation")
+        files = [session_path(state, tid), archive_path(state, tid), inspect_path(state, tid)]
+        sizes = {f: f.stat().st_size for f in files}
+        lost = await run.turn_ok(tid, "K2")
+        await wait_until(lambda: not run.session(tid).busy, what="finalisation")
+    for f, size in sizes.items():
+        os.truncate(f, size)  # the kill: nothing of K2 was written
+    engine = identity()
+    for name in ("two", "three"):  # the second restart finds nothing to add
+        async with modes_sidecar(tmp_path, engine, name=name) as run2:
+            await run2.resume_thread(tid)
+            await run2.turn_ok(tid, f"K3-{name}")
+            seen = run2.seen(tid)[-1]
+            assert seen["additionalContext"] is None, "Codex holds K2 already: nothing projected, no rebuild"
+            assert run2.lifecycle.sessions[tid].rebuilds == 0
+    texts = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
+    assert texts.count("K2") == 1 and texts.index("K1") < texts.index("K2") < texts.index("K3-two"), texts
+    assert lost in TurnArchive(archive_path(state, tid))._read()[0]
