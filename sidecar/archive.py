@@ -74,7 +74,8 @@ class TurnArchive:
         order = list(turns)
         if turn_id not in turns:
             return []
-        gone = [t for t in order[order.index(turn_id) :] if t not in dropped and t not in forgotten]
+        # Dropped turns included: a revert to an archived turn forgets it too.
+        gone = [t for t in order[order.index(turn_id) :] if t not in forgotten]
         if gone:
             self._append({"forgotten": gone})
         return gone

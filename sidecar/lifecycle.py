@@ -179,6 +179,8 @@ class ThreadSession:
     sizes: dict[str, int] = field(default_factory=dict)
     """Characters of each fingerprinted message (for the stale slack)."""
     inspect: "InspectLog | None" = None
+    framing_only: bool = False
+    """A fork the sidecar made from Codex's framing: its ledger starts empty."""
     live_turns: list[str] | None = None
     """Archived turns Codex still holds (a revert to the framing drops them
     all); None: not known in this process, the archive knows."""
@@ -204,6 +206,10 @@ class Lifecycle:
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
         self._reverting: dict[str, trio.Event] = {}
+        self._archive_reverts: set[Any] = set()
+        """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
+        self._archive_forks: set[Any] = set()
+        """The same for thread/fork: the fork holds Codex's framing only."""
         info = engine.info
         self.engine_id: str = info.id
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
@@ -215,9 +221,10 @@ class Lifecycle:
         # (client request, its response): the request hook sees it on the way
         # in, the response hook on the way back.
         pairs = [
-            *((m, self._remember_params, self._on_thread_response) for m in ("thread/start", "thread/resume", "thread/fork")),
+            *((m, self._remember_params, self._on_thread_response) for m in ("thread/start", "thread/resume")),
+            ("thread/fork", self._on_client_fork, self._on_thread_response),
             ("thread/read", self.archived.on_thread_read, self.archived.on_thread_read_response),
-            ("thread/revert", self._remember_params, self._on_client_revert_response),
+            ("thread/revert", self._on_client_revert, self._on_client_revert_response),
             ("thread/turns/list", self.archived.on_turns_list, self.archived.on_list_response),
             ("thread/items/list", self.archived.on_items_list, self.archived.on_list_response),
             ("turn/start", self._on_turn_start, self._on_turn_start_response),
@@ -302,22 +309,89 @@ class Lifecycle:
                 session.tools = parent.tools
         if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
             self.archived.seed_fork(thread_id, params["threadId"], params)
+        if pending.client_id in self._archive_forks:
+            self._archive_forks.discard(pending.client_id)
+            session.framing_only = True
         self.proxy.spawn(self._open_session, session, pending.method, params, thread)
         if pending.method in ("thread/resume", "thread/fork") and not params.get("excludeTurns"):
             return self.archived.splice_thread(msg, result, thread)
         return None
 
+    def _on_client_revert(self, msg: Message) -> Decision:
+        """A client's own ``thread/revert``. One to a turn a rebuild took out
+        of Codex (the client still sees it in its reads) cannot go to Codex
+        as it is: Codex no longer knows the turn. Every turn Codex holds comes
+        after it, so Codex reverts to its first turn instead, and the archive,
+        mirror and ledger follow the client's request."""
+        self._remember_params(msg)
+        params = self._requests.get(msg.id)
+        thread_id = params.get("threadId") if params else None
+        before = params.get("beforeTurnId") if params else None
+        if not isinstance(thread_id, str) or not isinstance(before, str):
+            return None
+        if not any(t.get("id") == before for t in self.archived.hidden_for(thread_id)):
+            return None
+        self.proxy.gate(thread_id)  # the client's later requests stay behind it
+        self.proxy.spawn(self._into_archive, msg, thread_id, self._archive_reverts)
+        return HANDLED
+
+    def _on_client_fork(self, msg: Message) -> Decision:
+        """A fork through (``lastTurnId``) or before (``beforeTurnId``) a turn
+        a rebuild took out of Codex: Codex forks its framing (before its
+        first turn); the fork's mirror and archive are cut at the client's
+        turn, and its ledger says Codex holds nothing, so its first turn
+        projects the engine's assembly."""
+        self._remember_params(msg)
+        params = self._requests.get(msg.id)
+        thread_id = params.get("threadId") if params else None
+        if not isinstance(thread_id, str):
+            return None
+        cut = params.get("lastTurnId") or params.get("beforeTurnId")
+        if not isinstance(cut, str) or not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
+            return None
+        self.proxy.gate(thread_id)
+        self.proxy.spawn(self._into_archive, msg, thread_id, self._archive_forks)
+        return HANDLED
+
+    async def _into_archive(self, msg: Message, thread_id: str, flagged: set[Any]) -> None:
+        """Send a client's revert or fork that names an archived turn to
+        Codex as the same request before Codex's first turn."""
+        line = msg.line
+        try:
+            session = self.sessions.get(thread_id)
+            first = session.turns_since_rebuild[0] if session is not None and session.turns_since_rebuild else None
+            if first is None:
+                try:
+                    listed = await self.proxy.request(
+                        "thread/turns/list", {"threadId": thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
+                    )
+                    data = listed.get("data") if isinstance(listed, dict) else None
+                    first = data[0].get("id") if data and isinstance(data[0], dict) else None
+                except (RpcError, trio.TooSlowError) as exc:
+                    log.warning("cannot list the thread's turns for a revert into archived turns", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+            if isinstance(first, str):
+                params = {k: v for k, v in msg.params().items() if k != "lastTurnId"}
+                line = rewrite(msg.line, params={**params, "beforeTurnId": first})
+                flagged.add(msg.id)
+            # else: Codex holds no turn (or did not say): the request goes as
+            # it is, and Codex's answer (turn not found) reaches the client.
+            self.proxy.forward_client_request(Message(parse(line), line))
+        finally:
+            self.proxy.ungate(thread_id)
+
     def _on_client_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
         not come back in its reads, whatever the sidecar rebuilds later."""
         params = self._requests.pop(pending.client_id, None) or {}
+        into_archive = pending.client_id in self._archive_reverts
+        self._archive_reverts.discard(pending.client_id)
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
             return None
-        self.proxy.spawn(self._forget_turns, thread_id, before)
+        self.proxy.spawn(self._forget_turns, thread_id, before, into_archive)
         return None
 
-    async def _forget_turns(self, thread_id: str, before: str) -> None:
+    async def _forget_turns(self, thread_id: str, before: str, into_archive: bool = False) -> None:
         try:
             archive = TurnArchive(archive_path(self.state_dir, thread_id))
         except ValueError:
@@ -350,11 +424,16 @@ class Lifecycle:
                     )
                 except (MirrorError, OSError) as exc:
                     log.warning("transcript mirror could not follow the client's revert", extra={"fields": self._fields(session, error=type(exc).__name__)})
-            # What Codex holds now: worked out afresh from the mirror (a later
-            # mismatch with the assembly rebuilds, which is exact).
-            session.held = None
-            since = session.turns_since_rebuild
-            session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
+            if into_archive:
+                # Codex was reverted to its framing: it holds nothing, and the
+                # next turn projects the engine's whole assembly.
+                session.held, session.turns_since_rebuild, session.live_turns = [], [], []
+            else:
+                # What Codex holds now: worked out afresh from the mirror (a later
+                # mismatch with the assembly rebuilds, which is exact).
+                session.held = None
+                since = session.turns_since_rebuild
+                session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
             log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
         finally:
             session.slot.release()
@@ -400,6 +479,9 @@ class Lifecycle:
                         # Killed between a revert and the turn that carried the
                         # projection: the thread may hold only its framing.
                         session.held, session.force_rebuild = [], True
+            if session.framing_only:
+                # A fork of Codex's framing (the client forked at an archived turn).
+                session.held, session.turns_since_rebuild, session.live_turns = [], [], []
             # Import only when the session is first seen: a thread started or
             # imported earlier in this run is mirrored turn by turn already, and
             # importing it again would bootstrap an engine that saw every turn.
@@ -510,10 +592,23 @@ class Lifecycle:
             except ValueError:
                 return None
             self.proxy.spawn(self._open_session, session, "turn/start", {}, {})
+        # While this turn/start is held, the client's later requests on the
+        # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
+        # it. From now when the thread is idle; after the running turn ends
+        # otherwise, so that an interrupt of that turn is not stuck behind this.
+        current = session.current
+        if not session.busy or (current is not None and current.turn_id in session.completed_turns):
+            self.proxy.gate(session.thread_id)  # idle, or only finalising the last turn
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
 
     async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
+        try:
+            await self._hold_turn_start(session, msg, params)
+        finally:
+            self.proxy.ungate(session.thread_id)
+
+    async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         line = msg.line
         state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
         await session.ready.wait()
@@ -524,33 +619,28 @@ class Lifecycle:
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
         session.current = state
         started = trio.current_time()
-        # While this turn/start is held, the client's later requests on the
-        # thread (turn/interrupt, thread/revert, ...) wait behind it.
         self.proxy.gate(session.thread_id)
         try:
-            try:
-                line = await self._assemble_and_project(session, state, params, msg.line)
-            except Exception as exc:  # fail open, whatever happened
-                state.fallback_reason = type(exc).__name__
-                log.warning(
-                    "context engine assembly failed; forwarding the original request",
-                    extra={"fields": self._fields(session, error=type(exc).__name__)},
-                    exc_info=True,
-                )
-                line = msg.line
-            state.hold_ms = round((trio.current_time() - started) * 1000, 2)
-            log.debug("turn/start released", extra={"fields": self._fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
-            session.stats["lastTurn"] = {
-                "holdMs": state.hold_ms,
-                "projected": state.projected,
-                "assembledMessageCount": state.assembled_count,
-                "estimatedTokens": state.estimated_tokens,
-                "fallback": state.fallback_reason,
-            }
-            if not self.proxy.forward_client_request(Message(parse(line), line)):
-                self._end_turn(session, state)
-        finally:
-            self.proxy.ungate(session.thread_id)
+            line = await self._assemble_and_project(session, state, params, msg.line)
+        except Exception as exc:  # fail open, whatever happened
+            state.fallback_reason = type(exc).__name__
+            log.warning(
+                "context engine assembly failed; forwarding the original request",
+                extra={"fields": self._fields(session, error=type(exc).__name__)},
+                exc_info=True,
+            )
+            line = msg.line
+        state.hold_ms = round((trio.current_time() - started) * 1000, 2)
+        log.debug("turn/start released", extra={"fields": self._fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
+        session.stats["lastTurn"] = {
+            "holdMs": state.hold_ms,
+            "projected": state.projected,
+            "assembledMessageCount": state.assembled_count,
+            "estimatedTokens": state.estimated_tokens,
+            "fallback": state.fallback_reason,
+        }
+        if not self.proxy.forward_client_request(Message(parse(line), line)):
+            self._end_turn(session, state)
 
     async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], line: bytes) -> bytes:
         items = state.original_input or []

@@ -372,6 +372,11 @@ class Proxy:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    @property
+    def gated_count(self) -> int:
+        """Client requests waiting behind a held request on their thread."""
+        return sum(len(q) for q in self._gates.values())
+
     def status(self) -> dict[str, Any]:
         return {
             "sidecarVersion": __version__,
@@ -384,6 +389,7 @@ class Proxy:
             "clientToCodex": self.c2s.as_dict(),
             "codexToClient": self.s2c.as_dict(),
             "pendingRequests": len(self._pending),
+            "gatedRequests": self.gated_count,
             "threadsSeen": sorted(self.threads_seen),
             "busyPollMicroseconds": round(self.busy_poll * 1e6),
             **{name: fn() for name, fn in self._status_providers.items()},

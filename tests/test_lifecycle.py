@@ -1196,8 +1196,9 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path):
         a3_rid, a3 = run.turn_start_line(a, "A3")
         await run.send(a2)
         await run.send(a3)
-        # Both are held by the proxy and queued behind A1's finalisation.
-        await wait_until(lambda: run.client.proxy.pending_count == 2, what="both turn/starts held")
+        # A2 is held, queued behind A1's finalisation; A3 waits behind A2.
+        proxy = run.client.proxy
+        await wait_until(lambda: proxy.pending_count == 1 and proxy.gated_count == 1, what="both turn/starts held")
         await trio.testing.wait_all_tasks_blocked(0.01)
         assert [m["params"]["input"][-1]["text"] for m in run.child_turn_starts()] == ["A1"]
         engine.reset("after_turn")

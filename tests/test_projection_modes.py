@@ -94,7 +94,6 @@ async def modes_sidecar(
     state: str = "state",
     name: str = "run",
     store: str = "codex-store.json",
-    codex: str = "fake_codex.py",
 ):
     tmp_path.mkdir(parents=True, exist_ok=True)
     state_dir = tmp_path / state
@@ -111,7 +110,7 @@ async def modes_sidecar(
         script_path = tmp_path / f"{name}-script.json"
         script_path.write_text(json.dumps(script))
         env["FAKE_CODEX_SCRIPT"] = str(script_path)
-    async with proxied(child(codex), env=env) as client:
+    async with proxied(child("fake_codex.py"), env=env) as client:
         lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode, stale_floor_chars=0))
         lifecycle.install(client.proxy.hooks)
         run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log, store_path=tmp_path / store)

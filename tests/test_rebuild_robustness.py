@@ -201,20 +201,20 @@ async def test_a_thread_wide_item_anchor_on_an_archived_item(tmp_path):
     assert (got_after, got_before) == (ids[1:], ids[:3][::-1]), f"after={got_after} before={got_before}"
 
 
-# C. A thread/read whose answer comes in the same pipe read as the rebuild
-#    revert's (the relay child forces it) must list the turns just dropped.
-async def test_a_read_answered_with_the_revert_lists_the_dropped_turns(tmp_path):
-    async with modes_sidecar(tmp_path, summarising(keep=2), codex="coalescing_codex.py") as run:
+# A thread/read sent while a rebuilding turn/start is held waits behind it
+# (so it can never race the rebuild's revert) and lists the dropped turns.
+async def test_a_read_sent_during_a_rebuild_lists_the_dropped_turns(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
         tid = await run.start_thread()
         t1 = await run.turn_ok(tid, "W1")
         t2 = await run.turn_ok(tid, "W2")
         rid, line = run.turn_start_line(tid, "W3")  # this turn rebuilds: reverts t1, t2
         await run.send(line)
         read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
-        await run.finish_turn(tid, rid)
-    methods = [m.get("method") for m in run.received()]
-    assert methods.index("thread/revert") < methods.index("thread/read")  # Codex answered the read after the revert
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2]
+        t3 = (await run.finish_turn(tid, rid))["id"]
+    methods = [m.get("method") for m in run.received() if m.get("method") in ("thread/revert", "turn/start", "thread/read")]
+    assert methods[-3:] == ["thread/revert", "turn/start", "thread/read"]
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3]
 
 
 # A client's requests on a thread whose turn/start the sidecar holds (here a
@@ -281,3 +281,54 @@ async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path):
     texts = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
     assert texts.count("K2") == 1 and texts.index("K1") < texts.index("K2") < texts.index("K3-two"), texts
     assert lost in TurnArchive(archive_path(state, tid))._read()[0]
+
+
+# A client's revert to a turn a rebuild took out of Codex (its reads still
+# show it): Codex, which no longer knows the turn, reverts to its own first
+# turn; the archive, mirror and ledger follow the client's request, and the
+# next turn gives the model exactly what is left.
+async def test_a_client_revert_to_an_archived_turn(tmp_path):
+    from tests.test_lifecycle import calls_for, roles_texts
+
+    engine = summarising_once()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "V")
+        assert [t["id"] for t in run.store_turns(tid)] == [t3, t4]
+        reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        assert "result" in reverted, reverted
+        await wait_until(lambda: not run.session(tid).busy, what="forget")
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        t5 = await run.turn_ok(tid, "V5")
+        after = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+    assert [r["params"]["beforeTurnId"] for r in run.received("thread/revert")][-1] == t3, "Codex reverts to its first turn"
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1]
+    assert [t["id"] for t in after["result"]["thread"]["turns"]] == [t1, t5]
+    history = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
+    assert history == ["V1", "Reply 1."], history
+    seen = run.seen(tid)[-1]
+    assert seen["held"] == [], "Codex held nothing before the turn"
+    context = json.dumps(seen["additionalContext"])
+    assert "V1" in context and "V2" not in context and "V4" not in context
+    assert run.lifecycle.sessions[tid].rebuilds == 1, "no second rebuild was needed"
+
+
+# A fork through a turn a rebuild took out of Codex: Codex forks its framing,
+# the fork lists the turns it inherits, and its first turn projects them.
+async def test_a_fork_through_an_archived_turn(tmp_path):
+    engine = summarising_once()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "G")
+        forked = await run.request("thread/fork", {"threadId": tid, "lastTurnId": t2})
+        assert "result" in forked, forked
+        fork = forked["result"]["thread"]["id"]
+        await run.settle_thread(fork)
+        f5 = await run.turn_ok(fork, "G5")
+        read = await run.request("thread/read", {"threadId": fork, "includeTurns": True})
+    sent = run.received("thread/fork")[-1]["params"]
+    assert sent.get("beforeTurnId") == t3 and "lastTurnId" not in sent, sent
+    assert [t["id"] for t in forked["result"]["thread"]["turns"]] == [t1, t2]
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, f5]
+    seen = run.seen(fork)[-1]
+    assert seen["held"] == [], "the fork held only Codex's framing"
+    context = json.dumps(seen["additionalContext"])
+    assert "G2" in context and "G3" not in context and "G4" not in context, context
