@@ -221,7 +221,8 @@ class Lifecycle:
         # (client request, its response): the request hook sees it on the way
         # in, the response hook on the way back.
         pairs = [
-            *((m, self._remember_params, self._on_thread_response) for m in ("thread/start", "thread/resume")),
+            ("thread/start", self._remember_params, self._on_thread_response),
+            ("thread/resume", self._on_resume, self._on_thread_response),
             ("thread/fork", self._on_client_fork, self._on_thread_response),
             ("thread/read", self.archived.on_thread_read, self.archived.on_thread_read_response),
             ("thread/revert", self._on_client_revert, self._on_client_revert_response),
@@ -280,6 +281,11 @@ class Lifecycle:
 
     # ---------------------------------------------------------- sessions
 
+    def _on_resume(self, msg: Message) -> Decision:
+        self._remember_params(msg)
+        params = self._requests.get(msg.id)
+        return self.archived.on_resume(msg, params) if params else None
+
     def _remember_params(self, msg: Message) -> Decision:
         params = msg.params()
         if isinstance(params, dict):
@@ -313,7 +319,9 @@ class Lifecycle:
             self._archive_forks.discard(pending.client_id)
             session.framing_only = True
         self.proxy.spawn(self._open_session, session, pending.method, params, thread)
-        if pending.method in ("thread/resume", "thread/fork") and not params.get("excludeTurns"):
+        if pending.method == "thread/resume":
+            return self.archived.splice_resume(msg, result, thread, params)
+        if pending.method == "thread/fork" and not params.get("excludeTurns"):
             return self.archived.splice_thread(msg, result, thread)
         return None
 

@@ -154,10 +154,19 @@ class ArchivedTurns:
     def on_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
         plan = self._lists.pop(pending.client_id, None)
         result = msg.result()
-        if plan is None or not isinstance(result, dict) or not isinstance(result.get("data"), list):
+        if plan is None or not isinstance(result, dict):
             return None
-        space, thread_id, direction, limit, params = plan
-        data = result["data"]
+        spliced = self._splice_page(*plan, result)
+        return None if spliced is None else rewrite(msg.line, result=spliced)
+
+    def _splice_page(
+        self, space: str, thread_id: str, direction: str, limit: Any, params: dict[str, Any], page: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Codex's first page of a listing (``data``, ``nextCursor``) with the
+        archived units where they belong; None when nothing changes."""
+        data = page.get("data")
+        if not isinstance(data, list):
+            return None
         units = self._units(space, thread_id, params)
         if not units:
             return None
@@ -165,16 +174,55 @@ class ArchivedTurns:
             # A unit marked dropped whose revert failed is Codex's: listed once.
             keys = {_unit_key(space, u) for u in units}
             own = [u for u in data if not (isinstance(u, dict) and _unit_key(space, u) in keys)]
-            return rewrite(msg.line, result={**result, "data": [*units, *own]})
-        if result.get("nextCursor") is not None:
+            return {**page, "data": [*units, *own]}
+        if page.get("nextCursor") is not None:
             return None  # Codex has more of its own first
         listed = {_unit_key(space, u) for u in data if isinstance(u, dict)}
         units = [u for u in units if _unit_key(space, u) not in listed]  # Codex's own, listed once
+        if not units:
+            return None
         room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(units)
         if room <= 0:
-            return rewrite(msg.line, result={**result, "nextCursor": encode_cursor("desc", len(units), space)})
-        page, after = hidden_page(units, "desc", len(units), room, space=space)
-        return rewrite(msg.line, result={**result, "data": [*data, *page], "nextCursor": after})
+            return {**page, "nextCursor": encode_cursor("desc", len(units), space)}
+        rows, after = hidden_page(units, "desc", len(units), room, space=space)
+        return {**page, "data": [*data, *rows], "nextCursor": after}
+
+    def on_resume(self, msg: Message, params: dict[str, Any]) -> Decision:
+        """An oldest-first ``initialTurnsPage`` starts with the archived turns:
+        Codex fills the rest of the page (as for ``thread/turns/list``)."""
+        asked = params.get("initialTurnsPage")
+        thread_id = params.get("threadId")
+        if not isinstance(asked, dict) or asked.get("sortDirection") != "asc" or not isinstance(thread_id, str):
+            return None
+        limit, archived = asked.get("limit"), len(self.hidden_for(thread_id))
+        if not archived or not isinstance(limit, int) or limit <= archived:
+            return None
+        return rewrite(msg.line, params={**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
+
+    def splice_resume(self, msg: Message, result: dict[str, Any], thread: dict[str, Any], params: dict[str, Any]) -> Decision:
+        """A ``thread/resume`` answer: the thread's turns (unless
+        ``excludeTurns``) and the ``initialTurnsPage`` asked for, each with
+        the archived turns where Codex would have shown them."""
+        out = dict(result)
+        if not params.get("excludeTurns") and isinstance(thread.get("turns"), list):
+            self._reconcile(thread["id"], thread["turns"])
+            spliced = splice_turns(self.hidden_for(thread["id"]), thread["turns"])
+            if spliced is not None:
+                out["thread"] = {**thread, "turns": spliced}
+        asked = params.get("initialTurnsPage")
+        if isinstance(asked, dict) and isinstance(result.get("initialTurnsPage"), dict):
+            direction = asked.get("sortDirection") if asked.get("sortDirection") in ("asc", "desc") else "desc"
+            page = result["initialTurnsPage"]
+            if direction == "asc" and isinstance(asked.get("limit"), int) and 0 < asked["limit"] <= len(self._units("turns", thread["id"], asked)):
+                # The archived turns alone fill more than the page: the page is
+                # theirs, and the listing goes on with the sidecar's cursor.
+                rows, after = hidden_page(self._units("turns", thread["id"], asked), "asc", 0, asked["limit"])
+                out["initialTurnsPage"] = {**page, "data": rows, "nextCursor": after, "backwardsCursor": None}
+            else:
+                spliced_page = self._splice_page("turns", thread["id"], direction, asked.get("limit"), asked, page)
+                if spliced_page is not None:
+                    out["initialTurnsPage"] = spliced_page
+        return None if out == result else rewrite(msg.line, result=out)
 
     def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The archived turns (in the items view asked for) or item entries, oldest first."""

@@ -260,6 +260,17 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
         # A fresh sidecar resumes the thread: every turn is still in the answer.
         async with sidecar(env, work) as again:
             resumed_via_sidecar = await again.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            # The way a client bootstraps recent turns: a page in the resume answer.
+            paged_resume = {}
+            for direction, limit in (("desc", 2), ("asc", 3)):
+                answer = await again.request(
+                    "thread/resume",
+                    {"threadId": tid, "cwd": str(work), "excludeTurns": True, "initialTurnsPage": {"sortDirection": direction, "limit": limit}},
+                )
+                page = answer["initialTurnsPage"]
+                assert len(page["data"]) <= limit
+                rest = await list_all_turns(again, tid, direction, limit, cursor=page["nextCursor"]) if page["nextCursor"] else []
+                paged_resume[direction] = [t["id"] for t in page["data"] + rest]
             forked = await again.request("thread/fork", {"threadId": tid, "lastTurnId": turn_ids[5]})
 
         # A fresh app-server process (codex itself, no sidecar) resumes the rebuilt thread.
@@ -360,6 +371,7 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert [t["id"] for t in listed["asc", 3]] == turn_ids
     assert listed["desc", None][::-1][:3] == early_list["data"]
     assert resumed_via_sidecar["thread"]["turns"][:6] == read["thread"]["turns"][:6]
+    assert paged_resume == {"desc": turn_ids[::-1], "asc": turn_ids}
     # thread/items/list too: every item of every turn, both ways, the archived
     # ones equal to Codex's own entries for them from before the rebuild.
     every_item = [(t["id"], i["id"]) for t in read["thread"]["turns"] for i in t["items"]]
@@ -377,9 +389,10 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert prompts[0] not in body and prompts[4] in body and prompts[6] in body
 
 
-async def list_all_turns(client: AppServerClient, tid: str, direction: str, limit: int | None, method: str = "thread/turns/list") -> list[dict]:
+async def list_all_turns(
+    client: AppServerClient, tid: str, direction: str, limit: int | None, method: str = "thread/turns/list", cursor: str | None = None
+) -> list[dict]:
     turns: list[dict] = []
-    cursor = None
     for _ in range(60):
         params = {"threadId": tid, "sortDirection": direction, **({"limit": limit} if limit else {}), **({"cursor": cursor} if cursor else {})}
         page = await client.request(method, params)

@@ -332,3 +332,29 @@ async def test_a_fork_through_an_archived_turn(tmp_path):
     assert seen["held"] == [], "the fork held only Codex's framing"
     context = json.dumps(seen["additionalContext"])
     assert "G2" in context and "G3" not in context and "G4" not in context, context
+
+
+# thread/resume's initialTurnsPage (a thread/turns/list page in the answer,
+# the way clients bootstrap recent turns) shows the archived turns too, and
+# its cursor pages on through every turn, each once, in order.
+async def test_resume_initial_turns_page_covers_the_archived_turns(tmp_path):
+    async with modes_sidecar(tmp_path, summarising_once(), name="one") as run:
+        tid, turns = await _four_turns_rebuilt_at_the_third(run, "P")
+        turns.append(await run.turn_ok(tid, "P5"))
+    assert len(run.store_turns(tid)) == 3  # Codex holds t3..t5; t1, t2 are archived
+    async with modes_sidecar(tmp_path, summarising_once(), name="two") as run2:
+        for direction in ("desc", "asc"):
+            for limit in (1, 2, 3, 4, 10, None):
+                asked = {"sortDirection": direction, **({"limit": limit} if limit else {})}
+                resp = await run2.request("thread/resume", {"threadId": tid, "excludeTurns": True, "initialTurnsPage": asked})
+                page = resp["result"]["initialTurnsPage"]
+                ids = [t["id"] for t in page["data"]]
+                if limit:
+                    assert len(ids) <= limit, (direction, limit, ids)
+                cursor = page["nextCursor"]
+                if cursor is not None:
+                    rest, _ = await _list_all(run2, tid, sortDirection=direction, cursor=cursor, **({"limit": limit} if limit else {}))
+                    ids += rest
+                expected = turns if direction == "asc" else turns[::-1]
+                assert ids == expected, (direction, limit, ids)
+        assert not [r for r in run2.received("thread/turns/list") if str(r["params"].get("cursor", "")).startswith("codex-sidecar:")]

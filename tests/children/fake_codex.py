@@ -32,7 +32,8 @@ methods the lifecycle cares about, and nothing else:
 * ``thread/turns/list {threadId, sortDirection, limit, cursor}`` ->
   ``{data: [turn...], nextCursor, backwardsCursor}``, newest first unless
   ``sortDirection`` is "asc", ``nextCursor`` ``fake:<offset>`` while more
-  remain (null at the end), like Codex's own paging;
+  remain (null at the end), like Codex's own paging; ``thread/resume``
+  with ``initialTurnsPage {limit, sortDirection}`` carries such a page;
 * ``thread/items/list {threadId, turnId, sortDirection, limit, cursor}`` ->
   ``{data: [{item, turnId, startedAtMs, completedAtMs}...], nextCursor,
   backwardsCursor}``, oldest first unless "desc", cursors ``fakei:<offset>``
@@ -302,21 +303,29 @@ def turns_list(rid, params: dict) -> None:
     if tid not in threads:
         error(rid, -32600, f"thread not found: {tid}")
         return
+    page = turns_page(tid, params)
+    if isinstance(page, str):
+        error(rid, -32600, page)
+        return
+    result(rid, page)
+
+
+def turns_page(tid: str, params: dict):
+    """A thread/turns/list page (also resume's initialTurnsPage), or an error text."""
     turns = [dict(turn, itemsView="full") for turn in threads[tid]["turns"]]
     if params.get("sortDirection") != "asc":  # Codex's default is newest first
         turns.reverse()
     cursor = params.get("cursor")
     if cursor is not None:
         if not (isinstance(cursor, str) and cursor.startswith("fake:") and cursor[5:].isdigit()):
-            error(rid, -32600, f"invalid cursor: {cursor}")
-            return
+            return f"invalid cursor: {cursor}"
         turns = turns[int(cursor[5:]) :]
     start = int(cursor[5:]) if cursor else 0
     limit = params.get("limit")
     more = None
     if isinstance(limit, int) and limit >= 0 and len(turns) > limit:
         turns, more = turns[:limit], f"fake:{start + limit}"
-    result(rid, {"data": turns, "nextCursor": more, "backwardsCursor": f"fake-back:{start}" if turns else None})
+    return {"data": turns, "nextCursor": more, "backwardsCursor": f"fake-back:{start}" if turns else None}
 
 
 def items_list(rid, params: dict) -> None:
@@ -376,7 +385,10 @@ def handle(msg: dict) -> None:
         if tid not in threads:
             error(rid, -32600, f"no rollout found for thread id {tid}")
             return
-        result(rid, thread_result(tid, with_turns=not params.get("excludeTurns")))
+        answer = thread_result(tid, with_turns=not params.get("excludeTurns"))
+        if isinstance(params.get("initialTurnsPage"), dict):
+            answer["initialTurnsPage"] = turns_page(tid, params["initialTurnsPage"])
+        result(rid, answer)
     elif method == "thread/fork":
         parent = params.get("threadId")
         if parent not in threads:
