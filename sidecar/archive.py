@@ -235,6 +235,18 @@ def hidden_page(
     return page, encode_cursor(_CODEX, 0, space) if handover else None
 
 
+def backwards_cursor(count: int, kind: str, position: int, page: list[Any], space: str = "turns") -> str | None:
+    """The ``backwardsCursor`` of a page :func:`hidden_page` made from
+    ``count`` units: the other direction, starting with (including) the
+    page's first unit, as Codex's own backwards cursors do."""
+    if not page:
+        return None
+    position = max(0, min(position, count))
+    if kind == _DESC:
+        return encode_cursor(_ASC, position - 1, space)  # the page began with units[position - 1]
+    return encode_cursor(_DESC, position + 1, space)  # the page began with units[position]
+
+
 def codex_cursor_from_start(cursor: Any, space: str = "turns") -> bool:
     """The cursor an asc listing gets after the last archived turn (item)."""
     decoded = decode_cursor(cursor, space)

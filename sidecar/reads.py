@@ -31,6 +31,7 @@ from protocol import encode_response, rewrite
 from .archive import (
     TurnArchive,
     archive_path,
+    backwards_cursor,
     codex_cursor_from_start,
     cut_for_fork,
     decode_cursor,
@@ -174,7 +175,8 @@ class ArchivedTurns:
             # A unit marked dropped whose revert failed is Codex's: listed once.
             keys = {_unit_key(space, u) for u in units}
             own = [u for u in data if not (isinstance(u, dict) and _unit_key(space, u) in keys)]
-            return {**page, "data": [*units, *own]}
+            # Backwards from the first (archived) unit: it alone, newest first.
+            return {**page, "data": [*units, *own], "backwardsCursor": backwards_cursor(len(units), "asc", 0, units, space)}
         if page.get("nextCursor") is not None:
             return None  # Codex has more of its own first
         listed = {_unit_key(space, u) for u in data if isinstance(u, dict)}
@@ -216,8 +218,9 @@ class ArchivedTurns:
             if direction == "asc" and isinstance(asked.get("limit"), int) and 0 < asked["limit"] <= len(self._units("turns", thread["id"], asked)):
                 # The archived turns alone fill more than the page: the page is
                 # theirs, and the listing goes on with the sidecar's cursor.
-                rows, after = hidden_page(self._units("turns", thread["id"], asked), "asc", 0, asked["limit"])
-                out["initialTurnsPage"] = {**page, "data": rows, "nextCursor": after, "backwardsCursor": None}
+                units = self._units("turns", thread["id"], asked)
+                rows, after = hidden_page(units, "asc", 0, asked["limit"])
+                out["initialTurnsPage"] = {**page, "data": rows, "nextCursor": after, "backwardsCursor": backwards_cursor(len(units), "asc", 0, rows)}
             else:
                 spliced_page = self._splice_page("turns", thread["id"], direction, asked.get("limit"), asked, page)
                 if spliced_page is not None:
@@ -246,8 +249,9 @@ class ArchivedTurns:
             ids = [e["item"].get("id") for e in entries]
             if cursor.get("itemId") in ids:
                 at = ids.index(cursor.get("itemId"))
-                page, after = hidden_page(entries, direction, at + 1 if direction == "asc" else at, limit, space=space)
-                self._answer(msg, page, after)
+                position = at + 1 if direction == "asc" else at
+                page, after = hidden_page(entries, direction, position, limit, space=space)
+                self._answer(msg, page, after, backwards_cursor(len(entries), direction, position, page, space))
                 return HANDLED
         if codex_cursor_from_start(cursor, space):
             # The archived units are listed: Codex's own from their start.
@@ -257,7 +261,7 @@ class ArchivedTurns:
         if ours is not None or (direction == "asc" and cursor is None and units and isinstance(limit, int) and 0 < limit <= len(units)):
             kind, position = ours if ours is not None else ("asc", 0)
             page, after = hidden_page(units, kind, position, limit, space=space)
-            self._answer(msg, page, after)
+            self._answer(msg, page, after, backwards_cursor(len(units), kind, position, page, space))
             return HANDLED
         if not units or (direction == "asc" and cursor is not None):
             return None  # within Codex's own
@@ -286,11 +290,11 @@ class ArchivedTurns:
         else:
             kind, position = direction, 0 if direction == "asc" else len(entries)
         page, after = hidden_page(entries, kind, position, params.get("limit"), space="items", handover=False)
-        self._answer(msg, page, after)
+        self._answer(msg, page, after, backwards_cursor(len(entries), kind, position, page, "items"))
         return HANDLED
 
-    def _answer(self, msg: Message, page: list[dict[str, Any]], after: str | None) -> None:
-        self.proxy.answer_client_request(msg.id, encode_response(msg.id, {"data": page, "nextCursor": after, "backwardsCursor": None}))
+    def _answer(self, msg: Message, page: list[dict[str, Any]], after: str | None, back: str | None) -> None:
+        self.proxy.answer_client_request(msg.id, encode_response(msg.id, {"data": page, "nextCursor": after, "backwardsCursor": back}))
 
 
 def _unit_key(space: str, unit: dict[str, Any]) -> Any:

@@ -105,3 +105,24 @@ def test_paging_the_hidden_turns_covers_each_once_in_order(limit):
         seen += [t["id"] for t in page]
     assert seen == ["t1", "t2", "t3", "t4", "t5"]
     assert decode_cursor(cursor) == ("codex", 0)  # then Codex's own turns from their start
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, None])
+@pytest.mark.parametrize("kind", ["asc", "desc"])
+def test_a_page_s_backwards_cursor_starts_with_its_first_turn_and_goes_the_other_way(kind, limit):
+    from sidecar.archive import backwards_cursor
+
+    hidden = [full(f"t{n}") for n in range(1, 6)]
+    ids = [t["id"] for t in hidden]
+    for position in range(0, 6):
+        page, _ = hidden_page(hidden, kind, position, limit)
+        back = backwards_cursor(len(hidden), kind, position, page)
+        if not page:
+            assert back is None
+            continue
+        back_kind, back_position = decode_cursor(back)
+        assert back_kind == ("desc" if kind == "asc" else "asc")
+        back_page, _ = hidden_page(hidden, back_kind, back_position, None)
+        first = ids.index(page[0]["id"])
+        expected = ids[: first + 1][::-1] if back_kind == "desc" else ids[first:]
+        assert [t["id"] for t in back_page] == expected, (kind, position, limit)

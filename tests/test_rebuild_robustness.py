@@ -358,3 +358,17 @@ async def test_resume_initial_turns_page_covers_the_archived_turns(tmp_path):
                 expected = turns if direction == "asc" else turns[::-1]
                 assert ids == expected, (direction, limit, ids)
         assert not [r for r in run2.received("thread/turns/list") if str(r["params"].get("cursor", "")).startswith("codex-sidecar:")]
+
+
+# A page the sidecar makes carries a backwardsCursor like Codex's: the other
+# direction, from (and including) the page's first turn, through to the end.
+async def test_sidecar_pages_carry_working_backwards_cursors(tmp_path):
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid, turns = await _four_turns_rebuilt_at_the_third(run, "B")
+        _, pages = await _list_all(run, tid, sortDirection="desc", limit=1)
+        ours = [p for p in pages if p["data"] and p["data"][0]["id"] in turns[:2]]
+        assert len(ours) == 2
+        for page in ours:
+            first = page["data"][0]["id"]
+            back, _ = await _list_all(run, tid, sortDirection="asc", limit=1, cursor=page["backwardsCursor"])
+            assert back == turns[turns.index(first) :], (first, back)
