@@ -711,7 +711,9 @@ async def test_projection_error_forwards_the_original_request(tmp_path, logs):
     assert fields(warning)["reason"] == "input_too_large"
 
 
-async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapshot(tmp_path, logs, monkeypatch):
+def breakable_mirror_disk(monkeypatch) -> dict[str, bool]:
+    """Mirrors opened from now on write through a switch: ``["on"] = True``
+    makes every write fail with ENOSPC (a full disk)."""
     broken = {"on": False}
 
     def writer(fd, data):
@@ -723,6 +725,11 @@ async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapsho
     monkeypatch.setattr(
         TranscriptMirror, "open", classmethod(lambda cls, *a, **kw: real_open(cls, *a, **{**kw, "writer": writer}))
     )
+    return broken
+
+
+async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapshot(tmp_path, logs, monkeypatch):
+    broken = breakable_mirror_disk(monkeypatch)
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()

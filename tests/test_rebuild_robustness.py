@@ -9,7 +9,6 @@ fake app-server (tests/children/fake_codex.py) reverts like Codex.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from typing import Any
@@ -19,7 +18,6 @@ import trio
 from engines import AssembleResult, CompactionSummaryMessage
 from sidecar.archive import TurnArchive, archive_path
 from sidecar.inspect import InspectLog, inspect_path
-from sidecar.mirror import TranscriptMirror
 from tests.test_lifecycle import wait_until
 from tests.test_projection_modes import (
     _four_turns_rebuilt_at_the_third,
@@ -138,15 +136,9 @@ async def test_a_rebuild_without_a_ledger_reverts_to_the_thread_s_first_turn(tmp
 # A turn the client did not start through the sidecar (a native compaction)
 # whose mirror write fails (ENOSPC) is logged; the sidecar keeps answering.
 async def test_a_full_disk_on_a_turn_without_messages_fails_open(tmp_path, monkeypatch):
-    broken = {"on": False}
+    from tests.test_lifecycle import breakable_mirror_disk
 
-    def writer(fd, data):
-        if broken["on"]:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return os.write(fd, data)
-
-    real_open = TranscriptMirror.open.__func__
-    monkeypatch.setattr(TranscriptMirror, "open", classmethod(lambda cls, *a, **kw: real_open(cls, *a, **{**kw, "writer": writer})))
+    broken = breakable_mirror_disk(monkeypatch)
     async with modes_sidecar(tmp_path, identity()) as run:
         tid = await run.start_thread()
         await run.turn_ok(tid, "C1")
