@@ -103,6 +103,8 @@ class LifecycleOptions:
 
 PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
 REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
+CATCH_UP_TURNS = 4
+"""Newest turns checked against the mirror when a thread is resumed without its turns."""
 REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 """Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
 
@@ -294,6 +296,8 @@ class Lifecycle:
 
     def _on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
         params = self._requests.pop(pending.client_id, None) or {}
+        framing_fork = pending.client_id in self._archive_forks
+        self._archive_forks.discard(pending.client_id)
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
@@ -315,8 +319,7 @@ class Lifecycle:
                 session.tools = parent.tools
         if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
             self.archived.seed_fork(thread_id, params["threadId"], params)
-        if pending.client_id in self._archive_forks:
-            self._archive_forks.discard(pending.client_id)
+        if framing_fork:
             session.framing_only = True
         self.proxy.spawn(self._open_session, session, pending.method, params, thread)
         if pending.method == "thread/resume":
@@ -339,7 +342,7 @@ class Lifecycle:
             return None
         if not any(t.get("id") == before for t in self.archived.hidden_for(thread_id)):
             return None
-        self.proxy.gate(thread_id)  # the client's later requests stay behind it
+        self.proxy.gate(thread_id, id(msg))  # the client's later requests stay behind it
         self.proxy.spawn(self._into_archive, msg, thread_id, self._archive_reverts)
         return HANDLED
 
@@ -357,7 +360,7 @@ class Lifecycle:
         cut = params.get("lastTurnId") or params.get("beforeTurnId")
         if not isinstance(cut, str) or not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
             return None
-        self.proxy.gate(thread_id)
+        self.proxy.gate(thread_id, id(msg))
         self.proxy.spawn(self._into_archive, msg, thread_id, self._archive_forks)
         return HANDLED
 
@@ -385,7 +388,7 @@ class Lifecycle:
             # it is, and Codex's answer (turn not found) reaches the client.
             self.proxy.forward_client_request(Message(parse(line), line))
         finally:
-            self.proxy.ungate(thread_id)
+            self.proxy.ungate(thread_id, id(msg))
 
     def _on_client_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
@@ -531,8 +534,24 @@ class Lifecycle:
         turn/completed and writing the turn leaves one; so does a turn run
         on this thread without the sidecar. Appends are keyed by turn and
         item, so turns already mirrored add nothing."""
-        turns = [t for t in thread.get("turns") or [] if isinstance(t, dict) and isinstance(t.get("id"), str)]
-        if not turns or session.mirror is None:
+        if session.mirror is None:
+            return
+        turns = thread.get("turns")
+        if not turns:
+            # Resumed without its turns (excludeTurns): what a kill can leave
+            # out is the last turn or two; ask Codex for its newest few.
+            try:
+                listed = await self.proxy.request(
+                    "thread/turns/list",
+                    {"threadId": session.thread_id, "sortDirection": "desc", "limit": CATCH_UP_TURNS, "itemsView": "full"},
+                    timeout=self.options.engine_deadline,
+                )
+            except (RpcError, trio.TooSlowError) as exc:
+                log.warning("could not list the thread's latest turns to check the mirror", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
+                return
+            turns = list(reversed(listed.get("data") or [])) if isinstance(listed, dict) else []
+        turns = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        if not turns:
             return
         now = _now_ms()
         per_turn = [
@@ -540,7 +559,7 @@ class Lifecycle:
             for turn in turns
         ]
         archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
-        added = await trio.to_thread.run_sync(_catch_up_turns, archive, per_turn, session.mirror)
+        added = await trio.to_thread.run_sync(_catch_up_turns, session.thread_id, archive, per_turn, session.mirror)
         if added:
             # Codex holds these turns natively, as finalisation would have recorded.
             records = {t["id"]: r for t, r in per_turn}
@@ -606,7 +625,7 @@ class Lifecycle:
         # otherwise, so that an interrupt of that turn is not stuck behind this.
         current = session.current
         if not session.busy or (current is not None and current.turn_id in session.completed_turns):
-            self.proxy.gate(session.thread_id)  # idle, or only finalising the last turn
+            self.proxy.gate(session.thread_id, id(msg))  # idle, or only finalising the last turn
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
 
@@ -614,7 +633,7 @@ class Lifecycle:
         try:
             await self._hold_turn_start(session, msg, params)
         finally:
-            self.proxy.ungate(session.thread_id)
+            self.proxy.ungate(session.thread_id, id(msg))
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         line = msg.line
@@ -627,7 +646,7 @@ class Lifecycle:
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
         session.current = state
         started = trio.current_time()
-        self.proxy.gate(session.thread_id)
+        self.proxy.gate(session.thread_id, id(msg))
         try:
             line = await self._assemble_and_project(session, state, params, msg.line)
         except Exception as exc:  # fail open, whatever happened
@@ -1396,12 +1415,18 @@ def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: Tra
     mirror.append_records(records)
 
 
-def _catch_up_turns(archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: TranscriptMirror) -> list[str]:
+def _catch_up_turns(thread_id: str, archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: TranscriptMirror) -> list[str]:
+    """Mirror and archive the turns of which the mirror has nothing at all (a
+    turn with any entry, or its finalised marker, was mirrored: Codex's view
+    of it may differ in detail, and must not add a second copy)."""
     added = []
     for turn, records in per_turn:
-        if mirror.append_records(records):
-            archive.append_turn(turn)
-            added.append(turn["id"])
+        finalized = f"{turn_key_prefix(thread_id, turn['id'])}finalized"
+        if not records or mirror.has_key(finalized) or any(mirror.has_key(r.key) for r in records):
+            continue
+        mirror.append_records(records)
+        archive.append_turn(turn)
+        added.append(turn["id"])
     return added
 
 

@@ -245,8 +245,9 @@ class Proxy:
         self._ids = IdSpace()
         self._pending: dict[RpcId, PendingRequest] = {}
         self._internal: dict[str, _InternalCall] = {}
-        self._gates: dict[str, list[bytes]] = {}
-        """Threads whose turn/start a hook is holding: their later requests wait here, in order."""
+        self._gates: dict[str, tuple[set[Any], list[bytes]]] = {}
+        """Threads with a request a hook is holding: (its holders, the later
+        requests naming the thread, waiting in order)."""
         self._raw_c2s_open = False
         """A client line too long to parse is being streamed to codex."""
         self._raw_s2c: str | None = None
@@ -320,15 +321,32 @@ class Proxy:
         self._record("client>codex", line)
         return self.to_child.put_line(line)
 
-    def gate(self, thread_id: str) -> None:
-        """Hold the client's later requests naming ``thread_id`` (a hook is
-        holding one of its requests): Codex must see them in the client's order."""
-        self._gates.setdefault(thread_id, [])
+    def gate(self, thread_id: str, holder: Any) -> None:
+        """Hold the client's later requests naming ``thread_id`` while
+        ``holder`` (a hook holding one of its requests) has it gated: Codex
+        must see them in the client's order. Idempotent per holder."""
+        if not self._child_gone:
+            self._gates.setdefault(thread_id, (set(), []))[0].add(holder)
 
-    def ungate(self, thread_id: str) -> None:
-        """Let the requests held by :meth:`gate` go, in the order they came."""
-        for line in self._gates.pop(thread_id, None) or []:
+    def ungate(self, thread_id: str, holder: Any) -> None:
+        """``holder`` is done; when it was the last, the waiting requests go
+        (to codex, or answered -32001 if it has exited), in the order they came."""
+        gate = self._gates.get(thread_id)
+        if gate is None:
+            return
+        gate[0].discard(holder)
+        if gate[0]:
+            return
+        del self._gates[thread_id]
+        for line in gate[1]:
             self._from_client(line)
+
+    def _fail_gated_requests(self) -> None:
+        """The child exited: requests still waiting behind a gate are answered too."""
+        gates, self._gates = self._gates, {}
+        for _holders, lines in gates.values():
+            for line in lines:
+                self._from_client(line)  # the child is gone: answered -32001
 
     def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
         """Answer a held client request from the sidecar (no child involved)."""
@@ -375,7 +393,7 @@ class Proxy:
     @property
     def gated_count(self) -> int:
         """Client requests waiting behind a held request on their thread."""
-        return sum(len(q) for q in self._gates.values())
+        return sum(len(lines) for _holders, lines in self._gates.values())
 
     def status(self) -> dict[str, Any]:
         return {
@@ -430,6 +448,7 @@ class Proxy:
         n = len(self._pending)
         for pending in list(self._pending.values()):
             self._fail_pending_request(pending, rc)
+        self._fail_gated_requests()
         for call in self._internal.values():
             call.error = RpcError(CHILD_EXITED, _exit_text(rc))
             call.done.set()
@@ -650,11 +669,11 @@ class Proxy:
             )
             self.send_to_client(reply)
             return
-        if self._gates:
+        if self._gates and not self._child_gone:
             params = decode(env.params) if env.params else None
             thread_id = params.get("threadId") if isinstance(params, dict) else None
             if type(thread_id) is str and thread_id in self._gates:
-                self._gates[thread_id].append(line)
+                self._gates[thread_id][1].append(line)
                 return
         client_id: RpcId = env.id  # type: ignore[assignment]
         wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
@@ -704,8 +723,8 @@ class Proxy:
         requests fails that request instead of reaching the client.
         Response hooks cannot run on it: it passes unchanged."""
         m = _HEAD_ID.match(data)
-        if m is None:
-            return data, "forward"
+        if m is None or _HEAD_METHOD.match(data, m.end()):
+            return data, "forward"  # not an answer (a request from codex has a method): as is
         try:
             wire_id = _id_decoder.decode(m.group(1))
         except msgspec.DecodeError:

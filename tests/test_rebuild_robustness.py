@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+import pytest
 import trio
 
 from engines import AssembleResult, CompactionSummaryMessage
@@ -247,7 +248,8 @@ async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_pat
 # cutting every state file back to its size before the turn) is mirrored and
 # archived when the thread is resumed, once; the engine sees it in order and
 # the ledger knows Codex holds it (no rebuild, nothing projected again).
-async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path):
+@pytest.mark.parametrize("exclude_turns", [False, True], ids=["with-turns", "excludeTurns"])
+async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path, exclude_turns):
     from sidecar.mirror import session_path
     from tests.test_lifecycle import calls_for, roles_texts
 
@@ -265,7 +267,7 @@ async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path):
     engine = identity()
     for name in ("two", "three"):  # the second restart finds nothing to add
         async with modes_sidecar(tmp_path, engine, name=name) as run2:
-            await run2.resume_thread(tid)
+            await run2.resume_thread(tid, **({"excludeTurns": True} if exclude_turns else {}))
             await run2.turn_ok(tid, f"K3-{name}")
             seen = run2.seen(tid)[-1]
             assert seen["additionalContext"] is None, "Codex holds K2 already: nothing projected, no rebuild"
@@ -364,3 +366,28 @@ async def test_sidecar_pages_carry_working_backwards_cursors(tmp_path):
             first = page["data"][0]["id"]
             back, _ = await _list_all(run, tid, sortDirection="asc", limit=1, cursor=page["backwardsCursor"])
             assert back == turns[turns.index(first) :], (first, back)
+
+
+# Requests waiting behind a held turn/start when codex dies get their -32001
+# answer like every pending request.
+async def test_requests_waiting_behind_a_held_turn_start_are_answered_when_codex_dies(tmp_path):
+    from tests.test_lifecycle import frame
+
+    engine = identity()
+    release = trio.Event()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        await run.settle_thread(tid)
+        engine.hang("assemble", release)
+        rid, line = run.turn_start_line(tid, "hello")
+        await run.send(line)
+        with trio.fail_after(5):
+            await engine.wait_for_call("assemble")
+        await run.send(frame({"id": 900, "method": "thread/read", "params": {"threadId": tid}}))
+        await wait_until(lambda: run.client.proxy.gated_count == 1, what="the read waits behind the turn/start")
+        run.client.proxy.process.kill()
+        await run.client.wait_exit()
+        release.set()
+    answers = {f.get("id"): f for f in map(json.loads, run.client.lines) if "method" not in f}
+    assert answers[900]["error"]["code"] == -32001
+    assert answers[rid]["error"]["code"] == -32001

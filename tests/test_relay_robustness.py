@@ -249,3 +249,37 @@ async def test_a_malformed_error_code_fails_the_sidecar_s_request_not_the_sideca
         await c.send(b'{"id":1,"method":"thread/list","params":{}}\n')
         lines = await c.wait_lines(1)
     assert json.loads(lines[0])["error"]["code"] == "oops", "the client's own answer passes as it is"
+
+
+# A server request too long to parse (codex writes {"id", "method", ...})
+# is not an answer: it must not take the place of the client's request with
+# the same id.
+_BIG_SERVER_REQUEST_CHILD = r"""
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("method") == "thread/read":
+        big = {"id": m["id"], "method": "item/tool/call", "params": {"arguments": "z" * 3000}}
+        os.write(1, json.dumps(big, separators=(",", ":")).encode() + b"\n")
+        if os.environ.get("DIE_AFTER"):
+            os._exit(3)
+"""
+
+
+async def test_an_oversized_server_request_leaves_the_client_s_request_pending():
+    import sys as _sys
+
+    from sidecar.proxy import ProxyOptions
+    from tests.harness import proxied
+
+    opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
+    async with proxied([_sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts) as c:
+        await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
+        lines = await c.wait_lines(1)
+        assert json.loads(lines[0])["method"] == "item/tool/call"
+        assert c.proxy.pending_count == 1, "the client's request 0 is still waiting for its answer"
+    async with proxied([_sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts, env={"DIE_AFTER": "1"}) as c:
+        await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
+        await c.wait_exit()
+    answers = [f for f in map(json.loads, c.lines) if "method" not in f]
+    assert [a["error"]["code"] for a in answers if a.get("id") == 0] == [-32001]
