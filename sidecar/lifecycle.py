@@ -465,8 +465,10 @@ class Lifecycle:
                 parent_id = params.get("threadId") if method == "thread/fork" else None
                 forked = bool(parent_id and parent_id != session.thread_id)
                 if forked:
-                    session.mirror = await trio.to_thread.run_sync(self._fork_mirror, parent_id, session, params)
-                    await trio.to_thread.run_sync(self._fork_archive, parent_id, session, params)
+                    # The archive first: the fork's mirror existing is what says
+                    # the fork was opened (a kill in between must not leave a
+                    # mirror without the archived turns the fork inherits).
+                    session.mirror = await trio.to_thread.run_sync(self._fork_archive_then_mirror, parent_id, session, params)
                 else:
                     session.mirror = await trio.to_thread.run_sync(
                         lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
@@ -519,6 +521,10 @@ class Lifecycle:
         elif isinstance(last, str):
             stop = _after_turn(parent_id, last)
         return TranscriptMirror.fork(parent_path, session.path, session.thread_id, cwd=session.cwd, stop_before=stop)
+
+    def _fork_archive_then_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
+        self._fork_archive(parent_id, session, params)
+        return self._fork_mirror(parent_id, session, params)
 
     def _fork_archive(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> None:
         before, last = params.get("beforeTurnId"), params.get("lastTurnId")

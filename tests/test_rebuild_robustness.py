@@ -391,3 +391,24 @@ async def test_requests_waiting_behind_a_held_turn_start_are_answered_when_codex
     answers = {f.get("id"): f for f in map(json.loads, run.client.lines) if "method" not in f}
     assert answers[900]["error"]["code"] == -32001
     assert answers[rid]["error"]["code"] == -32001
+
+
+# A fork's archive is written before its mirror: the mirror existing is what
+# says the fork was opened, so a kill between the two cannot leave a fork
+# whose reads miss the archived turns it inherits.
+async def test_a_fork_s_archive_is_written_before_its_mirror(tmp_path, monkeypatch):
+    from sidecar.mirror import TranscriptMirror
+
+    real_fork = TranscriptMirror.fork.__func__
+    archive_there: list[bool] = []
+
+    def fork(cls, parent_path, path, thread_id, **kw):
+        archive_there.append(archive_path(tmp_path / "state", thread_id).exists())
+        return real_fork(cls, parent_path, path, thread_id, **kw)
+
+    monkeypatch.setattr(TranscriptMirror, "fork", classmethod(fork))
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid, _ = await _four_turns_rebuilt_at_the_third(run, "Z")
+        forked = await run.request("thread/fork", {"threadId": tid})
+        await run.settle_thread(forked["result"]["thread"]["id"])
+    assert archive_there == [True]
