@@ -204,9 +204,30 @@ _USER_AGENT_VERSION = re.compile(r"/(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
 # The head of a line too long to parse: its id, when the line starts with it
 # (Codex writes responses as {"id":...,"result"|"error":...}), and a request's
 # method when it follows the id.
-_JSON_ID = rb'(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|"(?:[^"\\]|\\.)*")'
-_HEAD_ID = re.compile(rb'\A\s*\{\s*"id"\s*:\s*' + _JSON_ID)
-_HEAD_METHOD = re.compile(rb'\s*,\s*"method"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_HEAD_OPEN = re.compile(rb'\s*\{')
+_HEAD_KEY = re.compile(rb'\s*"((?:[^"\\]|\\.)*)"\s*:\s*')
+_HEAD_SCALAR = re.compile(rb'(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|"(?:[^"\\]|\\.)*"|null|true|false)\s*,?')
+
+
+def _scan_head(data: bytes) -> tuple[dict[bytes, tuple[int, int]], bytes | None]:
+    """The scalar members at the start of a JSON object too long to parse
+    (key -> span of its value), and the key of the first member that is not
+    a scalar (``params``, ``result``...), where the scan stops."""
+    m = _HEAD_OPEN.match(data)
+    if m is None:
+        return {}, None
+    fields: dict[bytes, tuple[int, int]] = {}
+    pos = m.end()
+    while len(fields) < 8:
+        key = _HEAD_KEY.match(data, pos)
+        if key is None:
+            return fields, None
+        value = _HEAD_SCALAR.match(data, key.end())
+        if value is None:
+            return fields, key.group(1)
+        fields[key.group(1)] = value.span(1)
+        pos = value.end()
+    return fields, None
 _id_decoder = msgspec.json.Decoder()
 _id_encoder = msgspec.json.Encoder()
 
@@ -595,14 +616,16 @@ class Proxy:
         """A request too long to parse still gets what every request gets: a
         pending entry (its -32001 if codex dies) and an alias for an id in
         the sidecar's namespace. Its hooks cannot run: it passes unchanged."""
-        m = _HEAD_ID.match(data)
-        method = _HEAD_METHOD.match(data, m.end()) if m else None
-        if m is None or method is None:
-            return data  # not a request that starts with its id: as is
+        fields, _ = _scan_head(data)
+        if b"id" not in fields or b"method" not in fields:
+            return data  # not a request whose id and method come before its params: as is
+        (id_start, id_end), (m_start, m_end) = fields[b"id"], fields[b"method"]
         try:
-            client_id = _id_decoder.decode(m.group(1))
-            name = _id_decoder.decode(b'"' + method.group(1) + b'"')
+            client_id = _id_decoder.decode(data[id_start:id_end])
+            name = _id_decoder.decode(data[m_start:m_end])
         except msgspec.DecodeError:
+            return data
+        if not isinstance(name, str) or client_id is None or isinstance(client_id, bool):
             return data
         if name.startswith(CONTROL_PREFIX) or self._child_gone:
             return data
@@ -611,7 +634,7 @@ class Proxy:
         if self.hooks.client_requests.get(name):
             log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.options.max_line}})
         if wire_id is not client_id:
-            data = data[: m.start(1)] + _id_encoder.encode(wire_id) + data[m.end(1) :]
+            data = data[:id_start] + _id_encoder.encode(wire_id) + data[id_end:]
         return data
 
     def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Outbox, direction: str, source: str) -> None:
@@ -722,11 +745,12 @@ class Proxy:
         back to the client's, and an answer to one of the sidecar's own
         requests fails that request instead of reaching the client.
         Response hooks cannot run on it: it passes unchanged."""
-        m = _HEAD_ID.match(data)
-        if m is None or _HEAD_METHOD.match(data, m.end()):
-            return data, "forward"  # not an answer (a request from codex has a method): as is
+        fields, stop = _scan_head(data)
+        if b"id" not in fields or b"method" in fields or stop not in (b"result", b"error"):
+            return data, "forward"  # not recognisably an answer (a request from codex has a method): as is
+        id_start, id_end = fields[b"id"]
         try:
-            wire_id = _id_decoder.decode(m.group(1))
+            wire_id = _id_decoder.decode(data[id_start:id_end])
         except msgspec.DecodeError:
             return data, "forward"
         if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self._ids.is_alias(wire_id):
@@ -743,7 +767,7 @@ class Proxy:
             log.warning("oversized response passed without the sidecar's hooks", extra={"fields": {"method": pending.method, "maxLine": self.options.max_line}})
         if pending.wire_id is not pending.client_id:
             self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
-            data = data[: m.start(1)] + _id_encoder.encode(pending.client_id) + data[m.end(1) :]
+            data = data[:id_start] + _id_encoder.encode(pending.client_id) + data[id_end:]
         return data, "forward"
 
     def _from_child(self, line: bytes) -> None:

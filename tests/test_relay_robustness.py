@@ -199,11 +199,17 @@ async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
     from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
-    big = json.dumps({"id": "codex-sidecar:9", "method": "turn/start", "params": {"pad": "y" * 3000}}).encode()
+    requests = [
+        {"id": "codex-sidecar:9", "method": "turn/start", "params": {"pad": "y" * 3000}},
+        # the member order a JavaScript client may well use
+        {"jsonrpc": "2.0", "method": "turn/start", "id": "codex-sidecar:10", "params": {"pad": "y" * 3000}},
+    ]
     async with proxied(child("echo_rpc.py"), options=opts, env={"ECHO_RPC_QUIET": "1"}) as c:
-        await c.send(big + b"\n")
-        lines = await c.wait_lines(1)
-    assert json.loads(lines[0])["id"] == "codex-sidecar:9"
+        for request in requests:
+            await c.send(json.dumps(request).encode() + b"\n")
+        lines = await c.wait_lines(2)
+        assert c.proxy.pending_count == 0
+    assert [json.loads(line)["id"] for line in lines] == ["codex-sidecar:9", "codex-sidecar:10"]
 
 
 async def test_an_oversized_answer_to_the_sidecar_s_own_request_fails_it_and_stays_away():
