@@ -334,17 +334,7 @@ class Lifecycle:
         as it is: Codex no longer knows the turn. Every turn Codex holds comes
         after it, so Codex reverts to its first turn instead, and the archive,
         mirror and ledger follow the client's request."""
-        self._remember_params(msg)
-        params = self._requests.get(msg.id)
-        thread_id = params.get("threadId") if params else None
-        before = params.get("beforeTurnId") if params else None
-        if not isinstance(thread_id, str) or not isinstance(before, str):
-            return None
-        if not any(t.get("id") == before for t in self.archived.hidden_for(thread_id)):
-            return None
-        self.proxy.gate(thread_id, id(msg))  # the client's later requests stay behind it
-        self.proxy.spawn(self._into_archive, msg, thread_id, self._archive_reverts)
-        return HANDLED
+        return self._redirect_if_archived(msg, ("beforeTurnId",), self._archive_reverts)
 
     def _on_client_fork(self, msg: Message) -> Decision:
         """A fork through (``lastTurnId``) or before (``beforeTurnId``) a turn
@@ -352,16 +342,19 @@ class Lifecycle:
         first turn); the fork's mirror and archive are cut at the client's
         turn, and its ledger says Codex holds nothing, so its first turn
         projects the engine's assembly."""
+        return self._redirect_if_archived(msg, ("lastTurnId", "beforeTurnId"), self._archive_forks)
+
+    def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...], flagged: set[Any]) -> Decision:
         self._remember_params(msg)
-        params = self._requests.get(msg.id)
-        thread_id = params.get("threadId") if params else None
-        if not isinstance(thread_id, str):
+        params = self._requests.get(msg.id) or {}
+        thread_id = params.get("threadId")
+        cut = next((params[k] for k in keys if isinstance(params.get(k), str)), None)
+        if not isinstance(thread_id, str) or cut is None:
             return None
-        cut = params.get("lastTurnId") or params.get("beforeTurnId")
-        if not isinstance(cut, str) or not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
+        if not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
             return None
-        self.proxy.gate(thread_id, id(msg))
-        self.proxy.spawn(self._into_archive, msg, thread_id, self._archive_forks)
+        self.proxy.gate(thread_id, id(msg))  # the client's later requests stay behind it
+        self.proxy.spawn(self._into_archive, msg, thread_id, flagged)
         return HANDLED
 
     async def _into_archive(self, msg: Message, thread_id: str, flagged: set[Any]) -> None:
@@ -369,17 +362,11 @@ class Lifecycle:
         Codex as the same request before Codex's first turn."""
         line = msg.line
         try:
-            session = self.sessions.get(thread_id)
-            first = session.turns_since_rebuild[0] if session is not None and session.turns_since_rebuild else None
-            if first is None:
-                try:
-                    listed = await self.proxy.request(
-                        "thread/turns/list", {"threadId": thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
-                    )
-                    data = listed.get("data") if isinstance(listed, dict) else None
-                    first = data[0].get("id") if data and isinstance(data[0], dict) else None
-                except (RpcError, trio.TooSlowError) as exc:
-                    log.warning("cannot list the thread's turns for a revert into archived turns", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+            try:
+                first = await self._first_codex_turn(thread_id, self.sessions.get(thread_id))
+            except (RpcError, trio.TooSlowError) as exc:
+                first = None
+                log.warning("cannot list the thread's turns for a request into archived turns", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
             if isinstance(first, str):
                 params = {k: v for k, v in msg.params().items() if k != "lastTurnId"}
                 line = rewrite(msg.line, params={**params, "beforeTurnId": first})
@@ -888,19 +875,11 @@ class Lifecycle:
         """
         if session.revert_unsupported:
             return False
-        first: str | None = None
-        if session.turns_since_rebuild is not None:
-            first = session.turns_since_rebuild[0] if session.turns_since_rebuild else None
-        else:
-            try:
-                listed = await self.proxy.request(
-                    "thread/turns/list", {"threadId": session.thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
-                )
-                data = listed.get("data") or listed.get("turns") or [] if isinstance(listed, dict) else []
-                first = data[0]["id"] if data and isinstance(data[0], dict) else None
-            except (RpcError, trio.TooSlowError, KeyError, TypeError) as exc:
-                log.warning("cannot list the thread's turns for a rebuild", extra={"fields": self._fields(session, error=type(exc).__name__)})
-                return False
+        try:
+            first = await self._first_codex_turn(session.thread_id, session)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.warning("cannot list the thread's turns for a rebuild", extra={"fields": self._fields(session, error=type(exc).__name__)})
+            return False
         if first is None:
             session.turns_since_rebuild = []
             return True  # nothing but framing yet
@@ -915,6 +894,18 @@ class Lifecycle:
             return await self._revert_marked(session, archive, first)
         finally:
             self.archived.reverting.discard(session.thread_id)
+
+    async def _first_codex_turn(self, thread_id: str, session: ThreadSession | None) -> str | None:
+        """The first turn the Codex thread holds: the ledger's when it knows,
+        else Codex's answer (None: no turn). Raises RpcError or TooSlowError."""
+        if session is not None and session.turns_since_rebuild is not None:
+            return session.turns_since_rebuild[0] if session.turns_since_rebuild else None
+        listed = await self.proxy.request(
+            "thread/turns/list", {"threadId": thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
+        )
+        data = (listed.get("data") or listed.get("turns")) if isinstance(listed, dict) else None
+        first = data[0] if isinstance(data, list) and data else None
+        return first.get("id") if isinstance(first, dict) and isinstance(first.get("id"), str) else None
 
     async def _revert_marked(self, session: ThreadSession, archive: TurnArchive, first: str) -> bool:
         marked = await trio.to_thread.run_sync(
