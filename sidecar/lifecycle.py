@@ -105,8 +105,21 @@ PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
 REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
 CATCH_UP_TURNS = 4
 """Newest turns checked against the mirror when a thread is resumed without its turns."""
+REVERTED_NOTICE_WAIT = 2.0
+"""Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
+swallowed) after Codex answered the revert; the turn does not wait for it."""
 REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 """Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
+
+
+@dataclass
+class _RevertNoise:
+    """What the client must not see of a rebuild's revert: before Codex
+    answers, every status notification of the thread; after, only the
+    ``thread/reverted`` that follows the answer."""
+
+    answered: bool = False
+    done: trio.Event = field(default_factory=trio.Event)
 
 
 @dataclass
@@ -207,7 +220,7 @@ class Lifecycle:
         items/list with the turns rebuilds took out of Codex (``sidecar.reads``)."""
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
-        self._reverting: dict[str, trio.Event] = {}
+        self._reverting: dict[str, _RevertNoise] = {}
         self._archive_reverts: set[Any] = set()
         """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
         self._archive_forks: set[Any] = set()
@@ -918,8 +931,8 @@ class Lifecycle:
         # A read answered from here on must see the marks (its response may
         # come in the same pipe read as the revert's, before this task resumes).
         self.archived.forget(session.thread_id)
-        done = trio.Event()
-        self._reverting[session.thread_id] = done
+        noise = _RevertNoise()
+        self._reverting[session.thread_id] = noise
         started = trio.current_time()
         try:
             await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
@@ -944,29 +957,48 @@ class Lifecycle:
             )
             return False
         answered = trio.current_time()
+        noise.answered = True
         self.archived.forget(session.thread_id)
         self.proxy.spawn(self.archived.load, session.thread_id)  # before a read needs it
         session.live_turns = []
+        revert_ms = round((answered - started) * 1000, 1)
         if session.current is not None:
-            session.current.revert_ms = round((answered - started) * 1000, 1)
-        with trio.move_on_after(2.0):
-            await done.wait()  # thread/reverted follows the response; keep it from the client
-        self._reverting.pop(session.thread_id, None)
-        log.debug(
-            "thread reverted to its framing",
-            extra={"fields": self._fields(session, revertMs=round((answered - started) * 1000, 1), revertedNoticeMs=round((trio.current_time() - answered) * 1000, 1))},
-        )
+            session.current.revert_ms = revert_ms
+        # thread/reverted follows the response: it is swallowed when it comes,
+        # but the turn need not wait for it (the status notifications, which
+        # the turn has its own of, all came before the response).
+        self.proxy.spawn(self._expire_revert_noise, session, noise, revert_ms)
         session.turns_since_rebuild = []
         return True
+
+    async def _expire_revert_noise(self, session: ThreadSession, noise: _RevertNoise, revert_ms: float) -> None:
+        answered = trio.current_time()
+        with trio.move_on_after(REVERTED_NOTICE_WAIT):
+            await noise.done.wait()
+        if self._reverting.get(session.thread_id) is noise:
+            self._reverting.pop(session.thread_id)
+        log.debug(
+            "thread reverted to its framing",
+            extra={
+                "fields": self._fields(
+                    session, revertMs=revert_ms, revertedNoticeMs=round((trio.current_time() - answered) * 1000, 1), revertedNoticeSeen=noise.done.is_set()
+                )
+            },
+        )
 
     def _swallow_revert_noise(self, msg: Message) -> Decision:
         params = msg.params()
         thread_id = params.get("threadId") if isinstance(params, dict) else None
-        done = self._reverting.get(thread_id) if isinstance(thread_id, str) else None
-        if done is None:
+        noise = self._reverting.get(thread_id) if isinstance(thread_id, str) else None
+        if noise is None:
             return None
         if msg.method == "thread/reverted":
-            done.set()
+            noise.done.set()
+            if noise.answered:
+                self._reverting.pop(thread_id)  # type: ignore[arg-type]
+            return HANDLED
+        if noise.answered:
+            return None  # after the response, status changes are the next turn's
         return HANDLED
 
     async def _bootstrap(self, session: ThreadSession) -> None:

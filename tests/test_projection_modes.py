@@ -548,6 +548,38 @@ async def test_a_turn_refused_after_the_revert_leaves_a_ledger_that_matches_the_
     assert_client_unaware(run, tid)
 
 
+async def test_a_rebuild_s_turn_does_not_wait_for_thread_reverted(tmp_path):
+    """Codex sends ``thread/reverted`` after it answers the revert; here it
+    comes only after the rebuild's own turn/start is answered. The turn goes
+    out as soon as the revert is answered, the late ``thread/reverted`` is
+    still kept from the client, and the turn's own status changes (which
+    follow the revert's answer) reach it."""
+    async with modes_sidecar(tmp_path, summarising(keep=2), script={"revertedLate": True}) as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "L1")
+        await run.turn_ok(tid, "L2")
+        mark = len(run.frames())
+        t3 = await run.turn_ok(tid, "L3")  # rebuild: the revert's thread/reverted comes late
+        rebuilt = [f for f in run.frames()[mark:] if "method" in f]
+        t4 = await run.turn_ok(tid, "L4")
+        await run.request("thread/read", {"threadId": tid})  # lets a late thread/reverted out
+        assert run.lifecycle is not None
+        await wait_until(lambda: not run.lifecycle._reverting, what="the revert filter to end")
+
+    reverts = run.received("thread/revert")
+    assert reverts and reverts[0]["params"]["beforeTurnId"] != t3
+    sent = [json.loads(line) for line in run.sent_log.read_bytes().splitlines()]
+    late = [i for i, f in enumerate(sent) if f.get("method") == "thread/reverted"]
+    started = next(i for i, f in enumerate(sent) if (f.get("result") or {}).get("turn", {}).get("id") == t3)
+    assert late and late[0] > started, "the fake did not send thread/reverted after the turn"
+    statuses = [f["params"]["status"]["type"] for f in rebuilt if f["method"] == "thread/status/changed"]
+    assert statuses == ["active", "idle"]
+    assert [f["method"] for f in rebuilt if f["method"].startswith("turn/")] == ["turn/started", "turn/completed"]
+    assert [s["turnId"] for s in run.seen(tid)][-2:] == [t3, t4]
+    assert inspect_records(run, tid)[2]["rebuilt"] is True
+    assert_client_unaware(run, tid)
+
+
 async def test_a_client_s_own_revert_reaches_it_and_the_engine_forgets_those_turns(tmp_path):
     """The client reverts its thread itself: its revert's notifications are
     its own (not swallowed), the transcript mirror and the ledger follow it

@@ -58,8 +58,10 @@ Environment:
 * ``FAKE_CODEX_SCRIPT``: a JSON file with optional keys ``turns`` (a list,
   by the process's turn number from 0, of ``{"status": "completed" |
   "interrupted" | "failed", "reply": str, "repeatCompleted": bool}``),
-  ``defaultReply`` (str, ``{n}`` is the turn number from 1) and
-  ``compact`` (``"ok"`` or ``"error"``).
+  ``defaultReply`` (str, ``{n}`` is the turn number from 1),
+  ``compact`` (``"ok"`` or ``"error"``) and ``revertedLate`` (true: a
+  revert's ``thread/reverted`` comes only after the NEXT request is
+  answered, as a slow Codex could send it).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -295,7 +297,13 @@ def revert(rid, params: dict) -> None:
     notify("thread/readState/changed", {"threadId": tid, "readState": {"firstUnread": None, "revision": f"rev-{thread['reverts']}"}})
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
     result(rid, {"thread": thread_obj(tid, with_turns=False), "turnsBackwardsCursor": None, "itemsBackwardsCursor": None})
-    notify("thread/reverted", {"threadId": tid})
+    if script.get("revertedLate"):
+        late.append(("thread/reverted", {"threadId": tid}))
+    else:
+        notify("thread/reverted", {"threadId": tid})
+
+
+late: list[tuple[str, dict]] = []  # notifications held until after the next request
 
 
 def turns_list(rid, params: dict) -> None:
@@ -440,5 +448,8 @@ for line in sys.stdin.buffer:
     except ValueError:
         continue
     if isinstance(msg, dict):
+        due, late[:] = list(late), []
         handle(msg)
+        for method, params in due:
+            notify(method, params)
     out.flush()
