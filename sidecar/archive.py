@@ -14,7 +14,11 @@ One JSONL file a thread, ``<state_dir>/turns/<thread id>.jsonl`` (0600):
 ids]}`` (marked dropped, but Codex kept them: a refused revert, or a kill
 between the marks and the revert, found when Codex lists them again; read in
 file order, so a later rebuild can drop them again) and, when the client
-reverts turns itself, ``{"forgotten": [turn ids]}`` records. Appends are
+reverts turns itself, ``{"forgotten": [turn ids]}`` records, with the
+client revert's ``{"forgetting": {"beforeTurnId", "intoArchive"}}`` written
+as soon as Codex answers it and ``{"forgot": turn id}`` once the archive and
+the transcript mirror follow it (a kill in between leaves the intent, which
+the next opening of the thread carries out). Appends are
 single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
 line, which reading skips and the next append terminates. Archiving is best effort: a failed write costs
 the client those turns in later reads, never the turn itself.
@@ -79,6 +83,35 @@ class TurnArchive:
         if gone:
             self._append({"forgotten": gone})
         return gone
+
+    def begin_forget(self, turn_id: str, into_archive: bool) -> None:
+        """Codex reverted the client's thread before ``turn_id``: persist
+        that the sidecar must follow it, before waiting to do so."""
+        self._append({"forgetting": {"beforeTurnId": turn_id, "intoArchive": into_archive}})
+
+    def end_forget(self, turn_id: str) -> None:
+        """The archive and the mirror follow the client's revert."""
+        self._append({"forgot": turn_id})
+
+    def pending_forget(self) -> tuple[str, bool] | None:
+        """The client revert a kill left unfollowed: ``(beforeTurnId,
+        intoArchive)`` of the last ``forgetting`` with no ``forgot`` after it."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        if b'"forgetting"' not in data:
+            return None
+        pending: tuple[str, bool] | None = None
+        for record in decode_records(data):
+            if not isinstance(record, dict):
+                continue
+            intent = record.get("forgetting")
+            if isinstance(intent, dict) and isinstance(intent.get("beforeTurnId"), str):
+                pending = (intent["beforeTurnId"], bool(intent.get("intoArchive")))
+            elif pending is not None and record.get("forgot") == pending[0]:
+                pending = None
+        return pending
 
     def copy_from(self, parent: "TurnArchive", *, before: str | None = None, last: str | None = None) -> None:
         """A fork's archive: the parent's, cut like the fork itself (the turns

@@ -399,55 +399,83 @@ class Lifecycle:
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
             return None
-        self.proxy.spawn(self._forget_turns, thread_id, before, into_archive)
+        # The client's next requests on the thread (a turn/start above all,
+        # and reads, which the archive answers too) wait until it is followed.
+        holder = object()
+        self.proxy.gate(thread_id, holder)
+        self.proxy.spawn(self._forget_turns, thread_id, before, into_archive, holder)
         return None
 
-    async def _forget_turns(self, thread_id: str, before: str, into_archive: bool = False) -> None:
+    async def _forget_turns(self, thread_id: str, before: str, into_archive: bool = False, holder: object = None) -> None:
+        acquired: ThreadSession | None = None
         try:
-            archive = TurnArchive(archive_path(self.state_dir, thread_id))
-        except ValueError:
-            return
-        session = self.sessions.get(thread_id)
-        if session is None:
-            await trio.to_thread.run_sync(archive.forget_from, before)
-            self.archived.forget(thread_id)
-            return
-        # After the turn Codex interrupted for the revert (if any) is
-        # finalised, and before the next turn/start is assembled.
-        await session.ready.wait()
-        await session.slot.acquire()
-        try:
-            gone = await trio.to_thread.run_sync(archive.forget_from, before)
-            self.archived.forget(thread_id)
-            await self.archived.load(thread_id)
-            if session.live_turns is not None:
-                session.live_turns = [t for t in session.live_turns if t not in gone]
-            if session.mirror is not None:
-                # The engine's history loses the reverted turns as Codex's did.
-                try:
-                    await trio.to_thread.run_sync(
-                        lambda: session.mirror.rewind(
-                            turn_key_prefix(thread_id, before),
-                            f"{turn_key_prefix(thread_id, before)}client-revert",
-                            REVERT_CUSTOM_TYPE,
-                            {"beforeTurnId": before},
-                        )
-                    )
-                except (MirrorError, OSError) as exc:
-                    log.warning("transcript mirror could not follow the client's revert", extra={"fields": self._fields(session, error=type(exc).__name__)})
-            if into_archive:
-                # Codex was reverted to its framing: it holds nothing, and the
-                # next turn projects the engine's whole assembly.
-                session.held, session.turns_since_rebuild, session.live_turns = [], [], []
-            else:
-                # What Codex holds now: worked out afresh from the mirror (a later
-                # mismatch with the assembly rebuilds, which is exact).
-                session.held = None
-                since = session.turns_since_rebuild
-                session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
-            log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
+            try:
+                archive = TurnArchive(archive_path(self.state_dir, thread_id))
+            except ValueError:
+                return
+            # Codex has reverted: persisted before the wait for the turn slot, so
+            # that a kill before the mirror follows leaves the work to the next
+            # opening of the thread (the reverted turns must never come back).
+            await trio.to_thread.run_sync(archive.begin_forget, before, into_archive)
+            session = self.sessions.get(thread_id)
+            if session is None:
+                await trio.to_thread.run_sync(archive.forget_from, before)
+                self.archived.forget(thread_id)
+                return  # the mirror follows when the thread is next opened
+            # After the turn Codex interrupted for the revert (if any) is
+            # finalised, and before the next turn/start is assembled.
+            with trio.move_on_after(self.options.previous_turn_wait):  # as a turn/start waits
+                await session.ready.wait()
+                await session.slot.acquire()
+                acquired = session
+            if acquired is None:
+                self.proxy.ungate(thread_id, holder)  # never stuck behind a turn that never ends
+                await session.ready.wait()
+                await session.slot.acquire()
+                acquired = session
+            await self._follow_client_revert(session, archive, before, into_archive)
         finally:
-            session.slot.release()
+            self.proxy.ungate(thread_id, holder)
+            if acquired is not None:
+                acquired.slot.release()
+
+    async def _follow_client_revert(self, session: ThreadSession, archive: TurnArchive, before: str, into_archive: bool) -> None:
+        """Archive, mirror and ledger forget the turns from ``before`` on (the
+        caller holds the turn slot, or the session is not ready yet)."""
+        thread_id = session.thread_id
+        gone = await trio.to_thread.run_sync(archive.forget_from, before)
+        self.archived.forget(thread_id)
+        await self.archived.load(thread_id)
+        if session.live_turns is not None:
+            session.live_turns = [t for t in session.live_turns if t not in gone]
+        followed = True
+        if session.mirror is not None:
+            # The engine's history loses the reverted turns as Codex's did.
+            try:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.rewind(
+                        turn_key_prefix(thread_id, before),
+                        f"{turn_key_prefix(thread_id, before)}client-revert",
+                        REVERT_CUSTOM_TYPE,
+                        {"beforeTurnId": before},
+                    )
+                )
+            except (MirrorError, OSError) as exc:
+                followed = False  # the intent stays: the next opening tries again
+                log.warning("transcript mirror could not follow the client's revert", extra={"fields": self._fields(session, error=type(exc).__name__)})
+        if into_archive:
+            # Codex was reverted to its framing: it holds nothing, and the
+            # next turn projects the engine's whole assembly.
+            session.held, session.turns_since_rebuild, session.live_turns = [], [], []
+        else:
+            # What Codex holds now: worked out afresh from the mirror (a later
+            # mismatch with the assembly rebuilds, which is exact).
+            session.held = None
+            since = session.turns_since_rebuild
+            session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
+        if followed and session.mirror is not None:
+            await trio.to_thread.run_sync(archive.end_forget, before)
+        log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
 
     def _session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)
@@ -492,6 +520,14 @@ class Lifecycle:
                         # Killed between a revert and the turn that carried the
                         # projection: the thread may hold only its framing.
                         session.held, session.force_rebuild = [], True
+            if session.mirror is not None:
+                archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+                pending = await trio.to_thread.run_sync(archive.pending_forget)
+                if pending is not None:
+                    # Killed after Codex reverted for the client, before the
+                    # mirror followed: follow it now, before any turn assembles.
+                    log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
+                    await self._follow_client_revert(session, archive, *pending)
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
                 session.held, session.turns_since_rebuild, session.live_turns = [], [], []

@@ -52,6 +52,23 @@ def test_turns_the_client_reverted_never_come_back(tmp_path):
     assert [t["id"] for t in a.hidden()] == ["t1", "t2"]
 
 
+def test_a_client_revert_is_pending_from_its_intent_until_it_is_followed(tmp_path):
+    archive = TurnArchive(tmp_path / "a.jsonl")
+    assert archive.pending_forget() is None  # no file
+    archive.append_turn({"id": "t1"})
+    archive.begin_forget("t1", False)
+    assert archive.pending_forget() == ("t1", False)
+    archive.end_forget("t1")
+    assert archive.pending_forget() is None
+    archive.begin_forget("t2", True)
+    archive.end_forget("t1")  # a stale completion does not close a later intent
+    with open(archive.path, "ab") as f:
+        f.write(b'{"forgot": "t')  # a kill mid-write of the completion
+    assert archive.pending_forget() == ("t2", True)
+    archive.end_forget("t2")
+    assert archive.pending_forget() is None
+
+
 def test_splice_adds_only_what_codex_no_longer_has():
     hidden = [turn("t1"), turn("t2")]
     assert splice_turns(hidden, [turn("t3")]) == [turn("t1"), turn("t2"), turn("t3")]

@@ -412,3 +412,59 @@ async def test_a_fork_s_archive_is_written_before_its_mirror(tmp_path, monkeypat
         forked = await run.request("thread/fork", {"threadId": tid})
         await run.settle_thread(forked["result"]["thread"]["id"])
     assert archive_there == [True]
+
+
+# Killed after Codex answered the client's own revert, before the sidecar's
+# mirror and archive followed it (here: the turn slot was busy). The intent is
+# on disk; the next opening of the thread follows the revert before any turn,
+# so the engine never assembles the reverted turns again and reads stay cut.
+async def test_a_kill_before_a_client_revert_is_followed_does_not_bring_its_turns_back(tmp_path):
+    from tests.test_lifecycle import calls_for, roles_texts
+
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "C1")
+        t2 = await run.turn_ok(tid, "C2")
+        await run.turn_ok(tid, "C3")
+        session = run.session(tid)
+        await session.slot.acquire()  # a turn still finalising: the forget must wait
+        reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        assert "result" in reverted
+        path = archive_path(tmp_path / "state", tid)
+        await wait_until(lambda: path.exists() and b'"forgetting"' in path.read_bytes(), what="the revert's intent on disk")
+        # -- SIGKILL here: the sidecar exits with the forget still waiting. --
+    assert [t for _, t in roles_texts(run.mirror_messages(tid)) if t.startswith("C")] == ["C1", "C2", "C3"]
+
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine, name="two") as run2:
+        await run2.resume_thread(tid)
+        t4 = await run2.turn_ok(tid, "C4")
+        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
+        path_messages = run2.session(tid).mirror.messages()
+    assert [t["id"] for t in run2.store_turns(tid)] == [t1, t4]
+    assembled = roles_texts(calls_for(engine, "assemble", tid)[0].messages)
+    assert [t for _, t in assembled if t.startswith("C")] == ["C1"], assembled
+    assert [t for _, t in roles_texts(path_messages) if t.startswith("C")] == ["C1", "C4"]
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t4]
+    assert TurnArchive(archive_path(tmp_path / "state", tid)).pending_forget() is None
+
+
+# The client's requests wait behind the forget of its revert (so its next turn
+# never assembles the reverted turns), but not forever: a turn that never ends
+# holds them no longer than a turn/start would wait for it.
+async def test_requests_behind_a_client_revert_are_not_stuck_behind_a_turn_that_never_ends(tmp_path):
+    from sidecar.lifecycle import LifecycleOptions
+
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.3)
+    async with modes_sidecar(tmp_path, identity(), options=options) as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "G1")
+        t2 = await run.turn_ok(tid, "G2")
+        await run.session(tid).slot.acquire()  # a turn whose turn/completed never comes
+        reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        assert "result" in reverted
+        with trio.fail_after(10):
+            read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        gated = run.client.proxy.gated_count
+    assert gated == 0
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [run.store_turns(tid)[0]["id"]]
