@@ -63,7 +63,7 @@ from .api import (
     ToolResultMessage,
 )
 from .legacy import _builtin_version
-from .tokens import count_tokens, estimate_message_tokens
+from .tokens import count_tokens, estimate_message_tokens, preload
 
 __all__ = ["TRANSCRIPT_BUDGET_ENGINE_ID", "TranscriptBudgetEngine", "select_within_budget"]
 
@@ -155,6 +155,7 @@ class TranscriptBudgetEngine(BaseContextEngine):
         addition = self.config.get("system_prompt_addition")
         if addition is not None and not isinstance(addition, str):
             raise ValueError(f"system_prompt_addition must be a string, got {type(addition).__name__}")
+        preload()  # the tokenizer, ready before the first assemble (which would hold the first turn for it)
         self.token_budget: int | None = budget
         self.system_prompt_addition: str | None = addition if addition and addition.strip() else None
         self.info = EngineInfo(

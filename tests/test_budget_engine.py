@@ -358,3 +358,24 @@ def test_config_is_copied():
     engine = TranscriptBudgetEngine(config)
     config["token_budget"] = 1
     assert engine.token_budget == 100
+
+
+def test_the_engine_loads_the_tokenizer_before_its_first_assemble():
+    """A fresh process: constructing the engine starts the tokenizer load in
+    the background, so the first turn's assemble does not wait for it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import time\n"
+        "from engines import tokens\n"
+        "from engines.budget import TranscriptBudgetEngine\n"
+        "assert not tokens._loaded\n"
+        "TranscriptBudgetEngine({})\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not tokens._loaded and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(tokens._loaded, tokens.tokenizer_name())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["True", tokens.tokenizer_name()]
