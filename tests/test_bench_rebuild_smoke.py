@@ -86,3 +86,20 @@ def test_the_variants_rebuild_for_real(tmp_path, variant):
         assert len(run.op_ms) == 1  # one thread/revert
     else:
         assert len(run.op_ms) >= 1  # spares started in the background
+
+
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
+def test_growth_mode_reverts_one_thread_and_resumes_both(tmp_path, capsys):
+    import trio
+
+    (tmp_path / "home").mkdir()
+    bc.make_workspace(tmp_path / "work")
+    result = br.Growth()
+    trio.run(br.growth, result, 3, tmp_path, CODEX_BIN)
+    assert result.failed == 0 and len(result.revert_ms) == 3
+    assert set(result.resume_ms) == {"plain", "reverted", "plain again", "reverted again"}
+    text = br.growth_report(result)
+    assert "  1-3 " in text and "3 reverts of one thread" in text and "ms per earlier revert" in text
+    # Each revert wrote Codex a new rollout segment of the reverted thread.
+    rollouts = list((tmp_path / "growth-home").rglob("rollout-*.jsonl"))
+    assert len(rollouts) >= 2 + 3, [p.name for p in rollouts]

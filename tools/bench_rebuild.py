@@ -24,6 +24,13 @@ instructions, empty HOME and counting fake model). Three variants:
   the client's thread id" design would cost Codex at best (the id
   translation it needs is not measured, so this is a lower bound).
 
+``--growth N`` measures something else: one thread, N times a turn then a
+``thread/revert`` to before it (each revert writes Codex a new rollout
+segment), printing the revert's answer time by tens of reverts and, at the
+end, what ``thread/resume`` of that thread costs a fresh app-server process
+against a thread of the same turns and no revert. It shows what a long-lived
+thread's rebuilds cost as they accumulate.
+
 The default rebuild turns and context sizes are those of the budget engine
 in ``make bench-context`` (1-based turns 14, 21, 28 and 38; 13-18 KB).
 Every rebuilding run is bracketed by native runs and its ratio is its time
@@ -212,6 +219,72 @@ def report(runs: Sequence[Run], at: dict[int, int]) -> str:
     return "\n".join(lines + [""] + legend)
 
 
+@dataclasses.dataclass
+class Growth:
+    revert_ms: list[float] = dataclasses.field(default_factory=list)
+    resume_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    """fresh process: thread/resume of the reverted thread, and of a thread with the same turns and no revert."""
+    failed: int = 0
+
+
+async def growth(result: Growth, reverts: int, root: Path, codex_bin: str, seed: int = DEFAULT_SEED) -> None:
+    """One thread: ``reverts`` times a scripted turn then ``thread/revert``
+    before it; beside it, a plain thread with as many turns. Then a fresh
+    process resumes each."""
+    script = build_script(max(2, reverts), seed)
+    router = Router(script)
+    with CountingFakeModel() as model:
+        model.script(*([router] * (8 * len(script) + 16)))
+        home = make_codex_home(root / "growth-home", model.base_url)
+        env = codex_env(home, {**os.environ, "HOME": str(root / "home")})
+        argv = [codex_bin, "app-server", "--listen", "stdio://"]
+        params = {"cwd": str(root / "work"), "developerInstructions": DEVELOPER_INSTRUCTIONS}
+        async with AppServerClient.spawn(argv, env=env, cwd=str(root / "work"), request_timeout=TURN_TIMEOUT) as client:
+            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar rebuild bench")
+            reverted = await client.start_thread(**params)
+            plain = await client.start_thread(**params)
+            for i in range(reverts):
+                turn = script[i % len(script)]
+                for thread_id in (reverted, plain):
+                    router.begin(i % len(script))
+                    completed = await client.run_turn(thread_id, turn.prompt, timeout=TURN_TIMEOUT)
+                    if (completed.get("turn") or {}).get("status") != "completed":
+                        result.failed += 1
+                    if thread_id == reverted:
+                        t0 = time.perf_counter()
+                        await client.request("thread/revert", {"threadId": reverted, "beforeTurnId": completed["turn"]["id"]})
+                        result.revert_ms.append((time.perf_counter() - t0) * 1000)
+                if (i + 1) % 10 == 0:
+                    progress(f"growth: {i + 1}/{reverts} reverts, last {result.revert_ms[-1]:.0f} ms")
+        async with AppServerClient.spawn(argv, env=env, cwd=str(root / "work"), request_timeout=TURN_TIMEOUT) as client:
+            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar rebuild bench")
+            for label, thread_id in (("plain", plain), ("reverted", reverted), ("plain again", plain), ("reverted again", reverted)):
+                t0 = time.perf_counter()
+                await client.request("thread/resume", {"threadId": thread_id, **params, "excludeTurns": True})
+                result.resume_ms[label] = (time.perf_counter() - t0) * 1000
+                await client.request("thread/unsubscribe", {"threadId": thread_id})
+
+
+def growth_report(result: Growth) -> str:
+    ms = result.revert_ms
+    lines = ["reverts     revert ms (mean)  min-max"]
+    for k in range(0, len(ms), 10):
+        chunk = ms[k : k + 10]
+        lines.append(f"{k + 1:>3}-{k + len(chunk):<3}     {statistics.fmean(chunk):>14.1f}  {min(chunk):.0f}-{max(chunk):.0f}")
+    if len(ms) >= 2:
+        head, tail = ms[: min(10, len(ms))], ms[-min(10, len(ms)) :]
+        slope = (statistics.fmean(tail) - statistics.fmean(head)) / max(1, len(ms) - len(tail))
+        lines.append(f"growth: {slope:+.1f} ms per earlier revert of the thread (first ten to last ten)")
+    r = result.resume_ms
+    if r:
+        lines.append(
+            "thread/resume in a fresh process (excludeTurns, then unsubscribe): "
+            f"plain thread {r['plain']:.0f} / {r['plain again']:.0f} ms, reverted thread {r['reverted']:.0f} / {r['reverted again']:.0f} ms"
+        )
+    lines.append(f"{len(ms)} reverts of one thread, codex alone (no sidecar); each after one scripted turn.")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_rebuild", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="runs per rebuilding variant (default %(default)s)")
@@ -224,7 +297,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="script seed (default %(default)s)")
     ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
+    ap.add_argument("--growth", type=int, metavar="N", help="instead: N reverts of one thread, the revert's cost as they accumulate")
     args = ap.parse_args(argv)
+    if args.growth is not None:
+        if args.growth < 1:
+            ap.error("--growth must be at least 1")
+        codex = args.codex_bin or find_codex_bin()
+        if not codex:
+            print("real codex not found: run `make setup` or pass --codex-bin", file=sys.stderr)
+            return 2
+        result = Growth()
+        with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
+            root = Path(tmp)
+            make_workspace(root / "work")
+            (root / "home").mkdir()
+            trio.run(growth, result, args.growth, root, codex, args.seed)
+        print(growth_report(result))
+        return 1 if result.failed else 0
     try:
         turns_at = [int(x) for x in args.at.split(",") if x.strip()]
         sizes = [int(x) for x in args.context_bytes.split(",") if x.strip()]
