@@ -42,13 +42,14 @@ stdout carries the table only; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import trio
@@ -106,6 +107,24 @@ class Run:
         return statistics.fmean(self.turn_ms)
 
 
+class _Codex:
+    """codex app-server on its own CODEX_HOME, talking to ``model``, with
+    bench-context's workspace, empty HOME and developer instructions."""
+
+    def __init__(self, model: CountingFakeModel, codex_home: Path, root: Path, codex_bin: str) -> None:
+        home = make_codex_home(codex_home, model.base_url)
+        self.env = codex_env(home, {**os.environ, "HOME": str(root / "home")})
+        self.argv = [codex_bin, "app-server", "--listen", "stdio://"]
+        self.cwd = str(root / "work")
+        self.thread_params = {"cwd": self.cwd, "developerInstructions": DEVELOPER_INSTRUCTIONS}
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[AppServerClient]:
+        async with AppServerClient.spawn(self.argv, env=self.env, cwd=self.cwd, request_timeout=TURN_TIMEOUT) as client:
+            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar rebuild bench")
+            yield client
+
+
 async def session(run: Run, script: Sequence[Turn], at: dict[int, int], root: Path, codex_bin: str, index: int) -> list[dict]:
     """Run ``script`` once as ``run.variant`` in ``root/runs/<index>``
     (``root`` holds ``work/`` and ``home/``); return the model's request bodies."""
@@ -114,12 +133,9 @@ async def session(run: Run, script: Sequence[Turn], at: dict[int, int], root: Pa
     run_dir.mkdir(parents=True)
     with CountingFakeModel() as model:
         model.script(*([router] * (4 * len(script) + 16)))
-        home = make_codex_home(run_dir / "codex-home", model.base_url)
-        env = codex_env(home, {**os.environ, "HOME": str(root / "home")})
-        argv = [codex_bin, "app-server", "--listen", "stdio://"]
-        params = {"cwd": str(root / "work"), "developerInstructions": DEVELOPER_INSTRUCTIONS}
-        async with AppServerClient.spawn(argv, env=env, cwd=str(root / "work"), request_timeout=TURN_TIMEOUT) as client:
-            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar rebuild bench")
+        codex = _Codex(model, run_dir / "codex-home", root, codex_bin)
+        async with codex.client() as client:
+            params = codex.thread_params
             thread_id = await client.start_thread(**params)
             spare: list[str] = []
             spare_ready = trio.Event()
@@ -235,12 +251,9 @@ async def growth(result: Growth, reverts: int, root: Path, codex_bin: str, seed:
     router = Router(script)
     with CountingFakeModel() as model:
         model.script(*([router] * (8 * len(script) + 16)))
-        home = make_codex_home(root / "growth-home", model.base_url)
-        env = codex_env(home, {**os.environ, "HOME": str(root / "home")})
-        argv = [codex_bin, "app-server", "--listen", "stdio://"]
-        params = {"cwd": str(root / "work"), "developerInstructions": DEVELOPER_INSTRUCTIONS}
-        async with AppServerClient.spawn(argv, env=env, cwd=str(root / "work"), request_timeout=TURN_TIMEOUT) as client:
-            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar rebuild bench")
+        codex = _Codex(model, root / "growth-home", root, codex_bin)
+        params = codex.thread_params
+        async with codex.client() as client:
             reverted = await client.start_thread(**params)
             plain = await client.start_thread(**params)
             for i in range(reverts):
@@ -256,8 +269,7 @@ async def growth(result: Growth, reverts: int, root: Path, codex_bin: str, seed:
                         result.revert_ms.append((time.perf_counter() - t0) * 1000)
                 if (i + 1) % 10 == 0:
                     progress(f"growth: {i + 1}/{reverts} reverts, last {result.revert_ms[-1]:.0f} ms")
-        async with AppServerClient.spawn(argv, env=env, cwd=str(root / "work"), request_timeout=TURN_TIMEOUT) as client:
-            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar rebuild bench")
+        async with codex.client() as client:
             for label, thread_id in (("plain", plain), ("reverted", reverted), ("plain again", plain), ("reverted again", reverted)):
                 t0 = time.perf_counter()
                 await client.request("thread/resume", {"threadId": thread_id, **params, "excludeTurns": True})
