@@ -114,12 +114,13 @@ REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 
 @dataclass
 class _RevertNoise:
-    """What the client must not see of a rebuild's revert: before Codex
-    answers, every status notification of the thread; after, only the
-    ``thread/reverted`` that follows the answer."""
+    """What the client must not see of a thread's rebuild reverts: while one
+    is unanswered, every status notification of the thread; and one
+    ``thread/reverted`` per revert (Codex sends it after the answer). Each
+    revert has a ticket; a ``thread/reverted`` takes the oldest."""
 
     answered: bool = False
-    done: trio.Event = field(default_factory=trio.Event)
+    tickets: list[trio.Event] = field(default_factory=list)
 
 
 @dataclass
@@ -196,6 +197,9 @@ class ThreadSession:
     inspect: "InspectLog | None" = None
     framing_only: bool = False
     """A fork the sidecar made from Codex's framing: its ledger starts empty."""
+    unfollowed: tuple[str, bool] | None = None
+    """A client revert (beforeTurnId, intoArchive) the mirror could not follow
+    yet: the next turn tries again before it assembles."""
     live_turns: list[str] | None = None
     """Archived turns Codex still holds (a revert to the framing drops them
     all); None: not known in this process, the archive knows."""
@@ -342,11 +346,19 @@ class Lifecycle:
         return None
 
     def _on_client_revert(self, msg: Message) -> Decision:
-        """A client's own ``thread/revert``. One to a turn a rebuild took out
-        of Codex (the client still sees it in its reads) cannot go to Codex
-        as it is: Codex no longer knows the turn. Every turn Codex holds comes
-        after it, so Codex reverts to its first turn instead, and the archive,
-        mirror and ledger follow the client's request."""
+        """A client's own ``thread/revert``. The client's later requests on
+        the thread wait until Codex answered it and the mirror followed (a
+        turn/start sent right after it must not assemble, nor be mirrored
+        before, the reverted turns).
+
+        One to a turn a rebuild took out of Codex (the client still sees it
+        in its reads) cannot go to Codex as it is: Codex no longer knows the
+        turn. Every turn Codex holds comes after it, so Codex reverts to its
+        first turn instead, and the archive, mirror and ledger follow the
+        client's request."""
+        params = msg.params()
+        if isinstance(params, dict) and isinstance(params.get("threadId"), str):
+            self.proxy.gate(params["threadId"], ("client-revert", msg.id))
         return self._redirect_if_archived(msg, ("beforeTurnId",), self._archive_reverts)
 
     def _on_client_fork(self, msg: Message) -> Decision:
@@ -397,42 +409,47 @@ class Lifecycle:
         into_archive = pending.client_id in self._archive_reverts
         self._archive_reverts.discard(pending.client_id)
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")
+        holder = ("client-revert", pending.client_id)
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
+            if isinstance(thread_id, str):
+                self.proxy.ungate(thread_id, holder)  # refused: nothing to follow
             return None
-        # The client's next requests on the thread (a turn/start above all,
-        # and reads, which the archive answers too) wait until it is followed.
-        holder = object()
-        self.proxy.gate(thread_id, holder)
-        self.proxy.spawn(self._forget_turns, thread_id, before, into_archive, holder)
+        try:
+            archive = TurnArchive(archive_path(self.state_dir, thread_id))
+        except ValueError:
+            self.proxy.ungate(thread_id, holder)
+            return None
+        # Codex has reverted. The intent goes to disk before the client hears
+        # of it (one small append, here on the loop as the inspect record is),
+        # so a kill before the mirror follows leaves the work to the next
+        # opening of the thread: the reverted turns must never come back.
+        session = self.sessions.get(thread_id)
+        in_flight = session.current.turn_id if session is not None and session.current is not None else None
+        try:
+            archive.begin_forget(before, into_archive, in_flight)
+        except OSError as exc:
+            log.warning("could not persist a client revert's intent", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+        self.proxy.spawn(self._forget_turns, thread_id, archive, before, into_archive, holder)
         return None
 
-    async def _forget_turns(self, thread_id: str, before: str, into_archive: bool = False, holder: object = None) -> None:
+    async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, into_archive: bool, holder: Any) -> None:
         acquired: ThreadSession | None = None
         try:
-            try:
-                archive = TurnArchive(archive_path(self.state_dir, thread_id))
-            except ValueError:
-                return
-            # Codex has reverted: persisted before the wait for the turn slot, so
-            # that a kill before the mirror follows leaves the work to the next
-            # opening of the thread (the reverted turns must never come back).
-            await trio.to_thread.run_sync(archive.begin_forget, before, into_archive)
             session = self.sessions.get(thread_id)
             if session is None:
                 await trio.to_thread.run_sync(archive.forget_from, before)
                 self.archived.forget(thread_id)
                 return  # the mirror follows when the thread is next opened
             # After the turn Codex interrupted for the revert (if any) is
-            # finalised, and before the next turn/start is assembled.
-            with trio.move_on_after(self.options.previous_turn_wait):  # as a turn/start waits
+            # finalised; the client's next turn/start waits at the gate.
+            with trio.move_on_after(self.options.previous_turn_wait):
                 await session.ready.wait()
                 await session.slot.acquire()
                 acquired = session
             if acquired is None:
-                self.proxy.ungate(thread_id, holder)  # never stuck behind a turn that never ends
-                await session.ready.wait()
-                await session.slot.acquire()
-                acquired = session
+                # That turn never ended (lost turn/completed): follow anyway, as
+                # a turn/start takes over the slot, so the client is not stuck.
+                log.warning("a turn never finished; following the client's revert anyway", extra={"fields": {"threadId": thread_id}})
             await self._follow_client_revert(session, archive, before, into_archive)
         finally:
             self.proxy.ungate(thread_id, holder)
@@ -440,8 +457,10 @@ class Lifecycle:
                 acquired.slot.release()
 
     async def _follow_client_revert(self, session: ThreadSession, archive: TurnArchive, before: str, into_archive: bool) -> None:
-        """Archive, mirror and ledger forget the turns from ``before`` on (the
-        caller holds the turn slot, or the session is not ready yet)."""
+        """Archive, mirror and ledger forget the turns from ``before`` on. No
+        turn of the thread may be assembled or mirrored meanwhile: the caller
+        holds the turn slot (or took it over), or the session is opening and
+        not ready yet."""
         thread_id = session.thread_id
         gone = await trio.to_thread.run_sync(archive.forget_from, before)
         self.archived.forget(thread_id)
@@ -461,7 +480,7 @@ class Lifecycle:
                     )
                 )
             except (MirrorError, OSError) as exc:
-                followed = False  # the intent stays: the next opening tries again
+                followed = False  # the intent stays: the next turn (or opening) tries again
                 log.warning("transcript mirror could not follow the client's revert", extra={"fields": self._fields(session, error=type(exc).__name__)})
         if into_archive:
             # Codex was reverted to its framing: it holds nothing, and the
@@ -473,6 +492,7 @@ class Lifecycle:
             session.held = None
             since = session.turns_since_rebuild
             session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
+        session.unfollowed = None if followed else (before, into_archive)
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)
         log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
@@ -690,6 +710,10 @@ class Lifecycle:
         started = trio.current_time()
         self.proxy.gate(session.thread_id, id(msg))
         try:
+            if session.unfollowed is not None:
+                # A client revert the mirror failed to follow: before this turn
+                # assembles, and is mirrored after the reverted turns.
+                await self._follow_client_revert(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), *session.unfollowed)
             line = await self._assemble_and_project(session, state, params, msg.line)
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
@@ -967,13 +991,18 @@ class Lifecycle:
         # A read answered from here on must see the marks (its response may
         # come in the same pipe read as the revert's, before this task resumes).
         self.archived.forget(session.thread_id)
-        noise = _RevertNoise()
-        self._reverting[session.thread_id] = noise
+        noise = self._reverting.setdefault(session.thread_id, _RevertNoise())
+        ticket = trio.Event()
+        noise.answered = False
+        noise.tickets.append(ticket)
         started = trio.current_time()
         try:
             await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
         except (RpcError, trio.TooSlowError) as exc:
-            self._reverting.pop(session.thread_id, None)
+            noise.answered = True
+            if ticket in noise.tickets:
+                noise.tickets.remove(ticket)  # no thread/reverted for a refused revert
+            self._drop_revert_noise(session.thread_id, noise)
             if isinstance(exc, RpcError):
                 # Refused: Codex keeps the turns, so they are its to list again.
                 await trio.to_thread.run_sync(archive.mark_restored, marked)
@@ -1003,24 +1032,30 @@ class Lifecycle:
         # thread/reverted follows the response: it is swallowed when it comes,
         # but the turn need not wait for it (the status notifications, which
         # the turn has its own of, all came before the response).
-        self.proxy.spawn(self._expire_revert_noise, session, noise, revert_ms)
+        noise.answered = True
+        self.proxy.spawn(self._expire_revert_noise, session, noise, ticket, revert_ms)
         session.turns_since_rebuild = []
         return True
 
-    async def _expire_revert_noise(self, session: ThreadSession, noise: _RevertNoise, revert_ms: float) -> None:
+    async def _expire_revert_noise(self, session: ThreadSession, noise: _RevertNoise, ticket: trio.Event, revert_ms: float) -> None:
         answered = trio.current_time()
         with trio.move_on_after(REVERTED_NOTICE_WAIT):
-            await noise.done.wait()
-        if self._reverting.get(session.thread_id) is noise:
-            self._reverting.pop(session.thread_id)
+            await ticket.wait()
+        if ticket in noise.tickets:
+            noise.tickets.remove(ticket)  # never came: stop waiting for it
+        self._drop_revert_noise(session.thread_id, noise)
         log.debug(
             "thread reverted to its framing",
             extra={
                 "fields": self._fields(
-                    session, revertMs=revert_ms, revertedNoticeMs=round((trio.current_time() - answered) * 1000, 1), revertedNoticeSeen=noise.done.is_set()
+                    session, revertMs=revert_ms, revertedNoticeMs=round((trio.current_time() - answered) * 1000, 1), revertedNoticeSeen=ticket.is_set()
                 )
             },
         )
+
+    def _drop_revert_noise(self, thread_id: str, noise: _RevertNoise) -> None:
+        if noise.answered and not noise.tickets and self._reverting.get(thread_id) is noise:
+            del self._reverting[thread_id]
 
     def _swallow_revert_noise(self, msg: Message) -> Decision:
         params = msg.params()
@@ -1029,12 +1064,13 @@ class Lifecycle:
         if noise is None:
             return None
         if msg.method == "thread/reverted":
-            noise.done.set()
-            if noise.answered:
-                self._reverting.pop(thread_id)  # type: ignore[arg-type]
+            if not noise.tickets:
+                return None  # not one of the sidecar's reverts
+            noise.tickets.pop(0).set()
+            self._drop_revert_noise(thread_id, noise)  # type: ignore[arg-type]
             return HANDLED
         if noise.answered:
-            return None  # after the response, status changes are the next turn's
+            return None  # after the answer, status changes are the next turn's
         return HANDLED
 
     async def _bootstrap(self, session: ThreadSession) -> None:

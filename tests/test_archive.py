@@ -60,12 +60,17 @@ def test_a_client_revert_is_pending_from_its_intent_until_it_is_followed(tmp_pat
     assert archive.pending_forget() == ("t1", False)
     archive.end_forget("t1")
     assert archive.pending_forget() is None
-    archive.begin_forget("t2", True)
+    archive.begin_forget("t2", True, in_flight="t3")
     archive.end_forget("t1")  # a stale completion does not close a later intent
     with open(archive.path, "ab") as f:
         f.write(b'{"forgot": "t')  # a kill mid-write of the completion
     assert archive.pending_forget() == ("t2", True)
+    archive.append_turn({"id": "t3"})  # the turn in flight at the revert, finalised after it
+    assert archive.pending_forget() == ("t2", True)
     archive.end_forget("t2")
+    assert archive.pending_forget() is None
+    archive.begin_forget("t4", False)
+    archive.append_turn({"id": "t5"})  # the thread went on: too late to follow
     assert archive.pending_forget() is None
 
 

@@ -580,6 +580,24 @@ async def test_a_rebuild_s_turn_does_not_wait_for_thread_reverted(tmp_path):
     assert_client_unaware(run, tid)
 
 
+async def test_a_rebuild_s_late_thread_reverted_is_not_taken_for_the_next_rebuild_s(tmp_path):
+    """Each rebuild's thread/reverted comes two requests late, so one arrives
+    while the next rebuild's revert is under way: each is swallowed once
+    (none reaches the client) and the filter ends when all came."""
+    async with modes_sidecar(tmp_path, summarising(keep=2), script={"revertedLate": 2}) as run:
+        tid = await run.start_thread()
+        for n in range(1, 6):
+            await run.turn_ok(tid, f"W{n}")  # W3, W4 and W5 rebuild
+        for _ in range(2):
+            await run.request("thread/read", {"threadId": tid})  # lets the last one out
+        assert run.lifecycle is not None
+        await wait_until(lambda: not run.lifecycle._reverting, what="the revert filter to end")
+    sent = [json.loads(line) for line in run.sent_log.read_bytes().splitlines()]
+    assert len(run.received("thread/revert")) == 3
+    assert sum(1 for f in sent if f.get("method") == "thread/reverted") == 3
+    assert_client_unaware(run, tid)
+
+
 async def test_a_client_s_own_revert_reaches_it_and_the_engine_forgets_those_turns(tmp_path):
     """The client reverts its thread itself: its revert's notifications are
     its own (not swallowed), the transcript mirror and the ledger follow it

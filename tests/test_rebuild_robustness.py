@@ -468,3 +468,108 @@ async def test_requests_behind_a_client_revert_are_not_stuck_behind_a_turn_that_
         gated = run.client.proxy.gated_count
     assert gated == 0
     assert [t["id"] for t in read["result"]["thread"]["turns"]] == [run.store_turns(tid)[0]["id"]]
+
+
+# A turn/start sent right behind the client's thread/revert, before its
+# answer: it waits at the gate until the mirror followed the revert, so it
+# neither assembles the reverted turn nor is cut with it.
+async def test_a_turn_pipelined_behind_a_client_revert_is_kept_and_sees_no_reverted_turn(tmp_path):
+    from tests.test_lifecycle import calls_for, frame, roles_texts
+
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "P1")
+        t2 = await run.turn_ok(tid, "P2")
+        rid = run.new_id()
+        await run.send(frame({"id": rid, "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t2}}))
+        trid, line = run.turn_start_line(tid, "P3")
+        await run.send(line)
+        assert "result" in await run.wait_response(rid)
+        t3 = (await run.finish_turn(tid, trid))["id"]
+        path_messages = run.session(tid).mirror.messages()
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t3]
+    assembled = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
+    assert "P2" not in assembled and "P1" in assembled, assembled
+    assert [t for _, t in roles_texts(path_messages) if t in ("P1", "P2", "P3")] == ["P1", "P3"]
+
+
+# The mirror fails to follow a client revert (a full disk, once): the next
+# turn follows it before it assembles, so that turn is mirrored after the cut.
+async def test_a_client_revert_the_mirror_failed_to_follow_is_followed_by_the_next_turn(tmp_path, monkeypatch):
+    from sidecar.mirror import TranscriptMirror
+    from tests.test_lifecycle import calls_for, roles_texts
+
+    real = TranscriptMirror.rewind
+    calls: list[int] = []
+
+    def full_once(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TranscriptMirror, "rewind", full_once)
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "F1")
+        t2 = await run.turn_ok(tid, "F2")
+        assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        await wait_until(lambda: calls and run.session(tid).unfollowed is not None, what="the failed follow")
+        t3 = await run.turn_ok(tid, "F3")
+        path_messages = run.session(tid).mirror.messages()
+    assert len(calls) == 2 and [t["id"] for t in run.store_turns(tid)] == [t1, t3]
+    assembled = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
+    assert "F2" not in assembled, assembled
+    assert [t for _, t in roles_texts(path_messages) if t in ("F1", "F2", "F3")] == ["F1", "F3"]
+    assert TurnArchive(archive_path(tmp_path / "state", tid)).pending_forget() is None
+
+
+# The mirror never manages to follow (the next turn's retry fails too), the
+# thread goes on, then a restart: the intent is too late to follow (it would
+# cut the turn Codex ran since), so the restart leaves the mirror as it is.
+async def test_a_stale_client_revert_intent_never_cuts_a_later_turn(tmp_path, monkeypatch):
+    from sidecar.mirror import TranscriptMirror
+    from tests.test_lifecycle import roles_texts
+
+    real = TranscriptMirror.rewind
+
+    def broken(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TranscriptMirror, "rewind", broken)
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "S1")
+        t2 = await run.turn_ok(tid, "S2")
+        assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        t3 = await run.turn_ok(tid, "S3")
+    monkeypatch.setattr(TranscriptMirror, "rewind", real)
+    async with modes_sidecar(tmp_path, identity(), name="two") as run2:
+        await run2.resume_thread(tid)
+        t4 = await run2.turn_ok(tid, "S4")
+        path_messages = run2.session(tid).mirror.messages()
+    assert [t["id"] for t in run2.store_turns(tid)] == [t1, t3, t4]
+    texts = [t for _, t in roles_texts(path_messages)]
+    assert "S3" in texts and "S4" in texts, texts
+
+
+# A turn that never finishes holds the slot past previous_turn_wait: the
+# revert is followed anyway (as a turn/start takes over), before the client's
+# next turn, which is then mirrored and kept.
+async def test_a_client_revert_behind_a_turn_that_never_ends_is_followed_before_the_next_turn(tmp_path):
+    from sidecar.lifecycle import LifecycleOptions
+    from tests.test_lifecycle import roles_texts
+
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.3)
+    async with modes_sidecar(tmp_path, identity(), options=options) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "N1")
+        t2 = await run.turn_ok(tid, "N2")
+        await run.session(tid).slot.acquire()  # never released: a lost turn/completed
+        assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        t4 = (await run.turn(tid, "N4"))["id"]
+        path_messages = run.session(tid).mirror.messages()
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
+    assert [t for _, t in roles_texts(path_messages) if t in ("N1", "N2", "N4")] == ["N1", "N4"]

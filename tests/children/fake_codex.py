@@ -59,9 +59,9 @@ Environment:
   by the process's turn number from 0, of ``{"status": "completed" |
   "interrupted" | "failed", "reply": str, "repeatCompleted": bool}``),
   ``defaultReply`` (str, ``{n}`` is the turn number from 1),
-  ``compact`` (``"ok"`` or ``"error"``) and ``revertedLate`` (true: a
-  revert's ``thread/reverted`` comes only after the NEXT request is
-  answered, as a slow Codex could send it).
+  ``compact`` (``"ok"`` or ``"error"``) and ``revertedLate`` (true or a
+  number N: a revert's ``thread/reverted`` comes only after the next (N-th
+  next) request is answered, as a slow Codex could send it).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -298,12 +298,12 @@ def revert(rid, params: dict) -> None:
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
     result(rid, {"thread": thread_obj(tid, with_turns=False), "turnsBackwardsCursor": None, "itemsBackwardsCursor": None})
     if script.get("revertedLate"):
-        late.append(("thread/reverted", {"threadId": tid}))
+        late.append([int(script["revertedLate"]), "thread/reverted", {"threadId": tid}])
     else:
         notify("thread/reverted", {"threadId": tid})
 
 
-late: list[tuple[str, dict]] = []  # notifications held until after the next request
+late: list[list] = []  # [requests to wait, method, params]: notifications held back
 
 
 def turns_list(rid, params: dict) -> None:
@@ -448,8 +448,11 @@ for line in sys.stdin.buffer:
     except ValueError:
         continue
     if isinstance(msg, dict):
-        due, late[:] = list(late), []
+        waiting = list(late)  # held before this request: one request nearer
         handle(msg)
-        for method, params in due:
-            notify(method, params)
+        for entry in waiting:
+            entry[0] -= 1
+            if entry[0] <= 0:
+                late.remove(entry)
+                notify(entry[1], entry[2])
     out.flush()
