@@ -115,18 +115,22 @@ def _get_encoding() -> Any:
 
 
 _preloading: threading.Thread | None = None
+_preload_lock = threading.Lock()  # not _lock: a load under way must not block the caller
 
 
 def preload() -> None:
     """Start loading the tokenizer in a daemon thread (once; a no-op when it
-    is loaded or loading). Counting meanwhile waits for the load, as it would
-    have done it itself."""
+    is loaded or loading). Never blocks and never raises: counting loads it
+    anyway, waiting for a load under way as it would have done it itself."""
     global _preloading
-    with _lock:
+    with _preload_lock:
         if _loaded or _preloading is not None:
             return
         _preloading = threading.Thread(target=_get_encoding, name="tokenizer-preload", daemon=True)
-    _preloading.start()
+        try:
+            _preloading.start()
+        except RuntimeError:  # no thread to be had: the first count loads it
+            pass
 
 
 def tokenizer_name() -> TokenizerName:

@@ -99,7 +99,11 @@ def test_growth_mode_reverts_one_thread_and_resumes_both(tmp_path, capsys):
     assert result.failed == 0 and len(result.revert_ms) == 3
     assert set(result.resume_ms) == {"plain", "reverted", "plain again", "reverted again"}
     text = br.growth_report(result)
-    assert "  1-3 " in text and "3 reverts of one thread" in text and "ms per earlier revert" in text
+    assert "  1-3 " in text and "3 reverts of one thread" in text
+    assert "ms per earlier revert" not in text, "no slope from overlapping windows"
+    assert len(result.plain_ms) == 3 and len(result.after_restart_ms) == 3
+    slope = br.growth_report(br.Growth(revert_ms=[10.0] * 10 + [float(10 + 2 * k) for k in range(1, 11)]))
+    assert "+1.1 ms per earlier revert" in slope  # (mean 21 - 10) / 10 reverts apart
     # Each revert wrote Codex a new rollout segment of the reverted thread.
     rollouts = list((tmp_path / "growth-home").rglob("rollout-*.jsonl"))
     assert len(rollouts) >= 2 + 3, [p.name for p in rollouts]

@@ -238,6 +238,10 @@ def report(runs: Sequence[Run], at: dict[int, int]) -> str:
 @dataclasses.dataclass
 class Growth:
     revert_ms: list[float] = dataclasses.field(default_factory=list)
+    plain_ms: list[float] = dataclasses.field(default_factory=list)
+    """Turns of the plain thread (no revert), in order."""
+    after_restart_ms: list[float] = dataclasses.field(default_factory=list)
+    """Reverts of the reverted thread in the fresh process (a turn before each)."""
     resume_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     """fresh process: thread/resume of the reverted thread, and of a thread with the same turns and no revert."""
     failed: int = 0
@@ -260,7 +264,10 @@ async def growth(result: Growth, reverts: int, root: Path, codex_bin: str, seed:
                 turn = script[i % len(script)]
                 for thread_id in (reverted, plain):
                     router.begin(i % len(script))
+                    t0 = time.perf_counter()
                     completed = await client.run_turn(thread_id, turn.prompt, timeout=TURN_TIMEOUT)
+                    if thread_id == plain:
+                        result.plain_ms.append((time.perf_counter() - t0) * 1000)
                     if (completed.get("turn") or {}).get("status") != "completed":
                         result.failed += 1
                     if thread_id == reverted:
@@ -275,6 +282,13 @@ async def growth(result: Growth, reverts: int, root: Path, codex_bin: str, seed:
                 await client.request("thread/resume", {"threadId": thread_id, **params, "excludeTurns": True})
                 result.resume_ms[label] = (time.perf_counter() - t0) * 1000
                 await client.request("thread/unsubscribe", {"threadId": thread_id})
+            await client.request("thread/resume", {"threadId": reverted, **params, "excludeTurns": True})
+            for i in range(3):  # the revert's cost survives the restart
+                router.begin(i % len(script))
+                completed = await client.run_turn(reverted, script[i % len(script)].prompt, timeout=TURN_TIMEOUT)
+                t0 = time.perf_counter()
+                await client.request("thread/revert", {"threadId": reverted, "beforeTurnId": completed["turn"]["id"]})
+                result.after_restart_ms.append((time.perf_counter() - t0) * 1000)
 
 
 def growth_report(result: Growth) -> str:
@@ -283,16 +297,23 @@ def growth_report(result: Growth) -> str:
     for k in range(0, len(ms), 10):
         chunk = ms[k : k + 10]
         lines.append(f"{k + 1:>3}-{k + len(chunk):<3}     {statistics.fmean(chunk):>14.1f}  {min(chunk):.0f}-{max(chunk):.0f}")
-    if len(ms) >= 2:
-        head, tail = ms[: min(10, len(ms))], ms[-min(10, len(ms)) :]
-        slope = (statistics.fmean(tail) - statistics.fmean(head)) / max(1, len(ms) - len(tail))
+    if len(ms) >= 20:  # two windows of ten that do not overlap
+        head, tail = ms[:10], ms[-10:]
+        slope = (statistics.fmean(tail) - statistics.fmean(head)) / (len(ms) - 10)
         lines.append(f"growth: {slope:+.1f} ms per earlier revert of the thread (first ten to last ten)")
+    if len(result.plain_ms) >= 20:
+        lines.append(
+            f"plain thread's turns (no revert): first ten {statistics.fmean(result.plain_ms[:10]):.1f} ms, "
+            f"last ten {statistics.fmean(result.plain_ms[-10:]):.1f} ms"
+        )
     r = result.resume_ms
     if r:
         lines.append(
-            "thread/resume in a fresh process (excludeTurns, then unsubscribe): "
+            "thread/resume in a fresh process (excludeTurns, then unsubscribe; each twice, the first one cold): "
             f"plain thread {r['plain']:.0f} / {r['plain again']:.0f} ms, reverted thread {r['reverted']:.0f} / {r['reverted again']:.0f} ms"
         )
+    if result.after_restart_ms:
+        lines.append("reverts of the reverted thread in that fresh process: " + ", ".join(f"{x:.0f}" for x in result.after_restart_ms) + " ms")
     lines.append(f"{len(ms)} reverts of one thread, codex alone (no sidecar); each after one scripted turn.")
     return "\n".join(lines)
 
