@@ -540,7 +540,9 @@ class Lifecycle:
                         # Killed between a revert and the turn that carried the
                         # projection: the thread may hold only its framing.
                         session.held, session.force_rebuild = [], True
-            if session.mirror is not None:
+            if opened and session.mirror is not None:
+                # First opening in this process (within it, a failed follow is
+                # retried by the next turn instead, holding the turn slot).
                 archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
                 pending = await trio.to_thread.run_sync(archive.pending_forget)
                 if pending is not None:
