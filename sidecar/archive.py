@@ -84,12 +84,12 @@ class TurnArchive:
             self._append({"forgotten": gone})
         return gone
 
-    def begin_forget(self, turn_id: str, into_archive: bool, in_flight: str | None = None) -> None:
+    def begin_forget(self, turn_id: str, into_archive: bool, in_flight: list[str] | None = None) -> None:
         """Codex reverted the client's thread before ``turn_id``: persist
         that the sidecar must follow it, before waiting to do so.
-        ``in_flight``: the thread's turn running or finalising at that
-        moment, the one turn that may still be archived after this record."""
-        self._append({"forgetting": {"beforeTurnId": turn_id, "intoArchive": into_archive, "inFlightTurnId": in_flight}})
+        ``in_flight``: the thread's turns running or finalising at that
+        moment, the only ones that may still be archived after this record."""
+        self._append({"forgetting": {"beforeTurnId": turn_id, "intoArchive": into_archive, "inFlightTurnIds": list(in_flight or [])}})
 
     def end_forget(self, turn_id: str) -> None:
         """The archive and the mirror follow the client's revert."""
@@ -98,7 +98,7 @@ class TurnArchive:
     def pending_forget(self) -> tuple[str, bool] | None:
         """The client revert a kill left unfollowed: ``(beforeTurnId,
         intoArchive)`` of the last ``forgetting`` with no ``forgot`` after it.
-        None too when a turn other than the one in flight at the revert was
+        None too when a turn other than those in flight at the revert was
         archived after it: the thread went on (the mirror could not follow at
         the time), and following now would cut the turns Codex ran since."""
         try:
@@ -108,7 +108,7 @@ class TurnArchive:
         if b'"forgetting"' not in data:
             return None
         pending: tuple[str, bool] | None = None
-        in_flight: Any = None
+        in_flight: list[Any] = []
         for record in decode_records(data):
             if not isinstance(record, dict):
                 continue
@@ -116,12 +116,13 @@ class TurnArchive:
             turn = record.get("turn")
             if isinstance(intent, dict) and isinstance(intent.get("beforeTurnId"), str):
                 pending = (intent["beforeTurnId"], bool(intent.get("intoArchive")))
-                in_flight = intent.get("inFlightTurnId")
+                listed = intent.get("inFlightTurnIds")
+                in_flight = listed if isinstance(listed, list) else []
             elif pending is None:
                 continue
             elif record.get("forgot") == pending[0]:
                 pending = None
-            elif isinstance(turn, dict) and turn.get("id") != in_flight:
+            elif isinstance(turn, dict) and turn.get("id") not in in_flight:
                 pending = None  # the thread went on: too late to follow
         return pending
 

@@ -113,6 +113,19 @@ REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 
 
 @dataclass
+class _Unfollowed:
+    """A client revert Codex answered that the mirror has not followed yet."""
+
+    before: str
+    into_archive: bool
+    in_flight: frozenset[str]
+    """Turns running or finalising at the answer: the only ones that may be
+    mirrored before the follow (Codex interrupted them; they are reverted too)."""
+    holder: Any
+    """The proxy gate holding the client's later requests on the thread."""
+
+
+@dataclass
 class _RevertNoise:
     """What the client must not see of a thread's rebuild reverts: while one
     is unanswered, every status notification of the thread; and one
@@ -197,9 +210,10 @@ class ThreadSession:
     inspect: "InspectLog | None" = None
     framing_only: bool = False
     """A fork the sidecar made from Codex's framing: its ledger starts empty."""
-    unfollowed: tuple[str, bool] | None = None
-    """A client revert (beforeTurnId, intoArchive) the mirror could not follow
-    yet: the next turn tries again before it assembles."""
+    unfollowed: _Unfollowed | None = None
+    """A client revert the mirror has not followed yet: whichever comes first
+    with the turn slot (the forget, or a turn/start queued before the revert)
+    follows it before anything assembles; after a failed follow, the next turn."""
     live_turns: list[str] | None = None
     """Archived turns Codex still holds (a revert to the framing drops them
     all); None: not known in this process, the archive knows."""
@@ -358,7 +372,9 @@ class Lifecycle:
         client's request."""
         params = msg.params()
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
-            self.proxy.gate(params["threadId"], ("client-revert", msg.id))
+            holder = ("client-revert", msg.id)
+            self.proxy.gate(params["threadId"], holder)
+            self.proxy.spawn(self._expire_revert_gate, params["threadId"], holder)  # never answered
         return self._redirect_if_archived(msg, ("beforeTurnId",), self._archive_reverts)
 
     def _on_client_fork(self, msg: Message) -> Decision:
@@ -424,13 +440,22 @@ class Lifecycle:
         # so a kill before the mirror follows leaves the work to the next
         # opening of the thread: the reverted turns must never come back.
         session = self.sessions.get(thread_id)
-        in_flight = session.current.turn_id if session is not None and session.current is not None else None
-        try:
-            archive.begin_forget(before, into_archive, in_flight)
-        except OSError as exc:
-            log.warning("could not persist a client revert's intent", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+        in_flight: set[str] = set()
+        if session is not None:
+            in_flight.update(session.turns)
+            if session.current is not None and session.current.turn_id is not None:
+                in_flight.add(session.current.turn_id)
+        archive.begin_forget(before, into_archive, sorted(in_flight))  # best effort, as every archive write
+        if session is not None:
+            # Set now: a turn/start already queued for the slot follows it first.
+            session.unfollowed = _Unfollowed(before, into_archive, frozenset(in_flight), holder)
         self.proxy.spawn(self._forget_turns, thread_id, archive, before, into_archive, holder)
         return None
+
+    async def _expire_revert_gate(self, thread_id: str, holder: Any) -> None:
+        """The client's requests never wait longer than a turn/start would."""
+        await trio.sleep(self.options.previous_turn_wait)
+        self.proxy.ungate(thread_id, holder)
 
     async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, into_archive: bool, holder: Any) -> None:
         acquired: ThreadSession | None = None
@@ -450,18 +475,20 @@ class Lifecycle:
                 # That turn never ended (lost turn/completed): follow anyway, as
                 # a turn/start takes over the slot, so the client is not stuck.
                 log.warning("a turn never finished; following the client's revert anyway", extra={"fields": {"threadId": thread_id}})
-            await self._follow_client_revert(session, archive, before, into_archive)
+            pending = session.unfollowed
+            if pending is not None and pending.holder == holder:  # else a turn followed it first
+                await self._follow_client_revert(session, archive, pending)
         finally:
             self.proxy.ungate(thread_id, holder)
             if acquired is not None:
                 acquired.slot.release()
 
-    async def _follow_client_revert(self, session: ThreadSession, archive: TurnArchive, before: str, into_archive: bool) -> None:
+    async def _follow_client_revert(self, session: ThreadSession, archive: TurnArchive, pending: _Unfollowed) -> None:
         """Archive, mirror and ledger forget the turns from ``before`` on. No
         turn of the thread may be assembled or mirrored meanwhile: the caller
         holds the turn slot (or took it over), or the session is opening and
         not ready yet."""
-        thread_id = session.thread_id
+        thread_id, before, into_archive = session.thread_id, pending.before, pending.into_archive
         gone = await trio.to_thread.run_sync(archive.forget_from, before)
         self.archived.forget(thread_id)
         await self.archived.load(thread_id)
@@ -492,7 +519,8 @@ class Lifecycle:
             session.held = None
             since = session.turns_since_rebuild
             session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
-        session.unfollowed = None if followed else (before, into_archive)
+        session.unfollowed = None if followed else pending
+        self.proxy.ungate(thread_id, pending.holder)  # followed, or the next turn retries
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)
         log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
@@ -549,7 +577,8 @@ class Lifecycle:
                     # Killed after Codex reverted for the client, before the
                     # mirror followed: follow it now, before any turn assembles.
                     log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
-                    await self._follow_client_revert(session, archive, *pending)
+                    before, into_archive = pending
+                    await self._follow_client_revert(session, archive, _Unfollowed(before, into_archive, frozenset(), None))
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
                 session.held, session.turns_since_rebuild, session.live_turns = [], [], []
@@ -713,9 +742,10 @@ class Lifecycle:
         self.proxy.gate(session.thread_id, id(msg))
         try:
             if session.unfollowed is not None:
-                # A client revert the mirror failed to follow: before this turn
+                # A client revert not followed yet (this turn/start was queued
+                # before it, or the mirror failed to follow): before this turn
                 # assembles, and is mirrored after the reverted turns.
-                await self._follow_client_revert(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), *session.unfollowed)
+                await self._follow_client_revert(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
             line = await self._assemble_and_project(session, state, params, msg.line)
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
@@ -1213,6 +1243,16 @@ class Lifecycle:
                 return
             archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
             archived = archived_turn(turn, list(state.items.values()))
+            unfollowed = session.unfollowed
+            if unfollowed is not None and turn_id not in unfollowed.in_flight:
+                # The thread went on without the mirror following the client's
+                # revert (it kept failing): following later would cut this turn.
+                log.warning(
+                    "giving up a client revert the transcript mirror could not follow; the engine keeps the reverted turns",
+                    extra={"fields": self._fields(session, turnId=turn_id)},
+                )
+                session.unfollowed = None
+                self.proxy.ungate(session.thread_id, unfollowed.holder)
             if session.live_turns is not None:
                 session.live_turns.append(turn_id)
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]

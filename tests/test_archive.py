@@ -60,7 +60,7 @@ def test_a_client_revert_is_pending_from_its_intent_until_it_is_followed(tmp_pat
     assert archive.pending_forget() == ("t1", False)
     archive.end_forget("t1")
     assert archive.pending_forget() is None
-    archive.begin_forget("t2", True, in_flight="t3")
+    archive.begin_forget("t2", True, in_flight=["t3"])
     archive.end_forget("t1")  # a stale completion does not close a later intent
     with open(archive.path, "ab") as f:
         f.write(b'{"forgot": "t')  # a kill mid-write of the completion

@@ -573,3 +573,111 @@ async def test_a_client_revert_behind_a_turn_that_never_ends_is_followed_before_
         path_messages = run.session(tid).mirror.messages()
     assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
     assert [t for _, t in roles_texts(path_messages) if t in ("N1", "N2", "N4")] == ["N1", "N4"]
+
+
+async def _queued_turn_then_client_revert(run, tid: str, queued_text: str) -> tuple[str, str, Any]:
+    """Q1 and Q2 done; Q3 running (HOLD); a turn/start queued behind it (not
+    gated: an interrupt of Q3 must get through); then the client reverts
+    before Q2, which ends Q3 too."""
+    from tests.test_lifecycle import frame
+
+    t1 = await run.turn_ok(tid, "Q1")
+    t2 = await run.turn_ok(tid, "Q2")
+    rid3, line3 = run.turn_start_line(tid, "Q3 HOLD")
+    await run.send(line3)
+    t3 = (await run.wait_response(rid3))["result"]["turn"]["id"]
+    await wait_until(lambda: run.session(tid).current is not None and run.session(tid).current.turn_id == t3, what="Q3 running")
+    rid4, line4 = run.turn_start_line(tid, queued_text)
+    await run.send(line4)
+    rid5 = run.new_id()
+    await run.send(frame({"id": rid5, "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t2}}))
+    assert "result" in await run.wait_response(rid5)
+    return t1, t2, rid4
+
+
+# A turn/start queued behind a running turn before the client's revert gets
+# the turn slot first: it follows the revert itself before assembling, so it
+# sees no reverted turn and is not cut when the forget comes after it.
+async def test_a_turn_queued_before_a_client_revert_follows_it_first(tmp_path):
+    from tests.test_lifecycle import calls_for, roles_texts
+
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        t1, t2, rid4 = await _queued_turn_then_client_revert(run, tid, "Q4")
+        t4 = (await run.finish_turn(tid, rid4))["id"]
+        await wait_until(lambda: not run.client.proxy._gates and not run.session(tid).busy, what="gates and slot free")
+        path_messages = run.session(tid).mirror.messages()
+        forgotten = TurnArchive(archive_path(tmp_path / "state", tid))._read()[2]
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
+    assembled = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
+    assert not any(t.startswith(("Q2", "Q3")) for t in assembled), assembled
+    assert [t for _, t in roles_texts(path_messages) if t.startswith("Q")] == ["Q1", "Q4"]
+    assert t4 not in forgotten and t2 in forgotten
+
+
+# ...and that queued turn, running, can be interrupted at once: the client's
+# requests are not held behind the forget while the turn holds the slot.
+async def test_the_queued_turn_can_be_interrupted_while_the_forget_waits(tmp_path):
+    from sidecar.lifecycle import LifecycleOptions
+    from tests.test_lifecycle import frame
+
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=60.0)
+    async with modes_sidecar(tmp_path, identity(), options=options) as run:
+        tid = await run.start_thread()
+        _, _, rid4 = await _queued_turn_then_client_revert(run, tid, "Q4 HOLD")
+        t4 = (await run.wait_response(rid4))["result"]["turn"]["id"]
+        irid = run.new_id()
+        await run.send(frame({"id": irid, "method": "turn/interrupt", "params": {"threadId": tid, "turnId": t4}}))
+        with trio.fail_after(20):  # gated, it would wait previous_turn_wait (60 s)
+            answered = await run.wait_response(irid, timeout=30)
+    assert "result" in answered
+
+
+# The mirror keeps failing to follow: the first turn after the revert gives
+# it up (it ran on), so a follow that succeeds later never cuts that turn.
+async def test_a_client_revert_given_up_is_not_followed_after_a_later_turn(tmp_path, monkeypatch):
+    from sidecar.mirror import TranscriptMirror
+    from tests.test_lifecycle import roles_texts
+
+    real = TranscriptMirror.rewind
+    calls: list[int] = []
+
+    def fails_twice(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TranscriptMirror, "rewind", fails_twice)
+    async with modes_sidecar(tmp_path, identity()) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "H1")
+        t2 = await run.turn_ok(tid, "H2")
+        assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+        await wait_until(lambda: calls, what="the failed follow")
+        t3 = await run.turn_ok(tid, "H3")  # its retry fails too; it runs on
+        t4 = await run.turn_ok(tid, "H4")
+        path_messages = run.session(tid).mirror.messages()
+        forgotten = TurnArchive(archive_path(tmp_path / "state", tid))._read()[2]
+    assert len(calls) == 2, "given up: no third try"
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t3, t4]
+    texts = [t for _, t in roles_texts(path_messages)]
+    assert "H3" in texts and "H4" in texts, texts
+    assert t3 not in forgotten
+
+
+# A client revert Codex never answers holds the client's later requests on
+# the thread no longer than a turn/start would wait (previous_turn_wait).
+async def test_a_client_revert_never_answered_does_not_hold_the_thread_forever(tmp_path):
+    from sidecar.lifecycle import LifecycleOptions
+    from tests.test_lifecycle import frame
+
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.5)
+    async with modes_sidecar(tmp_path, identity(), options=options, script={"revertNoAnswer": True}) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "U1")
+        await run.send(frame({"id": run.new_id(), "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t1}}))
+        with trio.fail_after(20):
+            read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1]

@@ -41,7 +41,10 @@ methods the lifecycle cares about, and nothing else:
 * ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
 
 ``turn/start`` refuses (-32600, no turn) an input item of a type Codex does
-not know (e.g. ``{"type": "no-such-input"}``), like Codex.
+not know (e.g. ``{"type": "no-such-input"}``), like Codex. A turn whose input
+contains ``HOLD`` keeps running (no agent message, no ``turn/completed``)
+until a ``turn/interrupt`` or a ``thread/revert`` of its thread ends it as
+interrupted.
 
 Environment:
 
@@ -61,7 +64,8 @@ Environment:
   ``defaultReply`` (str, ``{n}`` is the turn number from 1),
   ``compact`` (``"ok"`` or ``"error"``) and ``revertedLate`` (true or a
   number N: a revert's ``thread/reverted`` comes only after the next (N-th
-  next) request is answered, as a slow Codex could send it).
+  next) request is answered, as a slow Codex could send it) and
+  ``revertNoAnswer`` (true: ``thread/revert`` is never answered).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -222,6 +226,12 @@ def run_turn(rid, params: dict) -> None:
     notify("turn/started", {"threadId": tid, "turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
     user = {"type": "userMessage", "id": f"{turn_id}-user", "clientId": None, "content": params.get("input") or [], "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
     item_completed(tid, turn_id, user)
+    if "HOLD" in json.dumps(params.get("input") or []):
+        # Runs until turn/interrupt or thread/revert ends it (interrupted).
+        thread["turns"].append(turn_obj(turn_id, "inProgress", [user], "full"))
+        save()
+        running[tid] = turn_id
+        return
     items = [user]
     summary: list = []
     error_obj = None
@@ -271,12 +281,33 @@ def compact(rid, params: dict) -> None:
 INPUT_TYPES = ("text", "image", "localImage", "skill", "mention")
 
 
+running: dict[str, str] = {}  # thread id -> its HOLD turn still running
+
+
+def end_running(tid) -> None:
+    """A running HOLD turn ends, interrupted (as Codex does on turn/interrupt
+    or on a thread/revert of its thread)."""
+    turn_id = running.pop(tid, None)
+    if turn_id is None:
+        return
+    for t in threads[tid]["turns"]:
+        if t["id"] == turn_id:
+            t["status"] = "interrupted"
+    save()
+    notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
+    notify("turn/completed", {"threadId": tid, "turn": turn_obj(turn_id, "interrupted", [], "notLoaded")})
+
+
 def revert(rid, params: dict) -> None:
     """In place, as Codex 0.169.0 does it (docs/research/history-rebuild.md §2.3)."""
     tid = params.get("threadId")
     if tid not in threads:
         error(rid, -32600, f"thread not found: {tid}")
         return
+    if script.get("revertNoAnswer"):
+        return  # a Codex that never answers
+    if tid in running:
+        end_running(tid)  # a running turn is interrupted
     thread = threads[tid]
     if thread.get("historyMode") == "legacy":
         error(rid, -32600, "thread/revert only supports paginated threads")
@@ -436,6 +467,7 @@ def handle(msg: dict) -> None:
         items_list(rid, params)
     elif method == "turn/interrupt":
         result(rid, {})
+        end_running(params.get("threadId"))
     else:
         error(rid, -32601, f"method not found: {method}")
 
