@@ -414,6 +414,12 @@ async def test_a_fork_s_archive_is_written_before_its_mirror(tmp_path, monkeypat
     assert archive_there == [True]
 
 
+async def _two_turns(run, prefix: str) -> tuple[str, str, str]:
+    """A new thread with turns ``<prefix>1`` and ``<prefix>2``: its id and theirs."""
+    tid = await run.start_thread()
+    return tid, await run.turn_ok(tid, f"{prefix}1"), await run.turn_ok(tid, f"{prefix}2")
+
+
 # Killed after Codex answered the client's own revert, before the sidecar's
 # mirror and archive followed it (here: the turn slot was busy). The intent is
 # on disk; the next opening of the thread follows the revert before any turn,
@@ -422,9 +428,7 @@ async def test_a_kill_before_a_client_revert_is_followed_does_not_bring_its_turn
     from tests.test_lifecycle import calls_for, roles_texts
 
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "C1")
-        t2 = await run.turn_ok(tid, "C2")
+        tid, t1, t2 = await _two_turns(run, "C")
         await run.turn_ok(tid, "C3")
         session = run.session(tid)
         await session.slot.acquire()  # a turn still finalising: the forget must wait
@@ -478,9 +482,7 @@ async def test_a_turn_pipelined_behind_a_client_revert_is_kept_and_sees_no_rever
 
     engine = identity()
     async with modes_sidecar(tmp_path, engine) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "P1")
-        t2 = await run.turn_ok(tid, "P2")
+        tid, t1, t2 = await _two_turns(run, "P")
         rid = run.new_id()
         await run.send(frame({"id": rid, "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t2}}))
         trid, line = run.turn_start_line(tid, "P3")
@@ -512,9 +514,7 @@ async def test_a_client_revert_the_mirror_failed_to_follow_is_followed_by_the_ne
     monkeypatch.setattr(TranscriptMirror, "rewind", full_once)
     engine = identity()
     async with modes_sidecar(tmp_path, engine) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "F1")
-        t2 = await run.turn_ok(tid, "F2")
+        tid, t1, t2 = await _two_turns(run, "F")
         assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         await wait_until(lambda: calls and run.session(tid).unfollowed is not None, what="the failed follow")
         t3 = await run.turn_ok(tid, "F3")
@@ -540,9 +540,7 @@ async def test_a_stale_client_revert_intent_never_cuts_a_later_turn(tmp_path, mo
 
     monkeypatch.setattr(TranscriptMirror, "rewind", broken)
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "S1")
-        t2 = await run.turn_ok(tid, "S2")
+        tid, t1, t2 = await _two_turns(run, "S")
         assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         t3 = await run.turn_ok(tid, "S3")
     monkeypatch.setattr(TranscriptMirror, "rewind", real)
@@ -564,9 +562,7 @@ async def test_a_client_revert_behind_a_turn_that_never_ends_is_followed_before_
 
     options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.3)
     async with modes_sidecar(tmp_path, identity(), options=options) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "N1")
-        t2 = await run.turn_ok(tid, "N2")
+        tid, t1, t2 = await _two_turns(run, "N")
         await run.session(tid).slot.acquire()  # never released: a lost turn/completed
         assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         t4 = (await run.turn(tid, "N4"))["id"]
@@ -651,9 +647,7 @@ async def test_a_client_revert_given_up_is_not_followed_after_a_later_turn(tmp_p
 
     monkeypatch.setattr(TranscriptMirror, "rewind", fails_twice)
     async with modes_sidecar(tmp_path, identity()) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "H1")
-        t2 = await run.turn_ok(tid, "H2")
+        tid, t1, t2 = await _two_turns(run, "H")
         assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         await wait_until(lambda: calls, what="the failed follow")
         t3 = await run.turn_ok(tid, "H3")  # its retry fails too; it runs on
