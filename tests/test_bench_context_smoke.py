@@ -314,3 +314,16 @@ def test_the_engines_memos_never_serve_a_stale_answer():
     assert ce._message_tokens(b) > n == ce._message_tokens(a)
     ce._object_tokens[id(b)] = (a, n)  # an entry left by another object under b's id
     assert ce._message_tokens(b) > n  # is not trusted
+
+
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
+def test_model_latency_delays_every_model_response(tmp_path, monkeypatch):
+    """--model-latency-ms: each model request waits that long, so a turn of n
+    requests takes at least n times it (a lower bound a sleep guarantees)."""
+    monkeypatch.setattr(bc, "MODEL_LATENCY", [0.25])
+    script = bc.build_script(2)
+    run = bc.run_one("native", None, None, script, bc.prepare(tmp_path), 0, CODEX_BIN)
+    assert run.ok, run.error or run.note
+    assert [round(w, 2) >= 0.25 * t.requests for w, t in zip(run.turn_walls, script)] == [True, True]
+    with pytest.raises(SystemExit):
+        bc.main(["--model-latency-ms", "-1"])

@@ -573,6 +573,10 @@ def framing_tokens(first_request: dict, prompt: str) -> int:
     return request_tokens(first_request) - item_tokens(last)
 
 
+MODEL_LATENCY = [0.0]
+"""Seconds the fake model waits before each response (``--model-latency-ms``)."""
+
+
 class _CountingHandler(_Handler):
     """Reports the request's o200k input tokens as ``usage.input_tokens``
     (the fake model's own figure is characters of JSON / 4), so that Codex's
@@ -580,6 +584,11 @@ class _CountingHandler(_Handler):
     real model would report."""
 
     _bench_input_tokens: int | None = None
+
+    def _start_stream(self) -> None:
+        if MODEL_LATENCY[0] > 0:
+            time.sleep(MODEL_LATENCY[0])  # time to first byte, as a real model's
+        super()._start_stream()
 
     def _completed(self, resp_id: str, body: dict, output: list, out_tokens: int) -> None:
         self._bench_input_tokens = request_tokens(body)
@@ -1163,6 +1172,13 @@ def main(argv: list[str] | None = None) -> int:
         "so after every rebuild); default: an empty HOME, the same on every machine",
     )
     ap.add_argument("--repeat", type=int, default=1, help="runs per sidecar row, for the wall ratio (default %(default)s); tokens come from the first")
+    ap.add_argument(
+        "--model-latency-ms",
+        type=float,
+        default=0.0,
+        help="the fake model waits this long before each response, as a real model does (default 0: "
+        "answers at once, where the sidecar's and a rebuild's costs show most; the targets are read at 0)",
+    )
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="script seed (default %(default)s)")
     ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
     ap.add_argument("--keep", metavar="DIR", help="run in DIR and keep every CODEX_HOME, mirror and stderr log")
@@ -1177,6 +1193,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--turns must be at least 1")
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if args.model_latency_ms < 0:
+        ap.error("--model-latency-ms must be >= 0")
+    MODEL_LATENCY[0] = args.model_latency_ms / 1000
     SIDECAR_LOG_LEVEL[0] = args.sidecar_log_level
     for item in args.sidecar_setting:
         name, eq, value = item.partition("=")
@@ -1232,6 +1251,8 @@ def main(argv: list[str] | None = None) -> int:
             shown.append(r)  # tokens are deterministic: the first run of each row shows them
     natives = [r.wall_per_turn * 1000 for r in runs if r.engine is None and r.ok and r.wall_per_turn]
     legend = legend_lines(args.turns, native, framing, allowance)
+    if MODEL_LATENCY[0]:
+        legend.append(f"the fake model waited {args.model_latency_ms:g} ms before each response (--model-latency-ms).")
     legend.append(
         f"native runs: {len(natives)}, {min(natives):,.0f}-{max(natives):,.0f} ms/turn (the run-to-run noise the wall ratios are read against); "
         f"{args.repeat} run(s) per sidecar row."
@@ -1250,6 +1271,7 @@ def main(argv: list[str] | None = None) -> int:
             "checks": {r.label: [dataclasses.asdict(c) for c in checks_for(r, native, framing, walls.get(r.label))] for r in shown},
             "wallRatios": walls,
             "repeat": args.repeat,
+            "modelLatencyMs": args.model_latency_ms,
             "table": {"header": HEADER, "rows": rows, "notes": notes},
             "seconds": elapsed,
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
