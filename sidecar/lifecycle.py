@@ -68,7 +68,7 @@ from .projection import (
     project_turn_input,
 )
 from .proxy import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy, RpcError
-from .translate import messages_of, translate_turn, turn_key_prefix
+from .translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -210,6 +210,10 @@ class ThreadSession:
     inspect: "InspectLog | None" = None
     framing_only: bool = False
     """A fork the sidecar made from Codex's framing: its ledger starts empty."""
+    reverts_unanswered: int = 0
+    """Client thread/reverts sent to Codex and not answered yet."""
+    reverts_answered: trio.Event = field(default_factory=trio.Event)
+    """Set whenever the last of them is answered."""
     unfollowed: _Unfollowed | None = None
     """A client revert the mirror has not followed yet: whichever comes first
     with the turn slot (the forget, or a turn/start queued before the revert)
@@ -241,6 +245,8 @@ class Lifecycle:
         self._reverting: dict[str, _RevertNoise] = {}
         self._archive_reverts: set[Any] = set()
         """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
+        self._unanswered: dict[Any, ThreadSession] = {}
+        """Client ids of client thread/reverts Codex has not answered, and their session."""
         self._archive_forks: set[Any] = set()
         """The same for thread/fork: the fork holds Codex's framing only."""
         info = engine.info
@@ -375,6 +381,13 @@ class Lifecycle:
             holder = ("client-revert", msg.id)
             self.proxy.gate(params["threadId"], holder)
             self.proxy.spawn(self._expire_revert_gate, params["threadId"], holder)  # never answered
+            session = self.sessions.get(params["threadId"])
+            if session is not None:
+                # A turn/start already queued for the slot (not gated: a turn was
+                # running) must not assemble before Codex answered this revert.
+                session.reverts_unanswered += 1
+                session.reverts_answered = trio.Event()
+                self._unanswered[msg.id] = session
         return self._redirect_if_archived(msg, ("beforeTurnId",), self._archive_reverts)
 
     def _on_client_fork(self, msg: Message) -> Decision:
@@ -421,6 +434,11 @@ class Lifecycle:
     def _on_client_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
         not come back in its reads, whatever the sidecar rebuilds later."""
+        answered = self._unanswered.pop(pending.client_id, None)
+        if answered is not None:
+            answered.reverts_unanswered = max(0, answered.reverts_unanswered - 1)
+            if not answered.reverts_unanswered:
+                answered.reverts_answered.set()
         params = self._requests.pop(pending.client_id, None) or {}
         into_archive = pending.client_id in self._archive_reverts
         self._archive_reverts.discard(pending.client_id)
@@ -504,6 +522,7 @@ class Lifecycle:
                         f"{turn_key_prefix(thread_id, before)}client-revert",
                         REVERT_CUSTOM_TYPE,
                         {"beforeTurnId": before},
+                        turn_id=before,  # a fork's inherited turns keep their parent's keys
                     )
                 )
             except (MirrorError, OSError) as exc:
@@ -514,12 +533,22 @@ class Lifecycle:
             # next turn projects the engine's whole assembly.
             session.held, session.turns_since_rebuild, session.live_turns = [], [], []
         else:
-            # What Codex holds now: worked out afresh from the mirror (a later
-            # mismatch with the assembly rebuilds, which is exact).
-            session.held = None
             since = session.turns_since_rebuild
             session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
-        session.unfollowed = None if followed else pending
+            if session.turns_since_rebuild == []:
+                session.held = []  # back to the framing (the rebuild's turn was reverted)
+            elif session.rebuilds or session.force_rebuild or session.projected_epoch is not None:
+                # Codex holds a projection plus turns since; the mirror's
+                # history is not what it holds: project the assembly afresh.
+                session.held, session.force_rebuild = None, True
+            else:
+                # Never rebuilt: Codex holds the mirror's turns, worked out
+                # afresh from it (a later mismatch with the assembly rebuilds).
+                session.held = None
+        if session.unfollowed is pending:
+            session.unfollowed = None if followed else pending
+        elif not followed and session.unfollowed is None:
+            session.unfollowed = pending  # (a restart's pending intent) the next turn retries
         self.proxy.ungate(thread_id, pending.holder)  # followed, or the next turn retries
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)
@@ -603,10 +632,11 @@ class Lifecycle:
         before, last = params.get("beforeTurnId"), params.get("lastTurnId")
         stop = None
         if isinstance(before, str):
-            prefix = turn_key_prefix(parent_id, before)
-            stop = lambda key: key.startswith(prefix)  # noqa: E731
+            # By turn id: the parent may itself be a fork, whose inherited
+            # turns keep their own parent's keys.
+            stop = lambda key: key_turn_id(key) == before  # noqa: E731
         elif isinstance(last, str):
-            stop = _after_turn(parent_id, last)
+            stop = _after_turn(last)
         return TranscriptMirror.fork(parent_path, session.path, session.thread_id, cwd=session.cwd, stop_before=stop)
 
     def _fork_archive_then_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
@@ -741,6 +771,9 @@ class Lifecycle:
         started = trio.current_time()
         self.proxy.gate(session.thread_id, id(msg))
         try:
+            if session.reverts_unanswered:
+                with trio.move_on_after(self.options.previous_turn_wait):
+                    await session.reverts_answered.wait()
             if session.unfollowed is not None:
                 # A client revert not followed yet (this turn/start was queued
                 # before it, or the mirror failed to follow): before this turn
@@ -1004,7 +1037,12 @@ class Lifecycle:
         """The first turn the Codex thread holds: the ledger's when it knows,
         else Codex's answer (None: no turn). Raises RpcError or TooSlowError."""
         if session is not None and session.turns_since_rebuild is not None:
-            return session.turns_since_rebuild[0] if session.turns_since_rebuild else None
+            if session.turns_since_rebuild:
+                return session.turns_since_rebuild[0]
+            current = session.current
+            if current is not None and current.turn_id is not None:
+                return current.turn_id  # the rebuild's own turn, running or finalising
+            return None
         listed = await self.proxy.request(
             "thread/turns/list", {"threadId": thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
         )
@@ -1537,15 +1575,15 @@ class Lifecycle:
         return fields
 
 
-def _after_turn(thread_id: str, last: str) -> Callable[[str], bool]:
+def _after_turn(last: str) -> Callable[[str], bool]:
     """A mirror copy's stop test for ``thread/fork`` with ``lastTurnId``:
-    stop at the first entry after that turn's own."""
-    last_prefix = turn_key_prefix(thread_id, last)
+    stop at the first entry after that turn's own (matched by turn id,
+    under whichever thread's keys it was mirrored)."""
     seen = False
 
     def stop(key: str) -> bool:
         nonlocal seen
-        if key.startswith(last_prefix):
+        if key_turn_id(key) == last:
             seen = True
             return False
         return seen

@@ -149,6 +149,16 @@ def session_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "sessions" / f"{thread_id}.jsonl"
 
 
+def _of_turn(key: str, turn_prefix: str, turn_id: str | None) -> bool:
+    """``key`` starts with ``turn_prefix``, or (``turn_id`` given) is a key of
+    that turn under any thread (a fork's mirror keeps its parent's keys for
+    the turns it inherited)."""
+    if key.startswith(turn_prefix):
+        return True
+    parts = key.split(":", 3)
+    return turn_id is not None and len(parts) == 4 and parts[2] == turn_id
+
+
 def _custom_builder(custom_type: str, data: Any, timestamp: int | None) -> Callable[[str, str | None], dict[str, Any]]:
     when = _now_ms() if timestamp is None else timestamp
 
@@ -738,19 +748,22 @@ class TranscriptMirror:
         """Append a ``custom`` entry (extension state; never model context)."""
         return self._append(key, _custom_builder(custom_type, data, timestamp))
 
-    def rewind(self, turn_prefix: str, key: str, custom_type: str, data: Any, *, timestamp: int | None = None) -> bool:
+    def rewind(
+        self, turn_prefix: str, key: str, custom_type: str, data: Any, *, timestamp: int | None = None, turn_id: str | None = None
+    ) -> bool:
         """Take the turn whose keys start with ``turn_prefix``, and every later
         one, off the session's context: a ``custom`` entry whose parent is the
         entry before that turn becomes the leaf, so the path to the leaf (what
         :meth:`messages` and OpenClaw read) skips them, and what comes next
         continues from there. The entries stay in the file (a branch, as
-        OpenClaw's tree format allows). False when ``key`` is present or the
-        turn is not on the path."""
+        OpenClaw's tree format allows). With ``turn_id``, that turn's keys
+        under any thread id match too (a fork's inherited turns). False when
+        ``key`` is present or the turn is not on the path."""
         with self._locked():
             if key in self._keys:
                 return False
             path = self._path_to_leaf()
-            at = next((i for i, e in enumerate(path) if str(e.get("idempotencyKey") or "").startswith(turn_prefix)), None)
+            at = next((i for i, e in enumerate(path) if _of_turn(str(e.get("idempotencyKey") or ""), turn_prefix, turn_id)), None)
             if at is None:
                 return False
             parent = path[at - 1]["id"] if at > 0 else None

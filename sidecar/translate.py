@@ -182,6 +182,14 @@ def turn_key_prefix(thread_id: str, turn_id: str) -> str:
     return f"{KEY_SOURCE}:{thread_id}:{turn_id}:"
 
 
+def key_turn_id(key: str) -> str | None:
+    """The turn id in a key ``codex-app-server:<thread>:<turn>:...``, whatever
+    the thread (a fork's mirror keeps its parent's keys for inherited turns);
+    None for other keys."""
+    parts = key.split(":", 3)
+    return parts[2] if len(parts) == 4 and parts[0] == KEY_SOURCE else None
+
+
 def messages_of(records: Iterable[Translated]) -> list[AgentMessage]:
     """Just the AgentMessages, in order (markers left out)."""
     return [r.message for r in records if isinstance(r, MirrorMessage)]

@@ -664,7 +664,9 @@ async def test_a_client_revert_after_rebuilds_leaves_the_model_only_what_it_kept
     assert "U4" not in context and "Reply 4." not in context
     assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3, t5]
     records = inspect_records(run, tid)
-    assert [r["rebuilt"] for r in records] == [False, False, True, True, True]
+    # U5: the ledger knew Codex held only its framing, so the whole assembly
+    # went as a delta, with no rebuild.
+    assert [r["rebuilt"] for r in records] == [False, False, True, True, False]
 
 
 # --------------------------------------------------------------------------

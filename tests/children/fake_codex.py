@@ -65,7 +65,9 @@ Environment:
   ``compact`` (``"ok"`` or ``"error"``) and ``revertedLate`` (true or a
   number N: a revert's ``thread/reverted`` comes only after the next (N-th
   next) request is answered, as a slow Codex could send it) and
-  ``revertNoAnswer`` (true: ``thread/revert`` is never answered).
+  ``revertNoAnswer`` (true: ``thread/revert`` is never answered) and
+  ``revertDelay`` (seconds a ``thread/revert`` takes, nothing else answered
+  meanwhile).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -75,6 +77,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 NOW_MS = 1_795_316_416_000
 NOW_S = NOW_MS // 1000
@@ -306,6 +309,9 @@ def revert(rid, params: dict) -> None:
         return
     if script.get("revertNoAnswer"):
         return  # a Codex that never answers
+    if script.get("revertDelay"):
+        out.flush()
+        time.sleep(float(script["revertDelay"]))  # a slow Codex: everything waits
     if tid in running:
         end_running(tid)  # a running turn is interrupted
     thread = threads[tid]
