@@ -434,11 +434,7 @@ class Lifecycle:
     def _on_client_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
         not come back in its reads, whatever the sidecar rebuilds later."""
-        answered = self._unanswered.pop(pending.client_id, None)
-        if answered is not None:
-            answered.reverts_unanswered = max(0, answered.reverts_unanswered - 1)
-            if not answered.reverts_unanswered:
-                answered.reverts_answered.set()
+        self._revert_answered(pending.client_id)
         params = self._requests.pop(pending.client_id, None) or {}
         into_archive = pending.client_id in self._archive_reverts
         self._archive_reverts.discard(pending.client_id)
@@ -471,9 +467,19 @@ class Lifecycle:
         return None
 
     async def _expire_revert_gate(self, thread_id: str, holder: Any) -> None:
-        """The client's requests never wait longer than a turn/start would."""
+        """The client's requests never wait longer than a turn/start would,
+        nor do later turns wait for an answer that never came."""
         await trio.sleep(self.options.previous_turn_wait)
         self.proxy.ungate(thread_id, holder)
+        self._revert_answered(holder[1])
+
+    def _revert_answered(self, client_id: Any) -> None:
+        """A client revert was answered (or given up on): turns stop waiting for it."""
+        session = self._unanswered.pop(client_id, None)
+        if session is not None:
+            session.reverts_unanswered = max(0, session.reverts_unanswered - 1)
+            if not session.reverts_unanswered:
+                session.reverts_answered.set()
 
     async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, into_archive: bool, holder: Any) -> None:
         acquired: ThreadSession | None = None
@@ -528,23 +534,35 @@ class Lifecycle:
             except (MirrorError, OSError) as exc:
                 followed = False  # the intent stays: the next turn (or opening) tries again
                 log.warning("transcript mirror could not follow the client's revert", extra={"fields": self._fields(session, error=type(exc).__name__)})
-        if into_archive:
-            # Codex was reverted to its framing: it holds nothing, and the
-            # next turn projects the engine's whole assembly.
-            session.held, session.turns_since_rebuild, session.live_turns = [], [], []
-        else:
+        if not into_archive:
             since = session.turns_since_rebuild
             session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
-            if session.turns_since_rebuild == []:
-                session.held = []  # back to the framing (the rebuild's turn was reverted)
-            elif session.rebuilds or session.force_rebuild or session.projected_epoch is not None:
-                # Codex holds a projection plus turns since; the mirror's
-                # history is not what it holds: project the assembly afresh.
-                session.held, session.force_rebuild = None, True
-            else:
-                # Never rebuilt: Codex holds the mirror's turns, worked out
-                # afresh from it (a later mismatch with the assembly rebuilds).
-                session.held = None
+        if into_archive or session.turns_since_rebuild == []:
+            # Codex is back at its framing (the rebuild's own turn was reverted,
+            # or the revert went before Codex's first turn): it holds nothing,
+            # no epoch either, and the next turn projects the whole assembly.
+            session.held, session.turns_since_rebuild, session.projected_epoch = [], [], None
+            if into_archive:
+                session.live_turns = []
+        elif session.rebuilds or session.force_rebuild or session.projected_epoch is not None:
+            # Codex holds a projection plus turns since; the mirror's history
+            # is not what it holds: project the assembly afresh.
+            session.held, session.force_rebuild = None, True
+        else:
+            # Never rebuilt: Codex holds the mirror's turns, worked out afresh
+            # from it (a later mismatch with the assembly rebuilds).
+            session.held = None
+        if session.inspect is not None:
+            # The ledger a restart restores (the last record, a marker included).
+            marker = {
+                "clientRevert": before,
+                "held": session.held,
+                "turnsSinceRebuild": session.turns_since_rebuild,
+                "rebuilds": session.rebuilds,
+                "projectedEpoch": session.projected_epoch,
+                "forceRebuild": session.force_rebuild,
+            }
+            await trio.to_thread.run_sync(session.inspect.append, marker)
         if session.unfollowed is pending:
             session.unfollowed = None if followed else pending
         elif not followed and session.unfollowed is None:
@@ -593,6 +611,7 @@ class Lifecycle:
                     session.held = last.get("held")
                     session.turns_since_rebuild = last.get("turnsSinceRebuild")
                     session.rebuilds = int(last.get("rebuilds") or 0)
+                    session.force_rebuild = bool(last.get("forceRebuild"))
                     if last.get("rebuilding"):
                         # Killed between a revert and the turn that carried the
                         # projection: the thread may hold only its framing.

@@ -156,3 +156,41 @@ async def test_a_new_revert_during_a_restart_s_follow_is_followed_too(tmp_path, 
     assert run2.store_turns(tid) == []
     assert not any(t.startswith("C") for t in texts), texts
     assert TurnArchive(path).pending_forget() is None
+
+
+# epoch mode: the client reverts the rebuild's own turn. Codex is back at its
+# framing and holds no epoch, so the next turn (same epoch) still projects
+# the assembly; and so does the first turn after a restart.
+async def test_after_a_revert_of_the_rebuild_s_turn_epoch_mode_projects_again(tmp_path):
+    from tests.test_projection_modes import context_of, epochs
+
+    async with modes_sidecar(tmp_path, epochs(per=4), mode="auto", name="one") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "E1 alpha")
+        await run.turn_ok(tid, "E2 beta")
+        t3 = await run.turn_ok(tid, "E3")  # epoch e1: rebuild, Codex holds E3 only
+        assert [t["id"] for t in run.store_turns(tid)] == [t3]
+        assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t3})
+        await _idle(run, tid)
+    async with modes_sidecar(tmp_path, epochs(per=4), mode="auto", name="two") as run2:  # a restart
+        await run2.resume_thread(tid)
+        await run2.turn_ok(tid, "E5")
+        seen = run2.seen(tid)[-1]
+    context = context_of(seen) or ""
+    assert seen["held"] == [] and "E1 alpha" in context and "E2 beta" in context, "the model would see nothing before E5"
+
+
+# A client revert Codex never answers: once its gate expires, later turns on
+# the thread no longer wait for its answer.
+async def test_later_turns_stop_waiting_for_a_revert_never_answered(tmp_path):
+    from sidecar.lifecycle import LifecycleOptions
+
+    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.5)
+    async with modes_sidecar(tmp_path, identity(), options=options, script={"revertNoAnswer": True}) as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "V1")
+        await run.send(frame({"id": run.new_id(), "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t1}}))
+        await wait_until(lambda: run.session(tid).reverts_unanswered == 1, what="the revert counted")
+        await wait_until(lambda: run.session(tid).reverts_unanswered == 0, what="the revert given up")
+        assert run.session(tid).reverts_answered.is_set()
+        await run.turn_ok(tid, "V2")
