@@ -14,11 +14,13 @@ One JSONL file a thread, ``<state_dir>/turns/<thread id>.jsonl`` (0600):
 ids]}`` (marked dropped, but Codex kept them: a refused revert, or a kill
 between the marks and the revert, found when Codex lists them again; read in
 file order, so a later rebuild can drop them again) and, when the client
-reverts turns itself, ``{"forgotten": [turn ids]}`` records, with the
-client revert's ``{"forgetting": {"beforeTurnId", "intoArchive"}}`` written
-as soon as Codex answers it and ``{"forgot": turn id}`` once the archive and
-the transcript mirror follow it (a kill in between leaves the intent, which
-the next opening of the thread carries out). Appends are
+reverts turns itself, ``{"forgotten": [turn ids]}`` records. A client
+revert leaves ``{"reverting": {...}}`` before it goes to Codex, then
+``{"forgetting": {"beforeTurnId", "intoArchive", "inFlightTurnIds"}}`` when
+Codex answers it (``{"revertRefused": id}`` when Codex refuses it) and
+``{"forgot": id}`` once the archive and the transcript mirror follow it. A
+kill in between leaves the last step undone; the next opening of the thread
+does it (asking Codex's newest turn when the answer was never read). Appends are
 single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
 line, which reading skips and the next append terminates. Archiving is best effort: a failed write costs
 the client those turns in later reads, never the turn itself.
@@ -90,6 +92,49 @@ class TurnArchive:
         ``in_flight``: the thread's turns running or finalising at that
         moment, the only ones that may still be archived after this record."""
         self._append({"forgetting": {"beforeTurnId": turn_id, "intoArchive": into_archive, "inFlightTurnIds": list(in_flight or [])}})
+
+    def begin_revert(self, turn_id: str, in_flight: list[str] | None = None) -> None:
+        """The client's revert before ``turn_id`` is about to go to Codex. A
+        kill after Codex carried it out but before its answer was read
+        leaves this record with no outcome; the next opening asks Codex."""
+        self._append({"reverting": {"beforeTurnId": turn_id, "inFlightTurnIds": list(in_flight or [])}})
+
+    def revert_refused(self, turn_id: str) -> None:
+        """Codex refused the client's revert (or, after a kill, never did it)."""
+        self._append({"revertRefused": turn_id})
+
+    def pending_revert(self) -> tuple[str, list[str]] | None:
+        """A client revert sent to Codex whose outcome no record tells:
+        ``(beforeTurnId, the turns in flight then)``; None when its
+        ``forgetting`` or ``revertRefused`` record came, or when a turn other
+        than those in flight was archived after it (the thread went on)."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        if b'"reverting"' not in data:
+            return None
+        pending: tuple[str, list[str]] | None = None
+        for record in decode_records(data):
+            if not isinstance(record, dict):
+                continue
+            sent = record.get("reverting")
+            turn = record.get("turn")
+            outcome = record.get("forgetting")
+            if isinstance(sent, dict) and isinstance(sent.get("beforeTurnId"), str):
+                listed = sent.get("inFlightTurnIds")
+                pending = (sent["beforeTurnId"], [t for t in listed if isinstance(t, str)] if isinstance(listed, list) else [])
+            elif pending is None:
+                continue
+            elif record.get("revertRefused") == pending[0] or (isinstance(outcome, dict) and outcome.get("beforeTurnId") == pending[0]):
+                pending = None
+            elif isinstance(turn, dict) and turn.get("id") not in pending[1]:
+                pending = None
+        return pending
+
+    def turn_order(self) -> list[str]:
+        """The archived turns' ids, oldest first."""
+        return list(self._read()[0])
 
     def end_forget(self, turn_id: str) -> None:
         """The archive and the mirror follow the client's revert."""

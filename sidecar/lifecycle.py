@@ -29,6 +29,7 @@ unchanged addition is not stacked up in history turn after turn.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -377,6 +378,7 @@ class Lifecycle:
         first turn instead, and the archive, mirror and ledger follow the
         client's request."""
         params = msg.params()
+        session: ThreadSession | None = None
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
             holder = ("client-revert", msg.id)
             self.proxy.gate(params["threadId"], holder)
@@ -388,7 +390,23 @@ class Lifecycle:
                 session.reverts_unanswered += 1
                 session.reverts_answered = trio.Event()
                 self._unanswered[msg.id] = session
-        return self._redirect_if_archived(msg, ("beforeTurnId",), self._archive_reverts)
+        decision = self._redirect_if_archived(msg, ("beforeTurnId",), self._archive_reverts)
+        if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):  # type: ignore[union-attr]
+            # Before it goes: a kill after Codex carried it out but before its
+            # answer is read must not leave the reverted turns in the mirror.
+            with contextlib.suppress(ValueError):
+                TurnArchive(archive_path(self.state_dir, session.thread_id)).begin_revert(
+                    params["beforeTurnId"], sorted(self._in_flight(session))  # type: ignore[index]
+                )
+        return decision
+
+    @staticmethod
+    def _in_flight(session: ThreadSession) -> set[str]:
+        """The thread's turns running or finalising (a revert interrupts them)."""
+        turns = set(session.turns)
+        if session.current is not None and session.current.turn_id is not None:
+            turns.add(session.current.turn_id)
+        return turns
 
     def _on_client_fork(self, msg: Message) -> Decision:
         """A fork through (``lastTurnId``) or before (``beforeTurnId``) a turn
@@ -443,6 +461,9 @@ class Lifecycle:
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
             if isinstance(thread_id, str):
                 self.proxy.ungate(thread_id, holder)  # refused: nothing to follow
+                if isinstance(before, str) and not into_archive:
+                    with contextlib.suppress(ValueError):
+                        TurnArchive(archive_path(self.state_dir, thread_id)).revert_refused(before)
             return None
         try:
             archive = TurnArchive(archive_path(self.state_dir, thread_id))
@@ -454,11 +475,7 @@ class Lifecycle:
         # so a kill before the mirror follows leaves the work to the next
         # opening of the thread: the reverted turns must never come back.
         session = self.sessions.get(thread_id)
-        in_flight: set[str] = set()
-        if session is not None:
-            in_flight.update(session.turns)
-            if session.current is not None and session.current.turn_id is not None:
-                in_flight.add(session.current.turn_id)
+        in_flight = self._in_flight(session) if session is not None else set()
         archive.begin_forget(before, into_archive, sorted(in_flight))  # best effort, as every archive write
         if session is not None:
             # Set now: a turn/start already queued for the slot follows it first.
@@ -627,6 +644,8 @@ class Lifecycle:
                     log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
                     before, into_archive = pending
                     await self._follow_client_revert(session, archive, _Unfollowed(before, into_archive, frozenset(), None))
+                else:
+                    await self._settle_unanswered_revert(session, archive)
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
                 session.held, session.turns_since_rebuild, session.live_turns = [], [], []
@@ -645,6 +664,32 @@ class Lifecycle:
             session.mirror = None
         finally:
             session.ready.set()
+
+    async def _settle_unanswered_revert(self, session: ThreadSession, archive: TurnArchive) -> None:
+        """Killed after a client revert went to Codex, before its answer was
+        read: Codex's newest turn tells whether it was carried out (a turn
+        before the reverted one) or not (that turn or a later one)."""
+        sent = await trio.to_thread.run_sync(archive.pending_revert)
+        if sent is None:
+            return
+        before, in_flight = sent
+        try:
+            listed = await self.proxy.request(
+                "thread/turns/list", {"threadId": session.thread_id, "sortDirection": "desc", "limit": 1}, timeout=self.options.engine_deadline
+            )
+        except (RpcError, trio.TooSlowError) as exc:
+            log.warning("cannot ask Codex whether an interrupted client revert happened", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
+            return  # asked again at the next opening
+        data = listed.get("data") if isinstance(listed, dict) else None
+        newest = data[0].get("id") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+        order = await trio.to_thread.run_sync(archive.turn_order)
+        done = before in order and (newest is None or (newest in order and order.index(newest) < order.index(before)))
+        if not done:
+            await trio.to_thread.run_sync(archive.revert_refused, before)
+            return
+        log.warning("following a client revert Codex carried out before a restart", extra={"fields": {"threadId": session.thread_id}})
+        await trio.to_thread.run_sync(archive.begin_forget, before, False, in_flight)
+        await self._follow_client_revert(session, archive, _Unfollowed(before, False, frozenset(in_flight), None))
 
     def _fork_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
         parent_path = session_path(self.state_dir, parent_id)

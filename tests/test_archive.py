@@ -74,6 +74,25 @@ def test_a_client_revert_is_pending_from_its_intent_until_it_is_followed(tmp_pat
     assert archive.pending_forget() is None
 
 
+def test_a_client_revert_sent_is_pending_until_an_outcome_or_a_later_turn(tmp_path):
+    archive = TurnArchive(tmp_path / "a.jsonl")
+    assert archive.pending_revert() is None
+    archive.append_turn({"id": "t1"})
+    archive.begin_revert("t1", ["t2"])
+    assert archive.pending_revert() == ("t1", ["t2"])
+    archive.append_turn({"id": "t2"})  # in flight when it was sent
+    assert archive.pending_revert() == ("t1", ["t2"])
+    archive.begin_forget("t1", False)  # answered
+    assert archive.pending_revert() is None
+    archive.begin_revert("t2")
+    archive.revert_refused("t2")
+    assert archive.pending_revert() is None
+    archive.begin_revert("t2")
+    archive.append_turn({"id": "t3"})  # the thread went on
+    assert archive.pending_revert() is None
+    assert archive.turn_order() == ["t1", "t2", "t3"]
+
+
 def test_splice_adds_only_what_codex_no_longer_has():
     hidden = [turn("t1"), turn("t2")]
     assert splice_turns(hidden, [turn("t3")]) == [turn("t1"), turn("t2"), turn("t3")]

@@ -194,3 +194,49 @@ async def test_later_turns_stop_waiting_for_a_revert_never_answered(tmp_path):
         await wait_until(lambda: run.session(tid).reverts_unanswered == 0, what="the revert given up")
         assert run.session(tid).reverts_answered.is_set()
         await run.turn_ok(tid, "V2")
+
+
+# Killed after Codex carried out the client's revert, before the sidecar read
+# its answer (the answer hook never ran): the record written before the
+# request went tells the next opening to ask Codex, which no longer has the
+# turn, so the mirror follows before any turn assembles.
+async def test_a_kill_before_a_client_revert_s_answer_is_read_is_followed_on_restart(tmp_path, monkeypatch):
+    from sidecar.lifecycle import Lifecycle
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Lifecycle, "_on_client_revert_response", lambda self, msg, pending: None)  # the kill
+        async with modes_sidecar(tmp_path, identity(), name="one") as run:
+            tid = await run.start_thread()
+            t1 = await run.turn_ok(tid, "K1")
+            t2 = await run.turn_ok(tid, "K2")
+            assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+    archive = TurnArchive(archive_path(tmp_path / "state", tid))
+    assert archive.pending_revert() == (t2, []) and archive.pending_forget() is None
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine, name="two") as run2:
+        await run2.resume_thread(tid)
+        t3 = await run2.turn_ok(tid, "K3")
+        texts = _texts(run2.session(tid).mirror.messages())
+    assert [t["id"] for t in run2.store_turns(tid)] == [t1, t3]
+    assert not any(t.startswith("K2") for t in _texts(calls_for(engine, "assemble", tid)[0].messages))
+    assert [t for t in texts if t.startswith("K")] == ["K1", "K3"]
+    assert archive.pending_revert() is None and archive.pending_forget() is None
+
+
+# The same record, but Codex never got the revert (killed before it went):
+# Codex still has the turn, so nothing is cut, and the record is closed.
+async def test_a_client_revert_that_never_reached_codex_cuts_nothing_on_restart(tmp_path):
+    async with modes_sidecar(tmp_path, identity(), name="one") as run:
+        tid = await run.start_thread()
+        t1 = await run.turn_ok(tid, "N1")
+        t2 = await run.turn_ok(tid, "N2")
+    archive = TurnArchive(archive_path(tmp_path / "state", tid))
+    archive.begin_revert(t2)  # what the request hook writes before forwarding
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine, name="two") as run2:
+        await run2.resume_thread(tid)
+        t3 = await run2.turn_ok(tid, "N3")
+        texts = _texts(run2.session(tid).mirror.messages())
+    assert [t["id"] for t in run2.store_turns(tid)] == [t1, t2, t3]
+    assert [t for t in texts if t.startswith("N")] == ["N1", "N2", "N3"]
+    assert archive.pending_revert() is None and b'"revertRefused"' in archive.path.read_bytes()
