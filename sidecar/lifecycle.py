@@ -106,6 +106,8 @@ PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
 REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
 CATCH_UP_TURNS = 4
 """Newest turns checked against the mirror when a thread is resumed without its turns."""
+SETTLE_PAGES = 50
+"""Pages of 20 turns looked through to settle a client revert whose answer a kill lost."""
 REVERTED_NOTICE_WAIT = 2.0
 """Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
 swallowed) after Codex answered the revert; the turn does not wait for it."""
@@ -644,8 +646,7 @@ class Lifecycle:
                     log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
                     before, into_archive = pending
                     await self._follow_client_revert(session, archive, _Unfollowed(before, into_archive, frozenset(), None))
-                else:
-                    await self._settle_unanswered_revert(session, archive)
+                await self._settle_unanswered_revert(session, archive)
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
                 session.held, session.turns_since_rebuild, session.live_turns = [], [], []
@@ -673,17 +674,39 @@ class Lifecycle:
         if sent is None:
             return
         before, in_flight = sent
+        order = await trio.to_thread.run_sync(archive.turn_order)
+        if before not in order:
+            return  # nothing to judge by; asked again at the next opening
+        earlier = set(order[: order.index(before)])
+        done: bool | None = None
+        cursor: Any = None
         try:
-            listed = await self.proxy.request(
-                "thread/turns/list", {"threadId": session.thread_id, "sortDirection": "desc", "limit": 1}, timeout=self.options.engine_deadline
-            )
+            # Newest first: the reverted turn itself (not carried out) or a
+            # turn the archive has before it (carried out) settles it; turns
+            # the archive never saw (run without this state) are passed over.
+            for _ in range(SETTLE_PAGES):
+                listed = await self.proxy.request(
+                    "thread/turns/list",
+                    {"threadId": session.thread_id, "sortDirection": "desc", "limit": 20, "cursor": cursor},
+                    timeout=self.options.engine_deadline,
+                )
+                data = listed.get("data") if isinstance(listed, dict) else None
+                for turn in data if isinstance(data, list) else []:
+                    tid = turn.get("id") if isinstance(turn, dict) else None
+                    if tid == before:
+                        done = False
+                    elif tid in earlier:
+                        done = True
+                    if done is not None:
+                        break
+                cursor = listed.get("nextCursor") if isinstance(listed, dict) else None
+                if done is not None or not cursor:
+                    break
         except (RpcError, trio.TooSlowError) as exc:
             log.warning("cannot ask Codex whether an interrupted client revert happened", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
             return  # asked again at the next opening
-        data = listed.get("data") if isinstance(listed, dict) else None
-        newest = data[0].get("id") if isinstance(data, list) and data and isinstance(data[0], dict) else None
-        order = await trio.to_thread.run_sync(archive.turn_order)
-        done = before in order and (newest is None or (newest in order and order.index(newest) < order.index(before)))
+        if done is None:
+            done = not cursor  # the whole list, and the turn is not in it
         if not done:
             await trio.to_thread.run_sync(archive.revert_refused, before)
             return
@@ -1470,6 +1493,7 @@ class Lifecycle:
             "rebuilds": session.rebuilds,
             "held": session.held,
             "turnsSinceRebuild": session.turns_since_rebuild,
+            "forceRebuild": session.force_rebuild,
         }
         session.inspect.append(record)
 

@@ -240,3 +240,28 @@ async def test_a_client_revert_that_never_reached_codex_cuts_nothing_on_restart(
     assert [t["id"] for t in run2.store_turns(tid)] == [t1, t2, t3]
     assert [t for t in texts if t.startswith("N")] == ["N1", "N2", "N3"]
     assert archive.pending_revert() is None and b'"revertRefused"' in archive.path.read_bytes()
+
+
+# ...and when a turn ran on the thread without this state dir after the
+# kill, Codex's newest turn is one the archive never saw: the answer is
+# still read off Codex's list (the reverted turn is gone, an earlier one is there).
+async def test_a_lost_revert_answer_is_settled_past_turns_the_archive_never_saw(tmp_path, monkeypatch):
+    from sidecar.lifecycle import Lifecycle
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Lifecycle, "_on_client_revert_response", lambda self, msg, pending: None)  # the kill
+        async with modes_sidecar(tmp_path, identity(), name="one") as run:
+            tid = await run.start_thread()
+            t1 = await run.turn_ok(tid, "K1")
+            t2 = await run.turn_ok(tid, "K2")
+            assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+    async with modes_sidecar(tmp_path, identity(), name="elsewhere", state="other-state") as other:
+        await other.resume_thread(tid)
+        t3 = await other.turn_ok(tid, "K3")  # run without this state dir
+    async with modes_sidecar(tmp_path, identity(), name="two") as run2:
+        await run2.resume_thread(tid)
+        t4 = await run2.turn_ok(tid, "K4")
+        texts = _texts(run2.session(tid).mirror.messages())
+    assert [t["id"] for t in run2.store_turns(tid)] == [t1, t3, t4]
+    assert [t for t in texts if t.startswith("K")] == ["K1", "K3", "K4"], texts
+    assert TurnArchive(archive_path(tmp_path / "state", tid)).pending_revert() is None
