@@ -108,14 +108,11 @@ class TurnArchive:
         ``(beforeTurnId, the turns in flight then)``; None when its
         ``forgetting`` or ``revertRefused`` record came, or when a turn other
         than those in flight was archived after it (the thread went on)."""
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        if b'"reverting"' not in data:
+        records = self._records_with(b'"reverting"')
+        if records is None:
             return None
         pending: tuple[str, list[str]] | None = None
-        for record in decode_records(data):
+        for record in records:
             if not isinstance(record, dict):
                 continue
             sent = record.get("reverting")
@@ -146,15 +143,12 @@ class TurnArchive:
         None too when a turn other than those in flight at the revert was
         archived after it: the thread went on (the mirror could not follow at
         the time), and following now would cut the turns Codex ran since."""
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        if b'"forgetting"' not in data:
+        records = self._records_with(b'"forgetting"')
+        if records is None:
             return None
         pending: tuple[str, bool] | None = None
         in_flight: list[Any] = []
-        for record in decode_records(data):
+        for record in records:
             if not isinstance(record, dict):
                 continue
             intent = record.get("forgetting")
@@ -199,6 +193,15 @@ class TurnArchive:
             return []  # no rebuild yet: skip parsing every turn (the caller may be the event loop)
         turns, dropped, forgotten = self._parse(data)
         return [turn for tid, turn in turns.items() if tid in dropped and tid not in forgotten]
+
+    def _records_with(self, marker: bytes) -> list[Any] | None:
+        """The file's records, or None when it is missing or never mentions
+        ``marker`` (the common case, not worth decoding every turn for)."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        return decode_records(data) if marker in data else None
 
     def _append(self, record: dict[str, Any]) -> None:
         append_record(self.path, record)  # best effort, see the module docstring

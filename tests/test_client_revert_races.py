@@ -26,6 +26,21 @@ async def _idle(run, tid: str) -> None:
     )
 
 
+async def _revert_answer_lost(tmp_path, monkeypatch) -> tuple[str, str, str]:
+    """K1, K2, then the client reverts before K2: Codex carries it out, and
+    the sidecar is killed before it reads the answer (its hook never runs)."""
+    from sidecar.lifecycle import Lifecycle
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Lifecycle, "_on_client_revert_response", lambda self, msg, pending: None)  # the kill
+        async with modes_sidecar(tmp_path, identity(), name="one") as run:
+            tid = await run.start_thread()
+            t1 = await run.turn_ok(tid, "K1")
+            t2 = await run.turn_ok(tid, "K2")
+            assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+    return tid, t1, t2
+
+
 # A turn/start queued behind a running turn takes the slot while Codex is
 # still working on a revert the client sent before: it waits for the answer
 # and follows the revert before it assembles.
@@ -180,9 +195,10 @@ async def test_after_a_revert_of_the_rebuild_s_turn_epoch_mode_projects_again(tm
     assert seen["held"] == [] and "E1 alpha" in context and "E2 beta" in context, "the model would see nothing before E5"
 
 
-# A client revert Codex never answers: once its gate expires, later turns on
-# the thread no longer wait for its answer.
-async def test_later_turns_stop_waiting_for_a_revert_never_answered(tmp_path):
+# A client revert Codex never answers: the client's later requests on the
+# thread wait no longer than a turn/start would (previous_turn_wait), and
+# once its gate expires later turns no longer wait for its answer.
+async def test_a_client_revert_never_answered_holds_the_thread_no_longer_than_its_gate(tmp_path):
     from sidecar.lifecycle import LifecycleOptions
 
     options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.5)
@@ -191,9 +207,12 @@ async def test_later_turns_stop_waiting_for_a_revert_never_answered(tmp_path):
         t1 = await run.turn_ok(tid, "V1")
         await run.send(frame({"id": run.new_id(), "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t1}}))
         await wait_until(lambda: run.session(tid).reverts_unanswered == 1, what="the revert counted")
+        with trio.fail_after(20):
+            read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
         await wait_until(lambda: run.session(tid).reverts_unanswered == 0, what="the revert given up")
         assert run.session(tid).reverts_answered.is_set()
         await run.turn_ok(tid, "V2")
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1]
 
 
 # Killed after Codex carried out the client's revert, before the sidecar read
@@ -201,15 +220,7 @@ async def test_later_turns_stop_waiting_for_a_revert_never_answered(tmp_path):
 # request went tells the next opening to ask Codex, which no longer has the
 # turn, so the mirror follows before any turn assembles.
 async def test_a_kill_before_a_client_revert_s_answer_is_read_is_followed_on_restart(tmp_path, monkeypatch):
-    from sidecar.lifecycle import Lifecycle
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Lifecycle, "_on_client_revert_response", lambda self, msg, pending: None)  # the kill
-        async with modes_sidecar(tmp_path, identity(), name="one") as run:
-            tid = await run.start_thread()
-            t1 = await run.turn_ok(tid, "K1")
-            t2 = await run.turn_ok(tid, "K2")
-            assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+    tid, t1, t2 = await _revert_answer_lost(tmp_path, monkeypatch)
     archive = TurnArchive(archive_path(tmp_path / "state", tid))
     assert archive.pending_revert() == (t2, []) and archive.pending_forget() is None
     engine = identity()
@@ -246,15 +257,7 @@ async def test_a_client_revert_that_never_reached_codex_cuts_nothing_on_restart(
 # kill, Codex's newest turn is one the archive never saw: the answer is
 # still read off Codex's list (the reverted turn is gone, an earlier one is there).
 async def test_a_lost_revert_answer_is_settled_past_turns_the_archive_never_saw(tmp_path, monkeypatch):
-    from sidecar.lifecycle import Lifecycle
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Lifecycle, "_on_client_revert_response", lambda self, msg, pending: None)  # the kill
-        async with modes_sidecar(tmp_path, identity(), name="one") as run:
-            tid = await run.start_thread()
-            t1 = await run.turn_ok(tid, "K1")
-            t2 = await run.turn_ok(tid, "K2")
-            assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
+    tid, t1, t2 = await _revert_answer_lost(tmp_path, monkeypatch)
     async with modes_sidecar(tmp_path, identity(), name="elsewhere", state="other-state") as other:
         await other.resume_thread(tid)
         t3 = await other.turn_ok(tid, "K3")  # run without this state dir

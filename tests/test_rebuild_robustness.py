@@ -659,19 +659,3 @@ async def test_a_client_revert_given_up_is_not_followed_after_a_later_turn(tmp_p
     texts = [t for _, t in roles_texts(path_messages)]
     assert "H3" in texts and "H4" in texts, texts
     assert t3 not in forgotten
-
-
-# A client revert Codex never answers holds the client's later requests on
-# the thread no longer than a turn/start would wait (previous_turn_wait).
-async def test_a_client_revert_never_answered_does_not_hold_the_thread_forever(tmp_path):
-    from sidecar.lifecycle import LifecycleOptions
-    from tests.test_lifecycle import frame
-
-    options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.5)
-    async with modes_sidecar(tmp_path, identity(), options=options, script={"revertNoAnswer": True}) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "U1")
-        await run.send(frame({"id": run.new_id(), "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t1}}))
-        with trio.fail_after(20):
-            read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1]
