@@ -482,7 +482,7 @@ class Lifecycle:
         if session is not None:
             # Set now: a turn/start already queued for the slot follows it first.
             session.unfollowed = _Unfollowed(before, into_archive, frozenset(in_flight), holder)
-        self.proxy.spawn(self._forget_turns, thread_id, archive, before, into_archive, holder)
+        self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
         return None
 
     async def _expire_revert_gate(self, thread_id: str, holder: Any) -> None:
@@ -500,7 +500,7 @@ class Lifecycle:
             if not session.reverts_unanswered:
                 session.reverts_answered.set()
 
-    async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, into_archive: bool, holder: Any) -> None:
+    async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, holder: Any) -> None:
         acquired: ThreadSession | None = None
         try:
             session = self.sessions.get(thread_id)
@@ -668,8 +668,9 @@ class Lifecycle:
 
     async def _settle_unanswered_revert(self, session: ThreadSession, archive: TurnArchive) -> None:
         """Killed after a client revert went to Codex, before its answer was
-        read: Codex's newest turn tells whether it was carried out (a turn
-        before the reverted one) or not (that turn or a later one)."""
+        read: Codex's turns, newest first, tell whether it was carried out (a
+        turn the archive has before the reverted one comes first) or not (the
+        reverted turn itself is still there)."""
         sent = await trio.to_thread.run_sync(archive.pending_revert)
         if sent is None:
             return
