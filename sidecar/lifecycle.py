@@ -564,9 +564,16 @@ class Lifecycle:
             if into_archive:
                 session.live_turns = []
         elif session.rebuilds or session.force_rebuild or session.projected_epoch is not None:
-            # Codex holds a projection plus turns since; the mirror's history
-            # is not what it holds: project the assembly afresh.
-            session.held, session.force_rebuild = None, True
+            # Codex holds a projection plus turns since, so the mirror's history
+            # is not what it holds; what it holds is the ledger as it stood
+            # after the last turn kept, which that turn's inspect record has.
+            kept = session.turns_since_rebuild[-1] if session.turns_since_rebuild else None
+            ledger = await self._ledger_after(session, kept) if kept is not None else None
+            if ledger is not None:
+                session.held, session.projected_epoch, session.force_rebuild = ledger
+                session.addition_sent = None  # it may have come in a reverted turn: send it again
+            else:  # not known: project the assembly afresh (exact, at a revert's cost)
+                session.held, session.force_rebuild = None, True
         else:
             # Never rebuilt: Codex holds the mirror's turns, worked out afresh
             # from it (a later mismatch with the assembly rebuilds).
@@ -590,6 +597,17 @@ class Lifecycle:
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)
         log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self._fields(session, turnsForgotten=len(gone))})
+
+    async def _ledger_after(self, session: ThreadSession, turn_id: str) -> tuple[list[str], Any, bool] | None:
+        """(held, projectedEpoch, forceRebuild) as the inspect log recorded them
+        after ``turn_id``; None when no full record of it is there."""
+        if session.inspect is None:
+            return None
+        records = await trio.to_thread.run_sync(session.inspect.records)
+        record = next((r for r in reversed(records) if r.get("turnId") == turn_id), None)
+        if record is None or not isinstance(record.get("held"), list) or "forceRebuild" not in record:
+            return None
+        return list(record["held"]), record.get("projectedEpoch"), bool(record["forceRebuild"])
 
     def _session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)

@@ -268,3 +268,27 @@ async def test_a_lost_revert_answer_is_settled_past_turns_the_archive_never_saw(
     assert [t["id"] for t in run2.store_turns(tid)] == [t1, t3, t4]
     assert [t for t in texts if t.startswith("K")] == ["K1", "K3", "K4"], texts
     assert TurnArchive(archive_path(tmp_path / "state", tid)).pending_revert() is None
+
+
+# A client revert to a turn Codex still holds, in a thread rebuilt before:
+# Codex holds the rebuild's projection and the turns kept, which is the
+# ledger recorded after the last kept turn, so the next turn needs no
+# rebuild (no revert, no lost prompt cache) and projects nothing again.
+async def test_a_client_revert_after_a_rebuild_restores_the_ledger_of_the_last_kept_turn(tmp_path):
+    from tests.test_projection_modes import context_of, inspect_records
+
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "R1")
+        await run.turn_ok(tid, "R2")
+        t3 = await run.turn_ok(tid, "R3")  # rebuild: Codex holds R3 and the summary
+        t4 = await run.turn_ok(tid, "R4")
+        t5 = await run.turn_ok(tid, "R5")
+        assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t5})
+        await _idle(run, tid)
+        t6 = await run.turn_ok(tid, "R6")
+        seen = run.seen(tid)[-1]
+    assert [t["id"] for t in run.store_turns(tid)] == [t3, t4, t6]
+    assert [r["rebuilt"] for r in inspect_records(run, tid)] == [False, False, True, False, False, False]
+    assert [h["turnId"] for h in seen["held"]] == [t3, t4] and context_of(seen) is None
+    assert len(run.received("thread/revert")) == 2  # the rebuild's and the client's
