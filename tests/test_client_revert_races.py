@@ -12,7 +12,7 @@ import trio
 
 from sidecar.archive import TurnArchive, archive_path
 from tests.test_lifecycle import calls_for, frame, roles_texts, wait_until
-from tests.test_projection_modes import identity, modes_sidecar, summarising_once
+from tests.test_projection_modes import _four_turns_rebuilt_at_the_third, identity, modes_sidecar, summarising_once
 
 
 def _texts(messages) -> list[str]:
@@ -278,11 +278,7 @@ async def test_a_client_revert_after_a_rebuild_restores_the_ledger_of_the_last_k
     from tests.test_projection_modes import context_of, inspect_records
 
     async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid = await run.start_thread()
-        await run.turn_ok(tid, "R1")
-        await run.turn_ok(tid, "R2")
-        t3 = await run.turn_ok(tid, "R3")  # rebuild: Codex holds R3 and the summary
-        t4 = await run.turn_ok(tid, "R4")
+        tid, (_, _, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "R")  # Codex holds R3 (+ summary), R4
         t5 = await run.turn_ok(tid, "R5")
         assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t5})
         await _idle(run, tid)
