@@ -106,6 +106,8 @@ PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
 REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
 CATCH_UP_TURNS = 4
 """Newest turns checked against the mirror when a thread is resumed without its turns."""
+LOADED_LIST_PAGES = 100
+"""Pages of ``thread/loaded/list`` read to confirm Codex unloaded a closed thread."""
 SETTLE_PAGES = 50
 """Pages of 20 turns looked through to settle a client revert whose answer a kill lost."""
 REVERTED_NOTICE_WAIT = 2.0
@@ -225,6 +227,9 @@ class ThreadSession:
     """Archived turns Codex still holds (a revert to the framing drops them
     all); None: not known in this process, the archive knows."""
     stats: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
+    """Codex sent ``thread/closed`` (it unloaded the thread) and no request
+    has opened the thread again since: the session is released once idle."""
 
     @property
     def busy(self) -> bool:
@@ -252,6 +257,8 @@ class Lifecycle:
         """Client ids of client thread/reverts Codex has not answered, and their session."""
         self._archive_forks: set[Any] = set()
         """The same for thread/fork: the fork holds Codex's framing only."""
+        self._released = {"threads": 0, "rebuilds": 0}
+        """Sessions released after Codex closed their thread, and their rebuilds."""
         info = engine.info
         self.engine_id: str = info.id
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
@@ -279,6 +286,7 @@ class Lifecycle:
         hooks.on_server_notification("item/completed", self._on_item_completed)
         hooks.on_server_notification("thread/tokenUsage/updated", self._on_token_usage)
         hooks.on_server_notification("turn/completed", self._on_turn_completed)
+        hooks.on_server_notification("thread/closed", self._on_thread_closed)
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self._swallow_revert_noise)
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
@@ -307,7 +315,8 @@ class Lifecycle:
         return {
             "engine": {"id": self.engine_id, "ownsCompaction": self.owns_compaction},
             "projectionMode": self.options.projection_mode,
-            "rebuilds": sum(s.rebuilds for s in self.sessions.values()),
+            "rebuilds": self._released["rebuilds"] + sum(s.rebuilds for s in self.sessions.values()),
+            "releasedThreads": self._released["threads"],
             "threads": {
                 tid: {
                     "sessionFile": str(s.path),
@@ -348,6 +357,7 @@ class Lifecycle:
         except ValueError:
             log.warning("thread id unusable as a session file name; lifecycle off for it")
             return None
+        session.closed = False  # opened again: a release under way keeps it
         session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         tools = params.get("dynamicTools")
@@ -616,6 +626,66 @@ class Lifecycle:
             session = ThreadSession(thread_id, key, session_path(self.state_dir, thread_id))
             self.sessions[thread_id] = session
         return session
+
+    def _on_thread_closed(self, msg: Message) -> Decision:
+        """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload
+        delay): release the session's open mirror and in-memory state, so a
+        long-running sidecar holds what Codex holds and no more. The client
+        gets the notification unchanged; a ``thread/resume`` opens the session
+        again from disk, as after a restart."""
+        params = msg.params()
+        thread_id = params.get("threadId") if isinstance(params, dict) else None
+        session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
+        if session is not None:
+            session.closed = True
+            self.proxy.spawn(self._release_session, session)
+        return None
+
+    async def _release_session(self, session: ThreadSession) -> None:
+        await session.ready.wait()
+        async with session.slot:  # after the last turn's finalisation
+            if not self._releasable(session) or not await self._unloaded(session.thread_id):
+                return
+            if not self._releasable(session):  # opened again while Codex was asked
+                return
+            del self.sessions[session.thread_id]
+            self._released["threads"] += 1
+            self._released["rebuilds"] += session.rebuilds
+            self.archived.forget(session.thread_id)
+            if session.mirror is not None:
+                session.mirror.close()
+            log.info("thread closed by codex; session released", extra={"fields": self._fields(session)})
+
+    def _releasable(self, session: ThreadSession) -> bool:
+        """Closed, still this thread's session, and nothing of it under way."""
+        return (
+            session.closed
+            and self.sessions.get(session.thread_id) is session
+            and not session.turns
+            and session.current is None
+            and session.unfollowed is None
+            and session.reverts_unanswered == 0
+            and session.thread_id not in self._reverting
+            and session.slot.statistics().tasks_waiting == 0
+            and not any(s is session for s, _ in self._native_pending.values())
+        )
+
+    async def _unloaded(self, thread_id: str) -> bool:
+        """Codex's ``thread/loaded/list`` does not name the thread (a
+        ``thread/closed`` is taken at its word only once Codex confirms it)."""
+        cursor = None
+        try:
+            for _ in range(LOADED_LIST_PAGES):
+                page = await self.proxy.request("thread/loaded/list", {"cursor": cursor} if cursor else {}, timeout=self.options.engine_deadline)
+                data = page.get("data") if isinstance(page, dict) else None
+                if not isinstance(data, list) or thread_id in data:
+                    return False
+                cursor = page.get("nextCursor")
+                if not cursor:
+                    return True
+        except Exception as exc:  # an error answer, a timeout, a child gone
+            log.info("thread/loaded/list failed; session kept", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+        return False
 
     async def _open_session(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
         """Open (fork, import) the mirror; a turn/start waits for this."""

@@ -746,3 +746,42 @@ async def test_addition_survives_a_refused_turn_start(live):
         assert done["turn"]["status"] == "completed"
     assert len(live.calls("assemble")) == 2  # the refused turn was assembled too
     assert len(addition_positions(live.model.requests[0])) == 1
+
+
+async def test_a_thread_codex_unloads_is_released_then_resumed_from_disk(live):
+    """Real codex unloads an unsubscribed thread (here with no unload delay)
+    and says ``thread/closed``: the sidecar closes the thread's mirror file and
+    drops its state; a resume in the same process opens it from disk."""
+    live.model.script(Text("Noted PAPAYA."), Text("Noted MANGO."), Text("PAPAYA and MANGO."))
+    params = {"cwd": str(live.work), "config": {"thread_unload_delay_secs": 0}}
+    mirror = str(live.state / "sessions")
+    async with live.sidecar() as client:
+        thread_id = await client.start_thread(**params)
+        for n, prompt in enumerate(("Remember PAPAYA.", "Remember MANGO."), 1):
+            await client.run_turn(thread_id, prompt, timeout=TURN_TIMEOUT)
+            await live.wait_calls("maintain", n, client=client)
+        fd_dir = Path(f"/proc/{client.process.pid}/fd")
+
+        def mirror_open() -> bool:
+            return any(os.readlink(fd).startswith(mirror) for fd in fd_dir.iterdir() if fd.is_symlink())
+
+        assert mirror_open()
+        await client.request("thread/unsubscribe", {"threadId": thread_id})
+        await client.wait_notification("thread/closed", lambda p: p.get("threadId") == thread_id, timeout=TURN_TIMEOUT)
+        with trio.fail_after(TURN_TIMEOUT):
+            while thread_id in (status := await client.request("sidecar/status"))["lifecycle"]["threads"]:
+                await trio.sleep(0.05)
+        assert status["lifecycle"]["releasedThreads"] == 1
+        assert not mirror_open()
+        before = len(live.calls())
+        await client.request("thread/resume", {"threadId": thread_id, **params})
+        done = await client.run_turn(thread_id, "Which words?", timeout=TURN_TIMEOUT)
+        assert done["turn"]["status"] == "completed"
+        await live.wait_calls("maintain", 4, client=client)
+    calls = live.calls()[before:]
+    assert [c["method"] for c in calls] == ["bootstrap", "maintain", "assemble", "after_turn", "maintain"]
+    assert texts(calls[2]["messages"], "user") == ["Remember PAPAYA.", "Remember MANGO."]
+    keys = [e.get("idempotencyKey") for e in live.mirror(thread_id) if e.get("type") != "session"]
+    assert len(keys) == len(set(keys))
+    roles = [e["message"]["role"] for e in live.mirror(thread_id) if e.get("type") == "message"]
+    assert roles == ["user", "assistant"] * 3

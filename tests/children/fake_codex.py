@@ -38,6 +38,13 @@ methods the lifecycle cares about, and nothing else:
   ``{data: [{item, turnId, startedAtMs, completedAtMs}...], nextCursor,
   backwardsCursor}``, oldest first unless "desc", cursors ``fakei:<offset>``
   or an item anchor ``{"type": "item", "itemId"}`` (the items after it);
+* ``thread/unsubscribe {threadId}`` -> ``{status: "unsubscribed"}``, then,
+  as Codex does once its unload delay is over, ``thread/status/changed``
+  notLoaded and ``thread/closed {threadId}``; the thread leaves the loaded
+  list (unless the script's ``closedButLoaded`` is true: the close is
+  spurious and the thread stays loaded);
+* ``thread/loaded/list`` -> ``{data: [thread id...], nextCursor: null}``:
+  the threads started, resumed or forked by this process and not closed;
 * ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
 
 ``turn/start`` refuses (-32600, no turn) an input item of a type Codex does
@@ -92,6 +99,7 @@ if os.environ.get("FAKE_CODEX_SCRIPT"):
     with open(os.environ["FAKE_CODEX_SCRIPT"]) as f:
         script = json.load(f)
 
+loaded: set[str] = set()  # threads this process started, resumed or forked and has not closed
 threads: dict[str, dict] = {}  # id -> {"cwd", "turns": [turn...], "forkedFromId", "historyMode", "model": {turn id: what the model got}}
 if store_path and os.path.exists(store_path):
     with open(store_path) as f:
@@ -423,6 +431,7 @@ def handle(msg: dict) -> None:
         if params.get("historyMode") == "legacy" or script.get("legacy"):
             threads[tid]["historyMode"] = "legacy"
         save()
+        loaded.add(tid)
         result(rid, thread_result(tid, with_turns=False))
         notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
     elif method == "thread/resume":
@@ -430,6 +439,7 @@ def handle(msg: dict) -> None:
         if tid not in threads:
             error(rid, -32600, f"no rollout found for thread id {tid}")
             return
+        loaded.add(tid)
         answer = thread_result(tid, with_turns=not params.get("excludeTurns"))
         if isinstance(params.get("initialTurnsPage"), dict):
             answer["initialTurnsPage"] = turns_page(tid, params["initialTurnsPage"])
@@ -453,6 +463,7 @@ def handle(msg: dict) -> None:
         if threads[parent].get("historyMode") == "legacy":
             threads[tid]["historyMode"] = "legacy"  # a fork of a legacy thread is legacy too
         save()
+        loaded.add(tid)
         result(rid, thread_result(tid, with_turns=not params.get("excludeTurns")))
         notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
     elif method == "thread/read":
@@ -471,6 +482,16 @@ def handle(msg: dict) -> None:
         turns_list(rid, params)
     elif method == "thread/items/list":
         items_list(rid, params)
+    elif method == "thread/unsubscribe":
+        tid = params.get("threadId")
+        result(rid, {"status": "unsubscribed" if tid in loaded else "notLoaded"})
+        if tid in loaded:
+            if not script.get("closedButLoaded"):
+                loaded.discard(tid)
+            notify("thread/status/changed", {"threadId": tid, "status": {"type": "notLoaded"}})
+            notify("thread/closed", {"threadId": tid})
+    elif method == "thread/loaded/list":
+        result(rid, {"data": sorted(loaded), "nextCursor": None})
     elif method == "turn/interrupt":
         result(rid, {})
         end_running(params.get("threadId"))
