@@ -240,6 +240,7 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         session_key_template=settings["session_key"],
         projection_mode=settings["projection_mode"],
         stale_slack=settings["stale_slack"],
+        rebuild=settings["rebuild"],
     )
 
     async def serve() -> int:

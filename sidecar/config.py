@@ -96,6 +96,13 @@ SETTINGS: tuple[Setting, ...] = (
         "How assembled context reaches Codex: delta (only what the thread lacks; rebuild in place when the engine drops held content), "
         "epoch (rebuild once per engine epoch), per_turn (every turn, the spec's first version), auto (what the engine asks for, else delta).",
     ),
+    Setting(
+        "rebuild",
+        click.Choice(["revert", "fresh"]),
+        "revert",
+        "How delta and epoch rebuild Codex's history: revert (the thread in place) or fresh (experimental: switch the client's thread "
+        "onto a Codex thread started ahead of time, behind the client's thread id; threads started through this sidecar only).",
+    ),
 )
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
 

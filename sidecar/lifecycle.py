@@ -55,10 +55,11 @@ from engines import (
     encode_openclaw,
     optional_method,
 )
-from protocol import parse, rewrite
+from protocol import decode, parse, rewrite
 
 from .mirror import MirrorError, TranscriptMirror, session_path
 from .archive import TurnArchive, archive_path, archived_turn
+from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
 from .inspect import InspectLog, inspect_path
 from .reads import ArchivedTurns
 from .projection import (
@@ -100,6 +101,9 @@ class LifecycleOptions:
     """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
     assemble result asks for (``thread_bootstrap`` means epoch, an explicit
     ``per_turn`` means per turn), else ``delta``."""
+    rebuild: str = "revert"
+    """``revert``: a rebuild reverts the Codex thread in place; ``fresh``:
+    it switches the client's thread onto a spare Codex thread (``sidecar.backing``)."""
 
 
 PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
@@ -113,6 +117,10 @@ SETTLE_PAGES = 50
 REVERTED_NOTICE_WAIT = 2.0
 """Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
 swallowed) after Codex answered the revert; the turn does not wait for it."""
+SPARE_QUIET = 0.2
+"""Seconds after a spare's thread/start answer during which notifications
+that name no thread (``configWarning``, ``remoteControl/status/changed``)
+are taken as the spare's and dropped."""
 REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 """Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
 
@@ -169,6 +177,8 @@ class TurnState:
     received: float = field(default_factory=trio.current_time)
     hold_ms: float | None = None
     revert_ms: float | None = None
+    switched: bool = False
+    """The rebuild moved the thread onto a fresh backing thread (not a revert)."""
     """How long Codex took to answer this turn's rebuild revert (part of hold_ms)."""
     held_plan: list[str] | None = None
     """Fingerprints of what the Codex thread holds once this turn's projection
@@ -259,6 +269,13 @@ class Lifecycle:
         """The same for thread/fork: the fork holds Codex's framing only."""
         self._released = {"threads": 0, "rebuilds": 0}
         """Sessions released after Codex closed their thread, and their rebuilds."""
+        self.backing: BackingThreads | None = None
+        """``rebuild = "fresh"``: the client's threads and the Codex threads behind them."""
+        self._spares: dict[str, object] = {}
+        """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
+        if self.options.rebuild == "fresh":
+            self.backing = BackingThreads(state_dir)
+            proxy.edge = self.backing
         info = engine.info
         self.engine_id: str = info.id
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
@@ -277,16 +294,20 @@ class Lifecycle:
             ("thread/revert", self._on_client_revert, self._on_client_revert_response),
             ("thread/turns/list", self.archived.on_turns_list, self.archived.on_list_response),
             ("thread/items/list", self.archived.on_items_list, self.archived.on_list_response),
+            ("thread/list", None, self.archived.on_thread_list_response),
             ("turn/start", self._on_turn_start, self._on_turn_start_response),
             ("thread/compact/start", self._on_compact_start, self._on_compact_response),
         ]
         for method, on_request, on_response in pairs:
-            hooks.on_client_request(method, on_request)
+            if on_request is not None:
+                hooks.on_client_request(method, on_request)
             hooks.on_response(method, on_response)
         hooks.on_server_notification("item/completed", self._on_item_completed)
         hooks.on_server_notification("thread/tokenUsage/updated", self._on_token_usage)
         hooks.on_server_notification("turn/completed", self._on_turn_completed)
         hooks.on_server_notification("thread/closed", self._on_thread_closed)
+        if self.backing is not None:
+            hooks.on_client_request("thread/name/set", self._on_name_set)
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self._swallow_revert_noise)
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
@@ -317,6 +338,18 @@ class Lifecycle:
             "projectionMode": self.options.projection_mode,
             "rebuilds": self._released["rebuilds"] + sum(s.rebuilds for s in self.sessions.values()),
             "releasedThreads": self._released["threads"],
+            "rebuild": self.options.rebuild,
+            **(
+                {
+                    "backingThreads": {
+                        "switched": sum(1 for a in self.backing.aliases.values() if a.retired),
+                        "spares": sum(1 for a in self.backing.aliases.values() if a.spare),
+                        "framesDropped": self.backing.dropped,
+                    }
+                }
+                if self.backing is not None
+                else {}
+            ),
             "threads": {
                 tid: {
                     "sessionFile": str(s.path),
@@ -338,6 +371,8 @@ class Lifecycle:
         return self.archived.on_resume(msg, params) if params else None
 
     def _remember_params(self, msg: Message) -> Decision:
+        if self.backing is not None:
+            self.backing.spare_starts = 0  # the client's own start: its notifications are its
         params = msg.params()
         if isinstance(params, dict):
             self._requests[msg.id] = params
@@ -358,6 +393,10 @@ class Lifecycle:
             log.warning("thread id unusable as a session file name; lifecycle off for it")
             return None
         session.closed = False  # opened again: a release under way keeps it
+        if self.backing is not None and pending.method == "thread/start":
+            alias = self.backing.remember_start(thread_id, params)
+            if alias is not None:
+                self.proxy.spawn(self._save_alias, alias)
         session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         tools = params.get("dynamicTools")
@@ -421,6 +460,11 @@ class Lifecycle:
         return turns
 
     def _on_client_fork(self, msg: Message) -> Decision:
+        if self.backing is not None:
+            self.backing.spare_starts = 0
+        return self._on_client_fork_archived(msg)
+
+    def _on_client_fork_archived(self, msg: Message) -> Decision:
         """A fork through (``lastTurnId``) or before (``beforeTurnId``) a turn
         a rebuild took out of Codex: Codex forks its framing (before its
         first turn); the fork's mirror and archive are cut at the client's
@@ -626,6 +670,131 @@ class Lifecycle:
             session = ThreadSession(thread_id, key, session_path(self.state_dir, thread_id))
             self.sessions[thread_id] = session
         return session
+
+    # ------------------------------------------------ fresh backing threads
+
+    async def _save_alias(self, alias: Alias) -> None:
+        assert self.backing is not None
+        try:
+            await trio.to_thread.run_sync(self.backing.save, alias)
+        except (OSError, ValueError) as exc:
+            log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
+
+    def _remember_sticky(self, params: dict[str, Any]) -> None:
+        """Settings a turn/start makes stick for later turns: a new backing
+        thread's first turn gets them again."""
+        assert self.backing is not None
+        alias = self.backing.aliases.get(params["threadId"])
+        if alias is None:
+            return
+        changed = {k: params[k] for k in STICKY_TURN_KEYS if k in params and params[k] is not None and alias.sticky.get(k) != params[k]}
+        if changed:
+            alias.sticky.update(changed)
+            self.proxy.spawn(self._save_alias, alias)
+
+    def _on_name_set(self, msg: Message) -> Decision:
+        assert self.backing is not None
+        params = msg.params()
+        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        if alias is not None and isinstance(params.get("name"), str):
+            alias.name = params["name"]
+            self.proxy.spawn(self._save_alias, alias)
+        return None
+
+    def _with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
+        """The switch turn's turn/start with the sticky settings it lacks."""
+        alias = self.backing.aliases.get(session.thread_id) if self.backing is not None else None
+        if alias is None or not alias.sticky:
+            return line
+        params = decode(parse(line).params)
+        if not isinstance(params, dict):
+            return line
+        missing = {k: v for k, v in sorted(alias.sticky.items()) if k not in params}
+        return rewrite(line, params={**params, **missing}) if missing else line
+
+    def _want_spare(self, session: ThreadSession) -> None:
+        """After a turn: start the thread's next spare, unless one is ready."""
+        if self.backing is None or session.thread_id in self._spares:
+            return
+        alias = self.backing.aliases.get(session.thread_id)
+        if alias is None or alias.spare is not None or self.options.projection_mode == "per_turn":
+            return
+        token = self._spares[session.thread_id] = object()
+        self.proxy.spawn(self._start_spare, session, alias, token)
+
+    async def _start_spare(self, session: ThreadSession, alias: Alias, token: object) -> None:
+        assert self.backing is not None
+        try:
+            if self.proxy.pending_methods() & {"thread/start", "thread/resume", "thread/fork"}:
+                return  # the client's own: a spare's notifications would be mistaken for its (next turn)
+            if not alias.listed and alias.current == alias.client:
+                # How thread/list shows the thread now, for when a backing thread stands in.
+                thread = (await self.proxy.request("thread/read", {"threadId": alias.client}, raw=True, timeout=self.options.engine_deadline)).get("thread") or {}
+                alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
+            self.backing.spare_starts += 1
+            try:
+                await self.proxy.request(
+                    "thread/start",
+                    alias.start,
+                    raw=True,
+                    timeout=self.options.engine_deadline,
+                    on_result=lambda r: self._spare_ready(alias, r, token),
+                )
+                await self._save_alias(alias)  # a restart keeps hiding it
+                await trio.sleep(SPARE_QUIET)  # notifications that trail the answer
+            finally:
+                self.backing.spare_starts = max(0, self.backing.spare_starts - 1)
+            log.debug("spare backing thread started", extra={"fields": self._fields(session)})
+        except Exception as exc:  # a refused start: revert stays the rebuild
+            log.warning("spare backing thread not started", extra={"fields": self._fields(session, error=type(exc).__name__)})
+        finally:
+            if self._spares.get(session.thread_id) is token:
+                del self._spares[session.thread_id]
+
+    def _spare_ready(self, alias: Alias, result: Any, token: object) -> None:
+        """As Codex's answer is read: hide the spare before its own
+        notifications come, and let the next turn's end ask for another."""
+        assert self.backing is not None
+        self.backing.note_spare(alias.client, result["thread"]["id"])
+        if self._spares.get(alias.client) is token:
+            del self._spares[alias.client]
+
+    async def _switch(self, session: ThreadSession) -> bool:
+        """Rebuild by moving the client's thread onto its spare (False: no
+        spare ready, or the map could not be saved; the caller reverts)."""
+        if self.backing is None:
+            return False
+        alias = self.backing.aliases.get(session.thread_id)
+        if alias is None or alias.spare is None:
+            return False
+        started = trio.current_time()
+        old, new = self.backing.switch(session.thread_id)
+        try:
+            await trio.to_thread.run_sync(self.backing.save, alias)
+        except (OSError, ValueError) as exc:
+            self.backing.unswitch(session.thread_id, old, new)
+            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": self._fields(session, error=type(exc).__name__)})
+            return False
+        if alias.name:
+            with contextlib.suppress(RpcError, trio.TooSlowError):
+                await self.proxy.request("thread/name/set", {"threadId": session.thread_id, "name": alias.name}, timeout=self.options.engine_deadline)
+        self.proxy.spawn(self.archived.load, session.thread_id)
+        session.live_turns = []
+        session.turns_since_rebuild = []
+        if session.current is not None:
+            session.current.switched = True
+            session.current.revert_ms = round((trio.current_time() - started) * 1000, 1)
+        self.proxy.spawn(self._retire, session, old)
+        log.info("rebuilt on a fresh backing thread", extra={"fields": self._fields(session, retired=len(alias.retired))})
+        return True
+
+    async def _retire(self, session: ThreadSession, old: str) -> None:
+        """Unload the Codex thread the client's thread left (its frames are
+        dropped already; this frees Codex's session)."""
+        try:
+            await self.proxy.request("thread/unsubscribe", {"threadId": old}, raw=True, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.info("retired backing thread not unsubscribed", extra={"fields": self._fields(session, error=type(exc).__name__)})
 
     def _on_thread_closed(self, msg: Message) -> Decision:
         """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload
@@ -911,6 +1080,8 @@ class Lifecycle:
         params = msg.params()
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
+        if self.backing is not None:
+            self._remember_sticky(params)
         session = self.sessions.get(params["threadId"])
         if session is None:
             try:
@@ -956,6 +1127,8 @@ class Lifecycle:
                 # assembles, and is mirrored after the reverted turns.
                 await self._follow_client_revert(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
             line = await self._assemble_and_project(session, state, params, msg.line)
+            if state.switched:
+                line = self._with_sticky(session, line)
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
             log.warning(
@@ -1237,6 +1410,8 @@ class Lifecycle:
         # A read answered from here on must see the marks (its response may
         # come in the same pipe read as the revert's, before this task resumes).
         self.archived.forget(session.thread_id)
+        if await self._switch(session):
+            return True
         noise = self._reverting.setdefault(session.thread_id, _RevertNoise())
         ticket = trio.Event()
         noise.answered = False
@@ -1555,6 +1730,7 @@ class Lifecycle:
                 log.info("codex context engine maintenance skipped", extra={"fields": self._fields(session, turnId=turn_id, reason=reason)})
         finally:
             self._end_turn(session, state)
+            self._want_spare(session)
 
     def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
         if session.inspect is None or state.client_id is None:
@@ -1579,6 +1755,7 @@ class Lifecycle:
             "staleHeld": state.stale,
             "holdMs": state.hold_ms,
             "revertMs": state.revert_ms,
+            **({"switched": True} if state.switched else {}),
             "rebuilds": session.rebuilds,
             "held": session.held,
             "turnsSinceRebuild": session.turns_since_rebuild,

@@ -147,12 +147,15 @@ class RpcError(Exception):
 
 
 class _InternalCall:
-    __slots__ = ("done", "result", "error")
+    __slots__ = ("done", "result", "error", "method", "on_result")
 
-    def __init__(self) -> None:
+    def __init__(self, method: str = "", on_result: Callable[[Any], None] | None = None) -> None:
         self.done = trio.Event()
         self.result: Any = None
         self.error: RpcError | None = None
+        self.method = method
+        self.on_result = on_result
+        """Run as the answer is read, before any later frame is."""
 
 
 @dataclass
@@ -258,6 +261,9 @@ class Proxy:
         self.options = options or ProxyOptions()
         self.hooks = hooks or Hooks()
         self.recorder = recorder
+        self.edge: Any = None
+        """A :class:`sidecar.backing.BackingThreads` when rebuilds switch
+        threads: translates thread ids at the child's edge."""
         self._client_in = client_in
         self._client_out = client_out
         self._control = control
@@ -317,7 +323,10 @@ class Proxy:
         assert self._nursery is not None, "proxy is not running"
         self._nursery.start_soon(fn, *args)
 
-    def send_to_child(self, line: bytes, direction: str = "sidecar>codex") -> bool:
+    def send_to_child(self, line: bytes, direction: str = "sidecar>codex", *, raw: bool = False) -> bool:
+        """``raw``: no thread id translation (a request about a retired thread)."""
+        if self.edge is not None and not raw:
+            line = self.edge.to_codex(line)
         self._record(direction, line)
         return self.to_child.put_line(line)
 
@@ -337,6 +346,8 @@ class Proxy:
         if self._child_gone:
             self._fail_pending_request(pending)
             return False
+        if self.edge is not None:
+            line = self.edge.to_codex(line)
         self.c2s.frames += 1
         self.c2s.bytes += len(line) + 1
         self._record("client>codex", line)
@@ -386,16 +397,26 @@ class Proxy:
                 return p
         return None
 
-    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        raw: bool = False,
+        on_result: Callable[[Any], None] | None = None,
+    ) -> Any:
         """Send the sidecar's own request to the child; its response never
-        reaches the client. Raises ``RpcError`` (also when the child exits)."""
+        reaches the client. Raises ``RpcError`` (also when the child exits).
+        ``raw``: thread ids go to Codex untranslated (see ``edge``);
+        ``on_result``: called with the result as soon as it is read."""
         if self._child_gone:
             raise RpcError(CHILD_EXITED, "codex app-server is not running")
         call_id = self._ids.new_internal()
-        call = _InternalCall()
+        call = _InternalCall(method, on_result)
         self._internal[call_id] = call
         try:
-            self.send_to_child(encode_request(call_id, method, params))
+            self.send_to_child(encode_request(call_id, method, params), raw=raw)
             if timeout is None:
                 await call.done.wait()
             else:
@@ -406,6 +427,10 @@ class Proxy:
         if call.error is not None:
             raise call.error
         return call.result
+
+    def pending_methods(self) -> set[str]:
+        """Methods of the client requests Codex has not answered yet."""
+        return {p.method for p in self._pending.values()}
 
     @property
     def pending_count(self) -> int:
@@ -718,6 +743,8 @@ class Proxy:
         self._forward_to_child(line)
 
     def _forward_to_child(self, line: bytes) -> None:
+        if self.edge is not None:
+            line = self.edge.to_codex(line)
         c = self.c2s
         c.frames += 1
         c.bytes += len(line) + 1
@@ -781,6 +808,14 @@ class Proxy:
         if env.method is msgspec.UNSET:
             self._from_child_response(env, line)
             return
+        if self.edge is not None and self.edge.active:
+            seen = self.edge.notification(line)
+            if seen is None:
+                self._record("codex>sidecar", line)
+                return  # about a thread behind the client's (retired or spare)
+            if seen is not line:
+                line = seen
+                env = parse(line)
         if env.id is msgspec.UNSET:
             hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
         else:
@@ -799,6 +834,10 @@ class Proxy:
             call = self._internal.get(wire_id)
             if call is not None:
                 self._record("codex>sidecar", line)
+                if self.edge is not None and not env.error:
+                    translated = self.edge.response(line, call.method)
+                    if translated is not line:
+                        env = parse(translated)
                 if env.error:
                     err = decode(env.error)
                     if not isinstance(err, dict):
@@ -809,6 +848,11 @@ class Proxy:
                     )
                 else:
                     call.result = decode(env.result)
+                    if call.on_result is not None:
+                        try:
+                            call.on_result(call.result)
+                        except Exception:
+                            log.exception("internal result callback failed")
                 call.done.set()
                 return
             if not self._ids.is_alias(wire_id):
@@ -817,6 +861,11 @@ class Proxy:
                 log.info("late response to a sidecar request dropped")
                 return
         pending = self._pending.pop(wire_id, None)  # type: ignore[arg-type]
+        if self.edge is not None:
+            translated = self.edge.response(line, pending.method if pending is not None else None)
+            if translated is not line:
+                line = translated
+                env = parse(line)
         if pending is not None and pending.wire_id is not pending.client_id:
             self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
             line = rewrite(line, id=pending.client_id)

@@ -140,6 +140,38 @@ class ArchivedTurns:
         if self._generation.get(thread_id, 0) == generation:  # no revert since the read began
             self._cache.setdefault(thread_id, hidden)  # a read that loaded it meanwhile has the same
 
+    def on_thread_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        """``thread/list`` names a thread once. Codex lists a reverted
+        thread once per rollout segment (each revert starts one), with the
+        same id and each segment's own first prompt as ``preview``: the
+        entries of one id become one, the newest segment's (listed first),
+        with the preview and creation time of the original rollout (the one
+        whose file name ends in the id), as if no rebuild had happened."""
+        result = msg.result()
+        data = result.get("data") if isinstance(result, dict) else None
+        if not isinstance(data, list):
+            return None
+        seen: dict[str, list[dict[str, Any]]] = {}
+        for entry in data:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                seen.setdefault(entry["id"], []).append(entry)
+        if all(len(group) == 1 for group in seen.values()):
+            return None
+        merged: list[Any] = []
+        done: set[str] = set()
+        for entry in data:
+            thread_id = entry.get("id") if isinstance(entry, dict) else None
+            if not isinstance(thread_id, str) or len(seen[thread_id]) == 1:
+                merged.append(entry)
+                continue
+            if thread_id in done:
+                continue
+            done.add(thread_id)
+            group = seen[thread_id]
+            original = next((e for e in group if str(e.get("path") or "").endswith(f"{thread_id}.jsonl")), group[-1])
+            merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt")})
+        return rewrite(msg.line, result={**result, "data": merged})
+
     # ------------------------------------------------------------- listings
     # thread/turns/list (newest first by default) and thread/items/list
     # (oldest first by default) page the same way: Codex's own pages cover

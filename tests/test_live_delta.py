@@ -215,7 +215,10 @@ def filler(tag: str, n: int) -> str:
 # Tests
 
 
-async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_client(tmp_path):
+@pytest.mark.parametrize("rebuild", ["revert", "fresh"])
+async def test_summary_engine_rebuilds_bounded_and_invisible_to_the_client(tmp_path, rebuild):
+    """``revert``: Codex's thread is reverted in place. ``fresh``: the client's
+    thread moves onto a Codex thread started ahead of time, behind its id."""
     prompts = [filler(f"P{n}", n) for n in range(1, 8)]
     replies = [filler(f"R{n}", n + 3) for n in range(1, 8)]
     work = tmp_path / "work"
@@ -230,6 +233,7 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     with FakeModel() as model:
         home = make_codex_home(tmp_path / "codex-home", model.base_url)
         env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", SUMMARY_ID)
+        env["CODEX_SIDECAR_REBUILD"] = rebuild
         # Turns 1-6 answer in text; turn 7 calls the client's dynamic tool first.
         model.script(*(Text(r) for r in replies[:6]), FunctionCall(WEATHER_TOOL["name"], {"city": "Paris"}, call_id="call_w"), Text(replies[6]))
         async with sidecar(env, work) as client:
@@ -255,6 +259,8 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
             for direction, limit in (("asc", 4), ("desc", 3)):
                 item_pages[direction, limit] = await list_all_turns(client, tid, direction, limit, method="thread/items/list")
             first_turn_items = await client.request("thread/items/list", {"threadId": tid, "turnId": turn_ids[0]})
+            thread_list = await client.request("thread/list", {})
+            loaded_list = await client.request("thread/loaded/list", {})
         requests = list(model.requests)
 
         # A fresh sidecar resumes the thread: every turn is still in the answer.
@@ -273,13 +279,20 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
                 paged_resume[direction] = [t["id"] for t in page["data"] + rest]
             forked = await again.request("thread/fork", {"threadId": tid, "lastTurnId": turn_ids[5]})
 
-        # A fresh app-server process (codex itself, no sidecar) resumes the rebuilt thread.
+        # A fresh app-server process (codex itself, no sidecar) resumes the
+        # rebuilt thread: the client's own (revert), or the Codex thread the
+        # sidecar's map says is behind it (fresh).
+        codex_tid = tid
+        if rebuild == "fresh":
+            backing = json.loads((tmp_path / "state" / "backing" / f"{tid}.json").read_text())
+            codex_tid = backing["current"]
+            assert codex_tid != tid and len(backing["retired"]) >= 2 and backing["retired"][0] == tid, [l for l in client.stderr_text.splitlines() if "codex-sidecar" in l][-40:]
         async with codex_connector(CODEX_BIN, home, work)() as direct:
             await direct.initialize()
-            resumed = await direct.request("thread/resume", {"threadId": tid, "cwd": str(work)})
-            assert resumed["thread"]["id"] == tid
+            resumed = await direct.request("thread/resume", {"threadId": codex_tid, "cwd": str(work)})
+            assert resumed["thread"]["id"] == codex_tid
             model.script(Text("Resumed fine."))
-            done = await direct.run_turn(tid, "After the restart.", timeout=TURN_TIMEOUT)
+            done = await direct.run_turn(codex_tid, "After the restart.", timeout=TURN_TIMEOUT)
             assert done["turn"]["status"] == "completed"
         after_restart = model.requests[-1]
 
@@ -291,7 +304,12 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
 
     # --- what the model saw, turn by turn
     by_turn = [next(r for r in requests if prompt_of(r) == p) for p in prompts]
-    assert {r["prompt_cache_key"] for r in requests} == {tid}  # one thread, one cache key throughout
+    keys = [r["prompt_cache_key"] for r in requests]
+    if rebuild == "revert":
+        assert set(keys) == {tid}  # one thread, one cache key throughout
+    else:  # one Codex thread per rebuild, each its own cache key, never going back
+        assert keys[0] == tid and len(set(keys)) == 3
+        assert [k for n, k in enumerate(keys) if n == 0 or k != keys[n - 1]] == list(dict.fromkeys(keys))
     framing = by_turn[0]["input"][:-1]  # the first request: Codex's framing, then P1
     for n, request in enumerate(by_turn, 1):
         # The user's message is only the user's prompt; no context in it, ever.
@@ -380,8 +398,14 @@ async def test_summary_engine_rebuilds_in_place_bounded_and_invisible_to_the_cli
     assert item_pages["asc", 4][: len(early_items["data"])] == early_items["data"]
     assert first_turn_items["data"] == [e for e in early_items["data"] if e["turnId"] == turn_ids[0]]
 
+    # Lists name the client's thread once, whatever Codex holds behind it.
+    assert [t["id"] for t in thread_list["data"]] == [tid], json.dumps(thread_list)[:3000]
+    assert loaded_list["data"] == [tid]
+    assert thread_list["data"][0]["preview"] == early["thread"]["preview"]  # the thread's first prompt, as before any rebuild
+    assert thread_list["data"][0]["createdAt"] == early["thread"]["createdAt"]
+
     # --- the resumed thread, in a fresh codex: the rebuilt history, nothing older
-    assert after_restart["prompt_cache_key"] == tid
+    assert after_restart["prompt_cache_key"] == codex_tid
     assert without_ids(after_restart["input"][: len(framing)]) == without_ids(framing)
     assert len(context_items(after_restart)) == 1
     assert context_text(after_restart, context_items(after_restart)[0]) == context_text(by_turn[5], len(framing))
@@ -443,9 +467,12 @@ async def test_identity_engine_in_delta_is_invisible_to_the_model(tmp_path):
     assert not any(OPEN in t for r in s_requests for t in input_texts(r))
 
 
-async def test_approval_after_a_rebuild_reaches_the_client_on_its_own_thread(tmp_path):
-    """A server request Codex sends after the sidecar rebuilt the thread (revert
-    in place) names the client's thread; the client's answer reaches Codex."""
+@pytest.mark.parametrize("rebuild", ["revert", "fresh"])
+async def test_approval_after_a_rebuild_reaches_the_client_on_its_own_thread(tmp_path, rebuild):
+    """A server request Codex sends after the sidecar rebuilt the thread (in
+    place, or on a fresh backing thread started with the client's own
+    ``thread/start`` params) names the client's thread; the client's answer
+    reaches Codex, and the approval settings still hold."""
     prompts = [filler(f"P{n}", n) for n in range(1, 5)]
     replies = [filler(f"R{n}", n + 3) for n in range(1, 5)]
     marker = "approved-after-rebuild"
@@ -462,6 +489,7 @@ async def test_approval_after_a_rebuild_reaches_the_client_on_its_own_thread(tmp
     with FakeModel() as model:
         home = make_codex_home(tmp_path / "codex-home", model.base_url, approval_policy="on-request", sandbox_mode="read-only")
         env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", SUMMARY_ID)
+        env["CODEX_SIDECAR_REBUILD"] = rebuild
         model.script(
             *(Text(r) for r in replies),
             ShellCall(cmd, call_id="call_esc", sandbox_permissions="require_escalated", justification="Write approved.txt", login=False),
@@ -475,6 +503,8 @@ async def test_approval_after_a_rebuild_reaches_the_client_on_its_own_thread(tmp
                 assert done["turn"]["status"] == "completed", done
             before = await finalized(client, tid, done["turn"]["id"])
             assert before["lifecycle"]["rebuilds"] >= 1
+            if rebuild == "fresh":
+                assert before["lifecycle"]["backingThreads"]["switched"] == 1
             done = await client.run_turn(tid, "Write approved.txt please.", timeout=TURN_TIMEOUT)
             turn_id = done["turn"]["id"]
             await finalized(client, tid, turn_id)
@@ -503,7 +533,8 @@ async def test_approval_after_a_rebuild_reaches_the_client_on_its_own_thread(tmp
     assert "thread/reverted" not in [f.get("method") for f in frames]
 
 
-async def test_epoch_engine_in_auto_mode_rebuilds_once_per_epoch(tmp_path):
+@pytest.mark.parametrize("rebuild", ["revert", "fresh"])
+async def test_epoch_engine_in_auto_mode_rebuilds_once_per_epoch(tmp_path, rebuild):
     """``thread_bootstrap`` under ``auto``: the context goes in only when the
     epoch changes (the first epoch has no history to project); within an epoch
     Codex's own history carries on."""
@@ -521,6 +552,7 @@ async def test_epoch_engine_in_auto_mode_rebuilds_once_per_epoch(tmp_path):
     with FakeModel() as model:
         home = make_codex_home(tmp_path / "codex-home", model.base_url)
         env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", EPOCH_ID)
+        env["CODEX_SIDECAR_REBUILD"] = rebuild
         del env["CODEX_SIDECAR_PROJECTION_MODE"]  # auto: what the engine asks for
         model.script(*(Text(r) for r in replies))
         async with sidecar(env, work) as client:

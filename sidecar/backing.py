@@ -1,0 +1,290 @@
+"""Fresh backing threads: a rebuild moves the client's thread onto a new Codex thread.
+
+With ``rebuild = "fresh"``, a ``delta`` rebuild does not revert the Codex
+thread in place: it switches the client's thread onto a *spare*, a Codex
+thread started ahead of time with the client's own ``thread/start`` params,
+and the rebuild's turn is that thread's first. Codex's revert starts a new
+session on the turn's path and gets slower with every revert of a thread
+(``docs/research/history-rebuild.md`` §5); a spare is started off the path.
+
+The client never sees the Codex thread ids behind its own. :class:`BackingThreads`
+translates at the child edge, on bytes:
+
+* to Codex: the client's thread id becomes the current backing thread's
+  (requests the sidecar sends about a retired thread bypass this);
+* from Codex, notifications and server requests naming a retired or spare
+  thread are dropped (the client's own id names a retired Codex thread after
+  the first switch); in everything else, backing ids become the client's;
+* ``thread/list`` and ``thread/loaded/list`` answers lose their retired and
+  spare entries before that.
+
+Thread ids are quoted UUIDs of one length, so the translation is a regex
+over quoted UUIDs and a dict lookup; ids inside other strings (a rollout
+path, a cursor) are left alone. The map is one small JSON file per client
+thread under ``<state_dir>/backing/``, written (fsync, rename) before a
+switch is used, so a restart resumes the client's thread on its current
+backing thread and keeps hiding the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protocol import rewrite
+
+log = logging.getLogger("codex_sidecar.backing")
+
+_UUID = re.compile(rb'"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
+
+#: ``turn/start`` params Codex keeps "for this turn and subsequent turns"
+#: (codex 0.169.0's TurnStartParams): replayed on a new backing thread's first turn.
+STICKY_TURN_KEYS = (
+    "approvalPolicy",
+    "approvalsReviewer",
+    "cwd",
+    "effort",
+    "model",
+    "sandboxPolicy",
+    "serviceTier",
+    "summary",
+    "disabledPluginIds",
+    "personality",
+    "collaborationMode",
+    "environments",
+    "permissions",
+    "runtimeWorkspaceRoots",
+)
+
+#: Notifications a ``thread/start`` emits that name no thread.
+UNATTRIBUTED_START_NOTIFICATIONS = (b'"configWarning"', b'"remoteControl/status/changed"')
+
+LIST_METHODS = ("thread/list", "thread/loaded/list")
+
+
+@dataclass
+class Alias:
+    client: str
+    start: dict[str, Any]
+    """The client's ``thread/start`` params: a spare is started with them."""
+    current: str = ""
+    retired: list[str] = field(default_factory=list)
+    spare: str | None = None
+    sticky: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    listed: dict[str, Any] = field(default_factory=dict)
+    """The client's thread as ``thread/list`` showed it before any switch
+    (``preview``, ``createdAt``): the current backing thread's entry gets it."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "client": self.client,
+            "current": self.current or self.client,
+            "retired": self.retired,
+            "spare": self.spare,
+            "start": self.start,
+            "sticky": self.sticky,
+            "name": self.name,
+            "listed": self.listed,
+        }
+
+
+def _valid_id(thread_id: str) -> bool:
+    return _UUID.fullmatch(b'"' + thread_id.encode() + b'"') is not None
+
+
+class BackingThreads:
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(state_dir) / "backing"
+        self.aliases: dict[str, Alias] = {}
+        self._to_codex: dict[bytes, bytes] = {}
+        """Client id -> its current backing id, for switched threads only."""
+        self._to_client: dict[bytes, bytes] = {}
+        """Current and retired backing ids -> the client's id (responses)."""
+        self._hidden: set[bytes] = set()
+        """Retired and spare ids: a notification naming one is not the client's."""
+        self.spare_starts = 0
+        """Spares being started: their unattributed notifications are dropped."""
+        self.dropped = 0
+        self._load()
+
+    # ------------------------------------------------------------ the map
+
+    def _load(self) -> None:
+        try:
+            names = sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                data = json.loads((self.dir / name).read_text())
+                alias = Alias(
+                    client=data["client"],
+                    start=data.get("start") or {},
+                    current=data.get("current") or data["client"],
+                    retired=list(data.get("retired") or []),
+                    spare=data.get("spare"),
+                    sticky=data.get("sticky") or {},
+                    name=data.get("name"),
+                    listed=data.get("listed") or {},
+                )
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("unreadable backing-thread map entry skipped", extra={"fields": {"file": name, "error": type(exc).__name__}})
+                continue
+            if alias.spare:
+                # Started by an earlier process: not loaded in this one's Codex.
+                alias.retired.append(alias.spare)
+                alias.spare = None
+            self.aliases[alias.client] = alias
+            self._index(alias)
+
+    def _index(self, alias: Alias) -> None:
+        client = alias.client.encode()
+        current = (alias.current or alias.client).encode()
+        if current != client:
+            self._to_codex[client] = current
+            self._to_client[current] = client
+        else:
+            self._to_codex.pop(client, None)
+        self._hidden.discard(current)
+        for old in alias.retired:
+            self._to_client[old.encode()] = client
+            self._hidden.add(old.encode())
+        if alias.spare:
+            self._hidden.add(alias.spare.encode())
+
+    def _path(self, client: str) -> Path:
+        if not _valid_id(client):
+            raise ValueError(f"not a thread id: {client!r}")
+        return self.dir / f"{client}.json"
+
+    def save(self, alias: Alias) -> None:
+        """Write the alias durably (temporary file, fsync, rename, fsync dir)."""
+        path = self._path(alias.client)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        data = json.dumps(alias.as_json(), sort_keys=True, separators=(",", ":")).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def remember_start(self, client: str, params: dict[str, Any]) -> Alias | None:
+        """A thread the client started here: a spare can be made like it."""
+        if not _valid_id(client) or client in self.aliases:
+            return self.aliases.get(client)
+        alias = Alias(client=client, start={k: v for k, v in params.items() if k != "threadId"}, current=client)
+        self.aliases[client] = alias
+        return alias
+
+    def current(self, client: str) -> str:
+        alias = self.aliases.get(client)
+        return alias.current if alias is not None and alias.current else client
+
+    def note_spare(self, client: str, spare: str) -> None:
+        """Hide the spare at once (its ``thread/started`` follows the answer)."""
+        self._hidden.add(spare.encode())
+        alias = self.aliases.get(client)
+        if alias is not None:
+            alias.spare = spare
+
+    def switch(self, client: str) -> tuple[str, str]:
+        """Make the spare the client's current thread: (old, new) backing ids.
+        The caller persists (:meth:`save`) before anything uses the switch."""
+        alias = self.aliases[client]
+        if not alias.spare:
+            raise LookupError("no spare thread")
+        old, new = alias.current or client, alias.spare
+        alias.retired.append(old)
+        alias.current, alias.spare = new, None
+        self._index(alias)
+        return old, new
+
+    def unswitch(self, client: str, old: str, new: str) -> None:
+        """Undo :meth:`switch` (the map could not be persisted)."""
+        alias = self.aliases[client]
+        if alias.retired and alias.retired[-1] == old:
+            alias.retired.pop()
+        alias.current, alias.spare = old, new
+        self._to_client.pop(new.encode(), None)
+        self._hidden.discard(old.encode())
+        self._index(alias)
+
+    # ---------------------------------------------------- the child's edge
+
+    @property
+    def active(self) -> bool:
+        return bool(self._to_codex or self._hidden or self.spare_starts)
+
+    def to_codex(self, line: bytes) -> bytes:
+        if not self._to_codex:
+            return line
+        table = self._to_codex
+        return _UUID.sub(lambda m: b'"' + table.get(m.group(1), m.group(1)) + b'"', line)
+
+    def notification(self, line: bytes) -> bytes | None:
+        """A notification or server request from Codex, as the client gets
+        it; None when it is about a thread the client does not know."""
+        if self.spare_starts and any(m in line[:64] for m in UNATTRIBUTED_START_NOTIFICATIONS):
+            self.dropped += 1
+            return None
+        if not (self._hidden or self._to_client):
+            return line
+        ids = _UUID.findall(line)
+        if not ids:
+            return line
+        if any(i in self._hidden for i in ids):
+            self.dropped += 1
+            return None
+        table = self._to_client
+        if not any(i in table for i in ids):
+            return line
+        return _UUID.sub(lambda m: b'"' + table.get(m.group(1), m.group(1)) + b'"', line)
+
+    def response(self, line: bytes, method: str | None) -> bytes:
+        """A response from Codex, as its requester gets it."""
+        if not (self._hidden or self._to_client):
+            return line
+        if method in LIST_METHODS and self._hidden:
+            line = self._filter_list(line, method)
+        table = self._to_client
+        if not table:
+            return line
+        return _UUID.sub(lambda m: b'"' + table.get(m.group(1), m.group(1)) + b'"', line)
+
+    def _filter_list(self, line: bytes, method: str | None) -> bytes:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return line
+        result = msg.get("result") if isinstance(msg, dict) else None
+        data = result.get("data") if isinstance(result, dict) else None
+        if not isinstance(data, list):
+            return line
+        hidden = {h.decode() for h in self._hidden}
+        listed = {a.current: a.listed for a in self.aliases.values() if a.listed and a.current != a.client}
+
+        def visible(entry: Any) -> bool:
+            thread_id = entry if isinstance(entry, str) else entry.get("id") if isinstance(entry, dict) else None
+            return thread_id not in hidden
+
+        kept = [e for e in data if visible(e)]
+        patched = [{**e, **listed[e["id"]]} if isinstance(e, dict) and e.get("id") in listed else e for e in kept]
+        if len(kept) == len(data) and patched == kept:
+            return line
+        return rewrite(line, result={**result, "data": patched})

@@ -1,0 +1,148 @@
+"""sidecar.backing: the map of client threads to the Codex threads behind them,
+and the translation at the child's edge (bytes in, bytes out, no I/O but the
+map's own files)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.backing import BackingThreads
+
+X = "01a20000-0000-7000-8000-000000000001"  # the client's thread
+B1 = "01a20000-0000-7000-8000-0000000000b1"
+B2 = "01a20000-0000-7000-8000-0000000000b2"
+OTHER = "01a20000-0000-7000-8000-00000000000f"  # another client thread, never switched
+TURN = "01a20000-0000-7000-8000-0000000000aa"
+
+
+def line(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def switched(tmp_path, times: int = 1) -> BackingThreads:
+    b = BackingThreads(tmp_path)
+    alias = b.remember_start(X, {"cwd": "/w", "developerInstructions": "D"})
+    for spare in (B1, B2)[:times]:
+        b.note_spare(X, spare)
+        b.switch(X)
+        b.save(alias)
+    return b
+
+
+def test_nothing_switched_passes_every_frame_as_the_same_object(tmp_path):
+    b = BackingThreads(tmp_path)
+    b.remember_start(X, {"cwd": "/w"})
+    frame = line({"method": "turn/started", "params": {"threadId": X, "turn": {"id": TURN}}})
+    assert b.to_codex(frame) is frame
+    assert b.notification(frame) is frame
+    assert b.response(frame, "thread/read") is frame
+    assert not b.active
+
+
+def test_a_switch_translates_both_ways_and_hides_the_retired_thread(tmp_path):
+    b = switched(tmp_path)
+    request = line({"id": 5, "method": "turn/start", "params": {"threadId": X, "input": [{"type": "text", "text": f"about {X}"}]}})
+    sent = json.loads(b.to_codex(request))
+    assert sent["params"]["threadId"] == B1
+    assert sent["params"]["input"][0]["text"] == f"about {X}"  # inside a longer string: left alone
+    note = line({"method": "item/completed", "params": {"threadId": B1, "turnId": TURN, "item": {"id": "i1"}}})
+    assert json.loads(b.notification(note))["params"]["threadId"] == X
+    # Codex's own notifications about the retired thread (the client's id, now an old Codex thread):
+    assert b.notification(line({"method": "thread/closed", "params": {"threadId": X}})) is None
+    assert b.notification(line({"method": "thread/status/changed", "params": {"threadId": X, "status": {"type": "notLoaded"}}})) is None
+    # Another thread's frames are untouched.
+    other = line({"method": "turn/started", "params": {"threadId": OTHER}})
+    assert b.notification(other) is other
+    assert b.dropped == 2
+
+
+def test_responses_translate_current_and_retired_ids_and_lists_lose_hidden_entries(tmp_path):
+    b = switched(tmp_path, times=2)  # X -> B1 -> B2
+    late = line({"id": 3, "result": {"thread": {"id": B1, "turns": []}}})  # a read sent before the last switch
+    assert json.loads(b.response(late, "thread/read"))["result"]["thread"]["id"] == X
+    listing = line({"id": 4, "result": {"data": [{"id": B2, "preview": "p6"}, {"id": B1}, {"id": X}, {"id": OTHER}], "nextCursor": None}})
+    got = json.loads(b.response(listing, "thread/list"))["result"]["data"]
+    assert [e["id"] for e in got] == [X, OTHER]
+    loaded = line({"id": 6, "result": {"data": [X, B2, OTHER], "nextCursor": None}})
+    assert json.loads(b.response(loaded, "thread/loaded/list"))["result"]["data"] == [X, OTHER]
+
+
+def test_a_spare_is_hidden_from_the_moment_it_is_noted(tmp_path):
+    b = BackingThreads(tmp_path)
+    b.remember_start(X, {})
+    b.note_spare(X, B1)
+    assert b.notification(line({"method": "thread/started", "params": {"thread": {"id": B1}}})) is None
+    assert b.to_codex(line({"params": {"threadId": X}})) == line({"params": {"threadId": X}})  # not switched yet
+
+
+def test_unattributed_notifications_are_dropped_only_while_a_spare_starts(tmp_path):
+    b = BackingThreads(tmp_path)
+    warning = line({"method": "configWarning", "params": {"summary": "no bubblewrap"}})
+    assert b.notification(warning) is warning
+    b.spare_starts = 1
+    assert b.notification(warning) is None
+    assert b.notification(line({"method": "remoteControl/status/changed", "params": {"status": "disabled"}})) is None
+
+
+def test_the_map_survives_a_restart_and_a_spare_from_before_it_is_retired(tmp_path):
+    b = switched(tmp_path)
+    b.note_spare(X, B2)
+    b.save(b.aliases[X])
+    again = BackingThreads(tmp_path)
+    alias = again.aliases[X]
+    assert alias.current == B1
+    assert alias.spare is None and alias.retired == [X, B2]  # not loaded in the new process's Codex
+    assert alias.start == {"cwd": "/w", "developerInstructions": "D"}
+    assert json.loads(again.to_codex(line({"params": {"threadId": X}})))["params"]["threadId"] == B1
+    assert again.notification(line({"method": "thread/started", "params": {"thread": {"id": B2}}})) is None
+
+
+def test_an_unreadable_map_file_is_skipped(tmp_path):
+    switched(tmp_path)
+    (tmp_path / "backing" / f"{OTHER}.json").write_text('{"client": "torn')
+    again = BackingThreads(tmp_path)
+    assert list(again.aliases) == [X]
+
+
+def test_a_failed_save_is_undone(tmp_path):
+    b = BackingThreads(tmp_path)
+    b.remember_start(X, {})
+    b.note_spare(X, B1)
+    old, new = b.switch(X)
+    b.unswitch(X, old, new)
+    alias = b.aliases[X]
+    assert (alias.current, alias.spare, alias.retired) == (X, B1, [])
+    frame = line({"params": {"threadId": X}})
+    assert b.to_codex(frame) == frame
+    assert b.notification(line({"method": "turn/started", "params": {"threadId": X}})) is not None
+
+
+def test_the_map_is_written_with_owner_only_permissions(tmp_path):
+    b = switched(tmp_path)
+    path = tmp_path / "backing" / f"{X}.json"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert not list((tmp_path / "backing").glob("*.tmp"))
+    assert b.aliases[X].current == json.loads(path.read_text())["current"]
+
+
+def test_a_switch_without_a_spare_is_refused(tmp_path):
+    b = BackingThreads(tmp_path)
+    b.remember_start(X, {})
+    with pytest.raises(LookupError):
+        b.switch(X)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.text(max_size=30), max_size=5), ids=st.lists(st.sampled_from([X, B1, OTHER, TURN]), max_size=6))
+def test_to_codex_then_back_is_the_identity_for_frames_about_the_client(tmp_path_factory, texts, ids):
+    b = switched(tmp_path_factory.mktemp("m"))
+    frame = line({"method": "item/completed", "params": {"threadId": X, "ids": [i for i in ids if i != B1], "texts": texts}})
+    there = b.to_codex(frame)
+    assert f'"{X}"'.encode() not in there  # Codex never sees the client's id as a value
+    back = b.response(there, "thread/read")
+    assert json.loads(back) == json.loads(frame)
