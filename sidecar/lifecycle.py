@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import trio
 
 from engines import (
@@ -271,6 +272,10 @@ class Lifecycle:
         """Sessions released after Codex closed their thread, and their rebuilds."""
         self.backing: BackingThreads | None = None
         """``rebuild = "fresh"``: the client's threads and the Codex threads behind them."""
+        self._engine_rebuilds = False
+        """A rebuild happened in this process: the engine drops content, so
+        threads keep a spare ready (before that, none: an engine that never
+        rebuilds must not cost Codex a second session per thread)."""
         self._spares: dict[str, object] = {}
         """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
         if self.options.rebuild == "fresh":
@@ -308,6 +313,9 @@ class Lifecycle:
         hooks.on_server_notification("thread/closed", self._on_thread_closed)
         if self.backing is not None:
             hooks.on_client_request("thread/name/set", self._on_name_set)
+            for method in ("thread/delete", "thread/archive"):
+                hooks.on_client_request(method, self._remember_params)
+                hooks.on_response(method, self._follow_to_retired)
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self._swallow_revert_noise)
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
@@ -701,6 +709,22 @@ class Lifecycle:
             self.proxy.spawn(self._save_alias, alias)
         return None
 
+    def _follow_to_retired(self, msg: Message, pending: PendingRequest) -> Decision:
+        """The client deleted or archived its thread: Codex did it to the
+        current backing thread; the retired ones (its older history) follow."""
+        params = self._requests.pop(pending.client_id, None) or {}
+        alias = self.backing.aliases.get(params.get("threadId")) if self.backing is not None else None
+        if alias is not None and alias.retired and msg.env.error is msgspec.UNSET:
+            self.proxy.spawn(self._apply_to_retired, pending.method, list(alias.retired))
+        return None
+
+    async def _apply_to_retired(self, method: str, retired: list[str]) -> None:
+        for thread_id in retired:
+            try:
+                await self.proxy.request(method, {"threadId": thread_id}, raw=True, timeout=self.options.engine_deadline)
+            except (RpcError, trio.TooSlowError) as exc:
+                log.info("retired backing thread not followed", extra={"fields": {"method": method, "error": type(exc).__name__}})
+
     def _with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
         """The switch turn's turn/start with the sticky settings it lacks."""
         alias = self.backing.aliases.get(session.thread_id) if self.backing is not None else None
@@ -718,6 +742,8 @@ class Lifecycle:
             return
         alias = self.backing.aliases.get(session.thread_id)
         if alias is None or alias.spare is not None or self.options.projection_mode == "per_turn":
+            return
+        if not (self._engine_rebuilds or session.rebuilds):
             return
         token = self._spares[session.thread_id] = object()
         self.proxy.spawn(self._start_spare, session, alias, token)
@@ -1328,6 +1354,7 @@ class Lifecycle:
         state.rebuilt = True
         state.held_plan = fps
         session.rebuilds += 1
+        self._engine_rebuilds = True
         session.force_rebuild = False
         if mode == "epoch":
             state.epoch_pending = epoch  # the thread holds it once Codex accepts the turn

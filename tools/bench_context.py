@@ -89,6 +89,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODES = ("per_turn", "epoch", "delta")
 MODE_ENV = "CODEX_SIDECAR_PROJECTION_MODE"
+REBUILD_ENV = "CODEX_SIDECAR_REBUILD"
+
+
+def projection_of(mode: str | None) -> str | None:
+    """``delta+fresh`` -> ``delta``: a mode may name the rebuild strategy after a ``+``."""
+    return None if mode is None else mode.split("+", 1)[0]
+
+
+def rebuild_of(mode: str | None) -> str | None:
+    """``delta+fresh`` -> ``fresh`` (passed as CODEX_SIDECAR_REBUILD); None: the sidecar's default."""
+    return mode.split("+", 1)[1] if mode and "+" in mode else None
 CONTROL_LABEL = "native again"
 SIDECAR_SETTINGS: dict[str, str] = {}  # --sidecar-setting NAME=VALUE, as CODEX_SIDECAR_<NAME>
 DEFAULT_TURNS = 40
@@ -796,7 +807,8 @@ def _session_env(home: Path, run_dir: Path, paths: Paths, codex_bin: str, engine
             "CODEX_SIDECAR_STATE_DIR": str(run_dir / "state"),
             "CODEX_SIDECAR_CONFIG": str(config),
             "CODEX_SIDECAR_LOG_LEVEL": SIDECAR_LOG_LEVEL[0],
-            MODE_ENV: mode or "",
+            MODE_ENV: projection_of(mode) or "",
+            **({REBUILD_ENV: rebuild_of(mode)} if rebuild_of(mode) else {}),
             **{f"CODEX_SIDECAR_{k.upper()}": v for k, v in SIDECAR_SETTINGS.items()},
             "PYTHONPATH": os.pathsep.join([str(paths.site), REPO] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
         }
@@ -873,7 +885,7 @@ async def _drive(client: AppServerClient, result: RunResult, script: Sequence[Tu
         lc = _lifecycle(result.status)
         result.projection_mode = reported_mode(lc, thread_id)
         result.rebuilds = reported_rebuilds(lc, thread_id)
-        if result.projection_mode is not None and result.projection_mode != mode:
+        if result.projection_mode is not None and result.projection_mode != projection_of(mode):
             result.note = f"sidecar reported projectionMode {result.projection_mode!r} at the end"
 
 
@@ -884,7 +896,11 @@ def _check_mode(lc: dict, thread_id: str | None, mode: str | None, *, final: boo
     appear with its first turn); after it, a missing field is accepted for
     ``per_turn`` only (a sidecar without projection modes projects every turn).
     """
+    wanted = rebuild_of(mode)
+    if wanted is not None and lc.get("rebuild") != wanted:
+        raise ModeNotAvailable(f"mode not available: sidecar/status reports rebuild {lc.get('rebuild')!r}, not {wanted!r}")
     seen = reported_mode(lc, thread_id)
+    mode = projection_of(mode)
     if seen is not None and seen != mode:
         raise ModeNotAvailable(f"mode not available: sidecar runs projectionMode {seen!r}")
     if final and seen is None and mode != "per_turn":
@@ -922,7 +938,7 @@ def run_one(
             result.note = _join(result.note, f"Codex compacted natively {compactions}x")
         if unexpected:
             result.note = _join(result.note, f"{unexpected} model request(s) outside any turn")
-    if engine is not None and mode == "per_turn" and result.ok and result.projection_mode is None:
+    if engine is not None and projection_of(mode) == "per_turn" and result.ok and result.projection_mode is None:
         result.note = _join(result.note, "no projectionMode reported: pre-mode sidecar, projects every turn")
     if engine == "recall" and result.ok:
         result.snippet_tokens = _snippet_tokens(run_dir / "snippets.jsonl", script)
@@ -972,7 +988,7 @@ def checks_for(run: RunResult, native: RunResult, framing: int, walls: Sequence[
         return []
     out: list[Check] = []
     total_ratio = run.total / native.total
-    if run.engine == "identity" and run.mode == "delta":
+    if run.engine == "identity" and projection_of(run.mode) == "delta":
         out.append(Check("total", f"total <= {TARGET_IDENTITY_TOTAL:.2f}x", total_ratio <= TARGET_IDENTITY_TOTAL, f"{total_ratio:.2f}x"))
         reuse = run.reuse or 0.0
         out.append(Check("reuse", f"reuse >= {TARGET_IDENTITY_REUSE:.2f}", reuse >= TARGET_IDENTITY_REUSE, f"{reuse:.2f}"))
@@ -982,7 +998,7 @@ def checks_for(run: RunResult, native: RunResult, framing: int, walls: Sequence[
         passed = run.largest <= bound and grows
         detail = f"max {run.largest:,} vs {bound:,}" + ("" if grows else "; native never exceeds it")
         out.append(Check("max", f"max <= {bound:,}", passed, detail))
-    if run.engine == "recall" and run.mode == "delta":
+    if run.engine == "recall" and projection_of(run.mode) == "delta":
         allowance = run.snippet_allowance()
         limit = (native.total + allowance) * (1 + TARGET_RECALL_SLACK)
         out.append(Check("total", "total <= (native+snip)x1.10", run.total <= limit, f"{run.total / (native.total + allowance):.2f}x"))
@@ -1150,6 +1166,7 @@ def main(argv: list[str] | None = None) -> int:
         "--modes",
         default=",".join(MODES),
         help=f"comma-separated projection modes, passed as {MODE_ENV} (default %(default)s); "
+        f"MODE+STRATEGY (e.g. delta+fresh) also passes STRATEGY as {REBUILD_ENV}; "
         "any name is tried, and one the sidecar does not run is reported as not available",
     )
     ap.add_argument("--json", metavar="FILE", help="also write every figure (per request) to FILE")

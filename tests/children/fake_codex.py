@@ -74,7 +74,10 @@ Environment:
   next) request is answered, as a slow Codex could send it) and
   ``revertNoAnswer`` (true: ``thread/revert`` is never answered) and
   ``revertDelay`` (seconds a ``thread/revert`` takes, nothing else answered
-  meanwhile).
+  meanwhile) and ``uuidThreadIds`` (true: thread ids shaped like Codex's
+  UUIDs, ``01a20000-0000-7000-8000-<12 digits>``, instead of ``thr-N``) and
+  ``threadStartFailsAfter`` (N: every ``thread/start`` after the first N is
+  refused with -32603).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -170,6 +173,8 @@ def thread_result(tid: str, *, with_turns: bool) -> dict:
 
 
 def new_thread_id() -> str:
+    if script.get("uuidThreadIds"):  # shaped like Codex's own (UUIDv7-like), numbered
+        return f"01a20000-0000-7000-8000-{len(threads) + 1:012d}"
     return f"thr-{len(threads) + 1}"
 
 
@@ -426,6 +431,12 @@ def handle(msg: dict) -> None:
     if method == "initialize":
         result(rid, {"userAgent": "fake_codex/0.169.0 (Linux; test)", "codexHome": "/tmp/fake-codex-home", "platformFamily": "unix", "platformOs": "linux"})
     elif method == "thread/start":
+        starts = script.setdefault("_starts", 0) + 1
+        script["_starts"] = starts
+        limit = script.get("threadStartFailsAfter")
+        if isinstance(limit, int) and starts > limit:
+            error(rid, -32603, "thread/start refused (scripted)")
+            return
         tid = new_thread_id()
         threads[tid] = {"cwd": params.get("cwd") or "/tmp/fake-work", "turns": [], "forkedFromId": None}
         if params.get("historyMode") == "legacy" or script.get("legacy"):

@@ -1,0 +1,155 @@
+"""``rebuild = "fresh"``: a rebuild moves the client's thread onto a spare
+Codex thread (sidecar/backing.py), behind the client's unchanged thread id.
+
+The fake app-server (tests/children/fake_codex.py) hands out Codex-shaped
+thread ids here (``uuidThreadIds``). The engine replaces everything but the
+newest two messages by a summary, so from the third turn on every turn is a
+rebuild: the first one reverts (no spare until the engine is seen to
+rebuild), the later ones switch threads once a spare is ready.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from sidecar.backing import BackingThreads
+from sidecar.inspect import InspectLog, inspect_path
+from sidecar.lifecycle import LifecycleOptions
+from tests.test_lifecycle import wait_until
+from tests.test_projection_modes import assert_client_unaware, context_of, modes_sidecar, summarising, summary_text
+
+SCRIPT = {"uuidThreadIds": True}
+
+
+def fresh(**more: Any) -> LifecycleOptions:
+    return LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, rebuild="fresh", **more)
+
+
+async def spare_ready(run, tid: str) -> str:
+    return await wait_until(lambda: run.lifecycle.backing.aliases[tid].spare, what="a spare backing thread")
+
+
+async def test_a_rebuild_moves_the_thread_onto_its_spare_and_the_client_never_knows(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread(model="m1")
+        t1 = await run.turn_ok(tid, "F1")
+        t2 = await run.turn_ok(tid, "F2", effort="high")  # a sticky setting: later turns keep it
+        t3 = await run.turn_ok(tid, "F3")  # rebuild 1: a revert (no spare yet)
+        spare = await spare_ready(run, tid)
+        t4 = await run.turn_ok(tid, "F4")  # rebuild 2: onto the spare
+        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
+        listed = await run.request("thread/loaded/list", {})
+        status = await run.status()
+    assert_client_unaware(run, tid)
+    assert status["backingThreads"]["switched"] == 1 and status["rebuilds"] == 2
+    alias = json.loads((run.state_dir / "backing" / f"{tid}.json").read_text())
+    assert alias["current"] == spare and alias["retired"] == [tid]
+    # Codex: the client's own thread kept the first rebuild's turn; the spare holds the second's.
+    assert [t["id"] for t in run.store_turns(tid)] == [t3]
+    assert [t["id"] for t in run.store_turns(spare)] == [t4]
+    # The switch turn went to the spare, with the whole assembly and the sticky setting.
+    (start,) = [json.loads(line) for line in run.child_lines("turn/start") if json.loads(line)["params"]["threadId"] == spare]
+    assert start["params"]["effort"] == "high"
+    assert summary_text(4) in context_of(start)
+    seen = run.seen(spare)
+    assert seen[0]["held"] == []  # a fresh thread: nothing but the projection
+    # The spare started like the client's thread.
+    starts = [json.loads(line)["params"] for line in run.child_lines("thread/start")]
+    assert starts[0] == starts[1] == {"cwd": "/tmp/fake-work", "model": "m1"}
+    # Reads answer for the client's thread: every turn, under its id.
+    assert read["result"]["thread"]["id"] == tid
+    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3, t4]
+    assert listed["result"]["data"] == [tid]
+    # The retired thread was let go.
+    assert any(json.loads(line)["params"] == {"threadId": tid} for line in run.child_lines("thread/unsubscribe"))
+
+
+async def test_a_restart_resumes_the_client_thread_on_its_backing_thread(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="one") as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"R{n}")
+        await spare_ready(run, tid)
+        t4 = await run.turn_ok(tid, "R4")  # onto the spare
+        left = await spare_ready(run, tid)  # the next spare, left unused by this process
+        current = run.lifecycle.backing.aliases[tid].current
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
+        resumed = await run2.resume_thread(tid)
+        t5 = await run2.turn_ok(tid, "R5")
+        alias = run2.lifecycle.backing.aliases[tid]
+    assert resumed["result"]["thread"]["id"] == tid
+    assert [t["id"] for t in resumed["result"]["thread"]["turns"]][-1] == t4
+    assert json.loads(run2.child_lines("thread/resume")[0])["params"]["threadId"] == current
+    assert_client_unaware(run2, tid)
+    # The spare the first process left is not loaded in the new Codex: never
+    # used, still hidden; the new process's first rebuild reverts in place.
+    assert left in alias.retired and alias.current == current
+    assert [t["id"] for t in run2.store_turns(current)] == [t5]
+    assert left not in json.dumps(run2.frames())
+
+
+async def test_a_kill_after_the_switch_was_saved_projects_everything_on_the_new_thread(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="one") as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"K{n}")
+        spare = await spare_ready(run, tid)
+        backing = run.lifecycle.backing
+        # Exactly what the switch persists before the turn goes out, then a SIGKILL:
+        backing.switch(tid)
+        backing.save(backing.aliases[tid])
+        InspectLog(inspect_path(run.state_dir, tid)).append({"rebuilding": True, "rebuilds": 1, "projectedEpoch": None})
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
+        await run2.resume_thread(tid)
+        await run2.turn_ok(tid, "K4")
+    (start,) = [json.loads(line) for line in run2.child_lines("turn/start")]
+    assert start["params"]["threadId"] == spare
+    context = context_of(start)
+    assert context is not None and summary_text(4) in context  # the whole assembly, on the empty thread
+    assert_client_unaware(run2, tid)
+
+
+async def test_a_spare_codex_refuses_leaves_the_revert(tmp_path):
+    script = {**SCRIPT, "threadStartFailsAfter": 1}
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=script) as run:
+        tid = await run.start_thread()
+        turns = [await run.turn_ok(tid, f"S{n}") for n in range(1, 6)]
+        await wait_until(lambda: len(run.child_lines("thread/start")) >= 2, what="a spare asked for")
+        status = await run.status()
+    assert status["rebuilds"] == 3 and status["backingThreads"]["switched"] == 0
+    assert [t["id"] for t in run.store_turns(tid)] == turns[-1:]  # reverted in place each time
+    assert_client_unaware(run, tid)
+
+
+async def test_a_switch_that_cannot_be_saved_reverts_instead(tmp_path, monkeypatch):
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"D{n}")
+        spare = await spare_ready(run, tid)
+
+        def full(alias):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(BackingThreads, "save", lambda self, alias: full(alias))
+        t4 = await run.turn_ok(tid, "D4")
+        alias = run.lifecycle.backing.aliases[tid]
+    assert (alias.current, alias.spare, alias.retired) == (tid, spare, [])
+    assert [t["id"] for t in run.store_turns(tid)] == [t4]  # reverted in place
+    assert run.store_turns(spare) == []
+    assert_client_unaware(run, tid)
+
+
+async def test_a_spare_s_own_notifications_never_reach_the_client(tmp_path):
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"N{n}")
+        spare = await spare_ready(run, tid)
+        await trio.sleep(0.05)
+    started = [f for f in run.frames() if f.get("method") == "thread/started"]
+    assert [f["params"]["thread"]["id"] for f in started] == [tid]
+    assert spare not in json.dumps(run.frames())
