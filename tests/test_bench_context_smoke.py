@@ -327,3 +327,17 @@ def test_model_latency_delays_every_model_response(tmp_path, monkeypatch):
     assert [round(w, 2) >= 0.25 * t.requests for w, t in zip(run.turn_walls, script)] == [True, True]
     with pytest.raises(SystemExit):
         bc.main(["--model-latency-ms", "-1"])
+
+
+def test_a_mode_can_name_the_rebuild_strategy(tmp_path):
+    paths = bc.prepare(tmp_path / "p")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _, env = bc._session_env(tmp_path / "codex-home", run_dir, paths, "/bin/codex", "budget", "delta+fresh")
+    assert env[bc.MODE_ENV] == "delta" and env[bc.REBUILD_ENV] == "fresh"
+    _, env = bc._session_env(tmp_path / "codex-home", run_dir, paths, "/bin/codex", "budget", "delta")
+    assert env[bc.MODE_ENV] == "delta" and bc.REBUILD_ENV not in env
+    # The sidecar must say it runs the strategy, as it must say it runs the mode.
+    bc._check_mode({"rebuild": "fresh", "projectionMode": "delta"}, None, "delta+fresh", final=True)
+    with pytest.raises(bc.ModeNotAvailable):
+        bc._check_mode({"rebuild": "revert", "projectionMode": "delta"}, None, "delta+fresh", final=True)
