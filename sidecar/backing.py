@@ -18,12 +18,20 @@ translates at the child edge, on bytes:
 * ``thread/list`` and ``thread/loaded/list`` answers lose their retired and
   spare entries before that.
 
-Thread ids are quoted UUIDs of one length, so the translation is a regex
-over quoted UUIDs and a dict lookup; ids inside other strings (a rollout
-path, a cursor) are left alone. The map is one small JSON file per client
-thread under ``<state_dir>/backing/``, written (fsync, rename) before a
-switch is used, so a restart resumes the client's thread on its current
-backing thread and keeps hiding the others.
+Only thread-id members are translated or looked at (``threadId``, ``id``,
+``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
+``conversationId`` whose value is a UUID): a regex and a dict lookup, and
+never a string the model or the client wrote (a reply that happens to be a
+thread id is text, not routing); ids inside other strings (a rollout path, a
+cursor) are left alone.
+
+The map is one small JSON file per client thread under
+``<state_dir>/backing/``, written (fsync, rename; newer snapshots win) before
+a switch is used. A switch stays *pending* until Codex accepts its turn:
+before that the new thread has no rollout (Codex 0.169.0 writes none for a
+thread without an accepted turn), so a restart, or a resume after Codex
+unloaded it, goes back to the previous thread (:meth:`BackingThreads.rollback`)
+and the next turn rebuilds.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import json
 import logging
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,12 @@ from protocol import rewrite
 
 log = logging.getLogger("codex_sidecar.backing")
 
-_UUID = re.compile(rb'"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
+_UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UUID = re.compile(rb'"(' + _UUID_TEXT + rb')"')
+#: A thread-id member: (key and colon, id). Only these are translated.
+_KEYED = re.compile(
+    rb'("(?:threadId|id|sessionId|forkedFromId|parentThreadId|attachedToThreadId|conversationId)"\s*:\s*)"(' + _UUID_TEXT + rb')"'
+)
 
 #: ``turn/start`` params Codex keeps "for this turn and subsequent turns"
 #: (codex 0.169.0's TurnStartParams): replayed on a new backing thread's first turn.
@@ -77,6 +91,9 @@ class Alias:
     spare: str | None = None
     sticky: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
+    pending: bool = False
+    """The last switch's turn was not accepted by Codex yet (the current
+    thread may have no rollout)."""
     listed: dict[str, Any] = field(default_factory=dict)
     """The client's thread as ``thread/list`` showed it before any switch
     (``preview``, ``createdAt``): the current backing thread's entry gets it."""
@@ -91,6 +108,7 @@ class Alias:
             "sticky": self.sticky,
             "name": self.name,
             "listed": self.listed,
+            "pending": self.pending,
         }
 
 
@@ -111,6 +129,11 @@ class BackingThreads:
         self.spare_starts = 0
         """Spares being started: their unattributed notifications are dropped."""
         self.dropped = 0
+        self.rolled_back: set[str] = set()
+        """Client threads moved back from a pending switch: their ledger is unknown."""
+        self._versions = 0
+        self._written: dict[str, int] = {}
+        self._write_lock = threading.Lock()
         self._load()
 
     # ------------------------------------------------------------ the map
@@ -134,6 +157,7 @@ class BackingThreads:
                     sticky=data.get("sticky") or {},
                     name=data.get("name"),
                     listed=data.get("listed") or {},
+                    pending=bool(data.get("pending")),
                 )
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("unreadable backing-thread map entry skipped", extra={"fields": {"file": name, "error": type(exc).__name__}})
@@ -144,6 +168,8 @@ class BackingThreads:
                 alias.spare = None
             self.aliases[alias.client] = alias
             self._index(alias)
+            if alias.pending:
+                self.rollback(alias.client)
 
     def _index(self, alias: Alias) -> None:
         client = alias.client.encode()
@@ -165,24 +191,40 @@ class BackingThreads:
             raise ValueError(f"not a thread id: {client!r}")
         return self.dir / f"{client}.json"
 
+    def snapshot(self, alias: Alias) -> tuple[str, int, bytes]:
+        """The alias as it is now, numbered: take it where the alias changes
+        (the event loop), write it anywhere (:meth:`write`)."""
+        self._path(alias.client)  # a bad id fails here, not in a worker
+        self._versions += 1
+        return alias.client, self._versions, json.dumps(alias.as_json(), sort_keys=True, separators=(",", ":")).encode()
+
+    def write(self, client: str, version: int, data: bytes) -> None:
+        """Write a snapshot durably (temporary file, fsync, rename, fsync
+        dir), one writer at a time; a snapshot older than the one on disk is
+        skipped, so overlapping saves never publish a stale map."""
+        path = self._path(client)
+        with self._write_lock:
+            if version <= self._written.get(client, 0):
+                return
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            dfd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            self._written[client] = version
+
     def save(self, alias: Alias) -> None:
-        """Write the alias durably (temporary file, fsync, rename, fsync dir)."""
-        path = self._path(alias.client)
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        data = json.dumps(alias.as_json(), sort_keys=True, separators=(",", ":")).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """:meth:`snapshot` then :meth:`write` (both here)."""
+        self.write(*self.snapshot(alias))
 
     def remember_start(self, client: str, params: dict[str, Any]) -> Alias | None:
         """A thread the client started here: a spare can be made like it."""
@@ -211,16 +253,43 @@ class BackingThreads:
             raise LookupError("no spare thread")
         old, new = alias.current or client, alias.spare
         alias.retired.append(old)
-        alias.current, alias.spare = new, None
+        alias.current, alias.spare, alias.pending = new, None, True
         self._index(alias)
         return old, new
+
+    def confirm(self, client: str) -> bool:
+        """Codex accepted the switch turn: the current thread is resumable."""
+        alias = self.aliases.get(client)
+        if alias is None or not alias.pending:
+            return False
+        alias.pending = False
+        return True
+
+    def rollback(self, client: str) -> bool:
+        """Back from a pending switch to the thread before it (which still
+        holds its turns); the abandoned one stays hidden. The caller
+        persists it and has the next turn rebuild."""
+        alias = self.aliases.get(client)
+        if alias is None or not alias.pending or not alias.retired:
+            return False
+        abandoned = alias.current
+        previous = alias.retired.pop()
+        alias.retired.append(abandoned)
+        alias.current, alias.pending = previous, False
+        self._to_client.pop(previous.encode(), None)
+        self._hidden.discard(previous.encode())
+        self._index(alias)
+        if previous == client:
+            self._to_client.pop(client.encode(), None)
+        self.rolled_back.add(client)
+        return True
 
     def unswitch(self, client: str, old: str, new: str) -> None:
         """Undo :meth:`switch` (the map could not be persisted)."""
         alias = self.aliases[client]
         if alias.retired and alias.retired[-1] == old:
             alias.retired.pop()
-        alias.current, alias.spare = old, new
+        alias.current, alias.spare, alias.pending = old, new, False
         self._to_client.pop(new.encode(), None)
         self._hidden.discard(old.encode())
         self._index(alias)
@@ -234,8 +303,7 @@ class BackingThreads:
     def to_codex(self, line: bytes) -> bytes:
         if not self._to_codex:
             return line
-        table = self._to_codex
-        return _UUID.sub(lambda m: b'"' + table.get(m.group(1), m.group(1)) + b'"', line)
+        return _translate(line, self._to_codex)
 
     def notification(self, line: bytes) -> bytes | None:
         """A notification or server request from Codex, as the client gets
@@ -245,16 +313,15 @@ class BackingThreads:
             return None
         if not (self._hidden or self._to_client):
             return line
-        ids = _UUID.findall(line)
+        ids = [m[1] for m in _KEYED.findall(line)]
         if not ids:
             return line
         if any(i in self._hidden for i in ids):
             self.dropped += 1
             return None
-        table = self._to_client
-        if not any(i in table for i in ids):
+        if not any(i in self._to_client for i in ids):
             return line
-        return _UUID.sub(lambda m: b'"' + table.get(m.group(1), m.group(1)) + b'"', line)
+        return _translate(line, self._to_client)
 
     def response(self, line: bytes, method: str | None) -> bytes:
         """A response from Codex, as its requester gets it."""
@@ -262,10 +329,19 @@ class BackingThreads:
             return line
         if method in LIST_METHODS and self._hidden:
             line = self._filter_list(line, method)
-        table = self._to_client
-        if not table:
+        if not self._to_client:
             return line
-        return _UUID.sub(lambda m: b'"' + table.get(m.group(1), m.group(1)) + b'"', line)
+        return _translate(line, self._to_client)
+
+    def fragment_to_codex(self, data: bytes) -> bytes:
+        """A piece of a line too long to parse, on its way to Codex (an id
+        cut by a piece boundary is not translated)."""
+        return _translate(data, self._to_codex) if self._to_codex else data
+
+    def fragment_to_client(self, data: bytes) -> bytes:
+        """A piece of a line too long to parse, on its way to the client:
+        translated, never dropped (it cannot be taken back)."""
+        return _translate(data, self._to_client) if self._to_client else data
 
     def _filter_list(self, line: bytes, method: str | None) -> bytes:
         try:
@@ -284,7 +360,21 @@ class BackingThreads:
             return thread_id not in hidden
 
         kept = [e for e in data if visible(e)]
-        patched = [{**e, **listed[e["id"]]} if isinstance(e, dict) and e.get("id") in listed else e for e in kept]
+        to_client = {k.decode(): v.decode() for k, v in self._to_client.items()}
+        patched = [
+            {**e, **listed[e["id"]]} if isinstance(e, dict) and e.get("id") in listed else to_client.get(e, e) if isinstance(e, str) else e
+            for e in kept
+        ]
         if len(kept) == len(data) and patched == kept:
             return line
         return rewrite(line, result={**result, "data": patched})
+
+
+def _translate(line: bytes, table: dict[bytes, bytes]) -> bytes:
+    """``line`` with the thread-id members found in ``table`` replaced."""
+
+    def swap(m: re.Match[bytes]) -> bytes:
+        new = table.get(m.group(2))
+        return m.group(0) if new is None else m.group(1) + b'"' + new + b'"'
+
+    return _KEYED.sub(swap, line)

@@ -118,6 +118,8 @@ SETTLE_PAGES = 50
 REVERTED_NOTICE_WAIT = 2.0
 """Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
 swallowed) after Codex answered the revert; the turn does not wait for it."""
+RESUME_ONLY_KEYS = frozenset({"threadId", "excludeTurns", "initialTurnsPage", "history", "path"})
+"""thread/resume params that are not thread settings (the rest replace the thread/start params spares start with)."""
 SPARE_QUIET = 0.2
 """Seconds after a spare's thread/start answer during which notifications
 that name no thread (``configWarning``, ``remoteControl/status/changed``)
@@ -178,9 +180,9 @@ class TurnState:
     received: float = field(default_factory=trio.current_time)
     hold_ms: float | None = None
     revert_ms: float | None = None
+    """How long Codex took to answer this turn's rebuild revert (part of hold_ms)."""
     switched: bool = False
     """The rebuild moved the thread onto a fresh backing thread (not a revert)."""
-    """How long Codex took to answer this turn's rebuild revert (part of hold_ms)."""
     held_plan: list[str] | None = None
     """Fingerprints of what the Codex thread holds once this turn's projection
     is in (before the turn's own messages); None when nothing was tracked."""
@@ -314,7 +316,7 @@ class Lifecycle:
         if self.backing is not None:
             hooks.on_client_request("thread/name/set", self._on_name_set)
             for method in ("thread/delete", "thread/archive"):
-                hooks.on_client_request(method, self._remember_params)
+                hooks.on_client_request(method, self._remember_request)
                 hooks.on_response(method, self._follow_to_retired)
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self._swallow_revert_noise)
@@ -375,12 +377,18 @@ class Lifecycle:
 
     def _on_resume(self, msg: Message) -> Decision:
         self._remember_params(msg)
+        if self.backing is not None:
+            self._backing_resume(msg.params())
         params = self._requests.get(msg.id)
         return self.archived.on_resume(msg, params) if params else None
 
     def _remember_params(self, msg: Message) -> Decision:
+        """thread/start and thread/resume: keep the params for the answer."""
         if self.backing is not None:
             self.backing.spare_starts = 0  # the client's own start: its notifications are its
+        return self._remember_request(msg)
+
+    def _remember_request(self, msg: Message) -> Decision:
         params = msg.params()
         if isinstance(params, dict):
             self._requests[msg.id] = params
@@ -681,12 +689,17 @@ class Lifecycle:
 
     # ------------------------------------------------ fresh backing threads
 
-    async def _save_alias(self, alias: Alias) -> None:
+    async def _save_alias(self, alias: Alias) -> bool:
+        """Persist the alias as it is now (the snapshot is taken before any
+        await; a newer one written meanwhile wins)."""
         assert self.backing is not None
         try:
-            await trio.to_thread.run_sync(self.backing.save, alias)
+            snapshot = self.backing.snapshot(alias)
+            await trio.to_thread.run_sync(self.backing.write, *snapshot)
+            return True
         except (OSError, ValueError) as exc:
             log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
+            return False
 
     def _remember_sticky(self, params: dict[str, Any]) -> None:
         """Settings a turn/start makes stick for later turns: a new backing
@@ -707,16 +720,62 @@ class Lifecycle:
         if alias is not None and isinstance(params.get("name"), str):
             alias.name = params["name"]
             self.proxy.spawn(self._save_alias, alias)
+            if alias.spare:
+                self.proxy.spawn(self._name_spare, alias.spare, alias.name)
         return None
+
+    async def _name_spare(self, spare: str, name: str) -> None:
+        """Give the spare the client thread's name now, while its
+        ``thread/name/updated`` is about a hidden thread (after a switch the
+        client would get one it did not ask for)."""
+        try:
+            await self.proxy.request("thread/name/set", {"threadId": spare, "name": name}, raw=True, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.info("spare backing thread not named", extra={"fields": {"error": type(exc).__name__}})
+
+    def _backing_resume(self, params: Any) -> None:
+        """A client's thread/resume, before it is translated: a switch Codex
+        never accepted a turn for goes back to the thread before it (the new
+        one has no rollout to resume), and the resume's overrides are what
+        later spares start with."""
+        assert self.backing is not None
+        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        if alias is None:
+            return
+        overrides = {k: v for k, v in params.items() if k not in RESUME_ONLY_KEYS and v is not None}
+        changed = any(alias.start.get(k) != v for k, v in overrides.items())
+        alias.start.update(overrides)
+        if self.backing.rollback(alias.client):
+            log.warning("backing-thread switch never accepted by codex; back on the thread before it", extra={"fields": {"threadId": alias.client}})
+            self.backing.rolled_back.discard(alias.client)
+            session = self.sessions.get(alias.client)
+            if session is not None:
+                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
+            else:
+                self.backing.rolled_back.add(alias.client)  # for the session about to open
+            changed = True
+        if changed:
+            self.proxy.spawn(self._save_alias, alias)
 
     def _follow_to_retired(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client deleted or archived its thread: Codex did it to the
         current backing thread; the retired ones (its older history) follow."""
         params = self._requests.pop(pending.client_id, None) or {}
         alias = self.backing.aliases.get(params.get("threadId")) if self.backing is not None else None
-        if alias is not None and alias.retired and msg.env.error is msgspec.UNSET:
-            self.proxy.spawn(self._apply_to_retired, pending.method, list(alias.retired))
+        if alias is not None and msg.env.error is msgspec.UNSET:
+            self._drop_spare(alias.client)
+            if alias.retired:
+                self.proxy.spawn(self._apply_to_retired, pending.method, list(alias.retired))
         return None
+
+    def _drop_spare(self, thread_id: str) -> None:
+        """The thread is gone (closed, deleted, archived): unload its spare."""
+        alias = self.backing.aliases.get(thread_id) if self.backing is not None else None
+        if alias is None or alias.spare is None:
+            return
+        spare, alias.spare = alias.spare, None
+        self.proxy.spawn(self._save_alias, alias)
+        self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [spare])
 
     async def _apply_to_retired(self, method: str, retired: list[str]) -> None:
         for thread_id in retired:
@@ -741,9 +800,11 @@ class Lifecycle:
         if self.backing is None or session.thread_id in self._spares:
             return
         alias = self.backing.aliases.get(session.thread_id)
+        if alias is not None and not alias.listed and alias.current == alias.client and not session.rebuilds:
+            self.proxy.spawn(self._record_listed, alias)
         if alias is None or alias.spare is not None or self.options.projection_mode == "per_turn":
             return
-        if not (self._engine_rebuilds or session.rebuilds):
+        if not (self._engine_rebuilds or session.rebuilds) or session.closed:
             return
         token = self._spares[session.thread_id] = object()
         self.proxy.spawn(self._start_spare, session, alias, token)
@@ -753,10 +814,6 @@ class Lifecycle:
         try:
             if self.proxy.pending_methods() & {"thread/start", "thread/resume", "thread/fork"}:
                 return  # the client's own: a spare's notifications would be mistaken for its (next turn)
-            if not alias.listed and alias.current == alias.client:
-                # How thread/list shows the thread now, for when a backing thread stands in.
-                thread = (await self.proxy.request("thread/read", {"threadId": alias.client}, raw=True, timeout=self.options.engine_deadline)).get("thread") or {}
-                alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
             self.backing.spare_starts += 1
             try:
                 await self.proxy.request(
@@ -767,6 +824,8 @@ class Lifecycle:
                     on_result=lambda r: self._spare_ready(alias, r, token),
                 )
                 await self._save_alias(alias)  # a restart keeps hiding it
+                if alias.name and alias.spare:
+                    await self._name_spare(alias.spare, alias.name)
                 await trio.sleep(SPARE_QUIET)  # notifications that trail the answer
             finally:
                 self.backing.spare_starts = max(0, self.backing.spare_starts - 1)
@@ -776,6 +835,22 @@ class Lifecycle:
         finally:
             if self._spares.get(session.thread_id) is token:
                 del self._spares[session.thread_id]
+
+    async def _record_listed(self, alias: Alias) -> None:
+        """How thread/list shows the client's thread before any rebuild (a
+        revert starts a rollout segment with its own preview and creation
+        time): a backing thread's entry will show this instead of its own."""
+        if alias.listed:
+            return
+        try:
+            read = await self.proxy.request("thread/read", {"threadId": alias.client}, raw=True, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.info("thread not read for its listing", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
+            return
+        thread = read.get("thread") if isinstance(read, dict) else None
+        if isinstance(thread, dict) and not alias.listed:
+            alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
+            await self._save_alias(alias)
 
     def _spare_ready(self, alias: Alias, result: Any, token: object) -> None:
         """As Codex's answer is read: hide the spare before its own
@@ -794,16 +869,11 @@ class Lifecycle:
         if alias is None or alias.spare is None:
             return False
         started = trio.current_time()
-        old, new = self.backing.switch(session.thread_id)
-        try:
-            await trio.to_thread.run_sync(self.backing.save, alias)
-        except (OSError, ValueError) as exc:
+        old, new = self.backing.switch(session.thread_id)  # pending until Codex accepts the turn
+        if not await self._save_alias(alias):
             self.backing.unswitch(session.thread_id, old, new)
-            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": self._fields(session, error=type(exc).__name__)})
+            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": self._fields(session)})
             return False
-        if alias.name:
-            with contextlib.suppress(RpcError, trio.TooSlowError):
-                await self.proxy.request("thread/name/set", {"threadId": session.thread_id, "name": alias.name}, timeout=self.options.engine_deadline)
         self.proxy.spawn(self.archived.load, session.thread_id)
         session.live_turns = []
         session.turns_since_rebuild = []
@@ -844,6 +914,7 @@ class Lifecycle:
             if not self._releasable(session):  # opened again while Codex was asked
                 return
             del self.sessions[session.thread_id]
+            self._drop_spare(session.thread_id)
             self._released["threads"] += 1
             self._released["rebuilds"] += session.rebuilds
             self.archived.forget(session.thread_id)
@@ -930,6 +1001,10 @@ class Lifecycle:
                     before, into_archive = pending
                     await self._follow_client_revert(session, archive, _Unfollowed(before, into_archive, frozenset(), None))
                 await self._settle_unanswered_revert(session, archive)
+            if self.backing is not None and session.thread_id in self.backing.rolled_back:
+                # Back from a switch Codex never accepted: what the thread holds is not known.
+                self.backing.rolled_back.discard(session.thread_id)
+                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
                 session.held, session.turns_since_rebuild, session.live_turns = [], [], []
@@ -1564,6 +1639,9 @@ class Lifecycle:
             if isinstance(turn, dict) and isinstance(turn.get("id"), str):
                 state.turn_id = turn["id"]
                 session.turns[turn["id"]] = state
+                if self.backing is not None and self.backing.confirm(session.thread_id):
+                    # The backing thread has a turn now: Codex can resume it.
+                    self.proxy.spawn(self._save_alias, self.backing.aliases[session.thread_id])
                 if state.addition_pending is not None:
                     session.addition_sent = state.addition_pending
                 if state.epoch_pending is not None:

@@ -272,6 +272,8 @@ class Proxy:
         self._ids = IdSpace()
         self._pending: dict[RpcId, PendingRequest] = {}
         self._internal: dict[str, _InternalCall] = {}
+        self._late: dict[str, _InternalCall] = {}
+        """Timed-out calls whose answer still runs their ``on_result``."""
         self._gates: dict[str, tuple[set[Any], list[bytes]]] = {}
         """Threads with a request a hook is holding: (its holders, the later
         requests naming the thread, waiting in order)."""
@@ -415,6 +417,7 @@ class Proxy:
         call_id = self._ids.new_internal()
         call = _InternalCall(method, on_result)
         self._internal[call_id] = call
+        timed_out = False
         try:
             self.send_to_child(encode_request(call_id, method, params), raw=raw)
             if timeout is None:
@@ -422,8 +425,13 @@ class Proxy:
             else:
                 with trio.fail_after(timeout):
                     await call.done.wait()
+        except trio.TooSlowError:
+            timed_out = True
+            raise
         finally:
             self._internal.pop(call_id, None)
+            if timed_out and on_result is not None:
+                self._late[call_id] = call  # its answer still needs on_result
         if call.error is not None:
             raise call.error
         return call.result
@@ -683,11 +691,16 @@ class Proxy:
                 counters.bytes += len(ev.data)
                 out.put(ev.data + b"\n")
                 return
-        counters.bytes += len(ev.data)
+        data = ev.data
+        if self.edge is not None and type(ev) is Oversized:
+            # Thread ids in the piece, as in a parsed line (one a piece
+            # boundary cuts is not translated; nothing can be dropped).
+            data = self.edge.fragment_to_codex(data) if source == "client" else self.edge.fragment_to_client(data)
+        counters.bytes += len(data)
         if type(ev) is Oversized:
-            out.put_raw(ev.data, ev.end)
+            out.put_raw(data, ev.end)
         else:
-            out.put(ev.data)
+            out.put(data)
 
     def _from_client(self, line: bytes) -> None:
         try:
@@ -855,6 +868,14 @@ class Proxy:
                             log.exception("internal result callback failed")
                 call.done.set()
                 return
+            late = self._late.pop(wire_id, None)
+            if late is not None and not env.error and late.on_result is not None:
+                if self.edge is not None:
+                    env = parse(self.edge.response(line, late.method))
+                try:
+                    late.on_result(decode(env.result))
+                except Exception:
+                    log.exception("internal result callback failed")
             if not self._ids.is_alias(wire_id):
                 # An answer to an internal call that timed out: nobody waits for it.
                 self._record("codex>sidecar", line)

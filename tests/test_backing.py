@@ -30,6 +30,7 @@ def switched(tmp_path, times: int = 1) -> BackingThreads:
     for spare in (B1, B2)[:times]:
         b.note_spare(X, spare)
         b.switch(X)
+        b.confirm(X)  # Codex accepted the switch turn
         b.save(alias)
     return b
 
@@ -141,8 +142,66 @@ def test_a_switch_without_a_spare_is_refused(tmp_path):
 @given(texts=st.lists(st.text(max_size=30), max_size=5), ids=st.lists(st.sampled_from([X, B1, OTHER, TURN]), max_size=6))
 def test_to_codex_then_back_is_the_identity_for_frames_about_the_client(tmp_path_factory, texts, ids):
     b = switched(tmp_path_factory.mktemp("m"))
-    frame = line({"method": "item/completed", "params": {"threadId": X, "ids": [i for i in ids if i != B1], "texts": texts}})
-    there = b.to_codex(frame)
-    assert f'"{X}"'.encode() not in there  # Codex never sees the client's id as a value
-    back = b.response(there, "thread/read")
+    body = {"threadId": X, "thread": {"id": X, "forkedFromId": None}, "texts": texts, "ids": ids}
+    frame = line({"method": "item/completed", "params": body})
+    there = json.loads(b.to_codex(frame))["params"]
+    assert there["threadId"] == there["thread"]["id"] == B1  # routing goes to the current thread
+    assert there["texts"] == texts and there["ids"] == ids  # anything else is left as it was
+    back = b.response(b.to_codex(frame), "thread/read")
     assert json.loads(back) == json.loads(frame)
+
+
+def test_a_switch_whose_turn_codex_never_accepted_is_rolled_back_at_load(tmp_path):
+    b = switched(tmp_path)  # X -> B1, confirmed
+    b.note_spare(X, B2)
+    b.switch(X)  # B1 -> B2, then a kill before Codex accepted the turn
+    b.save(b.aliases[X])
+    again = BackingThreads(tmp_path)
+    alias = again.aliases[X]
+    assert (alias.current, alias.pending) == (B1, False)
+    assert alias.retired == [X, B2]  # the abandoned thread stays hidden
+    assert again.rolled_back == {X}
+    assert json.loads(again.to_codex(line({"params": {"threadId": X}})))["params"]["threadId"] == B1
+    assert json.loads(again.notification(line({"method": "turn/started", "params": {"threadId": B1}})))["params"]["threadId"] == X
+    assert again.notification(line({"method": "thread/started", "params": {"thread": {"id": B2}}})) is None
+
+
+def test_rolling_back_the_first_switch_makes_the_client_thread_its_own_again(tmp_path):
+    b = BackingThreads(tmp_path)
+    b.remember_start(X, {})
+    b.note_spare(X, B1)
+    b.switch(X)
+    assert b.rollback(X)
+    frame = line({"method": "turn/started", "params": {"threadId": X}})
+    assert b.to_codex(frame) == frame
+    assert b.notification(frame) == frame  # no longer hidden
+    assert b.notification(line({"method": "thread/closed", "params": {"threadId": B1}})) is None
+    assert not b.rollback(X)  # nothing pending
+
+
+def test_text_that_happens_to_be_a_thread_id_is_neither_translated_nor_dropped(tmp_path):
+    b = switched(tmp_path)
+    reply = line({"method": "item/completed", "params": {"threadId": B1, "item": {"type": "agentMessage", "text": X}}})
+    got = b.notification(reply)
+    assert got is not None
+    assert json.loads(got)["params"] == {"threadId": X, "item": {"type": "agentMessage", "text": X}}
+    tool_output = line({"id": 9, "result": {"contentItems": [{"type": "inputText", "text": X}]}})
+    assert b.to_codex(tool_output) == tool_output
+
+
+def test_spaced_json_from_a_client_is_translated_too(tmp_path):
+    b = switched(tmp_path)
+    spaced = f'{{"id": 1, "method": "turn/start", "params": {{"threadId" : "{X}"}}}}'.encode()
+    assert json.loads(b.to_codex(spaced))["params"]["threadId"] == B1
+
+
+def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path):
+    b = BackingThreads(tmp_path)
+    alias = b.remember_start(X, {})
+    early = b.snapshot(alias)
+    b.note_spare(X, B1)
+    b.switch(X)
+    late = b.snapshot(alias)
+    b.write(*late)
+    b.write(*early)  # a slower worker, done last
+    assert json.loads((tmp_path / "backing" / f"{X}.json").read_text())["current"] == B1

@@ -18,7 +18,7 @@ import trio
 from sidecar.backing import BackingThreads
 from sidecar.inspect import InspectLog, inspect_path
 from sidecar.lifecycle import LifecycleOptions
-from tests.test_lifecycle import wait_until
+from tests.test_lifecycle import frame, wait_until
 from tests.test_projection_modes import assert_client_unaware, context_of, modes_sidecar, summarising, summary_text
 
 SCRIPT = {"uuidThreadIds": True}
@@ -91,25 +91,57 @@ async def test_a_restart_resumes_the_client_thread_on_its_backing_thread(tmp_pat
     assert left not in json.dumps(run2.frames())
 
 
-async def test_a_kill_after_the_switch_was_saved_projects_everything_on_the_new_thread(tmp_path):
+async def test_a_kill_before_codex_accepted_the_switch_turn_goes_back_to_the_thread_before(tmp_path):
+    """Codex writes no rollout for a thread until it accepts a turn, so a
+    switch saved but never accepted cannot be resumed: the restart goes
+    back to the thread before it, which still holds its turns, and the next
+    turn rebuilds there."""
     async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="one") as run:
         tid = await run.start_thread()
-        for n in range(1, 4):
-            await run.turn_ok(tid, f"K{n}")
+        turns = [await run.turn_ok(tid, f"K{n}") for n in range(1, 4)]
         spare = await spare_ready(run, tid)
         backing = run.lifecycle.backing
-        # Exactly what the switch persists before the turn goes out, then a SIGKILL:
+        # Exactly what _switch persists before the turn goes out, then a SIGKILL:
         backing.switch(tid)
         backing.save(backing.aliases[tid])
         InspectLog(inspect_path(run.state_dir, tid)).append({"rebuilding": True, "rebuilds": 1, "projectedEpoch": None})
     async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
-        await run2.resume_thread(tid)
-        await run2.turn_ok(tid, "K4")
+        resumed = await run2.resume_thread(tid)
+        k4 = await run2.turn_ok(tid, "K4")
+        alias = run2.lifecycle.backing.aliases[tid]
+    assert json.loads(run2.child_lines("thread/resume")[0])["params"]["threadId"] == tid
+    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == turns
     (start,) = [json.loads(line) for line in run2.child_lines("turn/start")]
-    assert start["params"]["threadId"] == spare
+    assert start["params"]["threadId"] == tid
     context = context_of(start)
-    assert context is not None and summary_text(4) in context  # the whole assembly, on the empty thread
+    assert context is not None and summary_text(4) in context  # rebuilt: the whole assembly
+    assert [t["id"] for t in run2.store_turns(tid)] == [k4]
+    assert (alias.current, alias.pending) == (tid, False) and spare in alias.retired
     assert_client_unaware(run2, tid)
+
+
+async def test_a_switch_turn_codex_refuses_is_not_a_thread_to_resume(tmp_path):
+    """Codex refuses the switch turn: the new thread has no rollout. While
+    the client's thread stays loaded the next turn lands there and makes it
+    resumable; a resume before that goes back to the thread before."""
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread()
+        turns = [await run.turn_ok(tid, f"Q{n}") for n in range(1, 4)]
+        spare = await spare_ready(run, tid)
+        rid = run.new_id()
+        bad = {"threadId": tid, "input": [{"type": "text", "text": "Q4", "text_elements": []}, {"type": "no-such-input"}]}
+        await run.send(frame({"id": rid, "method": "turn/start", "params": bad}))
+        assert "error" in await run.wait_response(rid)
+        assert run.lifecycle.backing.aliases[tid].pending
+        resumed = await run.resume_thread(tid)
+        q5 = await run.turn_ok(tid, "Q5")
+        alias = run.lifecycle.backing.aliases[tid]
+    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == turns
+    assert alias.current == tid and spare in alias.retired
+    (start,) = [json.loads(line) for line in run.child_lines("turn/start") if "Q5" in line.decode()]
+    assert start["params"]["threadId"] == tid and summary_text(4) in context_of(start)
+    assert [t["id"] for t in run.store_turns(tid)] == [q5]
+    assert_client_unaware(run, tid)
 
 
 async def test_a_spare_codex_refuses_leaves_the_revert(tmp_path):
@@ -131,10 +163,10 @@ async def test_a_switch_that_cannot_be_saved_reverts_instead(tmp_path, monkeypat
             await run.turn_ok(tid, f"D{n}")
         spare = await spare_ready(run, tid)
 
-        def full(alias):
+        def full(*args):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(BackingThreads, "save", lambda self, alias: full(alias))
+        monkeypatch.setattr(BackingThreads, "write", lambda self, *args: full(*args))
         t4 = await run.turn_ok(tid, "D4")
         alias = run.lifecycle.backing.aliases[tid]
     assert (alias.current, alias.spare, alias.retired) == (tid, spare, [])

@@ -189,3 +189,77 @@ async def test_a_frame_of_the_current_thread_that_mentions_the_client_id_is_not_
         with trio.move_on_after(3):
             completed = await run.wait_frame(lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == turn_id)
     assert completed is not None, "turn/completed of the client's own turn was dropped"
+
+
+# --------------------------------------------------------------------------
+# 5. Concurrent saves of one alias share one temporary file
+
+
+def test_overlapping_saves_never_leave_the_disk_switched_while_memory_is_not(tmp_path, monkeypatch):
+    """backing.py save(): every save of a client's alias writes the same
+    ``<client>.tmp`` and saves are not serialised: _save_alias (spare noted,
+    sticky settings, name, remember_start) runs in a worker thread and can
+    overlap _switch's own save. Here the spare's save (taken before the
+    switch) writes, the switch's save truncates and rewrites the same tmp,
+    the spare's save renames it into place (switched content) and the
+    switch's rename then fails (FileNotFoundError): _switch unswitches and
+    reverts in place, but the disk says the client's thread lives on the
+    spare. A restart (or a Codex unload + resume) then resumes the spare,
+    which has none of the turns that ran on the client's thread since."""
+    import os as real_os
+    import threading
+
+    import sidecar.backing as backing_mod
+    from sidecar.backing import BackingThreads
+
+    x, s = FIRST_THREAD, "01a20000-0000-7000-8000-0000000000b1"
+    b = BackingThreads(tmp_path)
+    alias = b.remember_start(x, {"cwd": "/w"})
+    b.note_spare(x, s)
+
+    a_written, b_written, a_replaced = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowOs:
+        def __getattr__(self, name):
+            return getattr(real_os, name)
+
+        def fsync(self, fd):
+            who = threading.current_thread().name
+            if who == "spare-save" and not a_written.is_set():
+                a_written.set()
+                b_written.wait(1)  # a slow disk: the switch's save runs meanwhile (if it can)
+            elif who == "switch-save" and not b_written.is_set():
+                b_written.set()
+                a_replaced.wait(1)
+            real_os.fsync(fd)
+
+        def replace(self, src, dst):
+            real_os.replace(src, dst)
+            if threading.current_thread().name == "spare-save":
+                a_replaced.set()
+
+    monkeypatch.setattr(backing_mod, "os", SlowOs())
+    errors: dict[str, BaseException] = {}
+
+    def run(name):
+        try:
+            b.save(alias)
+        except OSError as exc:
+            errors[name] = exc
+
+    spare_save = threading.Thread(target=run, args=("spare-save",), name="spare-save")
+    spare_save.start()  # _start_spare's _save_alias, in a worker
+    assert a_written.wait(5)
+    old, new = b.switch(x)  # _switch on the loop ...
+    switch_save = threading.Thread(target=run, args=("switch-save",), name="switch-save")
+    switch_save.start()  # ... and its save, in another worker
+    spare_save.join(5)
+    switch_save.join(5)
+    if "switch-save" in errors:
+        b.unswitch(x, old, new)  # what _switch does when its save fails
+    monkeypatch.setattr(backing_mod, "os", real_os)
+    # (Read raw: loading would roll back the switch, which is pending until Codex accepts its turn.)
+    on_disk = json.loads((tmp_path / "backing" / f"{x}.json").read_text())["current"]
+    assert on_disk == b.aliases[x].current, (
+        f"memory says {b.aliases[x].current}, disk says {on_disk} (errors: {errors})"
+    )
