@@ -275,9 +275,10 @@ class Lifecycle:
         self.backing: BackingThreads | None = None
         """``rebuild = "fresh"``: the client's threads and the Codex threads behind them."""
         self._engine_rebuilds = False
-        """A rebuild happened in this process: the engine drops content, so
-        threads keep a spare ready (before that, none: an engine that never
-        rebuilds must not cost Codex a second session per thread)."""
+        """The engine was seen to rebuild, drop held content or report a
+        projection epoch: threads keep a spare ready from then on (before
+        that, none: an engine that never rebuilds, like one that assembles
+        the history unchanged, must not cost Codex a second session per thread)."""
         self._spares: dict[str, object] = {}
         """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
         if self.options.rebuild == "fresh":
@@ -1400,6 +1401,8 @@ class Lifecycle:
         """
         fps = self._fingerprints(session, result.messages)
         held = session.held if session.held is not None else self._fingerprints(session, history)
+        if result.context_projection is not None:
+            self._engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         if mode == "epoch":
             rebuild = session.force_rebuild or epoch != session.projected_epoch
             if not rebuild:
@@ -1415,6 +1418,8 @@ class Lifecycle:
                 # engine dropped): send only the tail it lacks.
                 state.held_plan = held + fps[len(kept) :]
                 state.stale = len(stale)
+                if stale:
+                    self._engine_rebuilds = True  # it drops content: a rebuild will come
                 return result.messages[len(kept) :]
         if not history and not session.turns_since_rebuild and not fps:
             state.held_plan = []
