@@ -99,9 +99,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "rebuild",
         click.Choice(["revert", "fresh"]),
-        "revert",
-        "How delta and epoch rebuild Codex's history: revert (the thread in place) or fresh (experimental: switch the client's thread "
-        "onto a Codex thread started ahead of time, behind the client's thread id; threads started through this sidecar only).",
+        "fresh",
+        "How delta and epoch rebuild Codex's history: fresh (switch the client's thread onto a Codex thread started ahead of time, "
+        "behind the client's thread id; for threads started through this sidecar, others revert) or revert (the Codex thread in place).",
     ),
 )
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)

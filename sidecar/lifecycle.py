@@ -102,9 +102,10 @@ class LifecycleOptions:
     """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
     assemble result asks for (``thread_bootstrap`` means epoch, an explicit
     ``per_turn`` means per turn), else ``delta``."""
-    rebuild: str = "revert"
-    """``revert``: a rebuild reverts the Codex thread in place; ``fresh``:
-    it switches the client's thread onto a spare Codex thread (``sidecar.backing``)."""
+    rebuild: str = "fresh"
+    """``fresh``: a rebuild switches the client's thread onto a spare Codex
+    thread (``sidecar.backing``), or reverts in place when it cannot;
+    ``revert``: it always reverts the Codex thread in place."""
 
 
 PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")

@@ -87,7 +87,7 @@ from tools.fake_model import FakeModel, ShellCall, Text, _Handler
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MODES = ("per_turn", "epoch", "delta", "delta+fresh")
+MODES = ("per_turn", "epoch", "delta", "delta+revert")
 MODE_ENV = "CODEX_SIDECAR_PROJECTION_MODE"
 REBUILD_ENV = "CODEX_SIDECAR_REBUILD"
 

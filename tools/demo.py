@@ -155,7 +155,9 @@ def describe_engine(record: dict) -> list[str]:
         lines.append(f"  assembled (role, text chars): {shown}")
     rendered, dropped = injected.get("rendered", 0), injected.get("dropped", 0)
     mode = f"  projection {record.get('mode')}"
-    if record.get("rebuilt"):
+    if record.get("rebuilt") and record.get("switched"):
+        lines.append(f"{mode}: history rebuilt on a fresh Codex thread started ahead of time (the client still sees its own thread id)")
+    elif record.get("rebuilt"):
         lines.append(f"{mode}: history rebuilt in place (Codex's thread reverted to its framing)")
     if injected.get("contextChars"):
         where = "additionalContext" if any("openclaw_context" in c for c in injected.get("channels") or []) else "the turn input"
@@ -255,9 +257,10 @@ async def run(codex_bin: str) -> int:
         )
         if rebuilt:
             print(
-                "When the engine dropped messages Codex still held, the sidecar rebuilt the thread in\n"
-                "place (same thread id and prompt-cache key), so the model got the engine's assembly\n"
-                "and nothing older."
+                "When the engine dropped messages Codex still held, the sidecar rebuilt the model's\n"
+                "history: by reverting Codex's thread in place, or by moving the client's thread onto a\n"
+                "Codex thread started ahead of time (the client only ever sees its own thread id), so\n"
+                "the model got the engine's assembly and nothing older."
             )
     return 0
 
