@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from protocol import rewrite
 
 log = logging.getLogger("codex_sidecar.backing")
@@ -53,8 +55,43 @@ _UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID = re.compile(rb'"(' + _UUID_TEXT + rb')"')
 #: A thread-id member: (key and colon, id). Only these are translated.
 _KEYED = re.compile(
-    rb'("(?:threadId|id|sessionId|forkedFromId|parentThreadId|attachedToThreadId|conversationId)"\s*:\s*)"(' + _UUID_TEXT + rb')"'
+    rb'("(?:threadId|id|sessionId|forkedFromId|parentThreadId|attachedToThreadId|conversationId|reviewThreadId|senderThreadId'
+    rb'|agentThreadId|parent_thread_id|ancestorThreadId|beforeThreadId)"\s*:\s*)"(' + _UUID_TEXT + rb')"'
 )
+
+
+class _RoutedThread(msgspec.Struct):
+    id: Any = None
+
+
+class _RoutedParams(msgspec.Struct):
+    threadId: Any = None
+    thread: Any = None
+
+
+class _Routed(msgspec.Struct):
+    params: Any = None
+
+
+_routing_decoder = msgspec.json.Decoder(_Routed)
+
+
+def routing_ids(line: bytes) -> list[str]:
+    """The thread a frame is about: ``params.threadId`` and ``params.thread.id``
+    (never an id the model or the client wrote, say in a tool's arguments)."""
+    try:
+        params = _routing_decoder.decode(line).params
+    except msgspec.DecodeError:
+        return []
+    if not isinstance(params, dict):
+        return []
+    out = []
+    if isinstance(params.get("threadId"), str):
+        out.append(params["threadId"])
+    thread = params.get("thread")
+    if isinstance(thread, dict) and isinstance(thread.get("id"), str):
+        out.append(thread["id"])
+    return out
 
 #: ``turn/start`` params Codex keeps "for this turn and subsequent turns"
 #: (codex 0.169.0's TurnStartParams): replayed on a new backing thread's first turn.
@@ -162,14 +199,15 @@ class BackingThreads:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("unreadable backing-thread map entry skipped", extra={"fields": {"file": name, "error": type(exc).__name__}})
                 continue
-            if alias.spare:
-                # Started by an earlier process: not loaded in this one's Codex.
-                alias.retired.append(alias.spare)
-                alias.spare = None
+            spare, alias.spare = alias.spare, None
             self.aliases[alias.client] = alias
             self._index(alias)
             if alias.pending:
-                self.rollback(alias.client)
+                self.rollback(alias.client)  # before the spare joins the retired list
+            if spare:
+                # Started by an earlier process: not loaded in this one's Codex.
+                alias.retired.append(spare)
+                self._index(alias)
 
     def _index(self, alias: Alias) -> None:
         client = alias.client.encode()
@@ -237,6 +275,16 @@ class BackingThreads:
     def current(self, client: str) -> str:
         alias = self.aliases.get(client)
         return alias.current if alias is not None and alias.current else client
+
+    def hide(self, client: str, thread_id: str) -> None:
+        """A Codex thread started for the client but never to be used (a
+        spare that came too late): hidden like a retired one."""
+        alias = self.aliases.get(client)
+        if alias is None:
+            self._hidden.add(thread_id.encode())
+            return
+        alias.retired.append(thread_id)
+        self._index(alias)
 
     def note_spare(self, client: str, spare: str) -> None:
         """Hide the spare at once (its ``thread/started`` follows the answer)."""
@@ -316,7 +364,7 @@ class BackingThreads:
         ids = [m[1] for m in _KEYED.findall(line)]
         if not ids:
             return line
-        if any(i in self._hidden for i in ids):
+        if any(i in self._hidden for i in ids) and any(r.encode() in self._hidden for r in routing_ids(line)):
             self.dropped += 1
             return None
         if not any(i in self._to_client for i in ids):

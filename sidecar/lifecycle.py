@@ -119,6 +119,8 @@ SETTLE_PAGES = 50
 REVERTED_NOTICE_WAIT = 2.0
 """Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
 swallowed) after Codex answered the revert; the turn does not wait for it."""
+EXCLUSIVE_START_KEYS = (("sandbox", "permissions"), ("permissions", "sandbox"))
+"""thread/start params Codex refuses together: a resume setting one drops the other."""
 RESUME_ONLY_KEYS = frozenset({"threadId", "excludeTurns", "initialTurnsPage", "history", "path"})
 """thread/resume params that are not thread settings (the rest replace the thread/start params spares start with)."""
 SPARE_QUIET = 0.2
@@ -746,8 +748,16 @@ class Lifecycle:
             return
         overrides = {k: v for k, v in params.items() if k not in RESUME_ONLY_KEYS and v is not None}
         changed = any(alias.start.get(k) != v for k, v in overrides.items())
+        for one, other in EXCLUSIVE_START_KEYS:
+            if one in overrides and other in alias.start:
+                del alias.start[other]  # Codex refuses the two together
         alias.start.update(overrides)
-        if self.backing.rollback(alias.client):
+        live = self.sessions.get(alias.client)
+        if live is not None and not live.closed:
+            # Loaded here, the new thread is resumable as it is (and its
+            # switch turn may be on its way): nothing to roll back.
+            pass
+        elif self.backing.rollback(alias.client):
             log.warning("backing-thread switch never accepted by codex; back on the thread before it", extra={"fields": {"threadId": alias.client}})
             self.backing.rolled_back.discard(alias.client)
             session = self.sessions.get(alias.client)
@@ -858,7 +868,16 @@ class Lifecycle:
         """As Codex's answer is read: hide the spare before its own
         notifications come, and let the next turn's end ask for another."""
         assert self.backing is not None
-        self.backing.note_spare(alias.client, result["thread"]["id"])
+        spare = result["thread"]["id"]
+        session = self.sessions.get(alias.client)
+        if alias.spare is not None or session is None or session.closed:
+            # A late answer (the start timed out, another spare is ready, or
+            # the thread is gone): hide it and let Codex unload it.
+            self.backing.hide(alias.client, spare)
+            self.proxy.spawn(self._save_alias, alias)
+            self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [spare])
+            return
+        self.backing.note_spare(alias.client, spare)
         if self._spares.get(alias.client) is token:
             del self._spares[alias.client]
 
@@ -1402,7 +1421,7 @@ class Lifecycle:
         """
         fps = self._fingerprints(session, result.messages)
         held = session.held if session.held is not None else self._fingerprints(session, history)
-        if result.context_projection is not None:
+        if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
             self._engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         if mode == "epoch":
             rebuild = session.force_rebuild or epoch != session.projected_epoch

@@ -120,10 +120,11 @@ async def test_a_kill_before_codex_accepted_the_switch_turn_goes_back_to_the_thr
     assert_client_unaware(run2, tid)
 
 
-async def test_a_switch_turn_codex_refuses_is_not_a_thread_to_resume(tmp_path):
-    """Codex refuses the switch turn: the new thread has no rollout. While
-    the client's thread stays loaded the next turn lands there and makes it
-    resumable; a resume before that goes back to the thread before."""
+async def test_a_switch_turn_codex_refuses_stays_pending_until_a_turn_lands(tmp_path):
+    """Codex refuses the switch turn: the new thread has no rollout yet and
+    the switch stays pending. While the thread is loaded here a resume stays
+    on it, and the next turn lands there (with the whole assembly: the
+    thread holds nothing) and makes it resumable."""
     async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
         tid = await run.start_thread()
         turns = [await run.turn_ok(tid, f"Q{n}") for n in range(1, 4)]
@@ -136,11 +137,11 @@ async def test_a_switch_turn_codex_refuses_is_not_a_thread_to_resume(tmp_path):
         resumed = await run.resume_thread(tid)
         q5 = await run.turn_ok(tid, "Q5")
         alias = run.lifecycle.backing.aliases[tid]
-    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == turns
-    assert alias.current == tid and spare in alias.retired
+    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == turns  # the archived ones, spliced in
+    assert (alias.current, alias.pending) == (spare, False)
     (start,) = [json.loads(line) for line in run.child_lines("turn/start") if "Q5" in line.decode()]
-    assert start["params"]["threadId"] == tid and summary_text(4) in context_of(start)
-    assert [t["id"] for t in run.store_turns(tid)] == [q5]
+    assert start["params"]["threadId"] == spare and summary_text(4) in context_of(start)
+    assert [t["id"] for t in run.store_turns(spare)] == [q5]
     assert_client_unaware(run, tid)
 
 
