@@ -835,7 +835,6 @@ class Lifecycle:
                     timeout=self.options.engine_deadline,
                     on_result=lambda r: self._spare_ready(alias, r, token),
                 )
-                await self._save_alias(alias)  # a restart keeps hiding it
                 if alias.name and alias.spare:
                     await self._name_spare(alias.spare, alias.name)
                 await trio.sleep(SPARE_QUIET)  # notifications that trail the answer
@@ -878,6 +877,7 @@ class Lifecycle:
             self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [spare])
             return
         self.backing.note_spare(alias.client, spare)
+        self.proxy.spawn(self._save_alias, alias)  # a restart keeps hiding it
         if self._spares.get(alias.client) is token:
             del self._spares[alias.client]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from sidecar.backing import BackingThreads
+from sidecar.backing import BackingThreads, routing_ids
 from sidecar.inspect import InspectLog, inspect_path
 from sidecar.lifecycle import LifecycleOptions
 from tests.test_lifecycle import frame, wait_until
@@ -25,7 +25,7 @@ SCRIPT = {"uuidThreadIds": True}
 
 
 def fresh(**more: Any) -> LifecycleOptions:
-    return LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, rebuild="fresh", **more)
+    return LifecycleOptions(**{"engine_deadline": 5.0, "projection_mode": "delta", "stale_floor_chars": 0, "rebuild": "fresh", **more})
 
 
 async def spare_ready(run, tid: str) -> str:
@@ -186,3 +186,24 @@ async def test_a_spare_s_own_notifications_never_reach_the_client(tmp_path):
     started = [f for f in run.frames() if f.get("method") == "thread/started"]
     assert [f["params"]["thread"]["id"] for f in started] == [tid]
     assert spare not in json.dumps(run.frames())
+
+
+async def test_a_spare_codex_answers_after_the_deadline_is_still_hidden_and_used(tmp_path):
+    """The spare's thread/start outlives the sidecar's deadline: the answer
+    that comes later still hides the thread (its id never reaches the
+    client), is saved, and the next rebuild moves onto it."""
+    script = {**SCRIPT, "threadStartSlowAfter": 1, "threadStartDelay": 0.6}
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(engine_deadline=0.3), script=script) as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"T{n}")  # rebuild 1 reverts; the spare's start times out
+        spare = await spare_ready(run, tid)
+        await wait_until(lambda: (run.state_dir / "backing" / f"{tid}.json").exists() and spare in (run.state_dir / "backing" / f"{tid}.json").read_text(), what="the late spare saved")
+        t4 = await run.turn_ok(tid, "T4")  # onto the late spare
+        alias = run.lifecycle.backing.aliases[tid]
+    assert alias.current == spare and alias.retired == [tid]
+    assert [t["id"] for t in run.store_turns(spare)] == [t4]
+    # (The fake's turn ids start with their thread's id: look at thread ids only.)
+    assert not [f for f in run.frames() if spare in routing_ids(json.dumps(f).encode())]
+    assert spare not in json.dumps([f for f in run.frames() if f.get("method") in ("thread/started", "thread/status/changed")])
+    assert_client_unaware(run, tid)

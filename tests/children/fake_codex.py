@@ -77,7 +77,9 @@ Environment:
   meanwhile) and ``uuidThreadIds`` (true: thread ids shaped like Codex's
   UUIDs, ``01a20000-0000-7000-8000-<12 digits>``, instead of ``thr-N``) and
   ``threadStartFailsAfter`` (N: every ``thread/start`` after the first N is
-  refused with -32603).
+  refused with -32603) and ``threadStartSlowAfter`` (N: every
+  ``thread/start`` after the first N takes ``threadStartDelay`` seconds,
+  default 0.5, nothing else answered meanwhile).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -437,6 +439,10 @@ def handle(msg: dict) -> None:
         if isinstance(limit, int) and starts > limit:
             error(rid, -32603, "thread/start refused (scripted)")
             return
+        slow = script.get("threadStartSlowAfter")
+        if isinstance(slow, int) and starts > slow:
+            out.flush()
+            time.sleep(float(script.get("threadStartDelay", 0.5)))  # a slow Codex: everything waits
         tid = new_thread_id()
         threads[tid] = {"cwd": params.get("cwd") or "/tmp/fake-work", "turns": [], "forkedFromId": None}
         if params.get("historyMode") == "legacy" or script.get("legacy"):
