@@ -413,9 +413,18 @@ class BackingThreads:
             {**e, **listed[e["id"]]} if isinstance(e, dict) and e.get("id") in listed else to_client.get(e, e) if isinstance(e, str) else e
             for e in kept
         ]
-        if len(kept) == len(data) and patched == kept:
+        changes: dict[str, Any] = {}
+        states = result.get("readStates")
+        if isinstance(states, dict):
+            # Keyed by thread id: the client's keys, hidden threads' left out.
+            keyed = {to_client.get(k, k): v for k, v in states.items() if k not in hidden}
+            if keyed != states:
+                changes["readStates"] = keyed
+        if len(kept) != len(data) or patched != kept:
+            changes["data"] = patched
+        if not changes:
             return line
-        return rewrite(line, result={**result, "data": patched})
+        return rewrite(line, result={**result, **changes})
 
 
 def _translate(line: bytes, table: dict[bytes, bytes]) -> bytes:

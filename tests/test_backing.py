@@ -205,3 +205,11 @@ def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path):
     b.write(*late)
     b.write(*early)  # a slower worker, done last
     assert json.loads((tmp_path / "backing" / f"{X}.json").read_text())["current"] == B1
+
+
+def test_a_listing_s_read_states_are_keyed_by_the_client_thread(tmp_path):
+    b = switched(tmp_path)
+    listing = line({"id": 4, "result": {"data": [{"id": B1}, {"id": X}], "readStates": {B1: {"unread": 1}, X: {"unread": 0}, OTHER: {}}}})
+    got = json.loads(b.response(listing, "thread/list"))["result"]
+    assert [e["id"] for e in got["data"]] == [X]
+    assert got["readStates"] == {X: {"unread": 1}, OTHER: {}}

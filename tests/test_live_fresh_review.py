@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -37,6 +38,10 @@ from .test_live_delta import (
 )
 
 SWITCH_TURNS = 6
+# Opaque strings that embed the Codex thread's id (a rollout file name; a
+# cursor's requestedThreadId): documented as left alone (README, "What it
+# does not cover"), so the raw leak check masks them.
+OPAQUE_FIELD = re.compile(r'"(path|nextCursor|backwardsCursor|turnsBackwardsCursor|itemsBackwardsCursor)":"(?:[^"\\]|\\.)*"')
 
 
 @dataclasses.dataclass
@@ -51,6 +56,11 @@ class Run:
     work: Path
     state: Path
     known: set[str]
+    stack: contextlib.AsyncExitStack
+
+    async def stop(self) -> None:
+        """End the first sidecar (and its codex); the fake model stays up."""
+        await self.stack.aclose()
 
     def backing(self) -> dict:
         return json.loads((self.state / "backing" / f"{self.tid}.json").read_text())
@@ -70,7 +80,8 @@ async def switched(tmp_path: Path, **thread_params) -> AsyncIterator[Run]:
         env = sidecar_env(home, site, state, tmp_path / "sidecar.toml", SUMMARY_ID)
         env["CODEX_SIDECAR_REBUILD"] = "fresh"
         model.script(*(Text(r) for r in replies))
-        async with sidecar(env, work) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            client = await stack.enter_async_context(sidecar(env, work))
             tid = await client.start_thread(cwd=str(work), **thread_params)
             ids = []
             for prompt in prompts:
@@ -79,7 +90,7 @@ async def switched(tmp_path: Path, **thread_params) -> AsyncIterator[Run]:
                 ids.append(done["turn"]["id"])
             status = await finalized(client, tid, ids[-1])
             assert status["lifecycle"]["backingThreads"]["switched"] >= 1, status["lifecycle"]
-            run = Run(model, client, tid, ids, prompts, replies, env, work, state, {tid})
+            run = Run(model, client, tid, ids, prompts, replies, env, work, state, {tid}, stack)
             assert run.backing()["current"] != tid
             yield run
 
@@ -98,10 +109,26 @@ def foreign_ids(client: AppServerClient, known: set[str]) -> dict[str, list[str]
     return out
 
 
+def hidden_ids(run: Run) -> set[str]:
+    """Every Codex thread behind the client's: retired, current, spare."""
+    backing = run.backing()
+    return ({backing["current"], backing.get("spare"), *backing["retired"]} - {None, run.tid})
+
+
 def assert_only_known_ids(run: Run, client: AppServerClient | None = None) -> None:
     client = client or run.client
     stray = foreign_ids(client, run.known)
     assert not stray, f"frames name thread ids the client never saw: {stray}; backing map {run.backing()}"
+    # Nor anywhere else in a frame (a path, a parent id, a preview ...).
+    leaks = {}
+    for line in client.received:
+        text = line.decode() if isinstance(line, bytes) else line
+        text = OPAQUE_FIELD.sub(lambda m: f'"{m.group(1)}":"..."', text)
+        for hidden in hidden_ids(run):
+            at = text.find(hidden)
+            if at >= 0:
+                leaks.setdefault(hidden, []).append(text[:60] + " ... " + text[max(0, at - 150) : at + 60])
+    assert not leaks, f"frames name a backing thread: {json.dumps(leaks, indent=1)[:4000]}"
 
 
 def body(request: dict) -> str:
@@ -275,14 +302,20 @@ async def test_native_compaction_on_a_switched_thread(tmp_path):
         with trio.fail_after(TURN_TIMEOUT):
             await run.client.wait_notification("turn/completed", lambda p: p.get("threadId") == run.tid, since=mark)
         n_before = len(run.model.requests)
+        backing = run.backing()
         done = await turn(run.client, run.tid, "AFTER-COMPACT next")
         await finalized(run.client, run.tid, done["turn"]["id"])
         assert_only_known_ids(run)
         compaction_requests = run.model.requests[n_before - 1 : n_before]
-    assert compaction_requests
+    # The compaction ran on the current backing thread (its cache key), never the retired ones.
+    assert compaction_requests[0]["prompt_cache_key"] not in backing["retired"] + [run.tid]
+    # Codex rewrote its history: the next turn rebuilds from the engine's
+    # assembly (lifecycle.py force_rebuild), so the native summary is not kept
+    # and the history is there once.
     req = last_request_with(run.model, "AFTER-COMPACT next")
     assert_no_history_twice(req, run.prompts + run.replies)
-    assert "COMPACTED SUMMARY TEXT" in json.dumps(req["input"])
+    assert tag(run.prompts[5]) in body(req) and tag(run.replies[5]) in body(req)
+    assert "COMPACTED SUMMARY TEXT" not in json.dumps(req["input"])
 
 
 async def test_interrupt_of_a_running_turn_on_a_switched_thread(tmp_path):
@@ -329,6 +362,7 @@ async def test_resume_in_a_fresh_sidecar_after_unsubscribe_then_a_turn(tmp_path)
     prompts = [filler(f"P{n}", n) for n in range(1, SWITCH_TURNS + 1)]
     async with switched(tmp_path) as run:
         await run.client.request("thread/unsubscribe", {"threadId": run.tid})
+        await run.stop()
         async with sidecar(run.env, run.work) as again:
             resumed = await again.request("thread/resume", {"threadId": run.tid, "cwd": str(run.work)})
             assert resumed["thread"]["id"] == run.tid
@@ -407,3 +441,107 @@ async def test_archive_list_unarchive_a_switched_thread(tmp_path):
     req = last_request_with(run.model, "UNARCHIVED next")
     assert_no_history_twice(req, run.prompts + run.replies)
     assert tag(run.prompts[5]) in body(req)
+
+
+# --------------------------------------------------------------------------
+# Deeper: rebuilds after the client's own fork / revert, an interrupted switch turn
+
+
+async def test_turns_on_a_fork_of_a_switched_thread_until_the_fork_rebuilds(tmp_path):
+    async with switched(tmp_path) as run:
+        forked = await run.client.request("thread/fork", {"threadId": run.tid})
+        fid = forked["thread"]["id"]
+        run.known.add(fid)
+        fork_prompts = [filler(f"F{n}", n) for n in (7, 8, 9)]
+        fork_ids = []
+        for p in fork_prompts:
+            done = await turn(run.client, fid, p)
+            fork_ids.append(done["turn"]["id"])
+        status = await finalized(run.client, fid, fork_ids[-1])
+        records = (await run.client.request("sidecar/inspect", {"threadId": fid}))["turns"]
+        read = await run.client.request("thread/read", {"threadId": fid, "includeTurns": True})
+        assert_only_known_ids(run)
+    assert any(r["rebuilt"] for r in records), records  # the fork rebuilt at least once
+    assert [t["id"] for t in read["thread"]["turns"]] == run.turn_ids + fork_ids
+    previous = [run.prompts[5], *fork_prompts]
+    for k, p in enumerate(fork_prompts):
+        req = last_request_with(run.model, p)
+        assert_no_history_twice(req, run.prompts + run.replies + fork_prompts)
+        assert tag(previous[k]) in body(req), f"{p[:3]}: the fork lost the turn before"
+    del status
+
+
+async def test_revert_before_the_switch_then_turns_until_the_next_switch(tmp_path):
+    async with switched(tmp_path) as run:
+        await run.client.request("thread/revert", {"threadId": run.tid, "beforeTurnId": run.turn_ids[3]})
+        more = [filler(f"Q{n}", n) for n in range(4, 9)]
+        ids = list(run.turn_ids[:3])
+        for p in more:
+            done = await turn(run.client, run.tid, p)
+            ids.append(done["turn"]["id"])
+        status = await finalized(run.client, run.tid, ids[-1])
+        read = await run.client.request("thread/read", {"threadId": run.tid, "includeTurns": True})
+        records = (await run.client.request("sidecar/inspect", {"threadId": run.tid}))["turns"]
+        assert_only_known_ids(run)
+    assert [t["id"] for t in read["thread"]["turns"]] == ids
+    assert sum(r["rebuilt"] for r in records) >= 3, records
+    gone = run.prompts[3:] + run.replies[3:]
+    for p in more:
+        req = last_request_with(run.model, p)
+        assert_no_history_twice(req, run.prompts + run.replies + more)
+        for g in gone:
+            assert tag(g) not in body(req), f"{p[:3]}: the reverted {tag(g)} is back"
+    last = last_request_with(run.model, more[-1])
+    assert tag(more[-2]) in body(last)
+    del status
+
+
+async def test_interrupting_the_switch_turn_then_a_turn(tmp_path):
+    prompts = [filler(f"P{n}", n) for n in range(1, SWITCH_TURNS + 1)]
+    replies = [filler(f"R{n}", n + 3) for n in range(1, SWITCH_TURNS + 1)]
+    work = tmp_path / "work"
+    work.mkdir()
+    site = install_engines(tmp_path / "site")
+    state = tmp_path / "state"
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = sidecar_env(home, site, state, tmp_path / "sidecar.toml", SUMMARY_ID)
+        model.script(*(Text(r) for r in replies[:5]), Hang())
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            ids = []
+            for p in prompts[:5]:
+                ids.append((await turn(client, tid, p))["turn"]["id"])
+            await finalized(client, tid, ids[-1])
+            n = len(model.requests)
+            hung = await client.start_turn(tid, prompts[5])
+            await model.wait_for_requests_async(n + 1, timeout=TURN_TIMEOUT)
+            await client.request("turn/interrupt", {"threadId": tid, "turnId": hung})
+            done = await client.wait_turn_completed(tid, hung, timeout=TURN_TIMEOUT)
+            assert done["turn"]["status"] == "interrupted"
+            await finalized(client, tid, hung)
+            status = await client.request("sidecar/status")
+            after = await turn(client, tid, "AFTER-INTERRUPTED-SWITCH")
+            await finalized(client, tid, after["turn"]["id"])
+            read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+            ids_seen: set[str] = set()
+            for f in frames(client):
+                thread_ids_in(f, ids_seen)
+        backing = json.loads((state / "backing" / f"{tid}.json").read_text())
+    assert status["lifecycle"]["backingThreads"]["switched"] >= 1, status["lifecycle"]
+    assert ids_seen == {tid}
+    assert [t["id"] for t in read["thread"]["turns"]] == ids + [hung, after["turn"]["id"]]
+    req = last_request_with(model, "AFTER-INTERRUPTED-SWITCH")
+    assert_no_history_twice(req, prompts + replies)
+    assert tag(prompts[5]) in body(req) and tag(prompts[4]) in body(req)
+    assert backing["current"] != tid and not backing["pending"]
+
+
+async def test_thread_list_read_states_are_keyed_by_the_client_thread(tmp_path):
+    """thread/list's ``readStates`` map is keyed by thread id; the entry of a
+    switched thread is rewritten to the client's id, the key is not."""
+    async with switched(tmp_path) as run:
+        listed = await run.client.request("thread/list", {})
+    assert [t["id"] for t in listed["data"]] == [run.tid]
+    keys = set((listed.get("readStates") or {}).keys())
+    assert keys <= {run.tid}, f"readStates keyed by {keys - {run.tid}} (backing map current={run.backing()['current']})"
