@@ -66,19 +66,39 @@ class Run:
         return json.loads((self.state / "backing" / f"{self.tid}.json").read_text())
 
 
+def script_texts() -> tuple[list[str], list[str]]:
+    """The prompts and replies of the six turns that end in a switch."""
+    return [filler(f"P{n}", n) for n in range(1, SWITCH_TURNS + 1)], [filler(f"R{n}", n + 3) for n in range(1, SWITCH_TURNS + 1)]
+
+
+def fresh_env(tmp_path: Path, model: FakeModel) -> tuple[Path, Path, dict[str, str]]:
+    """(work folder, state folder, sidecar environment) with fresh rebuilds."""
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    home = make_codex_home(tmp_path / "codex-home", model.base_url)
+    env = sidecar_env(home, install_engines(tmp_path / "site"), state, tmp_path / "sidecar.toml", SUMMARY_ID)
+    env["CODEX_SIDECAR_REBUILD"] = "fresh"
+    return work, state, env
+
+
+async def fork_then_turn(run: Run, params: dict, inherited: list[str], text: str) -> tuple[str, dict]:
+    """Fork the client's thread, check the turns the fork got, run a turn on it."""
+    forked = await run.client.request("thread/fork", params)
+    fid = forked["thread"]["id"]
+    run.known.add(fid)
+    assert [t["id"] for t in forked["thread"].get("turns", [])] == inherited
+    done = await turn(run.client, fid, text)
+    await finalized(run.client, fid, done["turn"]["id"])
+    return fid, done
+
+
 @contextlib.asynccontextmanager
 async def switched(tmp_path: Path, **thread_params) -> AsyncIterator[Run]:
     """A sidecar whose client thread has been moved onto a spare once."""
-    prompts = [filler(f"P{n}", n) for n in range(1, SWITCH_TURNS + 1)]
-    replies = [filler(f"R{n}", n + 3) for n in range(1, SWITCH_TURNS + 1)]
-    work = tmp_path / "work"
-    work.mkdir()
-    site = install_engines(tmp_path / "site")
-    state = tmp_path / "state"
+    prompts, replies = script_texts()
     with FakeModel() as model:
-        home = make_codex_home(tmp_path / "codex-home", model.base_url)
-        env = sidecar_env(home, site, state, tmp_path / "sidecar.toml", SUMMARY_ID)
-        env["CODEX_SIDECAR_REBUILD"] = "fresh"
+        work, state, env = fresh_env(tmp_path, model)
         model.script(*(Text(r) for r in replies))
         async with contextlib.AsyncExitStack() as stack:
             client = await stack.enter_async_context(sidecar(env, work))
@@ -186,12 +206,7 @@ async def test_fork_of_a_switched_thread_without_cut_then_a_turn(tmp_path):
 
 async def test_fork_of_a_switched_thread_at_a_turn_before_the_switch(tmp_path):
     async with switched(tmp_path) as run:
-        forked = await run.client.request("thread/fork", {"threadId": run.tid, "lastTurnId": run.turn_ids[1]})
-        fid = forked["thread"]["id"]
-        run.known.add(fid)
-        assert [t["id"] for t in forked["thread"].get("turns", [])] == run.turn_ids[:2]
-        done = await turn(run.client, fid, "FORK-2 next")
-        await finalized(run.client, fid, done["turn"]["id"])
+        fid, done = await fork_then_turn(run, {"threadId": run.tid, "lastTurnId": run.turn_ids[1]}, run.turn_ids[:2], "FORK-2 next")
         read = await run.client.request("thread/read", {"threadId": fid, "includeTurns": True})
         assert_only_known_ids(run)
     req = last_request_with(run.model, "FORK-2 next")
@@ -207,12 +222,7 @@ async def test_fork_of_a_switched_thread_at_a_turn_before_the_switch(tmp_path):
 async def test_fork_of_a_switched_thread_before_a_turn_after_the_switch(tmp_path):
     async with switched(tmp_path) as run:
         # Turn 6 is the switch turn: beforeTurnId=turn 6 keeps turns 1-5 (archived).
-        forked = await run.client.request("thread/fork", {"threadId": run.tid, "beforeTurnId": run.turn_ids[5]})
-        fid = forked["thread"]["id"]
-        run.known.add(fid)
-        assert [t["id"] for t in forked["thread"].get("turns", [])] == run.turn_ids[:5]
-        done = await turn(run.client, fid, "FORK-B6 next")
-        await finalized(run.client, fid, done["turn"]["id"])
+        fid, done = await fork_then_turn(run, {"threadId": run.tid, "beforeTurnId": run.turn_ids[5]}, run.turn_ids[:5], "FORK-B6 next")
         assert_only_known_ids(run)
     req = last_request_with(run.model, "FORK-B6 next")
     assert_no_history_twice(req, run.prompts + run.replies)
@@ -224,12 +234,7 @@ async def test_fork_of_a_switched_thread_at_the_last_turn_after_a_post_switch_tu
     async with switched(tmp_path) as run:
         done7 = await turn(run.client, run.tid, filler("P7", 7))
         await finalized(run.client, run.tid, done7["turn"]["id"])
-        forked = await run.client.request("thread/fork", {"threadId": run.tid, "lastTurnId": run.turn_ids[5]})
-        fid = forked["thread"]["id"]
-        run.known.add(fid)
-        assert [t["id"] for t in forked["thread"].get("turns", [])] == run.turn_ids
-        done = await turn(run.client, fid, "FORK-L6 next")
-        await finalized(run.client, fid, done["turn"]["id"])
+        fid, done = await fork_then_turn(run, {"threadId": run.tid, "lastTurnId": run.turn_ids[5]}, run.turn_ids, "FORK-L6 next")
         assert_only_known_ids(run)
     req = last_request_with(run.model, "FORK-L6 next")
     assert_no_history_twice(req, run.prompts + run.replies + [filler("P7", 7)])
@@ -381,14 +386,9 @@ async def test_resume_in_a_fresh_sidecar_after_unsubscribe_then_a_turn(tmp_path)
 
 
 async def test_name_set_before_and_after_a_switch_then_list(tmp_path):
-    prompts = [filler(f"P{n}", n) for n in range(1, SWITCH_TURNS + 1)]
-    replies = [filler(f"R{n}", n + 3) for n in range(1, SWITCH_TURNS + 1)]
-    work = tmp_path / "work"
-    work.mkdir()
-    site = install_engines(tmp_path / "site")
+    prompts, replies = script_texts()
     with FakeModel() as model:
-        home = make_codex_home(tmp_path / "codex-home", model.base_url)
-        env = sidecar_env(home, site, tmp_path / "state", tmp_path / "sidecar.toml", SUMMARY_ID)
+        work, _, env = fresh_env(tmp_path, model)
         model.script(*(Text(r) for r in replies))
         async with sidecar(env, work) as client:
             tid = await client.start_thread(cwd=str(work))
@@ -497,15 +497,9 @@ async def test_revert_before_the_switch_then_turns_until_the_next_switch(tmp_pat
 
 
 async def test_interrupting_the_switch_turn_then_a_turn(tmp_path):
-    prompts = [filler(f"P{n}", n) for n in range(1, SWITCH_TURNS + 1)]
-    replies = [filler(f"R{n}", n + 3) for n in range(1, SWITCH_TURNS + 1)]
-    work = tmp_path / "work"
-    work.mkdir()
-    site = install_engines(tmp_path / "site")
-    state = tmp_path / "state"
+    prompts, replies = script_texts()
     with FakeModel() as model:
-        home = make_codex_home(tmp_path / "codex-home", model.base_url)
-        env = sidecar_env(home, site, state, tmp_path / "sidecar.toml", SUMMARY_ID)
+        work, state, env = fresh_env(tmp_path, model)
         model.script(*(Text(r) for r in replies[:5]), Hang())
         async with sidecar(env, work) as client:
             tid = await client.start_thread(cwd=str(work))
