@@ -901,17 +901,10 @@ class Lifecycle:
         if session.current is not None:
             session.current.switched = True
             session.current.revert_ms = round((trio.current_time() - started) * 1000, 1)
-        self.proxy.spawn(self._retire, session, old)
+        # Let Codex unload the thread the client's thread left (its frames are dropped already).
+        self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [old])
         log.info("rebuilt on a fresh backing thread", extra={"fields": self._fields(session, retired=len(alias.retired))})
         return True
-
-    async def _retire(self, session: ThreadSession, old: str) -> None:
-        """Unload the Codex thread the client's thread left (its frames are
-        dropped already; this frees Codex's session)."""
-        try:
-            await self.proxy.request("thread/unsubscribe", {"threadId": old}, raw=True, timeout=self.options.engine_deadline)
-        except (RpcError, trio.TooSlowError) as exc:
-            log.info("retired backing thread not unsubscribed", extra={"fields": self._fields(session, error=type(exc).__name__)})
 
     def _on_thread_closed(self, msg: Message) -> Decision:
         """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload

@@ -146,6 +146,10 @@ class RpcError(Exception):
         self.data = data
 
 
+LATE_CALLS = 64
+"""Timed-out internal calls whose late answer is still awaited (oldest dropped)."""
+
+
 class _InternalCall:
     __slots__ = ("done", "result", "error", "method", "on_result")
 
@@ -432,6 +436,8 @@ class Proxy:
             self._internal.pop(call_id, None)
             if timed_out and on_result is not None:
                 self._late[call_id] = call  # its answer still needs on_result
+                while len(self._late) > LATE_CALLS:
+                    del self._late[next(iter(self._late))]  # never answered: let go of the oldest
         if call.error is not None:
             raise call.error
         return call.result
