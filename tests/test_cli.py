@@ -184,7 +184,8 @@ def test_sigkill_of_the_sidecar_takes_the_child_down_and_leaves_a_readable_recor
     proc.kill()
     proc.wait(timeout=10)
     deadline = time.monotonic() + 10
-    while not mark.exists() and time.monotonic() < deadline:
+    # The child creates the file, then writes its line: wait for the line.
+    while not (mark.exists() and mark.read_text().endswith("\n")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert mark.read_text() == f"signal {signal.SIGTERM}\n", "the orphaned child was told to stop"
     entries = list(read_recording(rec))
