@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import msgspec
 import trio
 
 from engines import (
@@ -56,11 +55,11 @@ from engines import (
     encode_openclaw,
     optional_method,
 )
-from protocol import decode, parse, rewrite
+from protocol import parse, rewrite
 
 from .mirror import MirrorError, TranscriptMirror, session_path
 from .archive import TurnArchive, archive_path, archived_turn
-from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
+from .backing import BackingThreads
 from .inspect import InspectLog, inspect_path
 from .reads import ArchivedTurns
 from .projection import (
@@ -70,6 +69,7 @@ from .projection import (
     input_text_chars,
     project_turn_input,
 )
+from .spares import Spares
 from .proxy import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from .translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 
@@ -119,14 +119,6 @@ SETTLE_PAGES = 50
 REVERTED_NOTICE_WAIT = 2.0
 """Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
 swallowed) after Codex answered the revert; the turn does not wait for it."""
-EXCLUSIVE_START_KEYS = (("sandbox", "permissions"), ("permissions", "sandbox"))
-"""thread/start params Codex refuses together: a resume setting one drops the other."""
-RESUME_ONLY_KEYS = frozenset({"threadId", "excludeTurns", "initialTurnsPage", "history", "path"})
-"""thread/resume params that are not thread settings (the rest replace the thread/start params spares start with)."""
-SPARE_QUIET = 0.2
-"""Seconds after a spare's thread/start answer during which notifications
-that name no thread (``configWarning``, ``remoteControl/status/changed``)
-are taken as the spare's and dropped."""
 REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 """Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
 
@@ -277,13 +269,8 @@ class Lifecycle:
         """Sessions released after Codex closed their thread, and their rebuilds."""
         self.backing: BackingThreads | None = None
         """``rebuild = "fresh"``: the client's threads and the Codex threads behind them."""
-        self._engine_rebuilds = False
-        """The engine was seen to rebuild, drop held content or report a
-        projection epoch: threads keep a spare ready from then on (before
-        that, none: an engine that never rebuilds, like one that assembles
-        the history unchanged, must not cost Codex a second session per thread)."""
-        self._spares: dict[str, object] = {}
-        """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
+        self.spares = Spares(self)
+        """Starting spares and switching onto them (``sidecar.spares``)."""
         if self.options.rebuild == "fresh":
             self.backing = BackingThreads(state_dir)
             proxy.edge = self.backing
@@ -318,10 +305,10 @@ class Lifecycle:
         hooks.on_server_notification("turn/completed", self._on_turn_completed)
         hooks.on_server_notification("thread/closed", self._on_thread_closed)
         if self.backing is not None:
-            hooks.on_client_request("thread/name/set", self._on_name_set)
+            hooks.on_client_request("thread/name/set", self.spares.on_name_set)
             for method in ("thread/delete", "thread/archive"):
                 hooks.on_client_request(method, self._remember_request)
-                hooks.on_response(method, self._follow_to_retired)
+                hooks.on_response(method, self.spares.follow_to_retired)
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self._swallow_revert_noise)
         self.proxy.add_async_control("sidecar/compact", self._control_compact)
@@ -382,7 +369,7 @@ class Lifecycle:
     def _on_resume(self, msg: Message) -> Decision:
         self._remember_params(msg)
         if self.backing is not None:
-            self._backing_resume(msg.params())
+            self.spares.backing_resume(msg.params())
         params = self._requests.get(msg.id)
         return self.archived.on_resume(msg, params) if params else None
 
@@ -416,7 +403,7 @@ class Lifecycle:
         if self.backing is not None and pending.method == "thread/start":
             alias = self.backing.remember_start(thread_id, params)
             if alias is not None:
-                self.proxy.spawn(self._save_alias, alias)
+                self.proxy.spawn(self.spares.save_alias, alias)
         session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         tools = params.get("dynamicTools")
@@ -691,221 +678,6 @@ class Lifecycle:
             self.sessions[thread_id] = session
         return session
 
-    # ------------------------------------------------ fresh backing threads
-
-    async def _save_alias(self, alias: Alias) -> bool:
-        """Persist the alias as it is now (the snapshot is taken before any
-        await; a newer one written meanwhile wins)."""
-        assert self.backing is not None
-        try:
-            snapshot = self.backing.snapshot(alias)
-            await trio.to_thread.run_sync(self.backing.write, *snapshot)
-            return True
-        except (OSError, ValueError) as exc:
-            log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
-            return False
-
-    def _remember_sticky(self, params: dict[str, Any]) -> None:
-        """Settings a turn/start makes stick for later turns: a new backing
-        thread's first turn gets them again."""
-        assert self.backing is not None
-        alias = self.backing.aliases.get(params["threadId"])
-        if alias is None:
-            return
-        changed = {k: params[k] for k in STICKY_TURN_KEYS if k in params and params[k] is not None and alias.sticky.get(k) != params[k]}
-        if changed:
-            alias.sticky.update(changed)
-            self.proxy.spawn(self._save_alias, alias)
-
-    def _on_name_set(self, msg: Message) -> Decision:
-        assert self.backing is not None
-        params = msg.params()
-        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
-        if alias is not None and isinstance(params.get("name"), str):
-            alias.name = params["name"]
-            self.proxy.spawn(self._save_alias, alias)
-            if alias.spare:
-                self.proxy.spawn(self._name_spare, alias.spare, alias.name)
-        return None
-
-    async def _name_spare(self, spare: str, name: str) -> None:
-        """Give the spare the client thread's name now, while its
-        ``thread/name/updated`` is about a hidden thread (after a switch the
-        client would get one it did not ask for)."""
-        try:
-            await self.proxy.request("thread/name/set", {"threadId": spare, "name": name}, raw=True, timeout=self.options.engine_deadline)
-        except (RpcError, trio.TooSlowError) as exc:
-            log.info("spare backing thread not named", extra={"fields": {"error": type(exc).__name__}})
-
-    def _backing_resume(self, params: Any) -> None:
-        """A client's thread/resume, before it is translated: a switch Codex
-        never accepted a turn for goes back to the thread before it (the new
-        one has no rollout to resume), and the resume's overrides are what
-        later spares start with."""
-        assert self.backing is not None
-        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
-        if alias is None:
-            return
-        overrides = {k: v for k, v in params.items() if k not in RESUME_ONLY_KEYS and v is not None}
-        changed = any(alias.start.get(k) != v for k, v in overrides.items())
-        for one, other in EXCLUSIVE_START_KEYS:
-            if one in overrides and other in alias.start:
-                del alias.start[other]  # Codex refuses the two together
-        alias.start.update(overrides)
-        live = self.sessions.get(alias.client)
-        if live is not None and not live.closed:
-            # Loaded here, the new thread is resumable as it is (and its
-            # switch turn may be on its way): nothing to roll back.
-            pass
-        elif self.backing.rollback(alias.client):
-            log.warning("backing-thread switch never accepted by codex; back on the thread before it", extra={"fields": {"threadId": alias.client}})
-            self.backing.rolled_back.discard(alias.client)
-            session = self.sessions.get(alias.client)
-            if session is not None:
-                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
-            else:
-                self.backing.rolled_back.add(alias.client)  # for the session about to open
-            changed = True
-        if changed:
-            self.proxy.spawn(self._save_alias, alias)
-
-    def _follow_to_retired(self, msg: Message, pending: PendingRequest) -> Decision:
-        """The client deleted or archived its thread: Codex did it to the
-        current backing thread; the retired ones (its older history) follow."""
-        params = self._requests.pop(pending.client_id, None) or {}
-        alias = self.backing.aliases.get(params.get("threadId")) if self.backing is not None else None
-        if alias is not None and msg.env.error is msgspec.UNSET:
-            self._drop_spare(alias.client)
-            if alias.retired:
-                self.proxy.spawn(self._apply_to_retired, pending.method, list(alias.retired))
-        return None
-
-    def _drop_spare(self, thread_id: str) -> None:
-        """The thread is gone (closed, deleted, archived): unload its spare."""
-        alias = self.backing.aliases.get(thread_id) if self.backing is not None else None
-        if alias is None or alias.spare is None:
-            return
-        spare, alias.spare = alias.spare, None
-        self.proxy.spawn(self._save_alias, alias)
-        self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [spare])
-
-    async def _apply_to_retired(self, method: str, retired: list[str]) -> None:
-        for thread_id in retired:
-            try:
-                await self.proxy.request(method, {"threadId": thread_id}, raw=True, timeout=self.options.engine_deadline)
-            except (RpcError, trio.TooSlowError) as exc:
-                log.info("retired backing thread not followed", extra={"fields": {"method": method, "error": type(exc).__name__}})
-
-    def _with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
-        """The switch turn's turn/start with the sticky settings it lacks."""
-        alias = self.backing.aliases.get(session.thread_id) if self.backing is not None else None
-        if alias is None or not alias.sticky:
-            return line
-        params = decode(parse(line).params)
-        if not isinstance(params, dict):
-            return line
-        missing = {k: v for k, v in sorted(alias.sticky.items()) if k not in params}
-        return rewrite(line, params={**params, **missing}) if missing else line
-
-    def _want_spare(self, session: ThreadSession) -> None:
-        """After a turn: start the thread's next spare, unless one is ready."""
-        if self.backing is None or session.thread_id in self._spares:
-            return
-        alias = self.backing.aliases.get(session.thread_id)
-        if alias is not None and not alias.listed and alias.current == alias.client and not session.rebuilds:
-            self.proxy.spawn(self._record_listed, alias)
-        if alias is None or alias.spare is not None or self.options.projection_mode == "per_turn":
-            return
-        if not (self._engine_rebuilds or session.rebuilds) or session.closed:
-            return
-        token = self._spares[session.thread_id] = object()
-        self.proxy.spawn(self._start_spare, session, alias, token)
-
-    async def _start_spare(self, session: ThreadSession, alias: Alias, token: object) -> None:
-        assert self.backing is not None
-        try:
-            if self.proxy.pending_methods() & {"thread/start", "thread/resume", "thread/fork"}:
-                return  # the client's own: a spare's notifications would be mistaken for its (next turn)
-            self.backing.spare_starts += 1
-            try:
-                await self.proxy.request(
-                    "thread/start",
-                    alias.start,
-                    raw=True,
-                    timeout=self.options.engine_deadline,
-                    on_result=lambda r: self._spare_ready(alias, r, token),
-                )
-                if alias.name and alias.spare:
-                    await self._name_spare(alias.spare, alias.name)
-                await trio.sleep(SPARE_QUIET)  # notifications that trail the answer
-            finally:
-                self.backing.spare_starts = max(0, self.backing.spare_starts - 1)
-            log.debug("spare backing thread started", extra={"fields": self._fields(session)})
-        except Exception as exc:  # a refused start: revert stays the rebuild
-            log.warning("spare backing thread not started", extra={"fields": self._fields(session, error=type(exc).__name__)})
-        finally:
-            if self._spares.get(session.thread_id) is token:
-                del self._spares[session.thread_id]
-
-    async def _record_listed(self, alias: Alias) -> None:
-        """How thread/list shows the client's thread before any rebuild (a
-        revert starts a rollout segment with its own preview and creation
-        time): a backing thread's entry will show this instead of its own."""
-        if alias.listed:
-            return
-        try:
-            read = await self.proxy.request("thread/read", {"threadId": alias.client}, raw=True, timeout=self.options.engine_deadline)
-        except (RpcError, trio.TooSlowError) as exc:
-            log.info("thread not read for its listing", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
-            return
-        thread = read.get("thread") if isinstance(read, dict) else None
-        if isinstance(thread, dict) and not alias.listed:
-            alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
-            await self._save_alias(alias)
-
-    def _spare_ready(self, alias: Alias, result: Any, token: object) -> None:
-        """As Codex's answer is read: hide the spare before its own
-        notifications come, and let the next turn's end ask for another."""
-        assert self.backing is not None
-        spare = result["thread"]["id"]
-        session = self.sessions.get(alias.client)
-        if alias.spare is not None or session is None or session.closed:
-            # A late answer (the start timed out, another spare is ready, or
-            # the thread is gone): hide it and let Codex unload it.
-            self.backing.hide(alias.client, spare)
-            self.proxy.spawn(self._save_alias, alias)
-            self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [spare])
-            return
-        self.backing.note_spare(alias.client, spare)
-        self.proxy.spawn(self._save_alias, alias)  # a restart keeps hiding it
-        if self._spares.get(alias.client) is token:
-            del self._spares[alias.client]
-
-    async def _switch(self, session: ThreadSession) -> bool:
-        """Rebuild by moving the client's thread onto its spare (False: no
-        spare ready, or the map could not be saved; the caller reverts)."""
-        if self.backing is None:
-            return False
-        alias = self.backing.aliases.get(session.thread_id)
-        if alias is None or alias.spare is None:
-            return False
-        started = trio.current_time()
-        old, new = self.backing.switch(session.thread_id)  # pending until Codex accepts the turn
-        if not await self._save_alias(alias):
-            self.backing.unswitch(session.thread_id, old, new)
-            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": self._fields(session)})
-            return False
-        self.proxy.spawn(self.archived.load, session.thread_id)
-        session.live_turns = []
-        session.turns_since_rebuild = []
-        if session.current is not None:
-            session.current.switched = True
-            session.current.revert_ms = round((trio.current_time() - started) * 1000, 1)
-        # Let Codex unload the thread the client's thread left (its frames are dropped already).
-        self.proxy.spawn(self._apply_to_retired, "thread/unsubscribe", [old])
-        log.info("rebuilt on a fresh backing thread", extra={"fields": self._fields(session, retired=len(alias.retired))})
-        return True
-
     def _on_thread_closed(self, msg: Message) -> Decision:
         """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload
         delay): release the session's open mirror and in-memory state, so a
@@ -928,7 +700,7 @@ class Lifecycle:
             if not self._releasable(session):  # opened again while Codex was asked
                 return
             del self.sessions[session.thread_id]
-            self._drop_spare(session.thread_id)
+            self.spares.drop_spare(session.thread_id)
             self._released["threads"] += 1
             self._released["rebuilds"] += session.rebuilds
             self.archived.forget(session.thread_id)
@@ -1196,7 +968,7 @@ class Lifecycle:
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
         if self.backing is not None:
-            self._remember_sticky(params)
+            self.spares.remember_sticky(params)
         session = self.sessions.get(params["threadId"])
         if session is None:
             try:
@@ -1243,7 +1015,7 @@ class Lifecycle:
                 await self._follow_client_revert(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
             line = await self._assemble_and_project(session, state, params, msg.line)
             if state.switched:
-                line = self._with_sticky(session, line)
+                line = self.spares.with_sticky(session, line)
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
             log.warning(
@@ -1415,7 +1187,7 @@ class Lifecycle:
         fps = self._fingerprints(session, result.messages)
         held = session.held if session.held is not None else self._fingerprints(session, history)
         if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
-            self._engine_rebuilds = True  # it manages projection epochs: rebuilds will come
+            self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         if mode == "epoch":
             rebuild = session.force_rebuild or epoch != session.projected_epoch
             if not rebuild:
@@ -1432,7 +1204,7 @@ class Lifecycle:
                 state.held_plan = held + fps[len(kept) :]
                 state.stale = len(stale)
                 if stale:
-                    self._engine_rebuilds = True  # it drops content: a rebuild will come
+                    self.spares.engine_rebuilds = True  # it drops content: a rebuild will come
                 return result.messages[len(kept) :]
         if not history and not session.turns_since_rebuild and not fps:
             state.held_plan = []
@@ -1447,7 +1219,7 @@ class Lifecycle:
         state.rebuilt = True
         state.held_plan = fps
         session.rebuilds += 1
-        self._engine_rebuilds = True
+        self.spares.engine_rebuilds = True
         session.force_rebuild = False
         if mode == "epoch":
             state.epoch_pending = epoch  # the thread holds it once Codex accepts the turn
@@ -1530,7 +1302,7 @@ class Lifecycle:
         # A read answered from here on must see the marks (its response may
         # come in the same pipe read as the revert's, before this task resumes).
         self.archived.forget(session.thread_id)
-        if await self._switch(session):
+        if await self.spares.switch(session):
             return True
         noise = self._reverting.setdefault(session.thread_id, _RevertNoise())
         ticket = trio.Event()
@@ -1659,7 +1431,7 @@ class Lifecycle:
                 session.turns[turn["id"]] = state
                 if self.backing is not None and self.backing.confirm(session.thread_id):
                     # The backing thread has a turn now: Codex can resume it.
-                    self.proxy.spawn(self._save_alias, self.backing.aliases[session.thread_id])
+                    self.proxy.spawn(self.spares.save_alias, self.backing.aliases[session.thread_id])
                 if state.addition_pending is not None:
                     session.addition_sent = state.addition_pending
                 if state.epoch_pending is not None:
@@ -1853,7 +1625,7 @@ class Lifecycle:
                 log.info("codex context engine maintenance skipped", extra={"fields": self._fields(session, turnId=turn_id, reason=reason)})
         finally:
             self._end_turn(session, state)
-            self._want_spare(session)
+            self.spares.want_spare(session)
 
     def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
         if session.inspect is None or state.client_id is None:

@@ -1,0 +1,279 @@
+"""Spare Codex threads and the switch onto them (``rebuild = "fresh"``).
+
+The lifecycle's half of :mod:`sidecar.backing`: when to start a thread's
+spare (once the engine shows it rebuilds), starting it off any turn's path
+and hiding it from the moment Codex answers, switching a rebuild onto it
+(the map saved first), what follows the client's thread onto each new
+backing thread (sticky turn settings, its name, a resume's overrides), and
+what happens to retired threads and spares when the client's thread is
+resumed, closed, deleted or archived. :class:`Spares` runs inside the
+lifecycle's nursery and uses its proxy, options and sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from protocol import decode, parse, rewrite
+
+from .backing import STICKY_TURN_KEYS, Alias
+from .proxy import Decision, Message, PendingRequest, RpcError
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle, ThreadSession
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+EXCLUSIVE_START_KEYS = (("sandbox", "permissions"), ("permissions", "sandbox"))
+"""thread/start params Codex refuses together: a resume setting one drops the other."""
+RESUME_ONLY_KEYS = frozenset({"threadId", "excludeTurns", "initialTurnsPage", "history", "path"})
+"""thread/resume params that are not thread settings (the rest replace the thread/start params spares start with)."""
+SPARE_QUIET = 0.2
+"""Seconds after a spare's thread/start answer during which notifications
+that name no thread (``configWarning``, ``remoteControl/status/changed``)
+are taken as the spare's and dropped."""
+
+
+class Spares:
+    def __init__(self, lifecycle: "Lifecycle") -> None:
+        self.lc = lifecycle
+        self.engine_rebuilds = False
+        """The engine was seen to rebuild, drop held content or report a
+        projection epoch: threads keep a spare ready from then on (before
+        that, none: an engine that never rebuilds, like one that assembles
+        the history unchanged, must not cost Codex a second session per thread)."""
+        self._starting: dict[str, object] = {}
+        """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
+
+    @property
+    def backing(self) -> Any:
+        return self.lc.backing
+
+    @property
+    def proxy(self) -> Any:
+        return self.lc.proxy
+
+    @property
+    def options(self) -> Any:
+        return self.lc.options
+
+    @property
+    def sessions(self) -> "dict[str, ThreadSession]":
+        return self.lc.sessions
+
+    async def save_alias(self, alias: Alias) -> bool:
+        """Persist the alias as it is now (the snapshot is taken before any
+        await; a newer one written meanwhile wins)."""
+        assert self.backing is not None
+        try:
+            snapshot = self.backing.snapshot(alias)
+            await trio.to_thread.run_sync(self.backing.write, *snapshot)
+            return True
+        except (OSError, ValueError) as exc:
+            log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
+            return False
+
+    def remember_sticky(self, params: dict[str, Any]) -> None:
+        """Settings a turn/start makes stick for later turns: a new backing
+        thread's first turn gets them again."""
+        assert self.backing is not None
+        alias = self.backing.aliases.get(params["threadId"])
+        if alias is None:
+            return
+        changed = {k: params[k] for k in STICKY_TURN_KEYS if k in params and params[k] is not None and alias.sticky.get(k) != params[k]}
+        if changed:
+            alias.sticky.update(changed)
+            self.proxy.spawn(self.save_alias, alias)
+
+    def on_name_set(self, msg: Message) -> Decision:
+        assert self.backing is not None
+        params = msg.params()
+        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        if alias is not None and isinstance(params.get("name"), str):
+            alias.name = params["name"]
+            self.proxy.spawn(self.save_alias, alias)
+            if alias.spare:
+                self.proxy.spawn(self.name_spare, alias.spare, alias.name)
+        return None
+
+    async def name_spare(self, spare: str, name: str) -> None:
+        """Give the spare the client thread's name now, while its
+        ``thread/name/updated`` is about a hidden thread (after a switch the
+        client would get one it did not ask for)."""
+        try:
+            await self.proxy.request("thread/name/set", {"threadId": spare, "name": name}, raw=True, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.info("spare backing thread not named", extra={"fields": {"error": type(exc).__name__}})
+
+    def backing_resume(self, params: Any) -> None:
+        """A client's thread/resume, before it is translated: a switch Codex
+        never accepted a turn for goes back to the thread before it (the new
+        one has no rollout to resume), and the resume's overrides are what
+        later spares start with."""
+        assert self.backing is not None
+        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        if alias is None:
+            return
+        overrides = {k: v for k, v in params.items() if k not in RESUME_ONLY_KEYS and v is not None}
+        changed = any(alias.start.get(k) != v for k, v in overrides.items())
+        for one, other in EXCLUSIVE_START_KEYS:
+            if one in overrides and other in alias.start:
+                del alias.start[other]  # Codex refuses the two together
+        alias.start.update(overrides)
+        live = self.sessions.get(alias.client)
+        if live is not None and not live.closed:
+            # Loaded here, the new thread is resumable as it is (and its
+            # switch turn may be on its way): nothing to roll back.
+            pass
+        elif self.backing.rollback(alias.client):
+            log.warning("backing-thread switch never accepted by codex; back on the thread before it", extra={"fields": {"threadId": alias.client}})
+            self.backing.rolled_back.discard(alias.client)
+            session = self.sessions.get(alias.client)
+            if session is not None:
+                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
+            else:
+                self.backing.rolled_back.add(alias.client)  # for the session about to open
+            changed = True
+        if changed:
+            self.proxy.spawn(self.save_alias, alias)
+
+    def follow_to_retired(self, msg: Message, pending: PendingRequest) -> Decision:
+        """The client deleted or archived its thread: Codex did it to the
+        current backing thread; the retired ones (its older history) follow."""
+        params = self.lc._requests.pop(pending.client_id, None) or {}
+        alias = self.backing.aliases.get(params.get("threadId")) if self.backing is not None else None
+        if alias is not None and msg.env.error is msgspec.UNSET:
+            self.drop_spare(alias.client)
+            if alias.retired:
+                self.proxy.spawn(self.apply_to_retired, pending.method, list(alias.retired))
+        return None
+
+    def drop_spare(self, thread_id: str) -> None:
+        """The thread is gone (closed, deleted, archived): unload its spare."""
+        alias = self.backing.aliases.get(thread_id) if self.backing is not None else None
+        if alias is None or alias.spare is None:
+            return
+        spare, alias.spare = alias.spare, None
+        self.proxy.spawn(self.save_alias, alias)
+        self.proxy.spawn(self.apply_to_retired, "thread/unsubscribe", [spare])
+
+    async def apply_to_retired(self, method: str, retired: list[str]) -> None:
+        for thread_id in retired:
+            try:
+                await self.proxy.request(method, {"threadId": thread_id}, raw=True, timeout=self.options.engine_deadline)
+            except (RpcError, trio.TooSlowError) as exc:
+                log.info("retired backing thread not followed", extra={"fields": {"method": method, "error": type(exc).__name__}})
+
+    def with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
+        """The switch turn's turn/start with the sticky settings it lacks."""
+        alias = self.backing.aliases.get(session.thread_id) if self.backing is not None else None
+        if alias is None or not alias.sticky:
+            return line
+        params = decode(parse(line).params)
+        if not isinstance(params, dict):
+            return line
+        missing = {k: v for k, v in sorted(alias.sticky.items()) if k not in params}
+        return rewrite(line, params={**params, **missing}) if missing else line
+
+    def want_spare(self, session: ThreadSession) -> None:
+        """After a turn: start the thread's next spare, unless one is ready."""
+        if self.backing is None or session.thread_id in self._starting:
+            return
+        alias = self.backing.aliases.get(session.thread_id)
+        if alias is not None and not alias.listed and alias.current == alias.client and not session.rebuilds:
+            self.proxy.spawn(self.record_listed, alias)
+        if alias is None or alias.spare is not None or self.options.projection_mode == "per_turn":
+            return
+        if not (self.engine_rebuilds or session.rebuilds) or session.closed:
+            return
+        token = self._starting[session.thread_id] = object()
+        self.proxy.spawn(self.start_spare, session, alias, token)
+
+    async def start_spare(self, session: ThreadSession, alias: Alias, token: object) -> None:
+        assert self.backing is not None
+        try:
+            if self.proxy.pending_methods() & {"thread/start", "thread/resume", "thread/fork"}:
+                return  # the client's own: a spare's notifications would be mistaken for its (next turn)
+            self.backing.spare_starts += 1
+            try:
+                await self.proxy.request(
+                    "thread/start",
+                    alias.start,
+                    raw=True,
+                    timeout=self.options.engine_deadline,
+                    on_result=lambda r: self.spare_ready(alias, r, token),
+                )
+                if alias.name and alias.spare:
+                    await self.name_spare(alias.spare, alias.name)
+                await trio.sleep(SPARE_QUIET)  # notifications that trail the answer
+            finally:
+                self.backing.spare_starts = max(0, self.backing.spare_starts - 1)
+            log.debug("spare backing thread started", extra={"fields": self.lc._fields(session)})
+        except Exception as exc:  # a refused start: revert stays the rebuild
+            log.warning("spare backing thread not started", extra={"fields": self.lc._fields(session, error=type(exc).__name__)})
+        finally:
+            if self._starting.get(session.thread_id) is token:
+                del self._starting[session.thread_id]
+
+    async def record_listed(self, alias: Alias) -> None:
+        """How thread/list shows the client's thread before any rebuild (a
+        revert starts a rollout segment with its own preview and creation
+        time): a backing thread's entry will show this instead of its own."""
+        if alias.listed:
+            return
+        try:
+            read = await self.proxy.request("thread/read", {"threadId": alias.client}, raw=True, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.info("thread not read for its listing", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
+            return
+        thread = read.get("thread") if isinstance(read, dict) else None
+        if isinstance(thread, dict) and not alias.listed:
+            alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
+            await self.save_alias(alias)
+
+    def spare_ready(self, alias: Alias, result: Any, token: object) -> None:
+        """As Codex's answer is read: hide the spare before its own
+        notifications come, and let the next turn's end ask for another."""
+        assert self.backing is not None
+        spare = result["thread"]["id"]
+        session = self.sessions.get(alias.client)
+        if alias.spare is not None or session is None or session.closed:
+            # A late answer (the start timed out, another spare is ready, or
+            # the thread is gone): hide it and let Codex unload it.
+            self.backing.hide(alias.client, spare)
+            self.proxy.spawn(self.save_alias, alias)
+            self.proxy.spawn(self.apply_to_retired, "thread/unsubscribe", [spare])
+            return
+        self.backing.note_spare(alias.client, spare)
+        self.proxy.spawn(self.save_alias, alias)  # a restart keeps hiding it
+        if self._starting.get(alias.client) is token:
+            del self._starting[alias.client]
+
+    async def switch(self, session: ThreadSession) -> bool:
+        """Rebuild by moving the client's thread onto its spare (False: no
+        spare ready, or the map could not be saved; the caller reverts)."""
+        if self.backing is None:
+            return False
+        alias = self.backing.aliases.get(session.thread_id)
+        if alias is None or alias.spare is None:
+            return False
+        started = trio.current_time()
+        old, new = self.backing.switch(session.thread_id)  # pending until Codex accepts the turn
+        if not await self.save_alias(alias):
+            self.backing.unswitch(session.thread_id, old, new)
+            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": self.lc._fields(session)})
+            return False
+        self.proxy.spawn(self.lc.archived.load, session.thread_id)
+        session.live_turns = []
+        session.turns_since_rebuild = []
+        if session.current is not None:
+            session.current.switched = True
+            session.current.revert_ms = round((trio.current_time() - started) * 1000, 1)
+        # Let Codex unload the thread the client's thread left (its frames are dropped already).
+        self.proxy.spawn(self.apply_to_retired, "thread/unsubscribe", [old])
+        log.info("rebuilt on a fresh backing thread", extra={"fields": self.lc._fields(session, retired=len(alias.retired))})
+        return True
