@@ -28,6 +28,8 @@ the client those turns in later reads, never the turn itself.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -283,6 +285,58 @@ def decode_cursor(cursor: Any, space: str = "turns") -> tuple[str, int] | None:
     if kind not in (_ASC, _DESC, _CODEX) or not position.isdigit():
         return None
     return kind, int(position)
+
+
+# Codex's own cursors name the Codex thread and a position in its rollout
+# (``requestedThreadId``, an ordinal): a rebuild invalidates them. Codex
+# refuses one issued before a switch to a fresh backing thread, and after a
+# revert it pages a rollout segment that changed. So, in modes that may
+# rebuild, the sidecar hands the client Codex's cursors wrapped with an
+# anchor: the unit the page continues from. While the anchor is still
+# Codex's, the wrapped cursor goes back to Codex unchanged; once a rebuild
+# archived it, the sidecar pages on from the anchor in its archive.
+
+WRAP = "wrap"
+
+
+def wrap_cursor(codex_cursor: str, anchor: str, direction: str, inclusive: bool, space: str = "turns") -> str:
+    """A Codex cursor with the unit it continues from: ``direction`` (asc or
+    desc) from ``anchor``, the anchor itself included or not."""
+    body = json.dumps([codex_cursor, anchor, direction, inclusive], separators=(",", ":"), ensure_ascii=False)
+    return f"{CURSOR_PREFIX}{space}:{WRAP}:" + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+def unwrap_cursor(cursor: Any, space: str = "turns") -> tuple[str, str, str, bool] | None:
+    """``(codex cursor, anchor, direction, inclusive)`` of a wrapped cursor of
+    ``space``; None for anything else (or a damaged one: it goes to Codex as
+    it is, which refuses it as it would any cursor it did not issue)."""
+    prefix = f"{CURSOR_PREFIX}{space}:{WRAP}:"
+    if not isinstance(cursor, str) or not cursor.startswith(prefix):
+        return None
+    try:
+        raw = cursor[len(prefix) :]
+        value = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (ValueError, TypeError):
+        return None
+    if (
+        isinstance(value, list)
+        and len(value) == 4
+        and isinstance(value[0], str)
+        and isinstance(value[1], str)
+        and value[2] in (_ASC, _DESC)
+        and isinstance(value[3], bool)
+    ):
+        return value[0], value[1], value[2], value[3]
+    return None
+
+
+def anchored_position(index: int, direction: str, inclusive: bool) -> int:
+    """The :func:`hidden_page` position that pages ``direction`` from the
+    unit at ``index`` (an asc page starts at its position, a desc page ends
+    just before it)."""
+    if direction == _ASC:
+        return index if inclusive else index + 1
+    return index + 1 if inclusive else index
 
 
 def summary_items(items: list[Any]) -> list[Any]:

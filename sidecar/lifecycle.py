@@ -256,6 +256,7 @@ class Lifecycle:
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
         items/list with the turns rebuilds took out of Codex (``sidecar.reads``)."""
+        self.archived.wrap_cursors = self.options.projection_mode != "per_turn"  # cursors outlive rebuilds
         self._requests: dict[Any, dict[str, Any]] = {}  # client id -> params of thread/start|resume|fork
         self._native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
         self._reverting: dict[str, _RevertNoise] = {}

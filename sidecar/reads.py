@@ -29,7 +29,9 @@ import trio
 from protocol import encode_response, rewrite
 
 from .archive import (
+    CURSOR_PREFIX,
     TurnArchive,
+    anchored_position,
     archive_path,
     backwards_cursor,
     codex_cursor_from_start,
@@ -40,6 +42,8 @@ from .archive import (
     in_view,
     item_entries,
     splice_turns,
+    unwrap_cursor,
+    wrap_cursor,
 )
 from .proxy import HANDLED, Decision, Message, PendingRequest, Proxy
 
@@ -56,6 +60,11 @@ class ArchivedTurns:
         """client id -> (space, thread id, direction, limit, params) of a listing to splice."""
         self.reverting: set[str] = set()
         """Threads whose rebuild revert is under way (set by the lifecycle)."""
+        self.wrap_cursors = False
+        """Hand out Codex's listing cursors wrapped with their anchor, so they
+        survive a rebuild (set by the lifecycle in modes that rebuild)."""
+        self._wraps: dict[Any, tuple[str, str]] = {}
+        """client id -> (space, direction) of a listing whose cursors to wrap."""
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -186,11 +195,31 @@ class ArchivedTurns:
 
     def on_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
         plan = self._lists.pop(pending.client_id, None)
+        wrap = self._wraps.pop(pending.client_id, None)
         result = msg.result()
-        if plan is None or not isinstance(result, dict):
+        if not isinstance(result, dict):
             return None
-        spliced = self._splice_page(*plan, result)
-        return None if spliced is None else rewrite(msg.line, result=spliced)
+        spliced = self._splice_page(*plan, result) if plan is not None else None
+        page = spliced if spliced is not None else result
+        wrapped = self._wrap_page(wrap[0], wrap[1], page) if wrap is not None else None
+        page = wrapped if wrapped is not None else page
+        return None if page is result else rewrite(msg.line, result=page)
+
+    def _wrap_page(self, space: str, direction: str, page: dict[str, Any]) -> dict[str, Any] | None:
+        """The page with Codex's cursors wrapped (see :func:`sidecar.archive.wrap_cursor`):
+        ``nextCursor`` goes on ``direction`` after the page's last unit,
+        ``backwardsCursor`` the other way from (and including) its first.
+        The sidecar's own cursors are left as they are; None when nothing changes."""
+        data = page.get("data")
+        if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not isinstance(data[-1], dict):
+            return None
+        back = "asc" if direction == "desc" else "desc"
+        out = dict(page)
+        for key, unit, kind, inclusive in (("nextCursor", data[-1], direction, False), ("backwardsCursor", data[0], back, True)):
+            value, anchor = page.get(key), _unit_key(space, unit)
+            if isinstance(value, str) and not value.startswith(CURSOR_PREFIX) and isinstance(anchor, str):
+                out[key] = wrap_cursor(value, anchor, kind, inclusive, space)
+        return out if out != page else None
 
     def _splice_page(
         self, space: str, thread_id: str, direction: str, limit: Any, params: dict[str, Any], page: dict[str, Any]
@@ -257,6 +286,10 @@ class ArchivedTurns:
                 spliced_page = self._splice_page("turns", thread["id"], direction, asked.get("limit"), asked, page)
                 if spliced_page is not None:
                     out["initialTurnsPage"] = spliced_page
+            if self.wrap_cursors:
+                wrapped = self._wrap_page("turns", direction, out["initialTurnsPage"])
+                if wrapped is not None:
+                    out["initialTurnsPage"] = wrapped
         return None if out == result else rewrite(msg.line, result=out)
 
     def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -272,6 +305,37 @@ class ArchivedTurns:
             return None
         thread_id, cursor, limit = params["threadId"], params.get("cursor"), params.get("limit")
         direction = params.get("sortDirection") if params.get("sortDirection") in ("asc", "desc") else default
+        original = params
+        wrapped = unwrap_cursor(cursor, space)
+        if wrapped is not None:
+            # A Codex cursor the sidecar wrapped: if a rebuild has archived
+            # the unit it continues from, the page is the sidecar's.
+            codex_cursor, anchor, kind, inclusive = wrapped
+            one_turn = space == "items" and params.get("turnId") is not None
+            if one_turn:
+                turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
+                units = item_entries(turn) if turn is not None else []
+            else:
+                units = self._units(space, thread_id, params)
+            keys = [_unit_key(space, u) for u in units]
+            if anchor in keys:
+                position = anchored_position(keys.index(anchor), kind, inclusive)
+                page, after = hidden_page(units, kind, position, limit, space=space, handover=not one_turn)
+                self._answer(msg, page, after, backwards_cursor(len(units), kind, position, page, space))
+                return HANDLED
+            params, cursor, direction = {**params, "cursor": codex_cursor}, codex_cursor, kind
+        if self.wrap_cursors:
+            self._wraps[msg.id] = (space, direction)
+        decision = self._route_list(msg, space, params, thread_id, cursor, limit, direction)
+        if decision is HANDLED:
+            self._wraps.pop(msg.id, None)
+        if decision is None and params is not original:
+            return rewrite(msg.line, params=params)
+        return decision
+
+    def _route_list(
+        self, msg: Message, space: str, params: dict[str, Any], thread_id: str, cursor: Any, limit: Any, direction: str
+    ) -> Decision:
         if space == "items" and params.get("turnId") is not None:
             return self._archived_turn_items(msg, thread_id, params, direction)
         if space == "items" and isinstance(cursor, dict) and cursor.get("type") == "item":

@@ -167,3 +167,35 @@ def test_a_page_s_backwards_cursor_starts_with_its_first_turn_and_goes_the_other
         first = ids.index(page[0]["id"])
         expected = ids[: first + 1][::-1] if back_kind == "desc" else ids[first:]
         assert [t["id"] for t in back_page] == expected, (kind, position, limit)
+
+
+def test_a_wrapped_codex_cursor_round_trips_and_a_damaged_one_is_not_ours():
+    from sidecar.archive import unwrap_cursor, wrap_cursor
+
+    codex = '{"requestedThreadId":"01a2","rolloutOrdinal":23,"includeAnchor":false,"scope":{"kind":"turns"}}'
+    for args in ((codex, "turn-7", "desc", False), ("x", "é✓", "asc", True)):
+        wrapped = wrap_cursor(*args)
+        assert wrapped.startswith("codex-sidecar:turns:wrap:") and codex not in wrapped
+        assert unwrap_cursor(wrapped) == args
+        assert wrap_cursor(*args) == wrapped  # deterministic
+        assert decode_cursor(wrapped) is None  # not one of the archive's own positions
+        assert unwrap_cursor(wrapped, "items") is None  # a turns cursor is not an items one
+    assert unwrap_cursor(wrap_cursor(codex, "i1", "asc", False, "items"), "items") == (codex, "i1", "asc", False)
+    for damaged in (codex, None, 3, "codex-sidecar:turns:wrap:", "codex-sidecar:turns:wrap:!!!", "codex-sidecar:turns:wrap:WzFd"):
+        assert unwrap_cursor(damaged) is None
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+@pytest.mark.parametrize("kind", ["asc", "desc"])
+def test_an_anchored_position_pages_on_from_its_anchor(kind, inclusive):
+    from sidecar.archive import anchored_position
+
+    hidden = [full(f"t{n}") for n in range(1, 6)]
+    ids = [t["id"] for t in hidden]
+    for at in range(len(ids)):
+        page, _ = hidden_page(hidden, kind, anchored_position(at, kind, inclusive), None)
+        if kind == "asc":
+            expected = ids[at:] if inclusive else ids[at + 1 :]
+        else:
+            expected = (ids[: at + 1] if inclusive else ids[:at])[::-1]
+        assert [t["id"] for t in page] == expected, (kind, inclusive, at)

@@ -249,6 +249,12 @@ async def test_summary_engine_rebuilds_bounded_and_invisible_to_the_client(tmp_p
                     early = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
                     early_list = await client.request("thread/turns/list", {"threadId": tid, "sortDirection": "asc"})
                     early_items = await client.request("thread/items/list", {"threadId": tid})
+                    # Cursors taken before any rebuild, to go on with after two.
+                    early_pages = {
+                        "desc": await client.request("thread/turns/list", {"threadId": tid, "limit": 1}),
+                        "asc": await client.request("thread/turns/list", {"threadId": tid, "limit": 1, "sortDirection": "asc"}),
+                        "items": await client.request("thread/items/list", {"threadId": tid, "limit": 2}),
+                    }
             status = await finalized(client, tid, turn_ids[-1])
             inspected = await client.request("sidecar/inspect", {"threadId": tid})
             read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
@@ -259,6 +265,11 @@ async def test_summary_engine_rebuilds_bounded_and_invisible_to_the_client(tmp_p
             for direction, limit in (("asc", 4), ("desc", 3)):
                 item_pages[direction, limit] = await list_all_turns(client, tid, direction, limit, method="thread/items/list")
             first_turn_items = await client.request("thread/items/list", {"threadId": tid, "turnId": turn_ids[0]})
+            went_on = {
+                "desc": await list_all_turns(client, tid, "desc", 1, cursor=early_pages["desc"]["nextCursor"]),
+                "asc": await list_all_turns(client, tid, "asc", 3, cursor=early_pages["asc"]["nextCursor"]),
+                "items": await list_all_turns(client, tid, "asc", 4, method="thread/items/list", cursor=early_pages["items"]["nextCursor"]),
+            }
             thread_list = await client.request("thread/list", {})
             loaded_list = await client.request("thread/loaded/list", {})
         requests = list(model.requests)
@@ -399,6 +410,14 @@ async def test_summary_engine_rebuilds_bounded_and_invisible_to_the_client(tmp_p
     assert [(e["turnId"], e["item"]["id"]) for e in item_pages["desc", 3]] == every_item[::-1]
     assert item_pages["asc", 4][: len(early_items["data"])] == early_items["data"]
     assert first_turn_items["data"] == [e for e in early_items["data"] if e["turnId"] == turn_ids[0]]
+    # Codex's cursors from before the rebuilds go on where they were (Codex
+    # itself refuses them after a switch, and pages a changed segment after
+    # a revert): the sidecar hands them out wrapped with their anchor.
+    assert [t["id"] for t in early_pages["desc"]["data"]] == [turn_ids[2]]
+    assert [t["id"] for t in went_on["desc"]] == turn_ids[:2][::-1]
+    assert [t["id"] for t in early_pages["asc"]["data"]] == [turn_ids[0]]
+    assert [t["id"] for t in went_on["asc"]] == turn_ids[1:]
+    assert [(e["turnId"], e["item"]["id"]) for e in early_pages["items"]["data"] + went_on["items"]] == every_item
 
     # Lists name the client's thread once, whatever Codex holds behind it.
     assert [t["id"] for t in thread_list["data"]] == [tid], json.dumps(thread_list)[:3000]

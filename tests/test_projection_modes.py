@@ -34,7 +34,7 @@ from typing import Any
 
 from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo, UserMessage
 from engines.testkit import RecordingEngine
-from sidecar.archive import archive_path
+from sidecar.archive import archive_path, unwrap_cursor
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
 
@@ -907,16 +907,16 @@ async def test_an_unwritable_archive_costs_the_reads_not_the_turns(tmp_path):
     assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3]  # Codex's own answer
 
 
-async def _list_all(run: ModesRun, tid: str, **params: Any) -> tuple[list[str], list[dict[str, Any]]]:
-    """Page through thread/turns/list to the end: the turn ids, and every page."""
+async def _list_all(run: ModesRun, tid: str, *, cursor: str | None = None, method: str = "thread/turns/list", **params: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Page through a listing to the end (from ``cursor``): the turn ids (or
+    item ids), and every page."""
     ids: list[str] = []
     pages: list[dict[str, Any]] = []
-    cursor = None
     for _ in range(20):
-        resp = await run.request("thread/turns/list", {"threadId": tid, **params, **({"cursor": cursor} if cursor else {})})
+        resp = await run.request(method, {"threadId": tid, **params, **({"cursor": cursor} if cursor else {})})
         assert "result" in resp, resp
         pages.append(resp["result"])
-        ids += [t["id"] for t in resp["result"]["data"]]
+        ids += [t["id"] if "id" in t else t["item"]["id"] for t in resp["result"]["data"]]
         cursor = resp["result"]["nextCursor"]
         if cursor is None:
             return ids, pages
@@ -942,6 +942,10 @@ async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
         t1 = await run.turn_ok(tid, "Z1")
         t2 = await run.turn_ok(tid, "Z2")
         before = await _list_all(run, tid, limit=1)
+        # Cursors taken before the rebuild, to go on with after it.
+        early_desc = (await run.request("thread/turns/list", {"threadId": tid, "limit": 1}))["result"]
+        early_asc = (await run.request("thread/turns/list", {"threadId": tid, "limit": 1, "sortDirection": "asc"}))["result"]
+        early_items = (await run.request("thread/items/list", {"threadId": tid, "limit": 1}))["result"]
         t3 = await run.turn_ok(tid, "Z3")  # the rebuild: Codex forgets t1, t2
         t4 = await run.turn_ok(tid, "Z4")
         t5 = await run.turn_ok(tid, "Z5")  # Codex holds t3, t4, t5
@@ -951,6 +955,13 @@ async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
             for direction in ("asc", "desc"):
                 params = {"sortDirection": direction, **({"limit": limit} if limit else {})}
                 listings[direction, limit] = await _list_all(run, tid, **params)
+        went_on = {
+            "desc": await _list_all(run, tid, cursor=early_desc["nextCursor"], limit=1),
+            "asc": await _list_all(run, tid, cursor=early_asc["nextCursor"], limit=2, sortDirection="asc"),
+            "back": await _list_all(run, tid, cursor=early_desc["backwardsCursor"], limit=2),
+        }
+        every_item = await _list_all(run, tid, method="thread/items/list")
+        items_went_on = await _list_all(run, tid, cursor=early_items["nextCursor"], method="thread/items/list", limit=3)
         full_view = await _list_all(run, tid, sortDirection="asc", itemsView="full")
         not_loaded = await _list_all(run, tid, itemsView="notLoaded")
         frames = run.frames()
@@ -972,12 +983,26 @@ async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
     summary = [t for p in listings["desc", None][1] for t in p["data"]]
     assert all(t["itemsView"] == "summary" for t in summary if t["id"] in (t1, t2))
     assert all(t["itemsView"] == "notLoaded" and t["items"] == [] for p in not_loaded[1] for t in p["data"] if t["id"] in (t1, t2))
+    # Cursors taken before the rebuild go on where they were, though Codex
+    # no longer holds the turns they continue from (its own offsets would
+    # now point into the rebuilt thread): the rest of the thread, once each.
+    assert [t["id"] for t in early_desc["data"]] == [t2] and [t["id"] for t in early_asc["data"]] == [t1]
+    assert went_on["desc"][0] == [t1]
+    assert went_on["asc"][0] == [t2, t3, t4, t5]
+    assert went_on["back"][0][:1] == [t2]  # backwards from (and with) the page's first turn
+    assert early_items["data"][0]["item"]["id"] == every_item[0][0]
+    assert items_went_on[0] == every_item[0][1:]
     # A page of Codex's own turns only (desc, limit 2, first page) reached the
-    # client byte for byte; and Codex never saw a sidecar cursor.
+    # client as Codex sent it, but for its cursors: wrapped with the turn they
+    # continue from, and unwrapped on their way back; Codex never saw one.
     first = listings["desc", 2][1][0]
     assert [t["id"] for t in first["data"]] == [t5, t4]
-    assert any(json.loads(line).get("result") == first for line in sent_by_codex)
-    assert not any("codex-sidecar:turns:" in json.dumps(m.get("params")) for m in run.received("thread/turns/list"))
+    codex_first = next(r for line in sent_by_codex if (r := json.loads(line).get("result")) and r.get("data") == first["data"] and r["nextCursor"] == "fake:2")
+    assert first["nextCursor"] != codex_first["nextCursor"]
+    assert unwrap_cursor(first["nextCursor"]) == (codex_first["nextCursor"], t4, "desc", False)
+    assert unwrap_cursor(first["backwardsCursor"]) == (codex_first["backwardsCursor"], t5, "asc", True)
+    assert {k: v for k, v in first.items() if not k.endswith("Cursor")} == {k: v for k, v in codex_first.items() if not k.endswith("Cursor")}
+    assert not any("codex-sidecar:" in json.dumps(m.get("params")) for m in run.received("thread/turns/list") + run.received("thread/items/list"))
     assert_client_unaware(run, tid)
 
 
