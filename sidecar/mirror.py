@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -173,6 +173,16 @@ def _custom_builder(custom_type: str, data: Any, timestamp: int | None) -> Calla
         }
 
     return build
+
+
+class _View(NamedTuple):
+    """What :meth:`TranscriptMirror.messages` returned for a leaf and file size."""
+
+    leaf: str | None
+    size: int
+    ident: tuple[int, int]
+    messages: list[AgentMessage]
+    compacted: bool
 
 
 class TranscriptMirror:
@@ -355,6 +365,7 @@ class TranscriptMirror:
         self._torn_tail = False
         self._skipped = 0
         self._messages: dict[str, AgentMessage | None] = {}
+        self._view: _View | None = None
 
     @staticmethod
     def _stat_ident(st: os.stat_result) -> tuple[int, int]:
@@ -510,7 +521,65 @@ class TranscriptMirror:
         the messages from ``firstKeptEntryId`` up to the compaction, then
         the messages after it.
         """
-        self.refresh()
+        with self._thread_lock:
+            self.refresh()
+            view = self._view
+            if view is not None and view.leaf == self._leaf_id and view.size == self._size:
+                return list(view.messages)
+            out = self._extended(view) if view is not None else None
+            compacted = False
+            if out is None:
+                out, compacted = self._compute_messages()
+            self._view = _View(self._leaf_id, self._size, self._ident, out, compacted)
+            return list(out)
+
+    def cached_messages(self) -> list[AgentMessage] | None:
+        """What :meth:`messages` returned last, if the file is still the same
+        file and size (one ``stat`` and one ``fstat``; no lock, no read), else
+        None. Lets the event loop skip a worker thread when nothing was
+        written since, whoever the writer."""
+        view, fd = self._view, self._fd
+        if view is None or fd is None or view.leaf != self._leaf_id:
+            return None
+        try:
+            st = os.fstat(fd)
+            named = os.stat(self.path)
+        except OSError:
+            return None
+        if st.st_size != view.size or self._stat_ident(named) != view.ident or self._stat_ident(st) != view.ident:
+            return None
+        return list(view.messages)
+
+    def _extended(self, view: "_View") -> list[AgentMessage] | None:
+        """The last view plus the message entries appended after its leaf, when
+        the new leaf descends from it through new entries only, none of them a
+        compaction (the common case: a turn appended); else None."""
+        if view.compacted or view.ident != self._ident or view.size > self._size:
+            return None
+        added: list[dict[str, Any]] = []
+        current = self._by_id.get(self._leaf_id) if self._leaf_id else None
+        budget = len(self._entries)
+        while current is not None and current["id"] != view.leaf and budget > 0:
+            if current.get("type") == "compaction":
+                return None
+            added.append(current)
+            parent = current.get("parentId")
+            current = self._by_id.get(parent) if isinstance(parent, str) else None
+            budget -= 1
+        if current is None and view.leaf is not None:
+            return None  # not a descendant of the last view's leaf (a rewind, a branch)
+        if current is not None and current["id"] != view.leaf:
+            return None
+        out = list(view.messages)
+        for entry in reversed(added):
+            if entry.get("type") == "message":
+                message = self._entry_message(entry)
+                if message is not None:
+                    out.append(message)
+        return out
+
+    def _compute_messages(self) -> tuple[list[AgentMessage], bool]:
+        """The whole path's view, and whether a compaction shaped it."""
         path = self._path_to_leaf()
         compaction_at = None
         for i in range(len(path) - 1, -1, -1):
@@ -528,7 +597,7 @@ class TranscriptMirror:
         if compaction_at is None:
             for entry in path:
                 add(entry)
-            return out
+            return out, False
         compaction = path[compaction_at]
         tokens_after = compaction.get("tokensAfter")
         out.append(
@@ -547,7 +616,7 @@ class TranscriptMirror:
                 add(entry)
         for entry in path[compaction_at + 1 :]:
             add(entry)
-        return out
+        return out, True
 
     # ------------------------------------------------------------------
     # writing
@@ -659,12 +728,33 @@ class TranscriptMirror:
             raise MirrorError(f"entry id {entry_id} of a new key is already taken in {self.path}")
         entry = build(entry_id, parent_id)
         entry["idempotencyKey"] = key
+        view, size_before, leaf_before = self._view, self._size, self._leaf_id
         self._write_line(entry)
         self._entries.append(entry)
         self._by_id[entry_id] = entry
         self._keys[key] = entry_id
         self._leaf_id = entry_id
+        self._follow_view(view, size_before, leaf_before, entry, parent_id)
         return True
+
+    def _follow_view(
+        self, view: _View | None, size_before: int, leaf_before: str | None, entry: dict[str, Any], parent_id: str | None
+    ) -> None:
+        """Keep the cached view current across this mirror's own append of
+        ``entry`` at the leaf (a message extends it, a custom entry leaves
+        it as it is); anything else drops it."""
+        self._view = None
+        if view is None or view.size != size_before or view.leaf != leaf_before or parent_id != leaf_before:
+            return
+        kind = entry.get("type")
+        if kind == "message":
+            message = self._entry_message(entry)
+            messages = [*view.messages, message] if message is not None else view.messages
+        elif kind == "custom":
+            messages = view.messages
+        else:
+            return
+        self._view = view._replace(leaf=self._leaf_id, size=self._size, messages=messages)
 
     def _copy(self, entry: Mapping[str, Any]) -> int:
         """Append a copy of another file's entry unless it (or its key) is here."""

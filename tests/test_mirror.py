@@ -639,3 +639,78 @@ def test_rewind_takes_a_turn_and_the_later_ones_off_the_path(path):
 
 def text(message) -> str:
     return message.content if isinstance(message.content, str) else message.content[0].text
+
+
+# --------------------------------------------------------------------------
+# the cached view (messages() extends its last answer; cached_messages())
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), st.integers(1, 3)),
+        st.tuples(st.just("custom"), st.just(0)),
+        st.tuples(st.just("rewind"), st.integers(0, 9)),
+        st.tuples(st.just("compact"), st.integers(0, 9)),
+        st.tuples(st.just("other writer"), st.integers(1, 2)),
+        st.tuples(st.just("replace"), st.just(0)),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_the_cached_view_always_equals_a_fresh_read(tmp_path_factory, ops):
+    """Whatever happened to the file (turns, custom entries, rewinds,
+    compactions, another writer, a replacement), messages() equals what a
+    fresh reader builds from the file alone, and cached_messages() is either
+    None or that same list."""
+    path = session_path(tmp_path_factory.mktemp("view") / "state", "01a20135-0754-7433-a031-c6422a39e7a0")
+    n = 0
+    turns: list[int] = []
+    with TranscriptMirror.open(path, "T") as m:
+        for op, arg in ops:
+            n += 1
+            target = turns[arg % len(turns)] if turns else 0  # an existing turn, mostly
+            if op == "turn":
+                turns.append(n)
+                for k in range(arg):
+                    m.append_message(user(f"U{n}.{k}", n), f"codex-app-server:T:{n}:u{k}")
+                m.append_message(assistant(f"A{n}", n), f"codex-app-server:T:{n}:a")
+            elif op == "custom":
+                m.append_custom("note", {"n": n}, f"c{n}")
+            elif op == "rewind":
+                m.rewind(f"codex-app-server:T:{target}:", f"rw{n}", "codex-sidecar.client-revert", {})
+            elif op == "compact":
+                kept = m.entry_id(f"codex-app-server:T:{target}:a")
+                m.append_compaction(summary=f"S{n}", first_kept_entry_id=kept, tokens_before=n, key=f"comp{n}", timestamp=n)
+            elif op == "other writer":
+                with TranscriptMirror.open(path, "T") as other:
+                    for k in range(arg):
+                        other.append_message(user(f"X{n}.{k}", n), f"other:{n}:{k}")
+                assert m.cached_messages() is None  # the file grew behind its back
+            elif op == "replace":
+                copy = path.with_suffix(".copy")
+                copy.write_bytes(path.read_bytes())
+                os.replace(copy, path)
+                assert m.cached_messages() is None  # another file now
+            seen = m.messages()
+            with TranscriptMirror.open(path, "T") as fresh:
+                assert seen == fresh.messages(), ops
+            cached = m.cached_messages()
+            assert cached == seen and cached is not seen  # a copy: callers may extend it
+            seen.append(user("caller's own"))
+            assert m.messages() != seen  # nobody's list is the view itself
+
+
+def test_messages_extends_its_last_answer_with_the_turn_just_appended(path):
+    with TranscriptMirror.open(path, "T") as m:
+        m.append_message(user("U1"), "k1")
+        first = m.messages()
+        m.append_message(assistant("A1"), "k2")
+        m.append_custom("note", {}, "c1")
+        second = m.messages()
+        assert second == [*first, assistant("A1")]
+        assert second[0] is first[0]  # the same objects, not parsed again
