@@ -210,6 +210,9 @@ class ThreadSession:
     compactions: int = 0
     completed_turns: set[str] = field(default_factory=set)
     """Turn ids whose ``turn/completed`` was taken (a replay is not finalised twice)."""
+    marking: set[trio.Event] = field(default_factory=set)
+    """Finalized markers being written (each set once written): the next
+    turn need not wait for them, the session's release does."""
     projected_epoch: str | None = None
     held: list[str] | None = None
     """Fingerprints of the mirrored messages the Codex thread holds, in order
@@ -356,7 +359,7 @@ class Lifecycle:
                 tid: {
                     "sessionFile": str(s.path),
                     "bootstrapped": s.bootstrapped,
-                    "busy": s.busy,
+                    "busy": s.busy or bool(s.marking),
                     "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
                     "rebuilds": s.rebuilds,
                     **s.stats,
@@ -695,19 +698,29 @@ class Lifecycle:
 
     async def _release_session(self, session: ThreadSession) -> None:
         await session.ready.wait()
-        async with session.slot:  # after the last turn's finalisation
-            if not self._releasable(session) or not await self._unloaded(session.thread_id):
-                return
-            if not self._releasable(session):  # opened again while Codex was asked
-                return
-            del self.sessions[session.thread_id]
-            self.spares.drop_spare(session.thread_id)
-            self._released["threads"] += 1
-            self._released["rebuilds"] += session.rebuilds
-            self.archived.forget(session.thread_id)
-            if session.mirror is not None:
-                session.mirror.close()
-            log.info("thread closed by codex; session released", extra={"fields": self._fields(session)})
+        while True:
+            for written in list(session.marking):
+                await written.wait()
+            async with session.slot:  # after the last turn's finalisation
+                if not session.marking:
+                    await self._release_now(session)
+                    return
+
+    async def _release_now(self, session: ThreadSession) -> None:
+        """The session, idle (its turn slot held): release it if Codex really
+        unloaded the thread and nothing reopened it meanwhile."""
+        if not self._releasable(session) or not await self._unloaded(session.thread_id):
+            return
+        if not self._releasable(session):  # opened again while Codex was asked
+            return
+        del self.sessions[session.thread_id]
+        self.spares.drop_spare(session.thread_id)
+        self._released["threads"] += 1
+        self._released["rebuilds"] += session.rebuilds
+        self.archived.forget(session.thread_id)
+        if session.mirror is not None:
+            session.mirror.close()
+        log.info("thread closed by codex; session released", extra={"fields": self._fields(session)})
 
     def _releasable(self, session: ThreadSession) -> bool:
         """Closed, still this thread's session, and nothing of it under way."""
@@ -718,6 +731,7 @@ class Lifecycle:
             and session.current is None
             and session.unfollowed is None
             and session.reverts_unanswered == 0
+            and not session.marking
             and session.thread_id not in self._reverting
             and session.slot.statistics().tasks_waiting == 0
             and not any(s is session for s, _ in self._native_pending.values())
@@ -1042,7 +1056,9 @@ class Lifecycle:
         if session.mirror is None:
             state.fallback_reason = "no-mirror"
             return line
-        history = await trio.to_thread.run_sync(session.mirror.messages)
+        history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
+        if history is None:
+            history = await trio.to_thread.run_sync(session.mirror.messages)
         state.history = history
         state.pre_prompt_count = len(history)
         if already_projected(items):
@@ -1596,13 +1612,13 @@ class Lifecycle:
             except Exception as exc:
                 ok = False
                 log.warning("codex context engine finalize failed", extra={"fields": self._fields(session, turnId=turn_id, error=type(exc).__name__)})
-            try:
-                await trio.to_thread.run_sync(
-                    lambda: session.mirror.append_custom(FINALIZED_CUSTOM_TYPE, {"turnId": turn_id, "status": status, "ok": ok}, final_key)
-                )
-            except (MirrorError, OSError):
-                pass
-            session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}
+            # The finalized marker (a replayed turn/completed is not ingested
+            # twice) goes to the mirror while the next turn may already
+            # assemble: nothing there depends on it, and the worker trip
+            # (~0.4 ms) is not on the client's path. The release waits for it.
+            written = trio.Event()
+            session.marking.add(written)
+            self.proxy.spawn(self._mark_finalized, session, session.mirror, written, final_key, {"turnId": turn_id, "status": status, "ok": ok})
             if state.client_id is not None:
                 base = state.held_plan
                 if base is None:
@@ -1627,6 +1643,16 @@ class Lifecycle:
         finally:
             self._end_turn(session, state)
             self.spares.want_spare(session)
+
+    async def _mark_finalized(self, session: ThreadSession, mirror: TranscriptMirror, written: trio.Event, key: str, data: dict[str, Any]) -> None:
+        try:
+            await trio.to_thread.run_sync(mirror.append_custom, FINALIZED_CUSTOM_TYPE, data, key)
+        except (MirrorError, OSError):
+            pass
+        finally:
+            session.marking.discard(written)
+            written.set()
+            session.stats["lastFinalize"] = data
 
     def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
         if session.inspect is None or state.client_id is None:
