@@ -11,12 +11,13 @@ No timing is asserted anywhere.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 
 import pytest
 
 from engines import AssistantMessage, TextBlock, UserMessage, load_engine
 from engines.api import AssembleParams, CompactionSummaryMessage, ToolCallBlock, ToolResultMessage
-from engines.tokens import count_tokens, estimate_messages_tokens
+from engines.tokens import count_tokens, estimate_message_tokens, estimate_messages_tokens
 from sidecar.projection import CONTEXT_HEADER
 from tools import bench_context as bc
 from tools.codex_home import find_codex_bin
@@ -202,7 +203,11 @@ async def test_recall_engine_appends_one_deterministic_snippet(tmp_path):
     assert retrieve(prompt)[0] == "retry-01"
     assert retrieve(prompt) == retrieve(prompt)
     assert len({retrieve(f"thanks {i}")[0] for i in range(20)}) > 3, "unmatched prompts spread over the corpus"
-    assert f'"tokens": {count_tokens(snippet_text(prompt))}' in log.read_text()
+    assert json.loads(log.read_text()) == {"sessionId": "s", "snippetId": "retry-01", "chars": len(snippet_text(prompt))}
+    # Its estimate counts the snippet as a message, cached by id or not.
+    fresh = estimate_message_tokens(result.messages[-1])
+    assert result.estimated_tokens == sum(estimate_message_tokens(m) for m in messages) + fresh
+    assert (await engine.assemble(_params(messages, prompt))).estimated_tokens == result.estimated_tokens
 
 
 def test_the_dist_info_registers_the_engines_for_the_loader(tmp_path, monkeypatch):

@@ -82,7 +82,7 @@ import trio
 from engines.tokens import count_tokens, tokenizer_name
 from tools.client import AppServerClient, RpcError, ServerGone
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
-from tools.context_engines import DIST_NAME, ENGINES, snippet_text, write_dist_info
+from tools.context_engines import DIST_NAME, ENGINES, snippet_of, snippet_text, write_dist_info
 from tools.fake_model import FakeModel, ShellCall, Text, _Handler
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -956,13 +956,13 @@ def _join(a: str | None, b: str) -> str:
 
 
 def _snippet_tokens(log: Path, script: Sequence[Turn]) -> list[int]:
-    """Per turn, the tokens of the snippet the recall engine added (from its
-    log; recomputed from the prompt when the log is missing or short)."""
+    """Per turn, the tokens of the snippet the recall engine added (the ids
+    it logged; recomputed from the prompt when the log is missing or short)."""
     logged: list[int] = []
     if log.exists():
         for line in log.read_text().splitlines():
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                logged.append(int(json.loads(line)["tokens"]))
+            with contextlib.suppress(ValueError, KeyError, TypeError, StopIteration):
+                logged.append(count_tokens(snippet_of(json.loads(line)["snippetId"])))
     if len(logged) >= len(script):
         return logged[: len(script)]
     return [count_tokens(snippet_text(t.prompt)) for t in script]

@@ -84,6 +84,7 @@ __all__ = [
     "budget_boundary",
     "extractive_summary",
     "retrieve",
+    "snippet_of",
     "snippet_text",
     "write_dist_info",
 ]
@@ -459,39 +460,52 @@ def retrieve(prompt: str) -> tuple[str, str]:
 
 def snippet_text(prompt: str) -> str:
     """The text of the extra message the recall engine appends for ``prompt``."""
-    sid, text = retrieve(prompt)
+    return snippet_of(retrieve(prompt)[0])
+
+
+@functools.lru_cache(maxsize=None)
+def snippet_of(sid: str) -> str:
+    """The text of the extra message for the corpus entry ``sid``."""
+    text = next(entry[2] for entry in CORPUS if entry[0] == sid)
     return f"Retrieved reference [{sid}] (project notes; may be relevant to the next request):\n{text}"
+
+
+@functools.lru_cache(maxsize=None)
+def _snippet_message_tokens(sid: str) -> int:
+    """:func:`estimate_message_tokens` of a snippet message (its text is all that counts)."""
+    return estimate_message_tokens(UserMessage(content=[TextBlock(text=snippet_of(sid))], timestamp=0))
 
 
 class RecallEngine(_BenchEngine):
     """History unchanged plus one retrieved snippet, as one extra user message.
 
     Config: ``snippet_log`` (optional path): one JSON line per assemble with
-    ``sessionId``, ``snippetId``, ``chars`` and ``tokens`` of the snippet
-    message's text.
+    ``sessionId``, ``snippetId`` and ``chars`` of the snippet message's text
+    (the benchmark counts its tokens afterwards, from the id: the log is
+    instrumentation, kept out of the measured turn's way).
     """
 
     engine_id = RECALL_ID
     engine_name = "Bench: history + one retrieved snippet"
 
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self._log: Any = None
+
     async def assemble(self, params: AssembleParams) -> AssembleResult:
         messages = list(params.messages)
-        prompt = params.prompt or ""
-        text = snippet_text(prompt)
+        sid = retrieve(params.prompt or "")[0]
+        text = snippet_of(sid)
         timestamp = messages[-1].timestamp if messages else 0
         snippet = UserMessage(content=[TextBlock(text=text)], timestamp=timestamp)
         log_path = self.config.get("snippet_log")
         if log_path:
-            record = {
-                "sessionId": params.session_id,
-                "snippetId": retrieve(prompt)[0],
-                "chars": len(text),
-                "tokens": count_tokens(text),
-            }
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
-        assembled = [*messages, snippet]
-        return AssembleResult(messages=assembled, estimated_tokens=_estimate(assembled))
+            if self._log is None:
+                self._log = open(log_path, "a", encoding="utf-8", buffering=1)  # one line, one write
+            self._log.write(json.dumps({"sessionId": params.session_id, "snippetId": sid, "chars": len(text)}) + "\n")
+        # The snippet is a new message object every turn: its estimate comes
+        # from its id, not from tokenizing the same text again.
+        return AssembleResult(messages=[*messages, snippet], estimated_tokens=_estimate(messages) + _snippet_message_tokens(sid))
 
 
 # --------------------------------------------------------------- packaging
