@@ -281,8 +281,17 @@ def test_wall_ratios_are_bracketed_by_the_native_runs_around_each_sidecar_run():
     checks = bc.checks_for(runs[1], runs[0], 4000, walls["budget+delta"])
     wall = [c for c in checks if c.name == "wall"][0]
     assert wall.passed and wall.detail.startswith("1.02x, 2 runs 1.00-1.03x")
+    # With two runs 0.03 apart, the mean could be anywhere in 0.80-1.24x (t = 12.71).
+    assert wall.detail.endswith("mean within 0.80-1.24x"), wall.detail
     # Without bracketing, the same run against the first native alone fails.
     assert not [c for c in bc.checks_for(runs[3], runs[0], 4000) if c.name == "wall"][0].passed
+
+
+def test_the_wall_interval_narrows_with_runs_and_centres_on_the_mean():
+    assert bc.mean_interval([1.0, 1.1, 1.2]) == pytest.approx((1.1 - 4.30 * 0.1 / 3**0.5, 1.1 + 4.30 * 0.1 / 3**0.5))
+    few, many = bc.mean_interval([1.0, 1.2] * 2), bc.mean_interval([1.0, 1.2] * 20)
+    assert few[0] < many[0] < 1.1 < many[1] < few[1]
+    assert bc.mean_interval([1.05] * 5) == pytest.approx((1.05, 1.05))
 
 
 def test_codex_gets_an_empty_home_unless_asked_for_the_user_s(tmp_path, monkeypatch):

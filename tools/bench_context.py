@@ -1007,8 +1007,25 @@ def checks_for(run: RunResult, native: RunResult, framing: int, walls: Sequence[
         detail = f"{ratio:.2f}x"
         if walls and len(walls) > 1:
             detail += f", {len(walls)} runs {min(walls):.2f}-{max(walls):.2f}x"
+            low, high = mean_interval(walls)
+            detail += f", mean within {low:.2f}-{high:.2f}x"
         out.append(Check("wall", f"wall <= {TARGET_WALL:.2f}x", ratio <= TARGET_WALL, detail))
     return out
+
+
+#: Two-sided 95% Student t quantiles by degrees of freedom (1-30); larger samples use 1.96.
+_T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13,
+        2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04)
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float]:
+    """A 95% confidence interval of the mean of ``values`` (at least two):
+    how far the row's wall ratio could be from its true value, given the
+    run-to-run spread. The verdict stays the mean's; this says how firm it is."""
+    mean = statistics.fmean(values)
+    dof = len(values) - 1
+    half = (_T95[dof - 1] if dof <= len(_T95) else 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    return mean - half, mean + half
 
 
 def wall_ratio(run: RunResult, native: RunResult, walls: Sequence[float] | None = None) -> float | None:
