@@ -288,26 +288,28 @@ def decode_cursor(cursor: Any, space: str = "turns") -> tuple[str, int] | None:
 
 
 # Codex's own cursors name the Codex thread and a position in its rollout
-# (``requestedThreadId``, an ordinal): a rebuild invalidates them. Codex
+# (``requestedThreadId``, an ordinal, ``includeAnchor``; no direction: the
+# request's ``sortDirection`` decides): a rebuild invalidates them. Codex
 # refuses one issued before a switch to a fresh backing thread, and after a
 # revert it pages a rollout segment that changed. So, in modes that may
 # rebuild, the sidecar hands the client Codex's cursors wrapped with an
-# anchor: the unit the page continues from. While the anchor is still
-# Codex's, the wrapped cursor goes back to Codex unchanged; once a rebuild
-# archived it, the sidecar pages on from the anchor in its archive.
+# anchor: the unit the page continues from, and whether it is included.
+# While the anchor is still Codex's, the wrapped cursor goes back to Codex
+# unchanged; once a rebuild archived it, the sidecar pages on from the
+# anchor in its archive, in the direction the request asks for.
 
 WRAP = "wrap"
 
 
-def wrap_cursor(codex_cursor: str, anchor: str, direction: str, inclusive: bool, space: str = "turns") -> str:
-    """A Codex cursor with the unit it continues from: ``direction`` (asc or
-    desc) from ``anchor``, the anchor itself included or not."""
-    body = json.dumps([codex_cursor, anchor, direction, inclusive], separators=(",", ":"), ensure_ascii=False)
+def wrap_cursor(codex_cursor: str, anchor: str, inclusive: bool, space: str = "turns") -> str:
+    """A Codex cursor with the unit it continues from, ``anchor``, itself
+    included or not."""
+    body = json.dumps([codex_cursor, anchor, inclusive], separators=(",", ":"), ensure_ascii=False)
     return f"{CURSOR_PREFIX}{space}:{WRAP}:" + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
 
 
-def unwrap_cursor(cursor: Any, space: str = "turns") -> tuple[str, str, str, bool] | None:
-    """``(codex cursor, anchor, direction, inclusive)`` of a wrapped cursor of
+def unwrap_cursor(cursor: Any, space: str = "turns") -> tuple[str, str, bool] | None:
+    """``(codex cursor, anchor, inclusive)`` of a wrapped cursor of
     ``space``; None for anything else (or a damaged one: it goes to Codex as
     it is, which refuses it as it would any cursor it did not issue)."""
     prefix = f"{CURSOR_PREFIX}{space}:{WRAP}:"
@@ -318,15 +320,8 @@ def unwrap_cursor(cursor: Any, space: str = "turns") -> tuple[str, str, str, boo
         value = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
     except (ValueError, TypeError):
         return None
-    if (
-        isinstance(value, list)
-        and len(value) == 4
-        and isinstance(value[0], str)
-        and isinstance(value[1], str)
-        and value[2] in (_ASC, _DESC)
-        and isinstance(value[3], bool)
-    ):
-        return value[0], value[1], value[2], value[3]
+    if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str) and isinstance(value[1], str) and isinstance(value[2], bool):
+        return value[0], value[1], value[2]
     return None
 
 

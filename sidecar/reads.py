@@ -63,8 +63,8 @@ class ArchivedTurns:
         self.wrap_cursors = False
         """Hand out Codex's listing cursors wrapped with their anchor, so they
         survive a rebuild (set by the lifecycle in modes that rebuild)."""
-        self._wraps: dict[Any, tuple[str, str]] = {}
-        """client id -> (space, direction) of a listing whose cursors to wrap."""
+        self._wraps: dict[Any, str] = {}
+        """client id -> space (turns, items) of a listing whose cursors to wrap."""
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -201,24 +201,23 @@ class ArchivedTurns:
             return None
         spliced = self._splice_page(*plan, result) if plan is not None else None
         page = spliced if spliced is not None else result
-        wrapped = self._wrap_page(wrap[0], wrap[1], page) if wrap is not None else None
+        wrapped = self._wrap_page(wrap, page) if wrap is not None else None
         page = wrapped if wrapped is not None else page
         return None if page is result else rewrite(msg.line, result=page)
 
-    def _wrap_page(self, space: str, direction: str, page: dict[str, Any]) -> dict[str, Any] | None:
+    def _wrap_page(self, space: str, page: dict[str, Any]) -> dict[str, Any] | None:
         """The page with Codex's cursors wrapped (see :func:`sidecar.archive.wrap_cursor`):
-        ``nextCursor`` goes on ``direction`` after the page's last unit,
-        ``backwardsCursor`` the other way from (and including) its first.
-        The sidecar's own cursors are left as they are; None when nothing changes."""
+        ``nextCursor`` continues after the page's last unit, ``backwardsCursor``
+        from (and including) its first, as Codex's own do. The sidecar's own
+        cursors are left as they are; None when nothing changes."""
         data = page.get("data")
         if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not isinstance(data[-1], dict):
             return None
-        back = "asc" if direction == "desc" else "desc"
         out = dict(page)
-        for key, unit, kind, inclusive in (("nextCursor", data[-1], direction, False), ("backwardsCursor", data[0], back, True)):
+        for key, unit, inclusive in (("nextCursor", data[-1], False), ("backwardsCursor", data[0], True)):
             value, anchor = page.get(key), _unit_key(space, unit)
             if isinstance(value, str) and not value.startswith(CURSOR_PREFIX) and isinstance(anchor, str):
-                out[key] = wrap_cursor(value, anchor, kind, inclusive, space)
+                out[key] = wrap_cursor(value, anchor, inclusive, space)
         return out if out != page else None
 
     def _splice_page(
@@ -287,7 +286,7 @@ class ArchivedTurns:
                 if spliced_page is not None:
                     out["initialTurnsPage"] = spliced_page
             if self.wrap_cursors:
-                wrapped = self._wrap_page("turns", direction, out["initialTurnsPage"])
+                wrapped = self._wrap_page("turns", out["initialTurnsPage"])
                 if wrapped is not None:
                     out["initialTurnsPage"] = wrapped
         return None if out == result else rewrite(msg.line, result=out)
@@ -309,8 +308,9 @@ class ArchivedTurns:
         wrapped = unwrap_cursor(cursor, space)
         if wrapped is not None:
             # A Codex cursor the sidecar wrapped: if a rebuild has archived
-            # the unit it continues from, the page is the sidecar's.
-            codex_cursor, anchor, kind, inclusive = wrapped
+            # the unit it continues from, the page is the sidecar's, in the
+            # direction asked for (Codex's cursors carry none).
+            codex_cursor, anchor, inclusive = wrapped
             one_turn = space == "items" and params.get("turnId") is not None
             if one_turn:
                 turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
@@ -319,13 +319,18 @@ class ArchivedTurns:
                 units = self._units(space, thread_id, params)
             keys = [_unit_key(space, u) for u in units]
             if anchor in keys:
-                position = anchored_position(keys.index(anchor), kind, inclusive)
-                page, after = hidden_page(units, kind, position, limit, space=space, handover=not one_turn)
-                self._answer(msg, page, after, backwards_cursor(len(units), kind, position, page, space))
+                position = anchored_position(keys.index(anchor), direction, inclusive)
+                if direction == "asc" and position >= len(units) and not one_turn:
+                    # Past the last archived unit: Codex's own, from their start.
+                    if self.wrap_cursors:
+                        self._wraps[msg.id] = space
+                    return rewrite(msg.line, params={**params, "cursor": None})
+                page, after = hidden_page(units, direction, position, limit, space=space, handover=not one_turn)
+                self._answer(msg, page, after, backwards_cursor(len(units), direction, position, page, space))
                 return HANDLED
-            params, cursor, direction = {**params, "cursor": codex_cursor}, codex_cursor, kind
+            params, cursor = {**params, "cursor": codex_cursor}, codex_cursor
         if self.wrap_cursors:
-            self._wraps[msg.id] = (space, direction)
+            self._wraps[msg.id] = space
         decision = self._route_list(msg, space, params, thread_id, cursor, limit, direction)
         if decision is HANDLED:
             self._wraps.pop(msg.id, None)

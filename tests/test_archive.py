@@ -173,14 +173,14 @@ def test_a_wrapped_codex_cursor_round_trips_and_a_damaged_one_is_not_ours():
     from sidecar.archive import unwrap_cursor, wrap_cursor
 
     codex = '{"requestedThreadId":"01a2","rolloutOrdinal":23,"includeAnchor":false,"scope":{"kind":"turns"}}'
-    for args in ((codex, "turn-7", "desc", False), ("x", "é✓", "asc", True)):
+    for args in ((codex, "turn-7", False), ("x", "é✓", True)):
         wrapped = wrap_cursor(*args)
         assert wrapped.startswith("codex-sidecar:turns:wrap:") and codex not in wrapped
         assert unwrap_cursor(wrapped) == args
         assert wrap_cursor(*args) == wrapped  # deterministic
         assert decode_cursor(wrapped) is None  # not one of the archive's own positions
         assert unwrap_cursor(wrapped, "items") is None  # a turns cursor is not an items one
-    assert unwrap_cursor(wrap_cursor(codex, "i1", "asc", False, "items"), "items") == (codex, "i1", "asc", False)
+    assert unwrap_cursor(wrap_cursor(codex, "i1", False, "items"), "items") == (codex, "i1", False)
     for damaged in (codex, None, 3, "codex-sidecar:turns:wrap:", "codex-sidecar:turns:wrap:!!!", "codex-sidecar:turns:wrap:WzFd"):
         assert unwrap_cursor(damaged) is None
 

@@ -269,6 +269,10 @@ async def test_summary_engine_rebuilds_bounded_and_invisible_to_the_client(tmp_p
                 "desc": await list_all_turns(client, tid, "desc", 1, cursor=early_pages["desc"]["nextCursor"]),
                 "asc": await list_all_turns(client, tid, "asc", 3, cursor=early_pages["asc"]["nextCursor"]),
                 "items": await list_all_turns(client, tid, "asc", 4, method="thread/items/list", cursor=early_pages["items"]["nextCursor"]),
+                # Codex's cursors carry no direction: the request's decides.
+                "back desc": await list_all_turns(client, tid, "desc", 2, cursor=early_pages["desc"]["backwardsCursor"]),
+                "back asc": await list_all_turns(client, tid, "asc", 2, cursor=early_pages["desc"]["backwardsCursor"]),
+                "next asc": await list_all_turns(client, tid, "asc", 2, cursor=early_pages["desc"]["nextCursor"]),
             }
             thread_list = await client.request("thread/list", {})
             loaded_list = await client.request("thread/loaded/list", {})
@@ -418,6 +422,9 @@ async def test_summary_engine_rebuilds_bounded_and_invisible_to_the_client(tmp_p
     assert [t["id"] for t in early_pages["asc"]["data"]] == [turn_ids[0]]
     assert [t["id"] for t in went_on["asc"]] == turn_ids[1:]
     assert [(e["turnId"], e["item"]["id"]) for e in early_pages["items"]["data"] + went_on["items"]] == every_item
+    assert [t["id"] for t in went_on["back desc"]] == turn_ids[:3][::-1]  # from (and with) the page's turn
+    assert [t["id"] for t in went_on["back asc"]] == turn_ids[2:]
+    assert [t["id"] for t in went_on["next asc"]] == turn_ids[3:]
 
     # Lists name the client's thread once, whatever Codex holds behind it.
     assert [t["id"] for t in thread_list["data"]] == [tid], json.dumps(thread_list)[:3000]
