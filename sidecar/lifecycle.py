@@ -246,6 +246,11 @@ class ThreadSession:
     def busy(self) -> bool:
         return self.slot.value == 0
 
+    @property
+    def settled(self) -> bool:
+        """No turn under way and every finalized marker written."""
+        return not self.busy and not self.marking
+
 
 class Lifecycle:
     """Installs the hooks that run ``engine`` around the turns ``proxy`` relays."""
@@ -359,7 +364,7 @@ class Lifecycle:
                 tid: {
                     "sessionFile": str(s.path),
                     "bootstrapped": s.bootstrapped,
-                    "busy": s.busy or bool(s.marking),
+                    "busy": not s.settled,
                     "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
                     "rebuilds": s.rebuilds,
                     **s.stats,
@@ -1619,6 +1624,7 @@ class Lifecycle:
             written = trio.Event()
             session.marking.add(written)
             self.proxy.spawn(self._mark_finalized, session, session.mirror, written, final_key, {"turnId": turn_id, "status": status, "ok": ok})
+            session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}  # busy until the marker is written
             if state.client_id is not None:
                 base = state.held_plan
                 if base is None:
@@ -1652,7 +1658,6 @@ class Lifecycle:
         finally:
             session.marking.discard(written)
             written.set()
-            session.stats["lastFinalize"] = data
 
     def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
         if session.inspect is None or state.client_id is None:

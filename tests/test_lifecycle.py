@@ -164,7 +164,7 @@ class Run:
 
         def done() -> bool:
             s = self.lifecycle.sessions.get(thread_id)
-            return s is not None and (s.stats.get("lastFinalize") or {}).get("turnId") == turn_id and not s.busy
+            return s is not None and (s.stats.get("lastFinalize") or {}).get("turnId") == turn_id and s.settled
 
         await wait_until(done, what=f"finalisation of {turn_id}")
 

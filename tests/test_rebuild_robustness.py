@@ -69,7 +69,7 @@ async def test_a_kill_before_the_revert_then_a_client_revert_keeps_the_turn_gone
         reverted = await run2.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         assert "result" in reverted
         await run2.wait_frame(lambda f: f.get("method") == "thread/reverted")
-        await wait_until(lambda: not run2.session(tid).busy, what="forget")
+        await wait_until(lambda: run2.session(tid).settled, what="forget")
         await wait_until(lambda: tid in run2.lifecycle.archived._cache, what="cache reload")
         read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
     assert [t["id"] for t in run2.store_turns(tid)] == [t1]
@@ -234,7 +234,7 @@ async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_pat
         release.set()
         await run.finish_turn(tid, rid)
         assert "result" in await run.wait_response(revert_id)
-        await wait_until(lambda: not run.session(tid).busy, what="forget")
+        await wait_until(lambda: run.session(tid).settled, what="forget")
         t4 = await run.turn_ok(tid, "R4")
     methods = [m.get("method") for m in run.received() if m.get("method") in ("turn/start", "thread/revert")]
     assert methods[-3:] == ["turn/start", "thread/revert", "turn/start"]
@@ -257,11 +257,11 @@ async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path, exclude_turns
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
         tid = await run.start_thread()
         await run.turn_ok(tid, "K1")
-        await wait_until(lambda: not run.session(tid).busy, what="finalisation")
+        await wait_until(lambda: run.session(tid).settled, what="finalisation")
         files = [session_path(state, tid), archive_path(state, tid), inspect_path(state, tid)]
         sizes = {f: f.stat().st_size for f in files}
         lost = await run.turn_ok(tid, "K2")
-        await wait_until(lambda: not run.session(tid).busy, what="finalisation")
+        await wait_until(lambda: run.session(tid).settled, what="finalisation")
     for f, size in sizes.items():
         os.truncate(f, size)  # the kill: nothing of K2 was written
     engine = identity()
@@ -290,7 +290,7 @@ async def test_a_client_revert_to_an_archived_turn(tmp_path):
         assert [t["id"] for t in run.store_turns(tid)] == [t3, t4]
         reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         assert "result" in reverted, reverted
-        await wait_until(lambda: not run.session(tid).busy, what="forget")
+        await wait_until(lambda: run.session(tid).settled, what="forget")
         read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
         t5 = await run.turn_ok(tid, "V5")
         after = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
@@ -602,7 +602,7 @@ async def test_a_turn_queued_before_a_client_revert_follows_it_first(tmp_path):
         tid = await run.start_thread()
         t1, t2, rid4 = await _queued_turn_then_client_revert(run, tid, "Q4")
         t4 = (await run.finish_turn(tid, rid4))["id"]
-        await wait_until(lambda: not run.client.proxy._gates and not run.session(tid).busy, what="gates and slot free")
+        await wait_until(lambda: not run.client.proxy._gates and run.session(tid).settled, what="gates and slot free")
         path_messages = run.session(tid).mirror.messages()
         forgotten = TurnArchive(archive_path(tmp_path / "state", tid))._read()[2]
     assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
