@@ -200,3 +200,20 @@ def test_inspect_table_shows_the_hold_and_each_rebuild_s_revert():
     assert _rebuild_cell({"rebuilt": False, "revertMs": None}) == "-"
     assert _rebuild_cell({"rebuilt": True, "revertMs": 52.4}) == "revert 52 ms"
     assert _rebuild_cell({"rebuilt": True, "revertMs": None}) == "yes"  # nothing to revert: framing only
+
+
+def test_start_up_objects_are_frozen_out_of_full_collections():
+    """What start-up built is moved to the permanent generation, so a full
+    collection in the middle of a turn does not walk a tokenizer's tables."""
+    import gc
+
+    from sidecar.cli import freeze_startup_heap
+
+    before = gc.get_freeze_count()
+    tables = [[i] for i in range(10_000)]  # tracked objects, like a loaded engine's
+    try:
+        frozen = freeze_startup_heap()
+        assert frozen >= before + len(tables)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()  # this is pytest's process: give the collector everything back
