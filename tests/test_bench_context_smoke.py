@@ -11,6 +11,10 @@ No timing is asserted anywhere.
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
+import sys
+import time
 import json
 
 import pytest
@@ -251,8 +255,13 @@ def test_three_turns_native_and_identity_per_turn_measured_from_real_bodies(tmp_
     assert proxied.largest > native.largest
     assert native.framing and 0 < native.framing < native.requests[0].tokens
     assert proxied.requests[0].tokens == native.requests[0].tokens, "turn 1 has no history to project"
-    rows, _ = bc.table_rows([native, proxied], native, native.framing)
+    # CPU over the turns: codex's tree in both runs, the sidecar's own in the proxied one.
+    assert native.codex_cpu_per_turn > 0 and native.sidecar_cpu_per_turn is None
+    assert proxied.codex_cpu_per_turn > 0 and proxied.cpu_top is not None
+    cpu = bc.cpu_per_turn([native, proxied])
+    rows, _ = bc.table_rows([native, proxied], native, native.framing, cpu=cpu)
     assert rows[1][4] == f"{proxied.total / native.total:.2f}x"
+    assert rows[0][bc.HEADER.index("codex cpu")] == f"{native.codex_cpu_per_turn * 1000:.1f}"
 
 
 def _texts(body: dict) -> list[str]:
@@ -355,3 +364,30 @@ def test_a_mode_can_name_the_rebuild_strategy(tmp_path):
     bc._check_mode({"rebuild": "fresh", "projectionMode": "delta"}, None, "delta+fresh", final=True)
     with pytest.raises(bc.ModeNotAvailable):
         bc._check_mode({"rebuild": "revert", "projectionMode": "delta"}, None, "delta+fresh", final=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_process_cpu_counts_the_process_its_live_children_and_what_they_reaped(tmp_path):
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    script = tmp_path / "burn.py"
+    script.write_text(burn)
+    # A shell that runs one burner to the end (and reaps it), then waits
+    # beside a second one that keeps running.
+    done = tmp_path / "done"
+    shell = subprocess.Popen(
+        ["sh", "-c", f'{sys.executable} {script}; touch {done}; {sys.executable} -c "import time; time.sleep(30)"']
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists()
+        own, below = bc.process_cpu(shell.pid)
+        assert own < 0.1  # the shell itself only waits
+        assert below >= 0.25  # the reaped burner's CPU counts below the shell
+        mine = bc.process_cpu(os.getpid())
+        assert mine is not None and mine[1] >= 0.25  # and below this process, through the live shell
+    finally:
+        shell.kill()
+        shell.wait()
+    assert bc.process_cpu(shell.pid) is None  # gone

@@ -117,6 +117,47 @@ SIDECAR_LOG_LEVEL = ["warning"]  # --sidecar-log-level
 DEVELOPER_INSTRUCTIONS = "You are helping with the ledger service in this workspace. Be concrete."
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu(pid: int) -> tuple[float, float] | None:
+    """CPU seconds (user + system) of ``pid`` itself and of its descendants
+    (live ones, plus what each has reaped), read from ``/proc``; None where
+    there is no ``/proc`` or the process is gone. Clock ticks: 10 ms."""
+
+    def stat(p: int) -> tuple[float, float]:
+        with open(f"/proc/{p}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # utime, stime, cutime, cstime are fields 14-17 of proc(5); here 11-14.
+        own = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        reaped = (int(fields[13]) + int(fields[14])) / _CLK_TCK
+        return own, reaped
+
+    def children(p: int) -> list[int]:
+        out: list[int] = []
+        for task in os.listdir(f"/proc/{p}/task"):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    out += [int(x) for x in f.read().split()]
+        return out
+
+    try:
+        own, reaped = stat(pid)
+        below = reaped
+        todo = children(pid)
+    except (OSError, ValueError, IndexError):
+        return None
+    while todo:
+        child = todo.pop()
+        try:
+            c_own, c_reaped = stat(child)
+            todo += children(child)
+        except (OSError, ValueError, IndexError):
+            continue  # gone between the listing and the read
+        below += c_own + c_reaped
+    return own, below
+
+
 def progress(msg: str) -> None:
     print(f"[bench-context] {msg}", file=sys.stderr, flush=True)
 
@@ -642,6 +683,8 @@ class RunResult:
     snippet_tokens: list[int] = dataclasses.field(default_factory=list)
     framing: int | None = None  # first request minus the prompt
     startup: float | None = None  # spawn to thread started, seconds
+    cpu_top: float | None = None  # CPU seconds over the turns: the spawned process (the sidecar, or codex's launcher)
+    cpu_below: float | None = None  # ... and everything it started (codex, its tools)
     context_window: int | None = None  # as Codex reports it (thread/tokenUsage/updated)
     bodies: list[dict] | None = None  # the raw request bodies, with run_one(keep_bodies=True)
     seconds: float = 0.0
@@ -666,6 +709,22 @@ class RunResult:
     @property
     def wall_per_turn(self) -> float | None:
         return statistics.fmean(self.turn_walls) if self.turn_walls else None
+
+    @property
+    def sidecar_cpu_per_turn(self) -> float | None:
+        """The sidecar process's own CPU seconds a turn (None for native)."""
+        if self.engine is None or self.cpu_top is None or not self.turn_walls:
+            return None
+        return self.cpu_top / len(self.turn_walls)
+
+    @property
+    def codex_cpu_per_turn(self) -> float | None:
+        """Codex's CPU seconds a turn: everything below the sidecar, or the
+        whole native tree (codex's launcher included, as below the sidecar)."""
+        if self.cpu_below is None or self.cpu_top is None or not self.turn_walls:
+            return None
+        codex = self.cpu_below + (self.cpu_top if self.engine is None else 0.0)
+        return codex / len(self.turn_walls)
 
     def snippet_allowance(self) -> int:
         """Snippet tokens as the model must see them at least: each turn's
@@ -695,6 +754,7 @@ class RunResult:
             "snippetAllowanceTokens": self.snippet_allowance() if self.snippet_tokens else None,
             "firstRequestFramingTokens": self.framing,
             "startupSeconds": self.startup,
+            "cpuSecondsOverTurns": None if self.cpu_top is None else {"spawned": self.cpu_top, "descendants": self.cpu_below},
             "modelContextWindow": self.context_window,
             "sidecarStatusLifecycle": (self.status or {}).get("lifecycle") if self.status else None,
             "seconds": self.seconds,
@@ -859,6 +919,7 @@ async def _drive(client: AppServerClient, result: RunResult, script: Sequence[Tu
         _check_mode(lc, None, mode, final=False)
     thread_id = await client.start_thread(cwd=str(paths.work), developerInstructions=DEVELOPER_INSTRUCTIONS)
     result.startup = time.perf_counter() - spawned
+    cpu_before = process_cpu(client.process.pid)
     for i, turn in enumerate(script):
         router.begin(i)
         t0 = time.perf_counter()
@@ -871,6 +932,10 @@ async def _drive(client: AppServerClient, result: RunResult, script: Sequence[Tu
             _check_mode(_lifecycle(result.status), thread_id, mode, final=True)
         if (i + 1) % 10 == 0 or i + 1 == len(script):
             progress(f"  {result.label}: turn {i + 1}/{len(script)}")
+    cpu_after = process_cpu(client.process.pid)
+    if cpu_before is not None and cpu_after is not None:
+        result.cpu_top = cpu_after[0] - cpu_before[0]
+        result.cpu_below = cpu_after[1] - cpu_before[1]
     for params in client.notifications_for("thread/tokenUsage/updated"):
         window = params.get("tokenUsage", {}).get("modelContextWindow")
         if isinstance(window, int):
@@ -1059,6 +1124,23 @@ def bracketed_walls(runs: Sequence[RunResult]) -> dict[str, list[float]]:
     return out
 
 
+def cpu_per_turn(runs: Sequence[RunResult]) -> dict[str, tuple[float | None, float | None]]:
+    """Per row (all native runs are one row, keyed ``native``): the mean over
+    its runs of (sidecar CPU, codex CPU) in seconds a turn. CPU time does not
+    wait on the other processes, so it is steadier than wall time, and it
+    shows what the sidecar itself costs the machine."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in runs:
+        if run.ok:
+            groups.setdefault("native" if run.engine is None else run.label, []).append(run)
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for key, group in groups.items():
+        side = [v for v in (r.sidecar_cpu_per_turn for r in group) if v is not None]
+        codex = [v for v in (r.codex_cpu_per_turn for r in group) if v is not None]
+        out[key] = (statistics.fmean(side) if side else None, statistics.fmean(codex) if codex else None)
+    return out
+
+
 def budget_bound(framing: int) -> int:
     return int((BUDGET_TOKENS + framing) * (1 + TARGET_BUDGET_SLACK))
 
@@ -1072,7 +1154,11 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def table_rows(
-    runs: Sequence[RunResult], native: RunResult, framing: int, walls: dict[str, list[float]] | None = None
+    runs: Sequence[RunResult],
+    native: RunResult,
+    framing: int,
+    walls: dict[str, list[float]] | None = None,
+    cpu: dict[str, tuple[float | None, float | None]] | None = None,
 ) -> tuple[list[list[str]], list[str]]:
     """The table's rows, and footnotes for the reasons too long for a cell
     (rows with the same reason share one)."""
@@ -1090,10 +1176,10 @@ def table_rows(
             reason = run.note or "mode not available"
             head, _, detail = reason.partition(": ")
             cell = f"{head} {footnote(detail, run.label)}" if detail else head
-            rows.append([name, mode] + ["-"] * 10 + [cell])
+            rows.append([name, mode] + ["-"] * 12 + [cell])
             continue
         if not run.ok:
-            rows.append([name, mode] + ["-"] * 10 + [f"ERROR {footnote(str(run.error), run.label)}"])
+            rows.append([name, mode] + ["-"] * 12 + [f"ERROR {footnote(str(run.error), run.label)}"])
             continue
         row_walls = (walls or {}).get(run.label)
         checks = checks_for(run, native, framing, row_walls)
@@ -1104,6 +1190,7 @@ def table_rows(
         if run.note:
             result = f"{result}; {run.note}" if result != "-" else run.note
         wall = run.wall_per_turn
+        side_cpu, codex_cpu = (cpu or {}).get("native" if run.engine is None else run.label, (None, None))
         rows.append(
             [
                 name,
@@ -1117,6 +1204,8 @@ def table_rows(
                 "n/a" if run.engine is not None and run.rebuilds is None else _num(run.rebuilds) if run.engine is not None else "-",
                 _num(None if wall is None else wall * 1000, "{:,.0f}"),
                 _num(wall_ratio(run, native, row_walls), "{:.2f}x") if run.engine is not None else _ratio(wall, native.wall_per_turn),
+                "-" if run.engine is None else _num(None if side_cpu is None else side_cpu * 1000, "{:.1f}"),
+                _num(None if codex_cpu is None else codex_cpu * 1000, "{:.1f}"),
                 target,
                 result,
             ]
@@ -1125,11 +1214,11 @@ def table_rows(
     return rows, notes
 
 
-HEADER = ["engine", "mode", "reqs", "input tok", "total", "max req tok", "max", "reuse", "rebuilds", "ms/turn", "wall", "target", "result"]
+HEADER = ["engine", "mode", "reqs", "input tok", "total", "max req tok", "max", "reuse", "rebuilds", "ms/turn", "wall", "sidecar cpu", "codex cpu", "target", "result"]
 
 
 def format_table(rows: Sequence[Sequence[str]], legend: Sequence[str]) -> str:
-    right = {2, 3, 4, 5, 6, 7, 8, 9, 10}
+    right = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
     widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
 
     def fmt(cells: Sequence[str]) -> str:
@@ -1147,6 +1236,8 @@ def legend_lines(turns: int, native: RunResult, framing: int | None, recall_allo
         "total / max / wall: ratio to the native run (codex without the sidecar); reuse: share of requests whose input extends the previous request's input unchanged (item ids ignored).",
         "ms/turn: mean of turn/start -> turn/completed; wall: a sidecar row's ms/turn over the mean of the native runs right before and after it "
         "(every sidecar run is bracketed by native runs), averaged over the repeats.",
+        "sidecar cpu / codex cpu: CPU ms a turn (user + system, from /proc, 10 ms ticks summed over the turns), mean over the row's runs: "
+        "the sidecar process itself, and everything it started (codex, its launcher and its tools; the whole tree for native).",
     ]
     if framing is not None:
         out.append(
@@ -1291,7 +1382,11 @@ def main(argv: list[str] | None = None) -> int:
         f"native runs: {len(natives)}, {min(natives):,.0f}-{max(natives):,.0f} ms/turn (the run-to-run noise the wall ratios are read against); "
         f"{args.repeat} run(s) per sidecar row."
     )
-    rows, notes = table_rows(shown, native, framing, walls)
+    cpu = cpu_per_turn(runs)
+    native_cpu = [r.codex_cpu_per_turn * 1000 for r in runs if r.engine is None and r.ok and r.codex_cpu_per_turn is not None]
+    if native_cpu:
+        legend.append(f"codex cpu in the native runs: {min(native_cpu):.1f}-{max(native_cpu):.1f} ms/turn (the same session, run after run).")
+    rows, notes = table_rows(shown, native, framing, walls, cpu)
     print(format_table(rows, [*legend, *notes]), flush=True)
     if args.json:
         report = {
@@ -1304,6 +1399,7 @@ def main(argv: list[str] | None = None) -> int:
             "runs": [r.as_dict() for r in runs],
             "checks": {r.label: [dataclasses.asdict(c) for c in checks_for(r, native, framing, walls.get(r.label))] for r in shown},
             "wallRatios": walls,
+            "cpuMsPerTurn": {k: {"sidecar": None if a is None else a * 1000, "codex": None if b is None else b * 1000} for k, (a, b) in cpu.items()},
             "repeat": args.repeat,
             "modelLatencyMs": args.model_latency_ms,
             "table": {"header": HEADER, "rows": rows, "notes": notes},
