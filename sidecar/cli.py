@@ -284,10 +284,10 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
 def freeze_startup_heap() -> int:
     """Move what start-up built out of the collector's way; the number frozen.
 
-    Modules, the engine and a tokenizer's tables live as long as the process.
+    Modules, the engine and whatever it loaded live as long as the process.
     Left in the oldest generation, each full collection walks all of them, and
-    one comes some turns in, in the middle of a turn (~30 ms with the o200k
-    tokenizer loaded, measured on the benchmark machine; ~1 ms after this).
+    one comes some turns in, in the middle of a turn: 23-32 ms with the bench
+    engines on the benchmark machine, ~1 ms after this.
     """
     gc.collect()
     gc.freeze()

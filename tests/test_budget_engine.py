@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -63,6 +65,54 @@ def test_long_texts_are_counted_in_chunks_without_error():
     assert count_tokens(huge) == 400_001  # "word" + 399,999 x " word" + " ", as in one call
     no_spaces = "\u4e00" * 1_200_000  # no whitespace to cut at
     assert count_tokens(no_spaces) > 0
+
+
+def test_the_tokenizer_loads_without_bpe_openai_s_compatibility_tables():
+    """Counting needs only bpe-openai's Rust tokenizer: a fresh process loads
+    it without running the package (whose import decodes three vocabularies
+    in Python), and counts as the package's public API does."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, json\n"
+        "from engines.tokens import count_tokens, tokenizer_name\n"
+        "n = count_tokens('hello world')\n"
+        "print(json.dumps([tokenizer_name(), n, 'bpe_openai' in sys.modules, 'bpe_openai.compat' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == ["o200k_base", 2, False, False]
+
+
+_text = st.lists(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)) | st.sampled_from(["\ud800", " ", "\n", "😀"]), max_size=60)
+    | st.sampled_from(["<|endoftext|>", "    def f(x):\n", "日本語"]),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_text)
+def test_the_fast_path_counts_exactly_what_bpe_openai_s_api_counts(text):
+    import bpe_openai
+
+    fast = tokens._get_encoding()
+    assert isinstance(fast, tokens._RustO200k)
+    public = bpe_openai.get_encoding("o200k_base")
+    assert fast.encode_ordinary(text) == public.encode_ordinary(text)
+
+
+def test_an_unknown_bpe_openai_layout_falls_back_to_its_public_api(monkeypatch):
+    monkeypatch.setattr(tokens, "_rust_backend", lambda: None)
+    encoding = tokens._load_encoding()
+    assert not isinstance(encoding, tokens._RustO200k)
+    assert len(encoding.encode_ordinary("hello world")) == 2
+
+    def broken() -> object:
+        raise ImportError("not this build")
+
+    monkeypatch.setattr(tokens, "_rust_backend", broken)
+    assert not isinstance(tokens._load_encoding(), tokens._RustO200k)
 
 
 def test_chars_over_4_fallback(monkeypatch):

@@ -111,8 +111,8 @@ class _BenchEngine(BaseContextEngine):
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__(config)
         self.info = EngineInfo(id=self.engine_id, name=self.engine_name, version=_VERSION, owns_compaction=False)
-        # Load the o200k tokenizer now (about a second on a small machine),
-        # while the sidecar starts, not inside the first turn that counts.
+        # Load the o200k tokenizer now (~0.05 s), while the sidecar starts,
+        # not inside the first turn that counts.
         count_tokens("warm-up")
 
     async def ingest(self, params: IngestParams) -> IngestResult:
