@@ -14,19 +14,16 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
 import click
-import trio
 
 from . import __version__
+from .child import forward_signals_to, start_process
 from .config import ACTIVE_ENV, SETTINGS, ConfigError, default_state_dir, load_config_file, resolve_codex_bin
-from .control import ControlMethods
-from .lifecycle import Lifecycle, LifecycleOptions
 from .logs import setup_logging
-from .proxy import Proxy, ProxyOptions
-from .record import Recorder
 
 log = logging.getLogger("codex_sidecar.cli")
 
@@ -219,6 +216,42 @@ def _claim_stdout() -> int:
 def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, Any]) -> int:
     protocol_out = _claim_stdout()
     setup_logging(settings["log_format"], settings["log_level"])
+    env = dict(os.environ)
+    env[ACTIVE_ENV] = str(os.getpid())
+    # Codex takes ~0.2 s to start: start it first, and import the rest of
+    # the sidecar and load the engine while it does.
+    try:
+        popen = start_process(argv, env)
+    except FileNotFoundError:
+        log.error("cannot start child: not found", extra={"fields": {"command": argv[0]}})
+        return 127
+    except PermissionError:
+        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0]}})
+        return 126
+    previous = forward_signals_to(popen)
+    try:
+        return _serve_started(settings, argv, env, engines_config, protocol_out, popen)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if popen.poll() is None:
+            # Only when the sidecar gave up before relaying (e.g. a recording
+            # it cannot open); a relay that ran has seen codex exit.
+            popen.kill()
+            popen.wait()
+
+
+def _serve_started(
+    settings: dict[str, Any], argv: list[str], env: dict[str, str], engines_config: dict[str, Any], protocol_out: int, popen: Any
+) -> int:
+    import trio
+
+    from .child import Child
+    from .control import ControlMethods
+    from .lifecycle import Lifecycle, LifecycleOptions
+    from .proxy import Proxy, ProxyOptions
+    from .record import Recorder
+
     recorder = None
     if settings.get("record"):
         try:
@@ -231,8 +264,6 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
         kill_grace=settings["kill_grace"],
         busy_poll=settings["busy_poll_us"] / 1e6,
     )
-    env = dict(os.environ)
-    env[ACTIVE_ENV] = str(os.getpid())
     engine = _load_engine(settings, engines_config)
     state_dir = settings.get("state_dir") or str(default_state_dir())
     lifecycle_options = LifecycleOptions(
@@ -254,6 +285,7 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
             env=env,
             options=options,
             recorder=recorder,
+            child=Child(popen),
         )
         controls = ControlMethods()
         controls.add("sidecar/status", proxy.status)
@@ -270,12 +302,6 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
 
     try:
         return trio.run(serve)
-    except FileNotFoundError:
-        log.error("cannot start child: not found", extra={"fields": {"command": argv[0]}})
-        return 127
-    except PermissionError:
-        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0]}})
-        return 126
     finally:
         if recorder is not None:
             recorder.close()

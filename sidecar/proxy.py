@@ -47,7 +47,7 @@ from protocol import (
 from protocol.ids import PREFIX as INTERNAL_PREFIX
 
 from . import __version__
-from .child import Child
+from .child import FORWARDED_SIGNALS, Child
 from .outbox import Outbox
 from .record import Recorder
 
@@ -55,7 +55,6 @@ log = logging.getLogger("codex_sidecar.proxy")
 
 READ_SIZE = 1 << 20
 CONTROL_PREFIX = "sidecar/"
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class _Handled:
@@ -259,9 +258,12 @@ class Proxy:
         hooks: Hooks | None = None,
         recorder: Recorder | None = None,
         control: Callable[[bytes], bytes] | None = None,
+        child: Child | None = None,
     ) -> None:
+        """``child``: already started (with ``argv``); else :meth:`run` starts it."""
         self.argv = list(argv)
         self.env = env
+        self._started_child = child
         self.options = options or ProxyOptions()
         self.hooks = hooks or Hooks()
         self.recorder = recorder
@@ -480,7 +482,7 @@ class Proxy:
 
         Raises ``OSError`` when the child cannot be started.
         """
-        self.process = Child.spawn(self.argv, self.env)
+        self.process = self._started_child or Child.spawn(self.argv, self.env)
         log.info("child started", extra={"fields": {"childPid": self.process.pid}})
         for stream in (self.process.stdin, self.process.stdout, self._client_in, self._client_out):
             _grow_pipe(stream)

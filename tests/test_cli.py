@@ -217,3 +217,77 @@ def test_start_up_objects_are_frozen_out_of_full_collections():
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()  # this is pytest's process: give the collector everything back
+
+
+SLOW_ENGINE = """
+import pathlib, time
+from engines import AssembleResult, BaseContextEngine, CompactResult, EngineInfo, IngestResult
+
+class Engine(BaseContextEngine):
+    def __init__(self, config):
+        super().__init__(config)
+        self.info = EngineInfo(id="slow-start", name="Slow start", version="1.0")
+
+    async def ingest(self, params):
+        return IngestResult(ingested=False)
+
+    async def assemble(self, params):
+        return AssembleResult(messages=params.messages, estimated_tokens=0)
+
+    async def compact(self, params):
+        return CompactResult(ok=True, compacted=False)
+
+def make(config):
+    pathlib.Path(config["loading"]).write_text("loading")
+    time.sleep(float(config["seconds"]))
+    return Engine(config)
+"""
+
+
+def test_codex_starts_before_the_engine_loads_and_gets_a_signal_sent_meanwhile(tmp_path):
+    """The sidecar starts codex first and loads its engine while codex starts
+    up; a SIGTERM in that window goes to codex, and the sidecar still ends
+    with codex's status instead of dying of the signal itself."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "slow_start_engine.py").write_text(SLOW_ENGINE)
+    dist = site / "slow_start-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-start\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[openclaw.context_engines]\nslow-start = slow_start_engine:make\n")
+    loading, mark = tmp_path / "loading", tmp_path / "mark"
+    config = tmp_path / "sidecar.toml"
+    config.write_text(f'[engines."slow-start"]\nloading = {json.dumps(str(loading))}\nseconds = 2\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(site), env.get("PYTHONPATH", "")]),
+            "CODEX_SIDECAR_ENGINE": "slow-start",
+            "CODEX_SIDECAR_CONFIG": str(config),
+            "CODEX_SIDECAR_STATE_DIR": str(tmp_path / "state"),
+        }
+    )
+    proc = subprocess.Popen(
+        SIDECAR + ["proxy", "--", sys.executable, str(CHILDREN / "stubborn.py"), str(mark), "", "7"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not loading.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert loading.exists(), proc.stderr.read1(4096) if proc.poll() is not None else "engine never loaded"
+        time.sleep(0.3)  # the child is running (it was started before the engine's import)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert mark.read_text() == f"signal {signal.SIGTERM}\n"  # forwarded while the engine was still loading
+        assert proc.poll() is None  # the sidecar itself did not die of it
+        assert proc.wait(timeout=20) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
