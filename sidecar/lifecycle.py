@@ -237,6 +237,9 @@ class ThreadSession:
     live_turns: list[str] | None = None
     """Archived turns Codex still holds (a revert to the framing drops them
     all); None: not known in this process, the archive knows."""
+    last_items: dict[str, str | None] = field(default_factory=dict)
+    """Turn id -> id of its last item (None: none), for the turns finalised in
+    this process: where a client revert's ``itemsBackwardsCursor`` points."""
     stats: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
     """Codex sent ``thread/closed`` (it unloaded the thread) and no request
@@ -549,11 +552,16 @@ class Lifecycle:
         session = self.sessions.get(thread_id)
         in_flight = self._in_flight(session) if session is not None else set()
         archive.begin_forget(before, into_archive, sorted(in_flight))  # best effort, as every archive write
+        wrapped = None
+        if session is not None and isinstance(msg.result(), dict):
+            # Before the turns go from the archive's list: the cursors name
+            # the newest turn and item the client keeps.
+            wrapped = self.archived.wrap_revert_cursors(thread_id, before, session.live_turns, session.last_items, msg.result())
         if session is not None:
             # Set now: a turn/start already queued for the slot follows it first.
             session.unfollowed = _Unfollowed(before, into_archive, frozenset(in_flight), holder)
         self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
-        return None
+        return None if wrapped is None else rewrite(msg.line, result=wrapped)
 
     async def _expire_revert_gate(self, thread_id: str, holder: Any) -> None:
         """The client's requests never wait longer than a turn/start would,
@@ -1561,6 +1569,8 @@ class Lifecycle:
                 self.proxy.ungate(session.thread_id, unfollowed.holder)
             if session.live_turns is not None:
                 session.live_turns.append(turn_id)
+            ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]
+            session.last_items[turn_id] = ids[-1] if ids and isinstance(ids[-1], str) else None
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
             error = turn.get("error")
             records = translate_turn(

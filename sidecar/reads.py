@@ -291,6 +291,54 @@ class ArchivedTurns:
                     out["initialTurnsPage"] = wrapped
         return None if out == result else rewrite(msg.line, result=out)
 
+    def wrap_revert_cursors(
+        self, thread_id: str, before: str, live_turns: list[str] | None, last_items: dict[str, str | None], result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """A ``thread/revert`` answer with its ``turnsBackwardsCursor`` and
+        ``itemsBackwardsCursor`` wrapped (None: unchanged). Codex's point at
+        the newest turn and item the thread keeps, inclusive, and stop
+        working once a rebuild moves that turn out of Codex, as its listing
+        cursors do. Called before the sidecar follows the revert (the archive
+        still lists the turns it drops). When every turn Codex held went
+        (a revert to its first turn, or one the sidecar redirected there
+        because the client named an archived turn), Codex answers no cursor
+        although the client keeps archived turns: the cursor is then the
+        sidecar's alone. ``live_turns``: the thread's turns Codex holds, in
+        order (None: not known in this process, nothing is wrapped);
+        ``last_items``: turn id -> id of its last item (None: it has none)."""
+        if not self.wrap_cursors or live_turns is None:
+            return None
+        hidden = self.hidden_for(thread_id)
+        archived = {t.get("id"): t for t in hidden if isinstance(t.get("id"), str)}
+        order = [*archived, *(t for t in live_turns if t not in archived)]
+        if before not in order:
+            return None
+        kept = order[: order.index(before)]
+        if not kept:
+            return None  # nothing left: Codex's answer (no cursor) is the client's
+        out = dict(result)
+
+        def wrapped(key: str, anchor: str, anchor_archived: bool, space: str) -> None:
+            codex = result.get(key)
+            if isinstance(codex, str) and not codex.startswith(CURSOR_PREFIX):
+                out[key] = wrap_cursor(codex, anchor, True, space)
+            elif codex is None and anchor_archived:
+                out[key] = wrap_cursor("", anchor, True, space)  # never goes to Codex: its anchor stays archived
+
+        wrapped("turnsBackwardsCursor", kept[-1], kept[-1] in archived, "turns")
+        for turn_id in reversed(kept):
+            if turn_id in archived:
+                items = [e["item"]["id"] for e in item_entries(archived[turn_id]) if isinstance(e["item"].get("id"), str)]
+                if items:
+                    wrapped("itemsBackwardsCursor", items[-1], True, "items")
+                    break
+            elif turn_id not in last_items:
+                break  # not known (finalised before this process): left as Codex wrote it
+            elif last_items[turn_id] is not None:
+                wrapped("itemsBackwardsCursor", last_items[turn_id], False, "items")  # type: ignore[arg-type]
+                break
+        return out if out != result else None
+
     def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The archived turns (in the items view asked for) or item entries, oldest first."""
         hidden = self.hidden_for(thread_id)

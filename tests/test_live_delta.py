@@ -696,3 +696,43 @@ async def test_a_client_revert_reaches_the_engine_s_history_with_the_real_codex(
     body = json.dumps(last["input"])
     assert "Prompt 1." in body and "Prompt 4." in body
     assert "Prompt 2." not in body and "Prompt 3." not in body
+
+
+@pytest.mark.parametrize("rebuild", ["revert", "fresh"])
+async def test_a_client_revert_s_backwards_cursors_outlive_the_next_rebuild(tmp_path, rebuild):
+    """Codex answers a revert with cursors to the newest turn and item kept;
+    after the summary engine's next rebuild the client still pages from them
+    (the sidecar, from its archive), newest first, as Codex would have."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = sidecar_env(home, install_engines(tmp_path / "site"), tmp_path / "state", tmp_path / "sidecar.toml", SUMMARY_ID)
+        env["CODEX_SIDECAR_REBUILD"] = rebuild
+        model.script(*(Text(f"Reply {n}.") for n in range(1, 12)))
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            ids = []
+            for n in range(1, 6):  # turn 4 rebuilds: Codex holds turns 4 and 5
+                done = await client.run_turn(tid, f"Prompt {n}.", timeout=TURN_TIMEOUT)
+                ids.append(done["turn"]["id"])
+            await finalized(client, tid, ids[-1])
+            answer = await client.request("thread/revert", {"threadId": tid, "beforeTurnId": ids[4]})
+            kept_turns = [t["id"] for t in await list_all_turns(client, tid, "desc", 2)]
+            kept_items = [e["item"]["id"] for e in await list_all_turns(client, tid, "desc", 3, method="thread/items/list")]
+            live = {
+                "turns": [t["id"] for t in await list_all_turns(client, tid, "desc", 2, cursor=answer["turnsBackwardsCursor"])],
+                "items": [e["item"]["id"] for e in await list_all_turns(client, tid, "desc", 3, "thread/items/list", answer["itemsBackwardsCursor"])],
+            }
+            for n in (6, 7):  # the second of these rebuilds: turn 4 leaves Codex
+                done = await client.run_turn(tid, f"Prompt {n}.", timeout=TURN_TIMEOUT)
+                await finalized(client, tid, done["turn"]["id"])
+            status = await client.request("sidecar/status")
+            archived = {
+                "turns": [t["id"] for t in await list_all_turns(client, tid, "desc", 2, cursor=answer["turnsBackwardsCursor"])],
+                "items": [e["item"]["id"] for e in await list_all_turns(client, tid, "desc", 3, "thread/items/list", answer["itemsBackwardsCursor"])],
+            }
+    assert status["lifecycle"]["threads"][tid]["rebuilds"] == 2
+    assert kept_turns == ids[3::-1]
+    assert live == {"turns": kept_turns, "items": kept_items}
+    assert archived == live

@@ -25,7 +25,9 @@ methods the lifecycle cares about, and nothing else:
   later one from the stored thread, in place (same id). As in Codex 0.169.0:
   ``thread/status/changed`` notLoaded, ``thread/readState/changed`` and
   ``thread/status/changed`` idle come BEFORE the response, and
-  ``thread/reverted {threadId}`` AFTER it. Errors (-32600): ``thread not
+  ``thread/reverted {threadId}`` AFTER it; the answer's
+  ``turnsBackwardsCursor``/``itemsBackwardsCursor`` are ``fake:0``/``fakei:0``
+  (a newest-first listing from the newest kept), null when none is kept. Errors (-32600): ``thread not
   found: <id>``, ``turn not found: <id>``, and ``thread/revert only supports
   paginated threads`` for a legacy thread (``historyMode: "legacy"`` in
   ``thread/start``, or every new thread with the script's ``legacy: true``);
@@ -348,7 +350,17 @@ def revert(rid, params: dict) -> None:
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "notLoaded"}})
     notify("thread/readState/changed", {"threadId": tid, "readState": {"firstUnread": None, "revision": f"rev-{thread['reverts']}"}})
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
-    result(rid, {"thread": thread_obj(tid, with_turns=False), "turnsBackwardsCursor": None, "itemsBackwardsCursor": None})
+    # As Codex's: newest first from (and with) the newest turn and item kept;
+    # none when nothing is left. Offsets into a desc listing, as this fake's are.
+    kept_items = any(t.get("items") for t in thread["turns"])
+    result(
+        rid,
+        {
+            "thread": thread_obj(tid, with_turns=False),
+            "turnsBackwardsCursor": "fake:0" if thread["turns"] else None,
+            "itemsBackwardsCursor": "fakei:0" if kept_items else None,
+        },
+    )
     if script.get("revertedLate"):
         late.append([int(script["revertedLate"]), "thread/reverted", {"threadId": tid}])
     else:
