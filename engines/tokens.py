@@ -110,8 +110,9 @@ class _RustO200k:
     three vocabularies (cl100k, o200k, voyage3) in Python, ~0.55 s of CPU and
     ~75 MB that counting never uses (measured on the 2-CPU benchmark
     machine). Its ``encode_ordinary`` is the Rust tokenizer's ``encode`` on
-    the text with lone surrogates replaced; this is the same, without them.
-    ``tests/test_tokens.py`` checks the counts against the public API.
+    the text with lone surrogates replaced; this class does the same without
+    building those tables. ``tests/test_budget_engine.py`` checks that both
+    give the same tokens.
     """
 
     def __init__(self, backend: Any) -> None:

@@ -295,10 +295,10 @@ class ArchivedTurns:
         self, thread_id: str, before: str, live_turns: list[str] | None, last_items: dict[str, str | None], result: dict[str, Any]
     ) -> dict[str, Any] | None:
         """A ``thread/revert`` answer with its ``turnsBackwardsCursor`` and
-        ``itemsBackwardsCursor`` wrapped (None: unchanged). Codex's point at
-        the newest turn and item the thread keeps, inclusive, and stop
-        working once a rebuild moves that turn out of Codex, as its listing
-        cursors do. Called before the sidecar follows the revert (the archive
+        ``itemsBackwardsCursor`` wrapped (None: unchanged). Codex's cursors
+        point at the newest turn and item the thread keeps, inclusive, and
+        stop working once a rebuild moves that turn out of Codex, as its
+        listing cursors do. Called before the sidecar follows the revert (the archive
         still lists the turns it drops). When every turn Codex held went
         (a revert to its first turn, or one the sidecar redirected there
         because the client named an archived turn), Codex answers no cursor

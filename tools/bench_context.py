@@ -123,7 +123,8 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def process_cpu(pid: int) -> tuple[float, float] | None:
     """CPU seconds (user + system) of ``pid`` itself and of its descendants
     (live ones, plus what each has reaped), read from ``/proc``; None where
-    there is no ``/proc`` or the process is gone. Clock ticks: 10 ms."""
+    there is no ``/proc`` or the process is gone. Resolution: one clock
+    tick (10 ms here)."""
 
     def stat(p: int) -> tuple[float, float]:
         with open(f"/proc/{p}/stat", "rb") as f:
@@ -1126,9 +1127,9 @@ def bracketed_walls(runs: Sequence[RunResult]) -> dict[str, list[float]]:
 
 def cpu_per_turn(runs: Sequence[RunResult]) -> dict[str, tuple[float | None, float | None]]:
     """Per row (all native runs are one row, keyed ``native``): the mean over
-    its runs of (sidecar CPU, codex CPU) in seconds a turn. CPU time does not
-    wait on the other processes, so it is steadier than wall time, and it
-    shows what the sidecar itself costs the machine."""
+    its runs of (sidecar CPU, codex CPU) in seconds a turn: what the sidecar
+    itself costs the machine, and how much codex's own CPU for the same
+    session moves from run to run (as much as the wall does: the noise)."""
     groups: dict[str, list[RunResult]] = {}
     for run in runs:
         if run.ok:
