@@ -85,7 +85,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "stale_slack",
         click.FloatRange(min=0.0, max=1.0),
-        0.05,
+        0.10,
         "delta: share of what the thread holds (at least 4,000 chars) that may be content the engine dropped before the sidecar rebuilds; 0 = exact, rebuild on any drop.",
         "FRACTION",
     ),

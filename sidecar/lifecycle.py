@@ -63,6 +63,7 @@ from .backing import BackingThreads
 from .inspect import InspectLog, inspect_path
 from .reads import ArchivedTurns
 from .projection import (
+    CHARS_PER_TOKEN,
     ProjectionError,
     already_projected,
     char_budget_for_tokens,
@@ -90,13 +91,16 @@ class LifecycleOptions:
     citations_mode: str | None = None
     previous_turn_wait: float = 120.0
     """How long a turn waits for the previous turn's finalisation at most."""
-    stale_slack: float = 0.05
+    stale_slack: float = 0.10
     """delta: content the engine dropped may stay in the thread, instead of a
-    rebuild, while it is at most this share of what the thread holds (a
-    rebuild costs Codex a revert, ~50-80 ms, and the prompt cache)."""
+    rebuild, while it is at most this share of what the thread holds. A
+    rebuild costs Codex a new session (~36 ms of CPU, a login-shell
+    snapshot) and a cold first request, and costs a provider's prompt cache
+    the whole history once; stale content costs its tokens on each request,
+    cached after the first (README, "Stale content and the slack")."""
     stale_floor_chars: int = 4000
     """...and always this many characters (about 1,000 tokens), so a young
-    thread, where 5% is less than one recalled snippet, does not rebuild on
+    thread, where 10% is less than one recalled snippet, does not rebuild on
     every turn. ``stale_slack`` 0 means exact: rebuild on any drop."""
     projection_mode: str = "auto"
     """``per_turn``, ``epoch``, ``delta``, or ``auto``: what the engine's
@@ -1227,7 +1231,11 @@ class Lifecycle:
             wanted = set(fps)
             kept = [f for f in held if f in wanted]
             stale = [f for f in held if f not in wanted]
-            rebuild = session.force_rebuild or fps[: len(kept)] != kept or not self._within_slack(session, stale, held)
+            rebuild = (
+                session.force_rebuild
+                or fps[: len(kept)] != kept
+                or not self._within_slack(session, stale, held, self._assembled_tokens(session, result, fps))
+            )
             if not rebuild:
                 # The thread holds the assembly's head (plus a little the
                 # engine dropped): send only the tail it lacks.
@@ -1264,7 +1272,20 @@ class Lifecycle:
             out.append(f)
         return out
 
-    def _within_slack(self, session: ThreadSession, stale: list[str], held: list[str]) -> bool:
+    def _assembled_tokens(self, session: ThreadSession, result: Any, fps: list[str]) -> int:
+        """The assembly's size in tokens: the engine's own estimate, or its
+        characters over :data:`CHARS_PER_TOKEN` when the estimate is no use."""
+        estimate = result.estimated_tokens
+        if isinstance(estimate, int) and not isinstance(estimate, bool) and estimate > 0:
+            return estimate
+        return -(-sum(session.sizes.get(f, 0) for f in fps) // CHARS_PER_TOKEN)
+
+    def _within_slack(self, session: ThreadSession, stale: list[str], held: list[str], assembled_tokens: int) -> bool:
+        """Whether content the engine dropped (``stale``) may stay in the
+        thread instead of a rebuild: it is a small share of what the thread
+        holds (or under the floor), and the assembly plus it still fits the
+        token budget the engine assembled for (the slack never makes the
+        model see more than the engine was allowed)."""
         if not stale:
             return True
         if self.options.stale_slack == 0:
@@ -1272,6 +1293,9 @@ class Lifecycle:
         if any(f not in session.sizes for f in stale):
             return False  # sizes unknown (e.g. after a restart): rebuild to be exact
         stale_chars = sum(session.sizes[f] for f in stale)
+        budget = self._budget(session)
+        if budget is not None and budget > 0 and assembled_tokens + -(-stale_chars // CHARS_PER_TOKEN) > budget:
+            return False
         held_chars = sum(session.sizes.get(f, 0) for f in held)
         return stale_chars <= max(self.options.stale_slack * held_chars, self.options.stale_floor_chars)
 

@@ -401,6 +401,31 @@ async def test_a_small_dropped_snippet_stays_a_big_dropped_message_rebuilds(tmp_
     assert "[user]\nPrompt 1" in context_of(seen[1])
 
 
+async def test_the_slack_never_takes_the_thread_past_the_token_budget(tmp_path):
+    """Stale snippets well within the slack still rebuild once the assembly
+    (as the engine estimates it) plus them would exceed the token budget."""
+    snippet = "RETRIEVED " + "x" * 290  # 300 characters: 75 tokens at 4 chars a token
+
+    def assemble(p: Any) -> AssembleResult:
+        note = UserMessage(content=f"{snippet}<{p.prompt}>", timestamp=0)
+        return AssembleResult(messages=[*p.messages, note], estimated_tokens=900)
+
+    script = {"defaultReply": LONG_REPLY}
+    for budget, rebuilt in ((None, [False] * 4), (1000, [False, False, True, False])):
+        # The default floor (4,000 characters) lets a young thread keep a few snippets.
+        options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", token_budget=budget)
+        async with modes_sidecar(tmp_path / str(budget), make_engine(assemble), options=options, script=script) as run:
+            tid = await run.start_thread()
+            for n in range(1, 5):
+                await run.turn_ok(tid, f"Prompt {n}, tell me more about it")
+        records = inspect_records(run, tid)
+        # Without a budget the stale snippets stay (the slack allows them);
+        # with one, turn 2 keeps one (900 + 76 <= 1,000), turn 3 would keep
+        # two (900 + 152 > 1,000) and rebuilds, turn 4 keeps one again.
+        assert [r["rebuilt"] for r in records] == rebuilt, budget
+        assert [r["staleHeld"] for r in records] == ([0, 1, 2, 3] if budget is None else [0, 1, 0, 1])
+
+
 async def test_zero_slack_rebuilds_for_any_dropped_message(tmp_path):
     options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_slack=0.0, stale_floor_chars=0)
     async with modes_sidecar(tmp_path, recall(lambda prompt: f"fact<{prompt}>"), options=options, script={"defaultReply": LONG_REPLY}) as run:
