@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -361,15 +362,13 @@ class BackingThreads:
             return None
         if not (self._hidden or self._to_client):
             return line
-        ids = [m[1] for m in _KEYED.findall(line)]
-        if not ids:
+        members = list(_KEYED.finditer(line))  # one scan: it decides, then it splices
+        if not members:
             return line
-        if any(i in self._hidden for i in ids) and any(r.encode() in self._hidden for r in routing_ids(line)):
+        if any(m[2] in self._hidden for m in members) and any(r.encode() in self._hidden for r in routing_ids(line)):
             self.dropped += 1
             return None
-        if not any(i in self._to_client for i in ids):
-            return line
-        return _translate(line, self._to_client)
+        return _splice(line, members, self._to_client)
 
     def response(self, line: bytes, method: str | None) -> bytes:
         """A response from Codex, as its requester gets it."""
@@ -429,9 +428,21 @@ class BackingThreads:
 
 def _translate(line: bytes, table: dict[bytes, bytes]) -> bytes:
     """``line`` with the thread-id members found in ``table`` replaced."""
+    return _splice(line, _KEYED.finditer(line), table)
 
-    def swap(m: re.Match[bytes]) -> bytes:
-        new = table.get(m.group(2))
-        return m.group(0) if new is None else m.group(1) + b'"' + new + b'"'
 
-    return _KEYED.sub(swap, line)
+def _splice(line: bytes, members: Iterable[re.Match[bytes]], table: dict[bytes, bytes]) -> bytes:
+    """``line`` with the ids of ``members`` (its :data:`_KEYED` matches, in
+    order) that ``table`` maps replaced; ``line`` itself when none is."""
+    parts: list[bytes] = []
+    last = 0
+    for m in members:
+        new = table.get(m[2])
+        if new is not None:
+            start, end = m.span(2)
+            parts += (line[last:start], new)
+            last = end
+    if not parts:
+        return line
+    parts.append(line[last:])
+    return b"".join(parts)
