@@ -35,9 +35,13 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     A file that ends in a torn line (a kill or a full disk in the middle of
     an earlier write) gets its newline first, so the torn line stays the only
     one lost and this record is not glued onto it."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:  # the folder, once a thread (not a mkdir every turn)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
         try:
             size = os.fstat(fd).st_size
             torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"

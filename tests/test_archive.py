@@ -199,3 +199,20 @@ def test_an_anchored_position_pages_on_from_its_anchor(kind, inclusive):
         else:
             expected = (ids[: at + 1] if inclusive else ids[:at])[::-1]
         assert [t["id"] for t in page] == expected, (kind, inclusive, at)
+
+
+def test_append_record_creates_its_private_folder_once_and_appends_lines(tmp_path):
+    import stat
+
+    from sidecar.inspect import append_record, decode_records
+
+    path = tmp_path / "state" / "inspect" / "thr.jsonl"
+    append_record(path, {"n": 1})  # no folder yet: made, 0700, with the file 0600
+    append_record(path, {"n": 2})
+    assert decode_records(path.read_bytes()) == [{"n": 1}, {"n": 2}]
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("x")
+    append_record(blocked / "inspect" / "thr.jsonl", {"n": 3})  # cannot be made: best effort, nothing raised
+    assert blocked.read_text() == "x"
