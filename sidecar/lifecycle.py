@@ -1234,7 +1234,7 @@ class Lifecycle:
             rebuild = (
                 session.force_rebuild
                 or fps[: len(kept)] != kept
-                or not self._within_slack(session, stale, held, self._assembled_tokens(session, result, fps))
+                or not self._within_slack(session, stale, held, result, fps)
             )
             if not rebuild:
                 # The thread holds the assembly's head (plus a little the
@@ -1280,7 +1280,7 @@ class Lifecycle:
             return estimate
         return -(-sum(session.sizes.get(f, 0) for f in fps) // CHARS_PER_TOKEN)
 
-    def _within_slack(self, session: ThreadSession, stale: list[str], held: list[str], assembled_tokens: int) -> bool:
+    def _within_slack(self, session: ThreadSession, stale: list[str], held: list[str], result: Any, fps: list[str]) -> bool:
         """Whether content the engine dropped (``stale``) may stay in the
         thread instead of a rebuild: it is a small share of what the thread
         holds (or under the floor), and the assembly plus it still fits the
@@ -1294,7 +1294,7 @@ class Lifecycle:
             return False  # sizes unknown (e.g. after a restart): rebuild to be exact
         stale_chars = sum(session.sizes[f] for f in stale)
         budget = self._budget(session)
-        if budget is not None and budget > 0 and assembled_tokens + -(-stale_chars // CHARS_PER_TOKEN) > budget:
+        if budget is not None and budget > 0 and self._assembled_tokens(session, result, fps) + -(-stale_chars // CHARS_PER_TOKEN) > budget:
             return False
         held_chars = sum(session.sizes.get(f, 0) for f in held)
         return stale_chars <= max(self.options.stale_slack * held_chars, self.options.stale_floor_chars)
