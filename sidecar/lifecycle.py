@@ -91,6 +91,10 @@ class LifecycleOptions:
     citations_mode: str | None = None
     previous_turn_wait: float = 120.0
     """How long a turn waits for the previous turn's finalisation at most."""
+    spare_wait: float = 0.15
+    """fresh: how long a rebuild waits for a spare whose ``thread/start`` is
+    on its way (Codex answers one in 11-15 ms) before it reverts in place
+    instead (23-43 ms, then a cold first request)."""
     stale_slack: float = 0.10
     """delta: content the engine dropped may stay in the thread, instead of a
     rebuild, while it is at most this share of what the thread holds. A

@@ -48,6 +48,8 @@ class Spares:
         the history unchanged, must not cost Codex a second session per thread)."""
         self._starting: dict[str, object] = {}
         """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
+        self._answered: dict[str, trio.Event] = {}
+        """Set when a client thread's spare start is answered or given up."""
 
     @property
     def backing(self) -> Any:
@@ -191,6 +193,7 @@ class Spares:
         if not (self.engine_rebuilds or session.rebuilds) or session.closed:
             return
         token = self._starting[session.thread_id] = object()
+        self._answered[session.thread_id] = trio.Event()
         self.proxy.spawn(self.start_spare, session, alias, token)
 
     async def start_spare(self, session: ThreadSession, alias: Alias, token: object) -> None:
@@ -218,6 +221,12 @@ class Spares:
         finally:
             if self._starting.get(session.thread_id) is token:
                 del self._starting[session.thread_id]
+            self._set_answered(alias.client)
+
+    def _set_answered(self, client: str) -> None:
+        answered = self._answered.pop(client, None)
+        if answered is not None:
+            answered.set()
 
     async def record_listed(self, alias: Alias) -> None:
         """How thread/list shows the client's thread before any rebuild (a
@@ -240,6 +249,7 @@ class Spares:
         notifications come, and let the next turn's end ask for another."""
         assert self.backing is not None
         spare = result["thread"]["id"]
+        self._set_answered(alias.client)  # (before the spare is noted: the waiter runs later)
         session = self.sessions.get(alias.client)
         if alias.spare is not None or session is None or session.closed:
             # A late answer (the start timed out, another spare is ready, or
@@ -259,9 +269,16 @@ class Spares:
         if self.backing is None:
             return False
         alias = self.backing.aliases.get(session.thread_id)
-        if alias is None or alias.spare is None:
+        if alias is None:
             return False
         started = trio.current_time()
+        answered = self._answered.get(session.thread_id)
+        if alias.spare is None and answered is not None:
+            # Its spare's start is on its way: a short wait beats a revert.
+            with trio.move_on_after(self.options.spare_wait):
+                await answered.wait()
+        if alias.spare is None:
+            return False
         old, new = self.backing.switch(session.thread_id)  # pending until Codex accepts the turn
         if not await self.save_alias(alias):
             self.backing.unswitch(session.thread_id, old, new)

@@ -19,7 +19,7 @@ from sidecar.backing import BackingThreads, routing_ids
 from sidecar.inspect import InspectLog, inspect_path
 from sidecar.lifecycle import LifecycleOptions
 from tests.test_lifecycle import frame, wait_until
-from tests.test_projection_modes import assert_client_unaware, context_of, modes_sidecar, summarising, summary_text
+from tests.test_projection_modes import assert_client_unaware, context_of, inspect_records, modes_sidecar, summarising, summary_text
 
 SCRIPT = {"uuidThreadIds": True}
 
@@ -65,6 +65,27 @@ async def test_a_rebuild_moves_the_thread_onto_its_spare_and_the_client_never_kn
     assert listed["result"]["data"] == [tid]
     # The retired thread was let go.
     assert any(json.loads(line)["params"] == {"threadId": tid} for line in run.child_lines("thread/unsubscribe"))
+
+
+async def test_a_rebuild_waits_briefly_for_a_spare_whose_start_is_on_its_way(tmp_path):
+    """The turn right after the first rebuild rebuilds again while its spare's
+    thread/start is still unanswered: it waits for the answer (spare_wait)
+    and switches, instead of reverting; past the wait it reverts."""
+    script = {**SCRIPT, "threadStartSlowAfter": 1, "threadStartDelay": 0.3}
+    for wait, switched in ((5.0, True), (0.05, False)):
+        options = fresh(spare_wait=wait)
+        async with modes_sidecar(tmp_path / str(wait), summarising(keep=2), options=options, script=script) as run:
+            tid = await run.start_thread()
+            for n in range(1, 4):
+                await run.turn_ok(tid, f"W{n}")  # W3: rebuild 1, a revert (no spare yet); its spare starts as it ends
+            t4 = await run.turn_ok(tid, "W4")  # rebuild 2, sent at once: the spare takes 0.3 s to answer
+            records = inspect_records(run, tid)
+        assert [r["rebuilt"] for r in records] == [False, False, True, True], wait
+        assert bool(records[3].get("switched")) is switched, wait
+        reverts = [json.loads(line)["params"]["beforeTurnId"] for line in run.child_lines("thread/revert")]
+        assert len(reverts) == (1 if switched else 2), wait
+        assert (t4 in [t["id"] for t in run.store_turns(tid)]) is not switched, wait
+        assert_client_unaware(run, tid)
 
 
 async def test_a_restart_resumes_the_client_thread_on_its_backing_thread(tmp_path):
