@@ -296,6 +296,79 @@ def test_wall_ratios_are_bracketed_by_the_native_runs_around_each_sidecar_run():
     assert not [c for c in bc.checks_for(runs[3], runs[0], 4000) if c.name == "wall"][0].passed
 
 
+def test_paired_sessions_take_turns_in_blocks_and_alternate_who_goes_first():
+    assert bc.turn_schedule(1, 3, 5) == [(0, 0), (0, 1), (0, 2)]
+    assert bc.turn_schedule(2, 3, 1) == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
+    schedule = bc.turn_schedule(2, 12, 5)
+    assert [(s, i) for s, i in schedule if s == 0] == [(0, i) for i in range(12)]
+    assert [(s, i) for s, i in schedule if s == 1] == [(1, i) for i in range(12)]
+    assert [s for s, _ in schedule] == [0] * 5 + [1] * 10 + [0] * 7 + [1] * 2
+
+
+def test_a_paired_sidecar_run_is_judged_against_its_own_partner_only():
+    def run(label, engine, wall, pair, ok=True):
+        reqs = [bc.RequestStats(100, 1, None, 0, "reply")] if ok else []
+        return bc.RunResult(label, engine, "delta" if engine else None, requests=reqs, turn_walls=[wall], pair=pair)
+
+    runs = [
+        run("native", None, 0.100, None),
+        run("recall+delta", "recall", 0.110, 1),
+        run("native again", None, 0.100, 1),
+        run("recall+delta", "recall", 0.180, 2),
+        run("native again", None, 0.200, 2),  # the machine was slow for both: 0.90x, not 1.80x
+        run("recall+delta", "recall", 0.150, 3),
+        run("native again", None, 0.100, 3, ok=False),  # no partner: no ratio, not a neighbour's
+        run("native again", None, 0.050, None),
+    ]
+    assert bc.bracketed_walls(runs) == {"recall+delta": pytest.approx([1.10, 0.90])}
+
+
+@pytest.mark.codex
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
+def test_a_pair_takes_turns_and_the_table_reads_its_ratio_from_the_pair(tmp_path, monkeypatch):
+    order = []
+    turn = bc._Session.turn
+
+    async def recording(self, i):
+        order.append((i, self.result.label))
+        await turn(self, i)
+
+    monkeypatch.setattr(bc._Session, "turn", recording)
+    out = tmp_path / "pair.json"
+    settled = []
+    settle = bc._Session.settle
+
+    async def settling(self):
+        settled.append((len(order), self.result.label))
+        await settle(self)
+
+    monkeypatch.setattr(bc._Session, "settle", settling)
+    argv = ["--turns", "3", "--pair-block", "2", "--engines", "identity", "--modes", "delta", "--json", str(out), "--keep", str(tmp_path / "keep")]
+    assert bc.main(argv) == 0
+    side, native = "identity+delta", bc.CONTROL_LABEL
+    # The first native run alone, then the pair in blocks of 2 turns: sidecar first, then native first.
+    assert order == [(0, "native"), (1, "native"), (2, "native"), (0, side), (1, side), (0, native), (1, native), (2, native), (2, side)]
+    # Each hand-over lets the session that stops settle first (and the sidecar once more at the end).
+    assert settled == [(5, side), (8, native), (9, side)]
+    report = json.loads(out.read_text())
+    assert report["wall"] == "paired"
+    runs = {(r["label"], r["pair"]): r for r in report["runs"]}
+    assert set(runs) == {("native", None), (side, 1), (native, 1)}
+    assert all(len(r["turnWallSeconds"]) == 3 and not r["error"] for r in runs.values())
+    mean = lambda r: sum(r["turnWallSeconds"]) / 3  # noqa: E731
+    assert report["wallRatios"][side] == pytest.approx([mean(runs[side, 1]) / mean(runs[native, 1])])
+
+
+@pytest.mark.codex
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
+def test_when_one_session_of_a_pair_fails_neither_gives_a_wall_figure(tmp_path):
+    paths = bc.prepare(tmp_path)
+    side, native = bc.run_together([("identity+bogus", "identity", "bogus"), (bc.CONTROL_LABEL, None, None)], bc.build_script(2), paths, 0, CODEX_BIN)
+    assert not side.available and "mode not available" in side.note
+    assert not native.ok and native.error.startswith("stopped: identity+bogus")
+    assert bc.bracketed_walls([side, native]) == {}
+
+
 def test_the_wall_interval_narrows_with_runs_and_centres_on_the_mean():
     assert bc.mean_interval([1.0, 1.1, 1.2]) == pytest.approx((1.1 - 4.30 * 0.1 / 3**0.5, 1.1 + 4.30 * 0.1 / 3**0.5))
     few, many = bc.mean_interval([1.0, 1.2] * 2), bc.mean_interval([1.0, 1.2] * 20)

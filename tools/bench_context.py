@@ -36,11 +36,23 @@ Every figure comes from the request bodies the fake model recorded:
 * rebuilds: ``sidecar/status`` ``lifecycle`` ``rebuilds`` (top level or the
   thread's), "n/a" when the sidecar does not report it;
 * wall time per turn: ``turn/start`` sent to ``turn/completed`` received,
-  mean over the turns. A native run follows every sidecar run ("native
-  again"; ``--no-control`` skips them), and a sidecar row's wall ratio is its
-  time over the mean of the native runs right before and after it: the same
-  native session drifts by 10-40% between runs on a shared machine, more than
-  the 10% target. ``--repeat N`` runs every sidecar row N times (tokens are
+  mean over the turns. The same native session drifts by 10-40% between
+  runs on a shared machine, more than the 10% target, so every sidecar run
+  has its own native control ("native again"), and its wall ratio is its
+  time over its control's. ``--wall paired`` (the default): the control
+  session is open beside the sidecar session and the two take turns
+  (``--pair-block`` 1: sidecar 0, native 0-1, sidecar 1-2, native 2-3,
+  ...), so both meet the same moments of the machine and only one works at
+  any time; a session that hands over is let settle first (the sidecar
+  finishes finalising, then 0.1 s), so its background work never lands in
+  the other's turns. Half the sidecar's turns follow one of its own at
+  once and wait for its finalisation as a client's would; the other half
+  start settled, which flatters the sidecar by half that wait (~1 ms of
+  ~100);
+  ``--wall sequential``: the control runs after the sidecar run, and the
+  ratio is over the mean of the native runs right before and after it.
+  ``--no-control`` skips the controls (ratios against the first native run
+  only). ``--repeat N`` runs every sidecar row N times (tokens are
   deterministic; the wall ratio is the mean, its range is shown);
 * Codex's fixed framing: the native run's first request minus the user's
   prompt (base instructions, developer instructions, environment context).
@@ -688,6 +700,7 @@ class RunResult:
     cpu_below: float | None = None  # ... and everything it started (codex, its tools)
     context_window: int | None = None  # as Codex reports it (thread/tokenUsage/updated)
     bodies: list[dict] | None = None  # the raw request bodies, with run_one(keep_bodies=True)
+    pair: int | None = None  # --wall paired: the sidecar run and the native run that took turns with it share this
     seconds: float = 0.0
 
     @property
@@ -759,6 +772,7 @@ class RunResult:
             "modelContextWindow": self.context_window,
             "sidecarStatusLifecycle": (self.status or {}).get("lifecycle") if self.status else None,
             "seconds": self.seconds,
+            "pair": self.pair,
         }
 
 
@@ -877,82 +891,177 @@ def _session_env(home: Path, run_dir: Path, paths: Paths, codex_bin: str, engine
     return [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"], codex_env(home, base)
 
 
-async def _run_session(
-    result: RunResult, script: Sequence[Turn], paths: Paths, run_dir: Path, codex_bin: str
-) -> tuple[list[dict], Router]:
-    router = Router(script)
-    engine, mode = result.engine, result.mode
-    with CountingFakeModel() as model:
-        model.script(*([router] * (4 * len(script) + 16)))
-        home = make_codex_home(run_dir / "codex-home", model.base_url)
-        argv, env = _session_env(home, run_dir, paths, codex_bin, engine, mode)
-        client: AppServerClient | None = None
-        try:
-            async with AppServerClient.spawn(argv, env=env, cwd=str(paths.work), request_timeout=TURN_TIMEOUT) as client:
-                await _drive(client, result, script, paths, router)
-        except ModeNotAvailable as exc:
-            result.available = False
-            result.note = str(exc)
-        except (ServerGone, RpcError, TimeoutError, OSError) as exc:
-            tail = _stderr_reason(client)
-            if engine is not None and result.status is None and isinstance(exc, ServerGone):
-                # Gone before answering sidecar/status: it refused its settings.
-                result.available = False
-                result.note = f"mode not available: sidecar exited: {tail or exc}"
-            else:
-                result.error = f"{type(exc).__name__}: {exc}" + (f" [stderr: {tail}]" if tail else "")
-        finally:
-            if client is not None:
-                (run_dir / "stderr.log").write_bytes(bytes(client.stderr_bytes))
-        return model.requests, router
+class _Session:
+    """One benchmark session, driven a turn at a time, so that two sessions
+    can take turns (``--wall paired``): open, then :meth:`turn` for every
+    scripted turn, then :meth:`close`. Its own fake model, CODEX_HOME and
+    app-server (the sidecar, or codex itself for a native run)."""
 
+    def __init__(self, result: RunResult, script: Sequence[Turn], paths: Paths, run_dir: Path, codex_bin: str) -> None:
+        self.result, self.script, self.paths, self.run_dir, self.codex_bin = result, script, paths, run_dir, codex_bin
+        self.router = Router(script)
+        self.model: CountingFakeModel | None = None
+        self.client: AppServerClient | None = None
+        self.thread_id: str | None = None
+        self._cpu_before: tuple[float, float] | None = None
 
-async def _drive(client: AppServerClient, result: RunResult, script: Sequence[Turn], paths: Paths, router: Router) -> None:
-    engine, mode = result.engine, result.mode
-    spawned = time.perf_counter()
-    await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar context bench")
-    if engine is not None:
-        result.status = await client.request("sidecar/status")
-        lc = _lifecycle(result.status)
-        engine_seen = (lc.get("engine") or {}).get("id") if isinstance(lc.get("engine"), dict) else None
-        if engine_seen != ENGINES[engine]:
-            raise RpcError(0, f"the sidecar did not load engine {ENGINES[engine]!r} (lifecycle engine: {engine_seen!r}); {_stderr_tail(client)}")
-        _check_mode(lc, None, mode, final=False)
-    thread_id = await client.start_thread(cwd=str(paths.work), developerInstructions=DEVELOPER_INSTRUCTIONS)
-    result.startup = time.perf_counter() - spawned
-    cpu_before = process_cpu(client.process.pid)
-    for i, turn in enumerate(script):
-        router.begin(i)
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start the fake model and the app-server, initialize, check the
+        sidecar's engine and mode, and start the thread."""
+        result, paths = self.result, self.paths
+        self.model = stack.enter_context(CountingFakeModel())
+        self.model.script(*([self.router] * (4 * len(self.script) + 16)))
+        home = make_codex_home(self.run_dir / "codex-home", self.model.base_url)
+        argv, env = _session_env(home, self.run_dir, paths, self.codex_bin, result.engine, result.mode)
+        spawned = time.perf_counter()
+        self.client = client = await stack.enter_async_context(
+            AppServerClient.spawn(argv, env=env, cwd=str(paths.work), request_timeout=TURN_TIMEOUT)
+        )
+        await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar context bench")
+        if result.engine is not None:
+            result.status = await client.request("sidecar/status")
+            lc = _lifecycle(result.status)
+            engine_seen = (lc.get("engine") or {}).get("id") if isinstance(lc.get("engine"), dict) else None
+            if engine_seen != ENGINES[result.engine]:
+                raise RpcError(0, f"the sidecar did not load engine {ENGINES[result.engine]!r} (lifecycle engine: {engine_seen!r}); {_stderr_tail(client)}")
+            _check_mode(lc, None, result.mode, final=False)
+        self.thread_id = await client.start_thread(cwd=str(paths.work), developerInstructions=DEVELOPER_INSTRUCTIONS)
+        result.startup = time.perf_counter() - spawned
+
+    def begin_turns(self) -> None:
+        assert self.client is not None
+        self._cpu_before = process_cpu(self.client.process.pid)
+
+    async def turn(self, i: int) -> None:
+        assert self.client is not None and self.thread_id is not None
+        result, turn = self.result, self.script[i]
+        self.router.begin(i)
         t0 = time.perf_counter()
-        completed = await client.run_turn(thread_id, turn.prompt, timeout=TURN_TIMEOUT)
+        completed = await self.client.run_turn(self.thread_id, turn.prompt, timeout=TURN_TIMEOUT)
         result.turn_walls.append(time.perf_counter() - t0)
         if (completed.get("turn") or {}).get("status") != "completed":
             result.failed_turns.append(i + 1)
-        if engine is not None and i == 0:
-            result.status = await client.request("sidecar/status")
-            _check_mode(_lifecycle(result.status), thread_id, mode, final=True)
-        if (i + 1) % 10 == 0 or i + 1 == len(script):
-            progress(f"  {result.label}: turn {i + 1}/{len(script)}")
-    cpu_after = process_cpu(client.process.pid)
-    if cpu_before is not None and cpu_after is not None:
-        result.cpu_top = cpu_after[0] - cpu_before[0]
-        result.cpu_below = cpu_after[1] - cpu_before[1]
-    for params in client.notifications_for("thread/tokenUsage/updated"):
-        window = params.get("tokenUsage", {}).get("modelContextWindow")
-        if isinstance(window, int):
-            result.context_window = window
-    if engine is not None:
-        # The last turn's finalisation runs after turn/completed: let it end.
+        if result.engine is not None and i == 0:
+            result.status = await self.client.request("sidecar/status")
+            _check_mode(_lifecycle(result.status), self.thread_id, result.mode, final=True)
+        if (i + 1) % 10 == 0 or i + 1 == len(self.script):
+            progress(f"  {result.label}: turn {i + 1}/{len(self.script)}")
+
+    def end_turns(self) -> None:
+        assert self.client is not None
+        cpu_after = process_cpu(self.client.process.pid)
+        if self._cpu_before is not None and cpu_after is not None:
+            self.result.cpu_top = cpu_after[0] - self._cpu_before[0]
+            self.result.cpu_below = cpu_after[1] - self._cpu_before[1]
+
+    async def settle(self) -> None:
+        """Wait (up to 5 s) until the sidecar has finalised the last turn;
+        nothing to wait for natively."""
+        if self.result.engine is None:
+            return
+        assert self.client is not None
         for _ in range(50):
-            result.status = await client.request("sidecar/status")
-            if not _thread_entry(_lifecycle(result.status), thread_id).get("busy"):
-                break
+            self.result.status = await self.client.request("sidecar/status")
+            if not _thread_entry(_lifecycle(self.result.status), self.thread_id).get("busy"):
+                return
             await trio.sleep(0.1)
+
+    async def close(self) -> None:
+        """What the sidecar reports once the last turn is finalised."""
+        client, result, thread_id = self.client, self.result, self.thread_id
+        assert client is not None
+        for params in client.notifications_for("thread/tokenUsage/updated"):
+            window = params.get("tokenUsage", {}).get("modelContextWindow")
+            if isinstance(window, int):
+                result.context_window = window
+        if result.engine is None:
+            return
+        await self.settle()  # the last turn's finalisation runs after turn/completed
         lc = _lifecycle(result.status)
         result.projection_mode = reported_mode(lc, thread_id)
         result.rebuilds = reported_rebuilds(lc, thread_id)
-        if result.projection_mode is not None and result.projection_mode != projection_of(mode):
+        if result.projection_mode is not None and result.projection_mode != projection_of(result.mode):
             result.note = f"sidecar reported projectionMode {result.projection_mode!r} at the end"
+
+    def failed(self, exc: BaseException) -> None:
+        """Record why the session stopped."""
+        result, client = self.result, self.client
+        if isinstance(exc, ModeNotAvailable):
+            result.available = False
+            result.note = str(exc)
+            return
+        tail = _stderr_reason(client)
+        if result.engine is not None and result.status is None and isinstance(exc, ServerGone):
+            # Gone before answering sidecar/status: it refused its settings.
+            result.available = False
+            result.note = f"mode not available: sidecar exited: {tail or exc}"
+        else:
+            result.error = f"{type(exc).__name__}: {exc}" + (f" [stderr: {tail}]" if tail else "")
+
+    def save_stderr(self) -> None:
+        if self.client is not None:
+            (self.run_dir / "stderr.log").write_bytes(bytes(self.client.stderr_bytes))
+
+
+_SESSION_ERRORS = (ModeNotAvailable, ServerGone, RpcError, TimeoutError, OSError)
+
+
+PAIR_BLOCK = [1]
+"""``--pair-block``: turns a session runs back to back before the other takes over."""
+SETTLE_SECONDS = 0.1
+"""Pause at every hand-over, outside any timed turn (see :func:`_run_sessions`)."""
+
+
+def turn_schedule(sessions: int, turns: int, block: int) -> list[tuple[int, int]]:
+    """``(session, turn)`` in the order they run: blocks of ``block`` turns,
+    the sessions in order for even blocks and in reverse for odd ones (so
+    neither always goes first: A B B A A B ...)."""
+    out = []
+    for k, first in enumerate(range(0, turns, block)):
+        order = range(sessions) if k % 2 == 0 else reversed(range(sessions))
+        for s in order:
+            out += [(s, i) for i in range(first, min(first + block, turns))]
+    return out
+
+
+async def _run_sessions(sessions: Sequence[_Session], turns: int) -> None:
+    """Run the sessions' turns; with more than one, they take turns in
+    blocks (:func:`turn_schedule`). At every hand-over the session that
+    stops is let settle (the sidecar finishes finalising its last turn,
+    then :data:`SETTLE_SECONDS` pass) before the other's next turn starts,
+    so neither session's background work lands in the other's timed
+    turns: a sidecar's finalisation still counts, in every turn of a block
+    but the first, where the next ``turn/start`` waits for it. The first
+    session that fails stops all of them (a pair's wall ratio needs both);
+    its error is recorded on it."""
+    current: _Session | None = None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for current in sessions:
+                await current.open(stack)
+            for s in sessions:
+                s.begin_turns()
+            last: _Session | None = None
+            for index, i in turn_schedule(len(sessions), turns, PAIR_BLOCK[0]):
+                current = sessions[index]
+                if last is not None and last is not current:
+                    await last.settle()
+                    await trio.sleep(SETTLE_SECONDS)
+                await current.turn(i)
+                last = current
+            for s in sessions:
+                s.end_turns()
+            for current in sessions:
+                await current.close()
+    except _SESSION_ERRORS as exc:
+        if current is not None:
+            current.failed(exc)
+        for s in sessions:
+            if s is not current and s.result.available and s.result.error is None:
+                s.result.error = f"stopped: {current.result.label if current else 'the session'} it ran beside failed"
+    finally:
+        for s in sessions:
+            s.save_stderr()
 
 
 def _check_mode(lc: dict, thread_id: str | None, mode: str | None, *, final: bool) -> None:
@@ -985,13 +1094,44 @@ def run_one(
     keep_bodies: bool = False,
 ) -> RunResult:
     """Run one session (native when ``engine`` is None) in ``paths.root/runs/<index>``."""
-    result = RunResult(label=label, engine=engine, mode=mode)
-    run_dir = paths.root / "runs" / f"{index:02d}"  # same-length paths for every run
-    run_dir.mkdir(parents=True)
-    progress(f"{label}: starting")
+    (result,) = run_together([(label, engine, mode)], script, paths, index, codex_bin, keep_bodies=keep_bodies)
+    return result
+
+
+def run_together(
+    specs: Sequence[tuple[str, str | None, str | None]],
+    script: Sequence[Turn],
+    paths: Paths,
+    index: int,
+    codex_bin: str,
+    *,
+    keep_bodies: bool = False,
+) -> list[RunResult]:
+    """Run one session per ``(label, engine, mode)``, all open at once and
+    taking turns (see :func:`_run_sessions`), in ``paths.root/runs/<index +
+    k>``. With two specs, a sidecar session and a native one, both live
+    through the same moments of a shared machine: their wall times compare
+    turn by turn instead of minutes apart."""
+    sessions = []
+    for k, (label, engine, mode) in enumerate(specs):
+        run_dir = paths.root / "runs" / f"{index + k:02d}"  # same-length paths for every run
+        run_dir.mkdir(parents=True)
+        sessions.append(_Session(RunResult(label=label, engine=engine, mode=mode), script, paths, run_dir, codex_bin))
+    progress(" + ".join(label for label, _, _ in specs) + ": starting")
     started = time.monotonic()
-    bodies, router = trio.run(_run_session, result, script, paths, run_dir, codex_bin)
-    result.seconds = time.monotonic() - started
+    trio.run(_run_sessions, sessions, len(script))
+    seconds = time.monotonic() - started
+    for session in sessions:
+        _measure(session, script, seconds, keep_bodies)
+    return [s.result for s in sessions]
+
+
+def _measure(session: _Session, script: Sequence[Turn], seconds: float, keep_bodies: bool) -> None:
+    """A finished session's figures, from its fake model's request bodies."""
+    result, router = session.result, session.router
+    bodies = session.model.requests if session.model is not None else []
+    label, engine, mode = result.label, result.engine, result.mode
+    result.seconds = seconds
     if keep_bodies:
         result.bodies = bodies
     if result.available and bodies:
@@ -1007,14 +1147,13 @@ def run_one(
     if engine is not None and projection_of(mode) == "per_turn" and result.ok and result.projection_mode is None:
         result.note = _join(result.note, "no projectionMode reported: pre-mode sidecar, projects every turn")
     if engine == "recall" and result.ok:
-        result.snippet_tokens = _snippet_tokens(run_dir / "snippets.jsonl", script)
+        result.snippet_tokens = _snippet_tokens(session.run_dir / "snippets.jsonl", script)
     if result.failed_turns:
         result.error = _join(result.error, f"turns not completed: {result.failed_turns}")
     if result.ok:
         progress(f"{label}: {len(result.requests)} model requests in {result.seconds:.1f} s" + (f" ({result.error})" if result.error else ""))
     else:
         progress(f"{label}: {result.note or result.error}")
-    return result
 
 
 def _join(a: str | None, b: str) -> str:
@@ -1103,23 +1242,29 @@ def wall_ratio(run: RunResult, native: RunResult, walls: Sequence[float] | None 
 
 
 def bracketed_walls(runs: Sequence[RunResult]) -> dict[str, list[float]]:
-    """Per sidecar row label, its wall per turn over the mean of the native
-    runs right before and after it, once per repeat.
+    """Per sidecar row label, its wall per turn over its native control's,
+    once per repeat.
 
-    Sequential runs drift on a shared machine (the same native session moves
-    by 10-40% between runs), so each sidecar run is judged against the
-    native runs that bracket it, not against one native run minutes earlier.
+    The same native session drifts by 10-40% between runs on a shared
+    machine, more than the 10% target, so a sidecar run is never judged
+    against one native run minutes earlier: a paired run (``--wall
+    paired``) against the native session that took turns with it, turn by
+    turn through the same moments; a sequential one against the mean of the
+    native runs right before and after it.
     """
     out: dict[str, list[float]] = {}
     for i, run in enumerate(runs):
         if run.engine is None or not run.ok or run.wall_per_turn is None:
             continue
         around = []
-        for rng in (range(i - 1, -1, -1), range(i + 1, len(runs))):
-            for j in rng:
-                if runs[j].engine is None and runs[j].ok and runs[j].wall_per_turn:
-                    around.append(runs[j].wall_per_turn)
-                    break
+        if run.pair is not None:
+            around = [r.wall_per_turn for r in runs if r.engine is None and r.pair == run.pair and r.ok and r.wall_per_turn]
+        else:
+            for rng in (range(i - 1, -1, -1), range(i + 1, len(runs))):
+                for j in rng:
+                    if runs[j].engine is None and runs[j].ok and runs[j].wall_per_turn:
+                        around.append(runs[j].wall_per_turn)
+                        break
         if around:
             out.setdefault(run.label, []).append(run.wall_per_turn / statistics.fmean(around))
     return out
@@ -1229,14 +1374,20 @@ def format_table(rows: Sequence[Sequence[str]], legend: Sequence[str]) -> str:
     return "\n".join([*lines, "", *legend])
 
 
-def legend_lines(turns: int, native: RunResult, framing: int | None, recall_allowance: int | None) -> list[str]:
+def legend_lines(turns: int, native: RunResult, framing: int | None, recall_allowance: int | None, wall: str = "paired") -> list[str]:
     tok = tokenizer_name()
     tok_desc = "o200k_base via bpe-openai, offline" if tok == "o200k_base" else "chars/4 (bpe-openai unavailable)"
     out = [
         f"{turns} scripted turns; model input = model-visible text of each request's `input` items, counted with {tok_desc}, same counter for every row.",
         "total / max / wall: ratio to the native run (codex without the sidecar); reuse: share of requests whose input extends the previous request's input unchanged (item ids ignored).",
-        "ms/turn: mean of turn/start -> turn/completed; wall: a sidecar row's ms/turn over the mean of the native runs right before and after it "
-        "(every sidecar run is bracketed by native runs), averaged over the repeats.",
+        "ms/turn: mean of turn/start -> turn/completed; wall: a sidecar row's ms/turn over its native control's, averaged over the repeats; "
+        + (
+            f"each sidecar run had a native session open beside it, the two taking turns in blocks of {PAIR_BLOCK[0]} (--wall paired)."
+            if wall == "paired"
+            else "a sidecar run's control is the mean of the native runs right before and after it (--wall sequential)."
+            if wall == "sequential"
+            else "no controls: the first native run (--no-control)."
+        ),
         "sidecar cpu / codex cpu: CPU ms a turn (user + system, from /proc, 10 ms ticks summed over the turns), mean over the row's runs: "
         "the sidecar process itself, and everything it started (codex, its launcher and its tools; the whole tree for native).",
     ]
@@ -1297,6 +1448,22 @@ def main(argv: list[str] | None = None) -> int:
         help="run codex with your HOME (your login shell, which codex snapshots at every session start and "
         "so after every rebuild); default: an empty HOME, the same on every machine",
     )
+    ap.add_argument(
+        "--wall",
+        choices=["paired", "sequential"],
+        default="paired",
+        help="paired (default): each sidecar run has a native session open beside it, and the two take turns, "
+        "turn by turn, so both meet the same moments of a noisy machine; sequential: a native run after each "
+        "sidecar run, and the sidecar run is judged against the native runs before and after it",
+    )
+    ap.add_argument(
+        "--pair-block",
+        type=int,
+        default=PAIR_BLOCK[0],
+        metavar="N",
+        help="--wall paired: turns a session runs back to back before the other takes over (default %(default)s; "
+        "1 = turn by turn, where a sidecar's finalisation never lies between two of its own turns)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per sidecar row, for the wall ratio (default %(default)s); tokens come from the first")
     ap.add_argument(
         "--model-latency-ms",
@@ -1319,6 +1486,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--turns must be at least 1")
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if args.pair_block < 1:
+        ap.error("--pair-block must be at least 1")
+    PAIR_BLOCK[0] = args.pair_block
     if args.model_latency_ms < 0:
         ap.error("--model-latency-ms must be >= 0")
     MODEL_LATENCY[0] = args.model_latency_ms / 1000
@@ -1349,14 +1519,24 @@ def main(argv: list[str] | None = None) -> int:
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-context-")))
         paths = prepare(root, user_home=args.user_home)
-        plan: list[tuple[str, str | None, str | None]] = [("native", None, None)]
+        paired = args.wall == "paired" and not args.no_control
+        plan: list[list[tuple[str, str | None, str | None]]] = [[("native", None, None)]]
         for _ in range(args.repeat):
             for e in engines:
                 for m in modes:
-                    plan.append((f"{e}+{m}", e, m))
-                    if not args.no_control:
-                        plan.append((CONTROL_LABEL, None, None))
-        runs = [run_one(label, e, m, script, paths, i, codex_bin) for i, (label, e, m) in enumerate(plan)]
+                    if paired:
+                        plan.append([(f"{e}+{m}", e, m), (CONTROL_LABEL, None, None)])
+                    else:
+                        plan.append([(f"{e}+{m}", e, m)])
+                        if not args.no_control:
+                            plan.append([(CONTROL_LABEL, None, None)])
+        runs: list[RunResult] = []
+        for number, specs in enumerate(plan):
+            together = run_together(specs, script, paths, len(runs), codex_bin)
+            if len(together) > 1:
+                for r in together:
+                    r.pair = number
+            runs += together
     elapsed = time.monotonic() - started
     progress(f"done in {elapsed:.1f} s")
 
@@ -1376,7 +1556,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.engine is not None and r.label not in {x.label for x in shown}:
             shown.append(r)  # tokens are deterministic: the first run of each row shows them
     natives = [r.wall_per_turn * 1000 for r in runs if r.engine is None and r.ok and r.wall_per_turn]
-    legend = legend_lines(args.turns, native, framing, allowance)
+    legend = legend_lines(args.turns, native, framing, allowance, "none" if args.no_control else args.wall)
     if MODEL_LATENCY[0]:
         legend.append(f"the fake model waited {args.model_latency_ms:g} ms before each response (--model-latency-ms).")
     legend.append(
@@ -1402,6 +1582,7 @@ def main(argv: list[str] | None = None) -> int:
             "wallRatios": walls,
             "cpuMsPerTurn": {k: {"sidecar": None if a is None else a * 1000, "codex": None if b is None else b * 1000} for k, (a, b) in cpu.items()},
             "repeat": args.repeat,
+            "wall": "none" if args.no_control else args.wall,
             "modelLatencyMs": args.model_latency_ms,
             "table": {"header": HEADER, "rows": rows, "notes": notes},
             "seconds": elapsed,
