@@ -15,8 +15,8 @@ from typing import Any
 
 import trio
 
-from sidecar.backing import BackingThreads, routing_ids
-from sidecar.inspect import InspectLog, inspect_path
+from sidecar.rebuild.backing import BackingThreads, routing_ids
+from sidecar.store.inspect import InspectLog, inspect_path
 from sidecar.lifecycle import LifecycleOptions
 from tests.test_lifecycle import frame, wait_until
 from tests.test_projection_modes import assert_client_unaware, context_of, inspect_records, modes_sidecar, summarising, summary_text

@@ -37,7 +37,7 @@ from engines import (
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.logs import JsonFormatter, TextFormatter
-from sidecar.mirror import TranscriptMirror, session_path
+from sidecar.store.mirror import TranscriptMirror, session_path
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, REQUEST_HEADER
 
 from .harness import Client, child, proxied

@@ -18,7 +18,7 @@ from typing import Any
 from engines import AssembleResult, CompactionSummaryMessage, UserMessage
 from engines.api import encode_openclaw
 from engines.testkit import RecordingEngine
-from sidecar.archive import unwrap_cursor
+from sidecar.store.archive import unwrap_cursor
 
 from .test_projection_modes import _list_all, make_engine, modes_sidecar, summary_text
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from sidecar.inspect import InspectLog, inspect_path
+from sidecar.store.inspect import InspectLog, inspect_path
 from sidecar.lifecycle import Lifecycle
 from sidecar.proxy import ProxyOptions
 from tests.harness import child, proxied
@@ -209,8 +209,8 @@ def test_overlapping_saves_never_leave_the_disk_switched_while_memory_is_not(tmp
     import os as real_os
     import threading
 
-    import sidecar.backing as backing_mod
-    from sidecar.backing import BackingThreads
+    import sidecar.rebuild.backing as backing_mod
+    from sidecar.rebuild.backing import BackingThreads
 
     x, s = FIRST_THREAD, "01a20000-0000-7000-8000-0000000000b1"
     b = BackingThreads(tmp_path)

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from sidecar.backing import BackingThreads
+from sidecar.rebuild.backing import BackingThreads
 from tests.test_fresh_rebuild import SCRIPT, fresh, spare_ready
 from tests.test_lifecycle import frame
 from tests.test_projection_modes import modes_sidecar, summarising
