@@ -10,6 +10,8 @@ rebuild), the later ones switch threads once a spare is ready.
 
 from __future__ import annotations
 
+from sidecar.store.ledger import Ledger, ledger_path
+
 import json
 from typing import Any
 
@@ -125,7 +127,7 @@ async def test_a_kill_before_codex_accepted_the_switch_turn_goes_back_to_the_thr
         # Exactly what _switch persists before the turn goes out, then a SIGKILL:
         backing.switch(tid)
         backing.save(backing.aliases[tid])
-        InspectLog(inspect_path(run.state_dir, tid)).append({"rebuilding": True, "rebuilds": 1, "projectedEpoch": None})
+        Ledger(ledger_path(run.state_dir, tid)).rebuilding(1, None)
     async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
         resumed = await run2.resume_thread(tid)
         k4 = await run2.turn_ok(tid, "K4")

@@ -9,6 +9,8 @@ fake app-server (tests/children/fake_codex.py) reverts like Codex.
 
 from __future__ import annotations
 
+from sidecar.store.ledger import Ledger, ledger_path
+
 import json
 import os
 from typing import Any
@@ -61,7 +63,7 @@ async def test_a_kill_before_the_revert_then_a_client_revert_keeps_the_turn_gone
     state = tmp_path / "state"
     # Exactly what _revert_to_framing persists before sending thread/revert (live_turns None):
     TurnArchive(archive_path(state, tid)).mark_dropped(None)
-    InspectLog(inspect_path(state, tid)).append({"rebuilding": True, "rebuilds": 0, "projectedEpoch": None})
+    Ledger(ledger_path(state, tid)).rebuilding(0, None)
     # -- SIGKILL here: the revert never went out. --
     async with modes_sidecar(tmp_path, identity(), name="two") as run2:
         await run2.resume_thread(tid)

@@ -24,6 +24,8 @@ from .calls import EngineCalls
 log = logging.getLogger("codex_sidecar.lifecycle")
 
 FINALIZED_CUSTOM_TYPE = "openclaw-codex-sidecar/turn-finalized"
+INSPECT_MESSAGES = 64
+"""Assembled messages an inspection record lists (the newest)."""
 
 
 class Finalizer:
@@ -193,6 +195,7 @@ class Finalizer:
             self.proxy.spawn(self._mark_finalized, session, session.mirror, written, final_key, {"turnId": turn_id, "status": status, "ok": ok})
             session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}  # busy until the marker is written
             if state.client_id is not None:
+                before = session.held
                 base = state.held_plan
                 if base is None:
                     base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
@@ -203,6 +206,7 @@ class Finalizer:
                     session.turns_since_rebuild = [*session.turns_since_rebuild, turn_id]
                 # else: unknown (a fork, a thread from before this state dir)
                 # stays unknown: a rebuild asks Codex for the thread's first turn.
+                self._record_ledger(session, turn_id, before, state.rebuilt)
             self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:
                 if self.calls.background_maintenance:
@@ -226,6 +230,25 @@ class Finalizer:
             session.marking.discard(written)
             written.set()
 
+    def _record_ledger(self, session: ThreadSession, turn_id: str, before: list[str] | None, rebuilt: bool) -> None:
+        """One small append (on the loop, before the next turn can plan):
+        what the turn added, or everything after a rebuild or when what the
+        thread held was not known."""
+        if session.ledger is None or session.held is None:
+            return
+        held = session.held
+        extends = not rebuilt and before is not None and len(held) >= len(before) and held[: len(before)] == before
+        added = held[len(before) :] if extends and before is not None else held
+        session.ledger.turn(
+            turn_id,
+            [(f, session.sizes.get(f, 0)) for f in added],
+            reset=not extends,
+            turns=session.turns_since_rebuild,
+            rebuilds=session.rebuilds,
+            force=session.force_rebuild,
+            epoch=session.projected_epoch,
+        )
+
     def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
         if session.inspect is None or state.client_id is None:
             return
@@ -239,7 +262,14 @@ class Finalizer:
             "projected": state.projected,
             "fallback": state.fallback_reason,
             "historyMessages": state.pre_prompt_count,
-            "assembled": {"count": state.assembled_count, "estimatedTokens": state.estimated_tokens, "messages": state.assembled_roles},
+            # The newest assembled messages (role and size): bounded, so a
+            # record costs the same at turn 1,000 as at turn 10.
+            "assembled": {
+                "count": state.assembled_count,
+                "estimatedTokens": state.estimated_tokens,
+                "messages": state.assembled_roles[-INSPECT_MESSAGES:],
+                **({"omitted": len(state.assembled_roles) - INSPECT_MESSAGES} if len(state.assembled_roles) > INSPECT_MESSAGES else {}),
+            },
             "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
             # The turn's contribution to model input, before and after projection.
             "turnInputChars": {"original": state.original_chars, "sent": state.sent_chars or state.original_chars},
@@ -251,8 +281,7 @@ class Finalizer:
             "revertMs": state.revert_ms,
             **({"switched": True} if state.switched else {}),
             "rebuilds": session.rebuilds,
-            "held": session.held,
-            "turnsSinceRebuild": session.turns_since_rebuild,
+            "heldMessages": None if session.held is None else len(session.held),
             "forceRebuild": session.force_rebuild,
         }
         session.inspect.append(record)

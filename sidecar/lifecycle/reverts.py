@@ -19,6 +19,7 @@ from ..rebuild.fresh import Spares
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession, Unfollowed
 from ..store.archive import TurnArchive, archive_path
+from ..store.ledger import LedgerState
 from ..store.mirror import MirrorError
 from ..store.reads import ArchivedTurns
 from ..translate import turn_key_prefix
@@ -284,17 +285,17 @@ class ClientReverts:
             # Never rebuilt: Codex holds the mirror's turns, worked out afresh
             # from it (a later mismatch with the assembly rebuilds).
             session.held = None
-        if session.inspect is not None:
-            # The ledger a restart restores (the last record, a marker included).
-            marker = {
-                "clientRevert": before,
-                "held": session.held,
-                "turnsSinceRebuild": session.turns_since_rebuild,
-                "rebuilds": session.rebuilds,
-                "projectedEpoch": session.projected_epoch,
-                "forceRebuild": session.force_rebuild,
-            }
-            await trio.to_thread.run_sync(session.inspect.append, marker)
+        if session.ledger is not None:
+            # The ledger a restart restores.
+            now = LedgerState(
+                held=session.held,
+                sizes=session.sizes,
+                turns_since_rebuild=session.turns_since_rebuild,
+                rebuilds=session.rebuilds,
+                force_rebuild=session.force_rebuild,
+                projected_epoch=session.projected_epoch,
+            )
+            await trio.to_thread.run_sync(lambda: session.ledger.reset(now, clientRevert=before))  # type: ignore[union-attr]
         if session.unfollowed is pending:
             session.unfollowed = None if followed else pending
         elif not followed and session.unfollowed is None:
@@ -305,15 +306,14 @@ class ClientReverts:
         log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self.calls.fields(session, turnsForgotten=len(gone))})
 
     async def _ledger_after(self, session: ThreadSession, turn_id: str) -> tuple[list[str], Any, bool] | None:
-        """(held, projectedEpoch, forceRebuild) as the inspect log recorded them
-        after ``turn_id``; None when no full record of it is there."""
-        if session.inspect is None:
+        """(held, projectedEpoch, forceRebuild) as the ledger's journal
+        recorded them after ``turn_id``; None when it no longer reaches back."""
+        if session.ledger is None:
             return None
-        records = await trio.to_thread.run_sync(session.inspect.records)
-        record = next((r for r in reversed(records) if r.get("turnId") == turn_id), None)
-        if record is None or not isinstance(record.get("held"), list) or "forceRebuild" not in record:
+        state = await trio.to_thread.run_sync(session.ledger.after_turn, turn_id)
+        if state is None or state.held is None:
             return None
-        return list(record["held"]), record.get("projectedEpoch"), bool(record["forceRebuild"])
+        return list(state.held), state.projected_epoch, state.force_rebuild
 
     async def settle_unanswered(self, session: ThreadSession, archive: TurnArchive) -> None:
         """Killed after a client revert went to Codex, before its answer was

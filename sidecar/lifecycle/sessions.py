@@ -19,6 +19,7 @@ from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms
 from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path
+from ..store.ledger import Ledger, LedgerState, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, session_path
 from ..store.reads import ArchivedTurns
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
@@ -220,17 +221,9 @@ class Sessions:
             await self.archived.load(session.thread_id)
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
-                last = await trio.to_thread.run_sync(session.inspect.last)
-                if last:
-                    session.projected_epoch = last.get("projectedEpoch")
-                    session.held = last.get("held")
-                    session.turns_since_rebuild = last.get("turnsSinceRebuild")
-                    session.rebuilds = int(last.get("rebuilds") or 0)
-                    session.force_rebuild = bool(last.get("forceRebuild"))
-                    if last.get("rebuilding"):
-                        # Killed between a revert and the turn that carried the
-                        # projection: the thread may hold only its framing.
-                        session.held, session.force_rebuild = [], True
+            if session.ledger is None:
+                session.ledger = Ledger(ledger_path(self.state_dir, session.thread_id))
+                await trio.to_thread.run_sync(_restore_ledger, session)
             if opened and session.mirror is not None:
                 # First opening in this process (within it, a failed follow is
                 # retried by the next turn instead, holding the turn slot).
@@ -333,6 +326,16 @@ class Sessions:
                 session.turns_since_rebuild = [*session.turns_since_rebuild, *added]
             if session.live_turns is not None:
                 session.live_turns.extend(added)
+            if session.ledger is not None:
+                now_state = LedgerState(
+                    held=session.held,
+                    sizes=session.sizes,
+                    turns_since_rebuild=session.turns_since_rebuild,
+                    rebuilds=session.rebuilds,
+                    force_rebuild=session.force_rebuild,
+                    projected_epoch=session.projected_epoch,
+                )
+                await trio.to_thread.run_sync(session.ledger.reset, now_state)
             log.warning(
                 "mirrored turns the transcript lacked (killed before writing them, or run without the sidecar)",
                 extra={"fields": {"threadId": session.thread_id, "turns": len(added)}},
@@ -404,3 +407,23 @@ def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]],
         archive.append_turn(turn)
     return mirror.append_records(records)
 
+
+def _restore_ledger(session: ThreadSession) -> None:
+    """What the Codex thread holds, as the ledger's journal last recorded it."""
+    assert session.ledger is not None and session.inspect is not None
+    state = session.ledger.load()
+    if state == LedgerState():
+        # No journal: a thread of an older state dir keeps its ledger in the
+        # inspection log, with another fingerprint; a thread it says was ever
+        # rebuilt is rebuilt once more to be exact.
+        last = session.inspect.last()
+        if last:
+            state.rebuilds = int(last.get("rebuilds") or 0)
+            state.force_rebuild = bool(state.rebuilds or last.get("forceRebuild") or last.get("rebuilding"))
+    session.held, session.sizes = state.held, dict(state.sizes)
+    session.turns_since_rebuild = state.turns_since_rebuild
+    session.rebuilds, session.force_rebuild, session.projected_epoch = state.rebuilds, state.force_rebuild, state.projected_epoch
+    if state.rebuilding:
+        # Killed between a rebuild and the turn that carried the projection:
+        # the thread may hold only its framing.
+        session.held, session.force_rebuild = [], True

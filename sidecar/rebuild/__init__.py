@@ -20,7 +20,7 @@ from ..proxy import Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
 from ..store.archive import TurnArchive, archive_path
-from ..store.inspect import InspectLog
+from ..store.ledger import LedgerState
 from ..store.reads import ArchivedTurns
 from .inplace import FirstTurnGone, InPlace
 
@@ -71,13 +71,7 @@ class Rebuilder:
         archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
         self.archived.reverting.add(session.thread_id)
         try:
-            marked = await trio.to_thread.run_sync(
-                _before_rebuild,
-                archive,
-                session.live_turns,
-                session.inspect,
-                {"rebuilding": True, "rebuilds": session.rebuilds, "projectedEpoch": session.projected_epoch},
-            )
+            marked = await trio.to_thread.run_sync(_before_rebuild, archive, session)
             # A read answered from here on must see the marks (its response may
             # come in the same pipe read as the revert's, before this task resumes).
             self.archived.forget(session.thread_id)
@@ -90,6 +84,9 @@ class Rebuilder:
                     session.turns_since_rebuild = None
                     self.archived.reverting.discard(session.thread_id)
                     return await self.rebuild(session)
+            if session.ledger is not None:
+                # Nothing moved: the ledger stands as it was before the marker.
+                await trio.to_thread.run_sync(session.ledger.reset, _ledger_state(session))
             return False
         finally:
             self.archived.reverting.discard(session.thread_id)
@@ -112,10 +109,21 @@ class Rebuilder:
         return first.get("id") if isinstance(first, dict) and isinstance(first.get("id"), str) else None
 
 
-def _before_rebuild(archive: TurnArchive, dropped: list[str] | None, inspect: InspectLog | None, marker: dict[str, Any]) -> list[str]:
-    marked = archive.mark_dropped(dropped)
-    if inspect is not None:
-        inspect.append(marker)
+def _ledger_state(session: ThreadSession) -> LedgerState:
+    return LedgerState(
+        held=session.held,
+        sizes=session.sizes,
+        turns_since_rebuild=session.turns_since_rebuild,
+        rebuilds=session.rebuilds,
+        force_rebuild=session.force_rebuild,
+        projected_epoch=session.projected_epoch,
+    )
+
+
+def _before_rebuild(archive: TurnArchive, session: ThreadSession) -> list[str]:
+    marked = archive.mark_dropped(session.live_turns)
+    if session.ledger is not None:
+        session.ledger.rebuilding(session.rebuilds, session.projected_epoch)
     return marked
 
 

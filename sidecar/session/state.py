@@ -18,6 +18,7 @@ import trio
 from engines import AgentMessage, PromptCacheInfo, Usage
 
 from ..store.inspect import InspectLog
+from ..store.ledger import Ledger
 from ..store.mirror import TranscriptMirror
 
 
@@ -122,6 +123,8 @@ class ThreadSession:
     sizes: dict[str, int] = field(default_factory=dict)
     """Characters of each fingerprinted message (for the stale slack)."""
     inspect: InspectLog | None = None
+    ledger: Ledger | None = None
+    """The ledger's durable record (``sidecar.store.ledger``)."""
     framing_only: bool = False
     """A fork the sidecar made from Codex's framing: its ledger starts empty."""
     reverts_unanswered: int = 0
