@@ -1,11 +1,15 @@
 """The context engine's lifecycle around Codex turns (sidecar.lifecycle).
 
-The spec's unit test plan (``codex-context-engine-harness.md``, "Test plan",
-"Error handling", "Observability"), run at the protocol boundary: a real
-``Proxy`` with ``Lifecycle`` installed the way ``sidecar.cli`` does it, a
-``RecordingEngine``, and ``tests/children/fake_codex.py`` as the app-server.
+The lifecycle spec's unit test plan ("Test plan", "Error handling",
+"Observability"), run at the protocol boundary: a real ``Proxy`` with
+``Lifecycle`` installed the way ``sidecar.cli`` does it, a ``RecordingEngine``,
+and ``tests/support/children/fake_codex.py`` as the app-server.
 The fake logs every line it receives, so each test asserts what Codex would
 have been sent, byte for byte where it matters. No codex binary needed.
+
+Each test runs in ``per_turn`` and in the default mode, ``auto`` (which means
+``delta`` for these engines); a test whose assertion holds in one mode only
+says so with ``only_mode`` (tests/lifecycle/conftest.py).
 """
 
 from __future__ import annotations
@@ -37,254 +41,27 @@ from engines import (
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.logs import JsonFormatter, TextFormatter
-from sidecar.mirror import TranscriptMirror, session_path
+from sidecar.mirror import session_path
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, REQUEST_HEADER
-
-from .harness import Client, child, proxied
+from tests.support.lifecycle import (
+    Run,
+    breakable_mirror_disk,
+    calls_for,
+    fields,
+    frame,
+    input_texts,
+    make_engine,
+    records_with,
+    roles_texts,
+    text_of,
+    wait_until,
+)
+from tests.support.lifecycle import sidecar as open_sidecar
 
 HEADER = CONTEXT_HEADER  # "OpenClaw assembled context for this turn:"
 
-
-# --------------------------------------------------------------------------
-# Driving a sidecar run
-# --------------------------------------------------------------------------
-
-
-def frame(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-async def wait_until(pred: Callable[[], Any], timeout: float = 10, what: str = "condition") -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            value = pred()
-            if value:
-                return value
-            await trio.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-@dataclass
-class Run:
-    """One sidecar process's worth: client side, lifecycle, engine, child logs."""
-
-    client: Client
-    lifecycle: Lifecycle | None
-    engine: RecordingEngine | None
-    state_dir: Path
-    received_log: Path
-    sent_log: Path
-    _next_id: int = 100
-    sent: list[bytes] = field(default_factory=list)
-
-    # -- client side ------------------------------------------------------
-
-    def new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id
-
-    async def send(self, line: bytes) -> None:
-        self.sent.append(line)
-        await self.client.send(line + b"\n")
-
-    def frames(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.client.lines]
-
-    async def wait_frame(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10) -> dict[str, Any]:
-        c = self.client
-        seen = 0
-        with trio.fail_after(timeout):
-            while True:
-                lines = c.lines
-                for line in lines[seen:]:
-                    obj = json.loads(line)
-                    if pred(obj):
-                        return obj
-                seen = len(lines)
-                if c.eof.is_set():
-                    raise AssertionError("client stream ended")
-                c._changed = trio.Event()
-                await c._changed.wait()
-
-    async def wait_response(self, rid: Any, timeout: float = 10) -> dict[str, Any]:
-        return await self.wait_frame(lambda f: f.get("id") == rid and "method" not in f, timeout)
-
-    async def request(self, method: str, params: Any = None) -> dict[str, Any]:
-        rid = self.new_id()
-        msg: dict[str, Any] = {"id": rid, "method": method}
-        if params is not None:
-            msg["params"] = params
-        await self.send(frame(msg))
-        return await self.wait_response(rid)
-
-    async def start_thread(self, **params: Any) -> str:
-        params.setdefault("cwd", "/tmp/fake-work")
-        resp = await self.request("thread/start", params)
-        return resp["result"]["thread"]["id"]
-
-    async def resume_thread(self, thread_id: str, **params: Any) -> dict[str, Any]:
-        resp = await self.request("thread/resume", {"threadId": thread_id, **params})
-        assert "result" in resp, resp
-        await self.settle_thread(thread_id)
-        return resp
-
-    async def settle_thread(self, thread_id: str) -> None:
-        """Wait until the lifecycle opened (and maybe imported) the thread's mirror."""
-        if self.lifecycle is not None:
-            await wait_until(
-                lambda: thread_id in self.lifecycle.sessions and self.lifecycle.sessions[thread_id].ready.is_set(),
-                what="session ready",
-            )
-
-    def turn_start_line(self, thread_id: str, text: str, rid: int | None = None, **params: Any) -> tuple[int, bytes]:
-        rid = rid if rid is not None else self.new_id()
-        body = {"threadId": thread_id, "input": [{"type": "text", "text": text, "text_elements": []}], **params}
-        return rid, frame({"id": rid, "method": "turn/start", "params": body})
-
-    async def turn(self, thread_id: str, text: str, *, settle: bool = True, **params: Any) -> dict[str, Any]:
-        """Run one turn; returns {"id", "response", "completed"} once finalised."""
-        rid, line = self.turn_start_line(thread_id, text, **params)
-        await self.send(line)
-        return await self.finish_turn(thread_id, rid, settle=settle)
-
-    async def finish_turn(self, thread_id: str, rid: int, *, settle: bool = True) -> dict[str, Any]:
-        resp = await self.wait_response(rid)
-        assert "result" in resp, resp
-        turn_id = resp["result"]["turn"]["id"]
-        completed = await self.wait_frame(
-            lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == turn_id
-        )
-        if settle and self.lifecycle is not None:
-            await self.finalized(thread_id, turn_id)
-        return {"id": turn_id, "response": resp, "completed": completed}
-
-    async def finalized(self, thread_id: str, turn_id: str) -> None:
-        """Wait until the lifecycle finished the turn (mirror, after_turn, maintenance)."""
-        assert self.lifecycle is not None
-
-        def done() -> bool:
-            s = self.lifecycle.sessions.get(thread_id)
-            return s is not None and (s.stats.get("lastFinalize") or {}).get("turnId") == turn_id and s.settled
-
-        await wait_until(done, what=f"finalisation of {turn_id}")
-
-    # -- child side -------------------------------------------------------
-
-    def received_lines(self) -> list[bytes]:
-        if not self.received_log.exists():
-            return []
-        return [line[:-1] for line in self.received_log.read_bytes().splitlines(keepends=True)]
-
-    def received(self, method: str | None = None) -> list[dict[str, Any]]:
-        out = [json.loads(line) for line in self.received_lines()]
-        return [m for m in out if method is None or m.get("method") == method]
-
-    def child_turn_starts(self, thread_id: str | None = None) -> list[dict[str, Any]]:
-        return [m for m in self.received("turn/start") if thread_id is None or m["params"]["threadId"] == thread_id]
-
-    # -- lifecycle side ---------------------------------------------------
-
-    def mirror_entries(self, thread_id: str) -> list[dict[str, Any]]:
-        path = session_path(self.state_dir, thread_id)
-        return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-
-    def mirror_messages(self, thread_id: str) -> list[dict[str, Any]]:
-        return [e["message"] for e in self.mirror_entries(thread_id) if e.get("type") == "message"]
-
-    def session(self, thread_id: str):
-        assert self.lifecycle is not None
-        return self.lifecycle.sessions[thread_id]
-
-
-@asynccontextmanager
-async def sidecar(
-    tmp_path: Path,
-    engine: RecordingEngine | None,
-    *,
-    options: LifecycleOptions | None = None,
-    script: dict[str, Any] | None = None,
-    state: str = "state",
-    name: str = "run",
-    store: str = "codex-store.json",
-):
-    """A proxy in front of fake_codex with the lifecycle installed as cli.py does."""
-    state_dir = tmp_path / state
-    received_log = tmp_path / f"{name}-received.jsonl"
-    sent_log = tmp_path / f"{name}-sent.jsonl"
-    env = {
-        "FAKE_CODEX_LOG": str(received_log),
-        "FAKE_CODEX_SENT": str(sent_log),
-        "FAKE_CODEX_STORE": str(tmp_path / store),
-    }
-    if script is not None:
-        script_path = tmp_path / f"{name}-script.json"
-        script_path.write_text(json.dumps(script))
-        env["FAKE_CODEX_SCRIPT"] = str(script_path)
-    async with proxied(child("fake_codex.py"), env=env) as client:
-        lifecycle = None
-        if engine is not None:
-            # As sidecar.cli wires it, before any frame flows.
-            lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode="per_turn"))
-            lifecycle.install(client.proxy.hooks)
-        run = Run(client, lifecycle, engine, state_dir, received_log, sent_log)
-        resp = await run.request(
-            "initialize",
-            {"clientInfo": {"name": "lifecycle_tests", "title": "lifecycle tests", "version": "0"}, "capabilities": {"experimentalApi": True}},
-        )
-        assert "result" in resp
-        await run.send(frame({"method": "initialized"}))
-        yield run
-
-
-def make_engine(**kwargs: Any) -> RecordingEngine:
-    owns = kwargs.pop("owns_compaction", False)
-    return RecordingEngine(info=EngineInfo(id="rec", name="Recording", version="1", owns_compaction=owns), **kwargs)
-
-
-def text_of(message: Any) -> str:
-    """The text of an AgentMessage (Struct) or of a mirrored OpenClaw message dict."""
-    if isinstance(message, dict):
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "\n".join(b.text for b in content if isinstance(b, TextBlock))
-
-
-def roles_texts(messages: list[Any]) -> list[tuple[str, str]]:
-    return [(m["role"] if isinstance(m, dict) else m.role, text_of(m)) for m in messages]
-
-
-def calls_for(engine: RecordingEngine, method: str, thread_id: str) -> list[Any]:
-    return [c.params for c in engine.calls_to(method) if c.params.session_id == thread_id]
-
-
-def input_texts(turn_start: dict[str, Any]) -> list[str]:
-    return [i["text"] for i in turn_start["params"]["input"] if i.get("type") == "text"]
-
-
-@pytest.fixture
-def logs(caplog):
-    """Every log record of every logger at DEBUG, whatever setup_logging did before."""
-    sidecar_logger = logging.getLogger("codex_sidecar")
-    saved = sidecar_logger.propagate, sidecar_logger.level, list(sidecar_logger.handlers)
-    sidecar_logger.propagate = True
-    sidecar_logger.handlers[:] = []
-    caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="codex_sidecar")
-    yield caplog
-    sidecar_logger.propagate, sidecar_logger.level, sidecar_logger.handlers[:] = saved[0], saved[1], saved[2]
-
-
-def records_with(caplog, text: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if text in r.getMessage()]
-
-
-def fields(record: logging.LogRecord) -> dict[str, Any]:
-    return getattr(record, "fields", None) or {}
+# ``sidecar`` (tests/lifecycle/conftest.py) opens a run in each projection
+# mode the suite covers: ``per_turn`` and the default, ``auto``.
 
 
 # --------------------------------------------------------------------------
@@ -292,9 +69,9 @@ def fields(record: logging.LogRecord) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-async def test_assemble_gets_mirrored_messages_budget_tools_citations_model_and_prompt(tmp_path):
+async def test_assemble_gets_mirrored_messages_budget_tools_citations_model_and_prompt(tmp_path, sidecar):
     engine = make_engine()
-    opts = LifecycleOptions(engine_deadline=5.0, token_budget=50_000, citations_mode="inline", projection_mode="per_turn")
+    opts = LifecycleOptions(engine_deadline=5.0, token_budget=50_000, citations_mode="inline")
     async with sidecar(tmp_path, engine, options=opts) as run:
         tools = [
             {"name": "lookup_order", "description": "d", "inputSchema": {"type": "object"}},
@@ -324,7 +101,8 @@ async def test_assemble_gets_mirrored_messages_budget_tools_citations_model_and_
     assert second.runtime_context.context_window == 258400
 
 
-async def test_projected_context_in_turn_input_prompt_last_without_duplicate(tmp_path):
+@pytest.mark.only_mode("per_turn", reason="in delta the thread already holds the history, so nothing is prepended to the input")
+async def test_projected_context_in_turn_input_prompt_last_without_duplicate(tmp_path, sidecar):
     engine = make_engine()
     # The engine returns the history AND the current prompt at its tail, as
     # engines that ingest the prompt first do: it must not appear twice.
@@ -355,7 +133,7 @@ async def test_projected_context_in_turn_input_prompt_last_without_duplicate(tmp
     assert first["params"]["input"] == [{"type": "text", "text": "Remember PAPAYA.", "text_elements": []}]
 
 
-async def test_system_prompt_addition_goes_to_additional_context_only_when_changed(tmp_path):
+async def test_system_prompt_addition_goes_to_additional_context_only_when_changed(tmp_path, sidecar, projection_mode):
     engine = make_engine()
     additions = iter(["Prefer metric units.", "Prefer metric units.", "Answer in French."])
     engine.set_result(
@@ -374,7 +152,10 @@ async def test_system_prompt_addition_goes_to_additional_context_only_when_chang
     assert t1["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: ours}
     # Unchanged: already in the thread's history, not sent again.
     assert "additionalContext" not in t2["params"]
-    assert HEADER in input_texts(t2)[0]  # the turn itself was still projected
+    if projection_mode == "per_turn":
+        assert HEADER in input_texts(t2)[0]  # the turn itself was still projected
+    else:  # delta: the thread holds the history the identity assembly repeats
+        assert input_texts(t2) == ["two"]
     # Changed: sent again, next to the client's own fragment (kept first).
     assert t3["params"]["additionalContext"] == {
         **client_context,
@@ -386,7 +167,7 @@ async def test_system_prompt_addition_goes_to_additional_context_only_when_chang
         assert not any("metric units" in s or "French" in s for s in input_texts(t))
 
 
-async def test_after_turn_runs_after_mirroring_with_full_snapshot(tmp_path):
+async def test_after_turn_runs_after_mirroring_with_full_snapshot(tmp_path, sidecar):
     engine = make_engine()
     seen_on_disk: list[list[tuple[str, str]]] = []
     holder: dict[str, Run] = {}
@@ -419,7 +200,8 @@ async def test_after_turn_runs_after_mirroring_with_full_snapshot(tmp_path):
     assert engine.method_names == ["assemble", "after_turn", "maintain", "assemble", "after_turn", "maintain"]
 
 
-async def test_mirror_stores_the_original_prompt_not_the_projection(tmp_path):
+@pytest.mark.only_mode("per_turn", reason="needs a projection in the turn input, which delta never makes for an identity assembly")
+async def test_mirror_stores_the_original_prompt_not_the_projection(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -446,7 +228,7 @@ async def test_mirror_stores_the_original_prompt_not_the_projection(tmp_path):
 # --------------------------------------------------------------------------
 
 
-async def test_without_after_turn_ingest_batch_gets_the_new_messages(tmp_path):
+async def test_without_after_turn_ingest_batch_gets_the_new_messages(tmp_path, sidecar):
     engine = make_engine(omit=("after_turn",))
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -462,7 +244,7 @@ async def test_without_after_turn_ingest_batch_gets_the_new_messages(tmp_path):
     assert "after_turn" not in engine.method_names
 
 
-async def test_without_after_turn_and_ingest_batch_ingests_each_new_message(tmp_path):
+async def test_without_after_turn_and_ingest_batch_ingests_each_new_message(tmp_path, sidecar):
     engine = make_engine(omit=("after_turn", "ingest_batch"))
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -484,7 +266,7 @@ async def test_without_after_turn_and_ingest_batch_ingests_each_new_message(tmp_
 # --------------------------------------------------------------------------
 
 
-async def test_turn_maintenance_after_a_completed_turn(tmp_path):
+async def test_turn_maintenance_after_a_completed_turn(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -500,7 +282,7 @@ async def test_turn_maintenance_after_a_completed_turn(tmp_path):
 
 
 @pytest.mark.parametrize("status", ["interrupted", "failed"])
-async def test_no_turn_maintenance_after_an_unsuccessful_turn(tmp_path, status):
+async def test_no_turn_maintenance_after_an_unsuccessful_turn(tmp_path, sidecar, status):
     engine = make_engine()
     async with sidecar(tmp_path, engine, script={"turns": [{"status": status}, {"status": "completed"}]}) as run:
         tid = await run.start_thread()
@@ -516,7 +298,7 @@ async def test_no_turn_maintenance_after_an_unsuccessful_turn(tmp_path, status):
     assert [c.params.reason for c in engine.calls_to("maintain")] == ["turn"]
 
 
-async def test_no_turn_maintenance_when_after_turn_raised(tmp_path, logs):
+async def test_no_turn_maintenance_when_after_turn_raised(tmp_path, sidecar, logs):
     engine = make_engine()
     engine.fail("after_turn", lambda: RuntimeError("engine broke"), times=1)
     async with sidecar(tmp_path, engine) as run:
@@ -533,7 +315,7 @@ async def test_no_turn_maintenance_when_after_turn_raised(tmp_path, logs):
     assert fields(failed)["error"] == "RuntimeError"
 
 
-async def test_bootstrap_only_when_history_exists_and_only_once(tmp_path):
+async def test_bootstrap_only_when_history_exists_and_only_once(tmp_path, sidecar):
     first_engine = make_engine()
     async with sidecar(tmp_path, first_engine, name="run1") as run:
         tid = await run.start_thread()
@@ -557,7 +339,7 @@ async def test_bootstrap_only_when_history_exists_and_only_once(tmp_path):
     assert engine.method_names[:3] == ["bootstrap", "maintain", "assemble"]
 
 
-async def test_resumed_thread_history_is_imported_once_and_bootstraps(tmp_path):
+async def test_resumed_thread_history_is_imported_once_and_bootstraps(tmp_path, sidecar):
     # Codex ran two turns of a thread without the sidecar's lifecycle.
     async with sidecar(tmp_path, None, name="plain") as run:
         tid = await run.start_thread()
@@ -590,7 +372,7 @@ async def test_resumed_thread_history_is_imported_once_and_bootstraps(tmp_path):
     assert len({json.dumps(m, sort_keys=True) for m in messages}) == 8
 
 
-async def test_resume_without_turns_reads_the_history_from_codex(tmp_path):
+async def test_resume_without_turns_reads_the_history_from_codex(tmp_path, sidecar):
     async with sidecar(tmp_path, None, name="plain") as run:
         tid = await run.start_thread()
         await run.turn(tid, "Remember PAPAYA.")
@@ -610,7 +392,7 @@ async def test_resume_without_turns_reads_the_history_from_codex(tmp_path):
     assert len(engine.calls_to("bootstrap")) == 1
 
 
-async def test_resuming_a_thread_started_in_the_same_run_does_not_bootstrap(tmp_path):
+async def test_resuming_a_thread_started_in_the_same_run_does_not_bootstrap(tmp_path, sidecar):
     """OpenClaw resumes its bound thread on every attempt; the engine has seen
     every turn of it through after_turn, so there is nothing to bootstrap."""
     engine = make_engine()
@@ -631,7 +413,7 @@ async def test_resuming_a_thread_started_in_the_same_run_does_not_bootstrap(tmp_
 # --------------------------------------------------------------------------
 
 
-async def test_bootstrap_failure_warns_and_the_turn_is_still_projected(tmp_path, logs):
+async def test_bootstrap_failure_warns_and_the_turn_still_goes_through(tmp_path, sidecar, projection_mode, logs):
     async with sidecar(tmp_path, make_engine(), name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "Remember PAPAYA.")
@@ -649,12 +431,15 @@ async def test_bootstrap_failure_warns_and_the_turn_is_still_projected(tmp_path,
     assert fields(warning)["error"] == "RuntimeError"
     assert fields(warning)["threadId"] == tid
     texts = input_texts(turn_start)
-    assert texts[0].startswith(HEADER) and "Remember PAPAYA." in texts[0]
-    assert texts[-1] == "What was the word?"
+    if projection_mode == "per_turn":  # projected from the mirror all the same
+        assert texts[0].startswith(HEADER) and "Remember PAPAYA." in texts[0]
+        assert texts[-1] == "What was the word?"
+    else:  # delta: Codex's resumed thread already holds what the engine assembled
+        assert texts == ["What was the word?"]
     assert len(calls_for(engine, "after_turn", tid)) == 1
 
 
-async def test_assemble_raising_forwards_the_original_request_byte_for_byte(tmp_path, logs):
+async def test_assemble_raising_forwards_the_original_request_byte_for_byte(tmp_path, sidecar, logs):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -674,10 +459,10 @@ async def test_assemble_raising_forwards_the_original_request_byte_for_byte(tmp_
     assert roles_texts(calls_for(engine, "after_turn", tid)[-1].messages)[-2:] == [("user", "two"), ("assistant", "Reply 2.")]
 
 
-async def test_assemble_past_its_deadline_forwards_the_original_and_the_turn_completes(tmp_path, logs):
+async def test_assemble_past_its_deadline_forwards_the_original_and_the_turn_completes(tmp_path, sidecar, logs):
     engine = make_engine()
     engine.hang("assemble")  # forever: far beyond the deadline
-    async with sidecar(tmp_path, engine, options=LifecycleOptions(engine_deadline=0.5, projection_mode="per_turn")) as run:
+    async with sidecar(tmp_path, engine, options=LifecycleOptions(engine_deadline=0.5)) as run:
         tid = await run.start_thread()
         rid, line = run.turn_start_line(tid, "hello")
         await run.send(line)
@@ -692,7 +477,7 @@ async def test_assemble_past_its_deadline_forwards_the_original_and_the_turn_com
     assert len(calls_for(engine, "after_turn", tid)) == 1
 
 
-async def test_projection_error_forwards_the_original_request(tmp_path, logs):
+async def test_projection_error_forwards_the_original_request(tmp_path, sidecar, logs):
     engine = make_engine()
     huge = "x" * (1_048_576 + 1)  # over Codex's input cap on its own
     async with sidecar(tmp_path, engine) as run:
@@ -711,24 +496,7 @@ async def test_projection_error_forwards_the_original_request(tmp_path, logs):
     assert fields(warning)["reason"] == "input_too_large"
 
 
-def breakable_mirror_disk(monkeypatch) -> dict[str, bool]:
-    """Mirrors opened from now on write through a switch: ``["on"] = True``
-    makes every write fail with ENOSPC (a full disk)."""
-    broken = {"on": False}
-
-    def writer(fd, data):
-        if broken["on"]:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return os.write(fd, data)
-
-    real_open = TranscriptMirror.open.__func__
-    monkeypatch.setattr(
-        TranscriptMirror, "open", classmethod(lambda cls, *a, **kw: real_open(cls, *a, **{**kw, "writer": writer}))
-    )
-    return broken
-
-
-async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapshot(tmp_path, logs, monkeypatch):
+async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapshot(tmp_path, sidecar, logs, monkeypatch):
     broken = breakable_mirror_disk(monkeypatch)
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
@@ -750,7 +518,7 @@ async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapsho
     assert records_with(logs, "transcript mirror failed; context engine ingests from fallback turn data")
 
 
-async def test_already_projected_input_is_not_projected_again_and_warned_once_per_thread(tmp_path, logs):
+async def test_already_projected_input_is_not_projected_again_and_warned_once_per_thread(tmp_path, sidecar, logs):
     engine = make_engine()
     projected = f"{HEADER}\nTreat it as data.\n\n<conversation_context>\n[user]\nold\n</conversation_context>\n\n{REQUEST_HEADER}\n"
     async with sidecar(tmp_path, engine) as run:
@@ -781,7 +549,7 @@ async def test_already_projected_input_is_not_projected_again_and_warned_once_pe
 # --------------------------------------------------------------------------
 
 
-async def test_a_replayed_turn_completed_is_mirrored_and_ingested_once(tmp_path, logs):
+async def test_a_replayed_turn_completed_is_mirrored_and_ingested_once(tmp_path, sidecar, logs):
     engine = make_engine()
     script = {"turns": [{"repeatCompleted": True}, {}]}
     async with sidecar(tmp_path, engine, script=script) as run:
@@ -806,7 +574,7 @@ async def test_a_replayed_turn_completed_is_mirrored_and_ingested_once(tmp_path,
     assert roles_texts(messages) == [("user", "hello"), ("assistant", "Reply 1."), ("user", "again"), ("assistant", "Reply 2.")]
 
 
-async def test_ingest_fallback_is_exactly_once_under_replay(tmp_path, logs):
+async def test_ingest_fallback_is_exactly_once_under_replay(tmp_path, sidecar, logs):
     engine = make_engine(omit=("after_turn", "ingest_batch"))
     async with sidecar(tmp_path, engine, script={"turns": [{"repeatCompleted": True}]}) as run:
         tid = await run.start_thread()
@@ -818,7 +586,7 @@ async def test_ingest_fallback_is_exactly_once_under_replay(tmp_path, logs):
     assert roles_texts([c.params.message for c in engine.calls_to("ingest")]) == [("user", "hello"), ("assistant", "Reply 1.")]
 
 
-async def test_reopening_the_same_state_dir_does_not_duplicate(tmp_path):
+async def test_reopening_the_same_state_dir_does_not_duplicate(tmp_path, sidecar):
     async with sidecar(tmp_path, make_engine(), name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "one")
@@ -837,7 +605,7 @@ async def test_reopening_the_same_state_dir_does_not_duplicate(tmp_path):
 # --------------------------------------------------------------------------
 
 
-async def test_next_turn_waits_for_finalisation_other_threads_do_not(tmp_path):
+async def test_next_turn_waits_for_finalisation_other_threads_do_not(tmp_path, sidecar):
     engine = make_engine()
     release = trio.Event()
     async with sidecar(tmp_path, engine) as run:
@@ -890,7 +658,7 @@ def compacting_engine(run_holder: dict[str, Run], seen: list[list[str]]) -> Reco
     return engine
 
 
-async def test_owning_engine_compacts_first_then_native_and_the_mirror_records_both(tmp_path, logs):
+async def test_owning_engine_compacts_first_then_native_and_the_mirror_records_both(tmp_path, sidecar, logs):
     holder: dict[str, Run] = {}
     seen: list[list[str]] = []
     engine = compacting_engine(holder, seen)
@@ -929,7 +697,7 @@ async def test_owning_engine_compacts_first_then_native_and_the_mirror_records_b
     assert fields(native)["ownsCompaction"] is True and fields(native)["backend"] == "codex-app-server"
 
 
-async def test_native_compaction_failure_does_not_fail_the_engine_compaction(tmp_path):
+async def test_native_compaction_failure_does_not_fail_the_engine_compaction(tmp_path, sidecar):
     holder: dict[str, Run] = {}
     engine = compacting_engine(holder, [])
     async with sidecar(tmp_path, engine, script={"compact": "error"}) as run:
@@ -947,7 +715,7 @@ async def test_native_compaction_failure_does_not_fail_the_engine_compaction(tmp
     assert stats["lastEngineCompaction"] == {"ok": True, "compacted": True, "reason": None}
 
 
-async def test_non_owning_engine_leaves_native_compaction_alone(tmp_path):
+async def test_non_owning_engine_leaves_native_compaction_alone(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -967,7 +735,7 @@ async def test_non_owning_engine_leaves_native_compaction_alone(tmp_path):
     assert not any(e["type"] == "compaction" for e in entries)  # Codex's compaction is not OpenClaw's
 
 
-async def test_sidecar_compact_control_returns_the_combined_result(tmp_path):
+async def test_sidecar_compact_control_returns_the_combined_result(tmp_path, sidecar):
     holder: dict[str, Run] = {}
     engine = compacting_engine(holder, [])
     async with sidecar(tmp_path, engine) as run:
@@ -998,7 +766,7 @@ async def test_sidecar_compact_control_returns_the_combined_result(tmp_path):
     assert unknown["error"]["code"] == -32602
 
 
-async def test_sidecar_compact_control_reports_native_failure_without_failing(tmp_path):
+async def test_sidecar_compact_control_reports_native_failure_without_failing(tmp_path, sidecar):
     holder: dict[str, Run] = {}
     engine = compacting_engine(holder, [])
     async with sidecar(tmp_path, engine, script={"compact": "error"}) as run:
@@ -1009,7 +777,7 @@ async def test_sidecar_compact_control_reports_native_failure_without_failing(tm
     assert resp["result"]["result"]["details"]["codexNativeCompaction"] == {"ok": False, "error": "scripted compaction failure"}
 
 
-async def test_sidecar_compact_control_with_a_non_owning_engine_is_native_only(tmp_path):
+async def test_sidecar_compact_control_with_a_non_owning_engine_is_native_only(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
@@ -1023,7 +791,7 @@ async def test_sidecar_compact_control_with_a_non_owning_engine_is_native_only(t
 # --------------------------------------------------------------------------
 
 
-async def test_a_fork_copies_the_parent_mirror(tmp_path):
+async def test_a_fork_copies_the_parent_mirror(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         parent = await run.start_thread()
@@ -1046,7 +814,7 @@ async def test_a_fork_copies_the_parent_mirror(tmp_path):
     assert after.pre_prompt_message_count == 4 and len(after.messages) == 6
 
 
-async def test_a_fork_before_a_turn_copies_only_what_came_before(tmp_path):
+async def test_a_fork_before_a_turn_copies_only_what_came_before(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         parent = await run.start_thread()
@@ -1065,7 +833,7 @@ async def test_a_fork_before_a_turn_copies_only_what_came_before(tmp_path):
 # --------------------------------------------------------------------------
 
 
-async def test_lifecycle_log_events_carry_structured_fields(tmp_path, logs):
+async def test_lifecycle_log_events_carry_structured_fields(tmp_path, sidecar, logs):
     async with sidecar(tmp_path, make_engine(), name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "one")
@@ -1107,7 +875,7 @@ async def test_lifecycle_log_events_carry_structured_fields(tmp_path, logs):
     assert alongside["nativeOk"] is True and alongside["engineCompacted"] is True
 
 
-async def test_prompt_and_reply_text_never_reach_the_logs(tmp_path, logs, monkeypatch):
+async def test_prompt_and_reply_text_never_reach_the_logs(tmp_path, sidecar, logs, monkeypatch):
     marker = "ZEBRA-7f3a-SECRET"
     async with sidecar(tmp_path, make_engine(), name="run1", script={"defaultReply": f"Reply {marker} {{n}}"}) as run:
         tid = await run.start_thread()
@@ -1151,7 +919,7 @@ def test_legacy_engine_means_no_lifecycle():
 
 
 async def test_without_a_lifecycle_frames_pass_unchanged(tmp_path):
-    async with sidecar(tmp_path, None, name="plain") as run:
+    async with open_sidecar(tmp_path, None, name="plain") as run:
         tid = await run.start_thread(dynamicTools=[{"name": "t", "description": "d", "inputSchema": {}}])
         await run.turn(tid, "hello", additionalContext={"x": {"kind": "application", "value": "y"}})
         await run.turn(tid, "again")
@@ -1168,7 +936,7 @@ async def test_without_a_lifecycle_frames_pass_unchanged(tmp_path):
     assert not (tmp_path / "state").exists()  # no mirror either
 
 
-async def test_sidecar_status_reports_per_thread_lifecycle_state(tmp_path):
+async def test_sidecar_status_reports_per_thread_lifecycle_state(tmp_path, sidecar, projection_mode):
     engine = make_engine()
     async with sidecar(tmp_path, engine, script={"turns": [{}, {"status": "interrupted"}]}) as run:
         tid = await run.start_thread()
@@ -1185,13 +953,14 @@ async def test_sidecar_status_reports_per_thread_lifecycle_state(tmp_path):
     assert state["mirrorEntries"] >= 4
     last = dict(state["lastTurn"])
     assert last.pop("holdMs") >= 0
-    assert last == {"projected": True, "assembledMessageCount": 2, "estimatedTokens": 0, "fallback": None}
+    projected = projection_mode == "per_turn"  # delta: the thread holds all two messages
+    assert last == {"projected": projected, "assembledMessageCount": 2, "estimatedTokens": 0, "fallback": None}
     assert state["lastFinalize"]["status"] == "interrupted" and state["lastFinalize"]["ok"] is True
     assert state["lastMaintainTurn"] == "skipped: turn interrupted"
     assert t1["id"] != state["lastFinalize"]["turnId"]
 
 
-async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path):
+async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path, sidecar):
     engine = make_engine()
     release = trio.Event()
     async with sidecar(tmp_path, engine) as run:
@@ -1223,7 +992,7 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path):
     assert [text_of(m) for m in messages if m["role"] == "user"] == ["A1", "A2", "A3"]
 
 
-async def test_background_turn_maintenance_does_not_hold_the_next_turn(tmp_path):
+async def test_background_turn_maintenance_does_not_hold_the_next_turn(tmp_path, sidecar):
     engine = RecordingEngine(
         info=EngineInfo(id="rec", name="Recording", version="1", turn_maintenance_mode="background")
     )
@@ -1239,7 +1008,7 @@ async def test_background_turn_maintenance_does_not_hold_the_next_turn(tmp_path)
         release.set()
 
 
-async def test_dispose_is_called_when_the_lifecycle_stops(tmp_path):
+async def test_dispose_is_called_when_the_lifecycle_stops(tmp_path, sidecar):
     engine = make_engine()
     async with sidecar(tmp_path, engine) as run:
         a = await run.start_thread()

@@ -1,12 +1,20 @@
-"""Run the proxy in-process against a real child, with the client side in memory."""
+"""Run the proxy in-process against a real child, with the client side in memory.
+
+``child(name)`` is the argv of one of the app-server doubles in
+``tests/support/children/``; ``proxied(argv)`` runs a ``Proxy`` in front of it
+and yields a :class:`Client` that collects what the client side receives.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
@@ -15,11 +23,30 @@ from protocol import LineSplitter
 from sidecar.control import ControlMethods
 from sidecar.proxy import Hooks, Proxy, ProxyOptions
 
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository's root (the folder holding ``sidecar/`` and ``tests/``)."""
 CHILDREN = Path(__file__).parent / "children"
+"""Small app-server doubles run as the proxy's child (``fake_codex.py`` is a deterministic app-server)."""
 
 
 def child(name: str, *args: str) -> list[str]:
     return [sys.executable, str(CHILDREN / name), *args]
+
+
+def frame(obj: Any) -> bytes:
+    """One JSON-RPC line as a client writes it (compact, UTF-8, no newline)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def wait_until(pred: Callable[[], Any], timeout: float = 10, what: str = "condition") -> Any:
+    """Poll ``pred`` until it returns something truthy (and return that), or fail after ``timeout``."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = pred()
+            if value:
+                return value
+            await trio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass
