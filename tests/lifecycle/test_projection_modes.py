@@ -1,7 +1,7 @@
 """Projection modes (``delta``, ``epoch``) against the fake app-server.
 
 What these tests look at is what each turn's model would see. The fake
-(``tests/children/fake_codex.py``) logs, per accepted ``turn/start``, the
+(``tests/support/children/fake_codex.py``) logs, per accepted ``turn/start``, the
 turns its thread holds (each with the ``additionalContext`` and ``input`` it
 was started with) plus the new turn's own, so "the model saw X" is read from
 the fake, not inferred from the sidecar's ledger. Its ``thread/revert`` and
@@ -26,195 +26,30 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo, UserMessage
-from engines.testkit import RecordingEngine
-from sidecar.archive import archive_path, unwrap_cursor
-from sidecar.lifecycle import Lifecycle, LifecycleOptions
+from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, UserMessage
+from sidecar.lifecycle import LifecycleOptions
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
-
-from .harness import child, proxied
-from .test_lifecycle import Run, calls_for, fields, frame, logs, records_with, roles_texts, wait_until  # noqa: F401  (logs: fixture)
-
-ROOT = Path(__file__).resolve().parent.parent
-CHANNEL = f"turn/start.additionalContext[{CONTEXT_KEY}]"
-REVERT_NOISE = ("thread/reverted", "thread/readState/changed")
-LONG_REPLY = "Reply {n}. " + "All right, noted; " * 25  # ~450 characters
-
-
-# --------------------------------------------------------------------------
-# A sidecar over the fake, with the model's view logged
-
-
-@dataclass
-class ModesRun(Run):
-    model_log: Path = Path("/nonexistent")
-    store_path: Path = Path("/nonexistent")
-
-    def store_turns(self, thread_id: str) -> list[dict[str, Any]]:
-        """The turns the fake Codex itself holds for the thread."""
-        return json.loads(self.store_path.read_text())[thread_id]["turns"]
-
-    def seen(self, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Per accepted turn/start: {threadId, turnId, held: [...], additionalContext, input}."""
-        if not self.model_log.exists():
-            return []
-        out = [json.loads(line) for line in self.model_log.read_text().splitlines() if line.strip()]
-        return [s for s in out if thread_id is None or s["threadId"] == thread_id]
-
-    def child_lines(self, method: str) -> list[bytes]:
-        return [line for line in self.received_lines() if json.loads(line).get("method") == method]
-
-    def child_methods(self) -> list[str]:
-        return [m.get("method") for m in self.received() if "method" in m]
-
-    async def turn_ok(self, thread_id: str, text: str, **params: Any) -> str:
-        done = await self.turn(thread_id, text, **params)
-        assert done["completed"]["params"]["turn"]["status"] == "completed"
-        return done["id"]
-
-    async def status(self) -> dict[str, Any]:
-        resp = await self.request("sidecar/status")
-        return resp["result"]["lifecycle"]
-
-
-@asynccontextmanager
-async def modes_sidecar(
-    tmp_path: Path,
-    engine: RecordingEngine,
-    mode: str = "delta",
-    *,
-    options: LifecycleOptions | None = None,
-    script: dict[str, Any] | None = None,
-    state: str = "state",
-    name: str = "run",
-    store: str = "codex-store.json",
-):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    state_dir = tmp_path / state
-    received_log = tmp_path / f"{name}-received.jsonl"
-    sent_log = tmp_path / f"{name}-sent.jsonl"
-    model_log = tmp_path / f"{name}-model.jsonl"
-    env = {
-        "FAKE_CODEX_LOG": str(received_log),
-        "FAKE_CODEX_SENT": str(sent_log),
-        "FAKE_CODEX_STORE": str(tmp_path / store),
-        "FAKE_CODEX_MODEL": str(model_log),
-    }
-    if script is not None:
-        script_path = tmp_path / f"{name}-script.json"
-        script_path.write_text(json.dumps(script))
-        env["FAKE_CODEX_SCRIPT"] = str(script_path)
-    async with proxied(child("fake_codex.py"), env=env) as client:
-        lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode, stale_floor_chars=0))
-        lifecycle.install(client.proxy.hooks)
-        run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log, store_path=tmp_path / store)
-        resp = await run.request(
-            "initialize",
-            {"clientInfo": {"name": "modes_tests", "title": "projection mode tests", "version": "0"}, "capabilities": {"experimentalApi": True}},
-        )
-        assert "result" in resp
-        await run.send(frame({"method": "initialized"}))
-        yield run
-
-
-# --------------------------------------------------------------------------
-# Engines
-
-
-def make_engine(assemble: Callable[[Any], AssembleResult] | None = None) -> RecordingEngine:
-    engine = RecordingEngine(info=EngineInfo(id="modes", name="Projection modes", version="1"))
-    if assemble is not None:
-        engine.set_result("assemble", assemble)
-    return engine
-
-
-def identity() -> RecordingEngine:
-    return make_engine()  # RecordingEngine assembles the messages unchanged
-
-
-def recall(snippet: Callable[[str], str]) -> RecordingEngine:
-    """History unchanged plus one snippet (keyed by the prompt) appended."""
-    return make_engine(lambda p: AssembleResult(messages=[*p.messages, UserMessage(content=snippet(p.prompt), timestamp=0)], estimated_tokens=1))
-
-
-def summary_text(count: int) -> str:
-    return f"SUMMARY of the {count} earliest messages"
-
-
-def summarising(keep: int = 2, addition: str | None = None) -> RecordingEngine:
-    """Everything but the newest ``keep`` messages replaced by one summary."""
-
-    def assemble(p: Any) -> AssembleResult:
-        messages = list(p.messages)
-        if len(messages) > keep:
-            old = len(messages) - keep
-            summary = CompactionSummaryMessage(summary=summary_text(old), tokens_before=old * 10, timestamp=0)
-            messages = [summary, *messages[old:]]
-        return AssembleResult(messages=messages, estimated_tokens=1, system_prompt_addition=addition)
-
-    return make_engine(assemble)
-
-
-def epochs(per: int = 4) -> RecordingEngine:
-    """History unchanged; a new projection epoch every ``per`` messages."""
-    return make_engine(
-        lambda p: AssembleResult(
-            messages=list(p.messages),
-            estimated_tokens=1,
-            context_projection=ContextProjection(mode="thread_bootstrap", epoch=f"e{len(p.messages) // per}", fingerprint="fp"),
-        )
-    )
-
-
-# --------------------------------------------------------------------------
-# Reading what went where
-
-
-def context_of(turn_start_or_seen: dict[str, Any]) -> str | None:
-    """The projected context block of a child turn/start (or a fake's model record)."""
-    params = turn_start_or_seen.get("params", turn_start_or_seen)
-    extra = params.get("additionalContext") or {}
-    entry = extra.get(CONTEXT_KEY)
-    return entry["value"] if entry else None
-
-
-def input_of(line: bytes) -> bytes:
-    """The raw bytes of a turn/start line's ``"input":[...]`` member."""
-    obj = json.loads(line)
-    raw = json.dumps(obj["params"]["input"], separators=(",", ":"), ensure_ascii=False).encode()
-    assert b'"input":' + raw in line
-    return raw
-
-
-def client_turn_starts(run: ModesRun) -> list[bytes]:
-    return [line for line in run.sent if json.loads(line).get("method") == "turn/start"]
-
-
-def assert_client_unaware(run: ModesRun, thread_id: str) -> None:
-    """Every frame the client got is about its own thread and its own requests:
-    no revert noise, no response to a request it did not send."""
-    sent_ids = {json.loads(line).get("id") for line in run.sent}
-    for f in run.frames():
-        if "method" not in f:
-            assert f.get("id") in sent_ids, f"response to a request the client never sent: {f}"
-            continue
-        assert f["method"] not in REVERT_NOISE, f
-        params = f.get("params") or {}
-        if f["method"] == "thread/status/changed":
-            assert params["status"]["type"] != "notLoaded", f
-        if "threadId" in params:
-            assert params["threadId"] == thread_id, f
-
-
-def inspect_records(run: ModesRun, thread_id: str) -> list[dict[str, Any]]:
-    assert run.lifecycle is not None
-    return run.lifecycle.inspect(thread_id)
+from tests.support.harness import ROOT
+from tests.support.lifecycle import calls_for, fields, frame, records_with, roles_texts, wait_until
+from tests.support.modes import (
+    CHANNEL,
+    LONG_REPLY,
+    assert_client_unaware,
+    client_turn_starts,
+    context_of,
+    epochs,
+    identity,
+    input_of,
+    inspect_records,
+    modes_sidecar,
+    recall,
+    scripted_engine,
+    summarising,
+    summary_text,
+)
 
 
 # --------------------------------------------------------------------------
@@ -414,7 +249,7 @@ async def test_the_slack_never_takes_the_thread_past_the_token_budget(tmp_path):
     for budget, rebuilt in ((None, [False] * 4), (1000, [False, False, True, False])):
         # The default floor (4,000 characters) lets a young thread keep a few snippets.
         options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", token_budget=budget)
-        async with modes_sidecar(tmp_path / str(budget), make_engine(assemble), options=options, script=script) as run:
+        async with modes_sidecar(tmp_path / str(budget), scripted_engine(assemble), options=options, script=script) as run:
             tid = await run.start_thread()
             for n in range(1, 5):
                 await run.turn_ok(tid, f"Prompt {n}, tell me more about it")
@@ -472,7 +307,7 @@ async def test_epoch_mode_requested_by_config_with_an_epoch_from_the_start(tmp_p
     """An engine whose first assembly already has content (a bootstrap
     document): the first turn projects it; the next turn of the epoch does not."""
     doc = UserMessage(content="BOOTSTRAP DOCUMENT", timestamp=0)
-    engine = make_engine(
+    engine = scripted_engine(
         lambda p: AssembleResult(
             messages=[doc, *p.messages],
             estimated_tokens=1,
@@ -548,7 +383,7 @@ async def test_a_turn_refused_after_the_revert_leaves_a_ledger_that_matches_the_
             messages = [CompactionSummaryMessage(summary=summary_text(len(messages)), tokens_before=1, timestamp=0)]
         return AssembleResult(messages=messages, estimated_tokens=1)
 
-    async with modes_sidecar(tmp_path, make_engine(summarise_on_request)) as run:
+    async with modes_sidecar(tmp_path, scripted_engine(summarise_on_request)) as run:
         tid = await run.start_thread()
         t1 = await run.turn_ok(tid, "Q1")
         await run.turn_ok(tid, "Q2")
@@ -843,271 +678,3 @@ async def test_the_slack_floor_keeps_a_young_thread_from_rebuilding_for_one_snip
     # would keep two (~4,800 chars, over it): one rebuild, at turn 3.
     assert status["rebuilds"] == 1
     assert [r["rebuilt"] for r in inspect_records(run, tid)] == [False, False, True]
-
-
-# --------------------------------------------------------------------------
-# reads after rebuilds: the turns Codex forgot come from the sidecar's archive
-
-
-def _response_line(run: ModesRun, rid: Any) -> bytes:
-    return next(line for line in run.client.lines if json.loads(line).get("id") == rid)
-
-
-async def test_reads_and_resumes_answer_with_every_turn_across_rebuilds_and_a_restart(tmp_path):
-    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "W1")
-        t2 = await run.turn_ok(tid, "W2")
-        early = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
-        t3 = await run.turn_ok(tid, "W3")  # rebuild 1: Codex forgets t1, t2
-        t4 = await run.turn_ok(tid, "W4")  # rebuild 2: Codex forgets t3
-        # Loaded in a worker thread after the revert, before any read needs it
-        # (a read would otherwise load it on the event loop).
-        assert run.lifecycle is not None
-        await wait_until(lambda: [t["id"] for t in run.lifecycle.archived._cache.get(tid, [])] == [t1, t2, t3], what="the archived turns loaded")
-        bare = await run.request("thread/read", {"threadId": tid})  # no turns asked for, none added
-    every = [t1, t2, t3, t4]
-    assert run.lifecycle is not None and run.lifecycle.sessions[tid].rebuilds == 2
-    # Nothing to add before a rebuild: Codex's answer reaches the client byte for byte.
-    assert [t["id"] for t in early["result"]["thread"]["turns"]] == [t1, t2]
-    assert _response_line(run, early["id"]) in run.sent_log.read_bytes().splitlines()
-    assert bare["result"]["thread"]["turns"] == []
-    first_items = {
-        f["params"]["turnId"]: [] for f in run.frames() if f.get("method") == "item/completed"
-    }
-    for f in run.frames():
-        if f.get("method") == "item/completed":
-            first_items[f["params"]["turnId"]].append(f["params"]["item"])
-
-    # A fresh sidecar (and a fresh Codex) on the same state: resume and read still show every turn.
-    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
-        resumed = await run2.resume_thread(tid)
-        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
-        without = await run2.request("thread/resume", {"threadId": tid, "excludeTurns": True})
-        t5 = await run2.turn_ok(tid, "W5")  # rebuild 3, after the restart: Codex forgets t4
-        read_after = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
-
-    assert [t["id"] for t in run2.store_turns(tid)] == [t5]
-    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == every
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == every
-    assert without["result"]["thread"]["turns"] == []  # the client asked for none
-    assert [t["id"] for t in read_after["result"]["thread"]["turns"]] == [*every, t5]
-    for turn in read_after["result"]["thread"]["turns"][:4]:
-        assert turn["items"] == first_items[turn["id"]]
-    # Every other field of the responses is Codex's own.
-    codex_read = next(json.loads(line) for line in run2.sent_log.read_bytes().splitlines() if json.loads(line).get("id") == read["id"])
-    assert {k: v for k, v in read["result"]["thread"].items() if k != "turns"} == {
-        k: v for k, v in codex_read["result"]["thread"].items() if k != "turns"
-    }
-    assert read["result"]["thread"]["turns"][-1] == codex_read["result"]["thread"]["turns"][-1]
-    assert_client_unaware(run2, tid)
-
-
-async def test_a_torn_archive_line_loses_only_that_line(tmp_path):
-    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "X1")
-        t2 = await run.turn_ok(tid, "X2")
-        t3 = await run.turn_ok(tid, "X3")  # rebuild: t1, t2 dropped
-    path = archive_path(tmp_path / "state", tid)
-    assert path.stat().st_mode & 0o777 == 0o600
-    with open(path, "ab") as f:
-        f.write(b'{"turn": {"id": "torn", "ite')  # a kill -9 in the middle of a write
-    async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
-        read = await run2.request("thread/read", {"threadId": tid, "includeTurns": True})
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t1, t2, t3]
-
-
-async def test_an_unwritable_archive_costs_the_reads_not_the_turns(tmp_path):
-    (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "turns").write_text("not a folder")  # every archive write fails
-    async with modes_sidecar(tmp_path, summarising(keep=2)) as run:
-        tid = await run.start_thread()
-        await run.turn_ok(tid, "Y1")
-        await run.turn_ok(tid, "Y2")
-        t3 = await run.turn_ok(tid, "Y3")  # the rebuild still happens
-        read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
-        status = await run.status()
-    assert status["rebuilds"] == 1
-    assert [t["id"] for t in read["result"]["thread"]["turns"]] == [t3]  # Codex's own answer
-
-
-async def _list_all(run: ModesRun, tid: str, *, cursor: str | None = None, method: str = "thread/turns/list", **params: Any) -> tuple[list[str], list[dict[str, Any]]]:
-    """Page through a listing to the end (from ``cursor``): the turn ids (or
-    item ids), and every page."""
-    ids: list[str] = []
-    pages: list[dict[str, Any]] = []
-    for _ in range(20):
-        resp = await run.request(method, {"threadId": tid, **params, **({"cursor": cursor} if cursor else {})})
-        assert "result" in resp, resp
-        pages.append(resp["result"])
-        ids += [t["id"] if "id" in t else t["item"]["id"] for t in resp["result"]["data"]]
-        cursor = resp["result"]["nextCursor"]
-        if cursor is None:
-            return ids, pages
-    raise AssertionError(f"thread/turns/list never ended: {ids}")
-
-
-def summarising_once() -> RecordingEngine:
-    """The first two messages replaced by a summary from the third turn on:
-    one rebuild, then plain deltas."""
-
-    def assemble(p: Any) -> AssembleResult:
-        messages = list(p.messages)
-        if len(messages) >= 4:
-            messages = [CompactionSummaryMessage(summary=summary_text(2), tokens_before=20, timestamp=0), *messages[2:]]
-        return AssembleResult(messages=messages, estimated_tokens=1)
-
-    return make_engine(assemble)
-
-
-async def test_turns_list_pages_through_every_turn_across_rebuilds(tmp_path):
-    async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid = await run.start_thread()
-        t1 = await run.turn_ok(tid, "Z1")
-        t2 = await run.turn_ok(tid, "Z2")
-        before = await _list_all(run, tid, limit=1)
-        # Cursors taken before the rebuild, to go on with after it.
-        early_desc = (await run.request("thread/turns/list", {"threadId": tid, "limit": 1}))["result"]
-        early_asc = (await run.request("thread/turns/list", {"threadId": tid, "limit": 1, "sortDirection": "asc"}))["result"]
-        early_items = (await run.request("thread/items/list", {"threadId": tid, "limit": 1}))["result"]
-        t3 = await run.turn_ok(tid, "Z3")  # the rebuild: Codex forgets t1, t2
-        t4 = await run.turn_ok(tid, "Z4")
-        t5 = await run.turn_ok(tid, "Z5")  # Codex holds t3, t4, t5
-        every = [t1, t2, t3, t4, t5]
-        listings = {}
-        for limit in (1, 2, 3, 10, None):
-            for direction in ("asc", "desc"):
-                params = {"sortDirection": direction, **({"limit": limit} if limit else {})}
-                listings[direction, limit] = await _list_all(run, tid, **params)
-        went_on = {
-            "desc": await _list_all(run, tid, cursor=early_desc["nextCursor"], limit=1),
-            "asc": await _list_all(run, tid, cursor=early_asc["nextCursor"], limit=2, sortDirection="asc"),
-            "back": await _list_all(run, tid, cursor=early_desc["backwardsCursor"], limit=2),
-        }
-        every_item = await _list_all(run, tid, method="thread/items/list")
-        items_went_on = await _list_all(run, tid, cursor=early_items["nextCursor"], method="thread/items/list", limit=3)
-        full_view = await _list_all(run, tid, sortDirection="asc", itemsView="full")
-        not_loaded = await _list_all(run, tid, itemsView="notLoaded")
-        frames = run.frames()
-        sent_by_codex = run.sent_log.read_bytes().splitlines()
-
-    assert [t["id"] for t in run.store_turns(tid)] == [t3, t4, t5]
-    assert run.lifecycle is not None and run.lifecycle.sessions[tid].rebuilds == 1
-    assert before[0] == [t2, t1]  # before any rebuild: Codex's own paging, untouched
-    for (direction, limit), (ids, pages) in listings.items():
-        assert ids == (every if direction == "asc" else every[::-1]), (direction, limit)
-        assert all(len(p["data"]) <= limit for p in pages if limit), (direction, limit)
-    # The archived turns in the view asked for; Codex's own as Codex sent them.
-    items = {}
-    for f in frames:
-        if f.get("method") == "item/completed":
-            items.setdefault(f["params"]["turnId"], []).append(f["params"]["item"])
-    for turn in full_view[1][0]["data"]:
-        assert turn["items"] == items[turn["id"]]
-    summary = [t for p in listings["desc", None][1] for t in p["data"]]
-    assert all(t["itemsView"] == "summary" for t in summary if t["id"] in (t1, t2))
-    assert all(t["itemsView"] == "notLoaded" and t["items"] == [] for p in not_loaded[1] for t in p["data"] if t["id"] in (t1, t2))
-    # Cursors taken before the rebuild go on where they were, though Codex
-    # no longer holds the turns they continue from (its own offsets would
-    # now point into the rebuilt thread): the rest of the thread, once each.
-    assert [t["id"] for t in early_desc["data"]] == [t2] and [t["id"] for t in early_asc["data"]] == [t1]
-    assert went_on["desc"][0] == [t1]
-    assert went_on["asc"][0] == [t2, t3, t4, t5]
-    assert went_on["back"][0] == [t2, t1]  # from (and with) the page's first turn, the way asked (newest first)
-    assert early_items["data"][0]["item"]["id"] == every_item[0][0]
-    assert items_went_on[0] == every_item[0][1:]
-    # A page of Codex's own turns only (desc, limit 2, first page) reached the
-    # client as Codex sent it, but for its cursors: wrapped with the turn they
-    # continue from, and unwrapped on their way back; Codex never saw one.
-    first = listings["desc", 2][1][0]
-    assert [t["id"] for t in first["data"]] == [t5, t4]
-    codex_first = next(r for line in sent_by_codex if (r := json.loads(line).get("result")) and r.get("data") == first["data"] and r["nextCursor"] == "fake:2")
-    assert first["nextCursor"] != codex_first["nextCursor"]
-    assert unwrap_cursor(first["nextCursor"]) == (codex_first["nextCursor"], t4, False)
-    assert unwrap_cursor(first["backwardsCursor"]) == (codex_first["backwardsCursor"], t5, True)
-    assert {k: v for k, v in first.items() if not k.endswith("Cursor")} == {k: v for k, v in codex_first.items() if not k.endswith("Cursor")}
-    assert not any("codex-sidecar:" in json.dumps(m.get("params")) for m in run.received("thread/turns/list") + run.received("thread/items/list"))
-    assert_client_unaware(run, tid)
-
-
-async def _four_turns_rebuilt_at_the_third(run: ModesRun, prefix: str) -> tuple[str, list[str]]:
-    """A thread of four turns under summarising_once(): the third rebuilds,
-    so Codex forgets the first two."""
-    tid = await run.start_thread()
-    return tid, [await run.turn_ok(tid, f"{prefix}{n}") for n in range(1, 5)]
-
-
-async def test_a_fork_of_a_rebuilt_thread_lists_every_turn_it_inherits(tmp_path):
-    async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "F")
-        whole = await run.request("thread/fork", {"threadId": tid})
-        through_t3 = await run.request("thread/fork", {"threadId": tid, "lastTurnId": t3})
-        bare = await run.request("thread/fork", {"threadId": tid, "excludeTurns": True})
-        f_all, f_t3 = whole["result"]["thread"]["id"], through_t3["result"]["thread"]["id"]
-        await run.settle_thread(f_all)
-        await run.settle_thread(f_t3)
-        read_all = await run.request("thread/read", {"threadId": f_all, "includeTurns": True})
-        read_t3 = await run.request("thread/read", {"threadId": f_t3, "includeTurns": True})
-        t5 = await run.turn_ok(f_t3, "F5 on the fork")
-        read_t3_after = await run.request("thread/read", {"threadId": f_t3, "includeTurns": True})
-        mirror_t3 = run.mirror_messages(f_t3)
-
-    assert [t["id"] for t in run.store_turns(f_all)] == [t3, t4]  # Codex's copy: since the rebuild
-    assert [t["id"] for t in whole["result"]["thread"]["turns"]] == [t1, t2, t3, t4]
-    assert [t["id"] for t in read_all["result"]["thread"]["turns"]] == [t1, t2, t3, t4]
-    assert [t["id"] for t in through_t3["result"]["thread"]["turns"]] == [t1, t2, t3]
-    assert [t["id"] for t in read_t3["result"]["thread"]["turns"]] == [t1, t2, t3]
-    assert bare["result"]["thread"]["turns"] == []
-    # The fork's own turns go on from there, its archive carried over.
-    assert [t["id"] for t in read_t3_after["result"]["thread"]["turns"]] == [t1, t2, t3, t5]
-    # A fork through t3 mirrors nothing of t4 (lastTurnId cuts the mirror too).
-    assert [m["content"][0]["text"] if isinstance(m["content"], list) else m["content"] for m in mirror_t3 if m["role"] == "user"] == [
-        "F1", "F2", "F3", "F5 on the fork"
-    ]
-
-
-async def _items_all(run: ModesRun, tid: str, **params: Any) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    cursor: Any = params.pop("cursor", None)
-    for _ in range(40):
-        resp = await run.request("thread/items/list", {"threadId": tid, **params, **({"cursor": cursor} if cursor else {})})
-        assert "result" in resp, resp
-        if isinstance(params.get("limit"), int):
-            assert len(resp["result"]["data"]) <= params["limit"]
-        entries += resp["result"]["data"]
-        cursor = resp["result"]["nextCursor"]
-        if cursor is None:
-            return entries
-    raise AssertionError("thread/items/list never ended")
-
-
-async def test_items_list_pages_through_the_archived_turns_items(tmp_path):
-    async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "I")
-        listings = {}
-        for limit in (1, 3, 100, None):
-            for direction in ("asc", "desc"):
-                listings[direction, limit] = await _items_all(run, tid, sortDirection=direction, **({"limit": limit} if limit else {}))
-        default = await _items_all(run, tid)
-        one_turn = await _items_all(run, tid, turnId=t1, limit=1)
-        after_anchor = await _items_all(run, tid, turnId=t2, cursor={"type": "item", "itemId": f"{t2}-user"})
-        before_anchor = await _items_all(run, tid, turnId=t2, sortDirection="desc", cursor={"type": "item", "itemId": f"{t2}-agent"})
-        codex_turn = await _items_all(run, tid, turnId=t4)
-        frames = run.frames()
-
-    every = [(f["params"]["turnId"], f["params"]["item"]["id"]) for f in frames if f.get("method") == "item/completed"]
-    assert [t for t, _ in every] == [t1, t1, t2, t2, t3, t3, t4, t4]
-    for (direction, limit), entries in listings.items():
-        got = [(e["turnId"], e["item"]["id"]) for e in entries]
-        assert got == (every if direction == "asc" else every[::-1]), (direction, limit)
-    assert [(e["turnId"], e["item"]["id"]) for e in default] == every  # oldest first by default
-    items = {i: f["params"]["item"] for f in frames if f.get("method") == "item/completed" for i in [f["params"]["item"]["id"]]}
-    for e in listings["asc", None]:
-        assert e["item"] == items[e["item"]["id"]] and e["startedAtMs"] == e["item"]["startedAtMs"]
-    assert [e["item"]["id"] for e in one_turn] == [f"{t1}-user", f"{t1}-agent"]
-    assert [e["item"]["id"] for e in after_anchor] == [f"{t2}-agent"]
-    assert [e["item"]["id"] for e in before_anchor] == [f"{t2}-user"]
-    assert [e["item"]["id"] for e in codex_turn] == [f"{t4}-user", f"{t4}-agent"]  # Codex's own, forwarded
-    assert not any("codex-sidecar:" in json.dumps(m.get("params")) for m in run.received("thread/items/list"))
-    assert [m["params"].get("turnId") for m in run.received("thread/items/list") if m["params"].get("turnId")] == [t4]

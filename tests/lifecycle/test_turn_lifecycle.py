@@ -14,14 +14,8 @@ says so with ``only_mode`` (tests/lifecycle/conftest.py).
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
-from collections.abc import Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,11 +29,10 @@ from engines import (
     CompactionSummaryMessage,
     CompactResult,
     EngineInfo,
-    TextBlock,
     UserMessage,
 )
 from engines.testkit import RecordingEngine
-from sidecar.lifecycle import Lifecycle, LifecycleOptions
+from sidecar.lifecycle import LifecycleOptions
 from sidecar.logs import JsonFormatter, TextFormatter
 from sidecar.mirror import session_path
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, REQUEST_HEADER
