@@ -1,87 +1,32 @@
-"""Second review of ``rebuild = "fresh"`` (the fixes of 82b850d and 5ce92f0):
-failing tests that pin down bugs in the fixes (each states what should happen).
+"""``rebuild = "fresh"``: thread ids at Codex's edge after a switch.
+
+Once the client's thread lives on a backing thread, every frame between them
+is translated (``sidecar.backing``): the client's id out, the backing id in.
+These pin the cases review found where a frame went to the wrong thread, was
+dropped for naming a hidden id, or leaked the backing id: oversized lines,
+replies and tool arguments that quote the client's id, and ``review/start``'s
+``reviewThreadId``.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from sidecar.backing import BackingThreads
-from tests.test_fresh_rebuild import SCRIPT, fresh, spare_ready
-from tests.test_lifecycle import frame
-from tests.test_projection_modes import modes_sidecar, summarising
+from sidecar.lifecycle import Lifecycle
+from sidecar.proxy import ProxyOptions
+from tests.support.fresh import FIRST_THREAD, SCRIPT, fresh, spare_ready
+from tests.support.harness import child, frame, proxied, wait_until
+from tests.support.modes import ModesRun, modes_sidecar, summarising
 
-C = "01a20000-0000-7000-8000-000000000001"  # the client's thread
+C = FIRST_THREAD  # the client's thread
 S1 = "01a20000-0000-7000-8000-0000000000b1"  # its first spare
-S2 = "01a20000-0000-7000-8000-0000000000b2"  # the next spare
 TURN = "01a20000-0000-7000-8000-0000000000c1"
-
-
-# --------------------------------------------------------------------------
-# 1. A client resume while the switch turn is in flight rolls the switch back
-#    under the running turn: every notification of the turn is dropped.
-
-
-async def test_a_resume_right_after_the_switch_turn_does_not_lose_the_turn(tmp_path):
-    """lifecycle.py _backing_resume: the switch is *pending* from _switch
-    until Codex answers the switch turn/start. A thread/resume the client
-    sends meanwhile (here right behind its turn/start: the gate holds it and
-    releases it the moment the turn/start is forwarded, before Codex
-    answered) rolls the switch back: current = the old thread, the spare
-    (where the turn is running) hidden. turn/started, the items and
-    turn/completed of the client's turn name a hidden thread and are all
-    dropped; confirm() is a no-op (not pending any more). The client's turn
-    never completes, and the sidecar's own mirror/finalize never see it."""
-    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
-        tid = await run.start_thread()
-        for n in range(1, 4):
-            await run.turn_ok(tid, f"P{n}")
-        spare = await spare_ready(run, tid)
-        rid, line = run.turn_start_line(tid, "P4")  # a rebuild: onto the spare
-        await run.send(line)
-        resume_id = run.new_id()
-        await run.send(frame({"id": resume_id, "method": "thread/resume", "params": {"threadId": tid}}))
-        resp = await run.wait_response(rid)
-        assert "result" in resp
-        turn_id = resp["result"]["turn"]["id"]
-        completed: Any = None
-        with trio.move_on_after(3):
-            completed = await run.wait_frame(lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == turn_id)
-        alias = run.lifecycle.backing.aliases[tid]
-    assert [t["id"] for t in run.store_turns(spare)] == [turn_id]  # the turn ran on the spare
-    assert completed is not None, (
-        f"the client's turn never completes: rolled back under it (current={alias.current}, spare {spare} hidden)"
-    )
-
-
-# --------------------------------------------------------------------------
-# 2. _load: a leftover spare is made retired BEFORE the pending switch rolls back
-
-
-def test_load_rolls_a_pending_switch_back_to_the_thread_before_not_to_the_spare(tmp_path):
-    """backing.py _load: a map with a pending switch AND a spare (a spare
-    started while the switch turn was not yet accepted, e.g. after a refused
-    switch turn a native compaction's turn/completed ran _want_spare) is
-    loaded by appending the spare to ``retired`` first, then rollback() pops
-    ``retired[-1]``: the spare (never used, not loaded in the new Codex, no
-    rollout) becomes the client's current thread instead of the thread
-    before the switch. Every resume of the client's thread then fails."""
-    b = BackingThreads(tmp_path)
-    b.remember_start(C, {"cwd": "/w"})
-    b.note_spare(C, S1)
-    b.switch(C)  # pending
-    b.note_spare(C, S2)  # the next spare, before the switch turn was accepted
-    b.save(b.aliases[C])
-    loaded = BackingThreads(tmp_path)
-    alias = loaded.aliases[C]
-    assert alias.current == C, f"rolled back onto {alias.current} (S1={S1}, S2={S2}); retired={alias.retired}"
-
-
-# --------------------------------------------------------------------------
-# 3. The keyed regex still matches members the model writes
 
 
 def test_a_tool_call_whose_arguments_name_the_client_thread_is_not_dropped(tmp_path):
@@ -121,3 +66,79 @@ def test_review_start_answer_does_not_leak_the_backing_thread(tmp_path):
     b.switch(C)
     line = json.dumps({"id": 7, "result": {"reviewThreadId": S1, "turn": {"id": TURN, "items": [], "status": "inProgress"}}}).encode()
     assert S1.encode() not in b.response(line, "review/start")
+
+
+@asynccontextmanager
+async def small_lines_sidecar(tmp_path: Path, max_line: int):
+    """modes_sidecar with a small max_line_bytes (the default is 64 MiB)."""
+    state_dir = tmp_path / "state"
+    env = {
+        "FAKE_CODEX_LOG": str(tmp_path / "received.jsonl"),
+        "FAKE_CODEX_SENT": str(tmp_path / "sent.jsonl"),
+        "FAKE_CODEX_STORE": str(tmp_path / "codex-store.json"),
+        "FAKE_CODEX_MODEL": str(tmp_path / "model.jsonl"),
+        "FAKE_CODEX_SCRIPT": str(tmp_path / "script.json"),
+    }
+    (tmp_path / "script.json").write_text(json.dumps(SCRIPT))
+    opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=max_line)
+    async with proxied(child("fake_codex.py"), env=env, options=opts) as client:
+        engine = summarising(keep=2)
+        lifecycle = Lifecycle(client.proxy, engine, state_dir, fresh())
+        lifecycle.install(client.proxy.hooks)
+        run = ModesRun(
+            client, lifecycle, engine, state_dir, tmp_path / "received.jsonl", tmp_path / "sent.jsonl",
+            model_log=tmp_path / "model.jsonl", store_path=tmp_path / "codex-store.json",
+        )
+        await run.request("initialize", {"clientInfo": {"name": "t", "title": "t", "version": "0"}, "capabilities": {"experimentalApi": True}})
+        await run.send(frame({"method": "initialized"}))
+        yield run
+
+
+async def test_an_oversized_request_after_a_switch_goes_to_the_current_backing_thread(tmp_path):
+    """proxy.py _client_raw_head/_forward_raw: a client line longer than
+    max_line_bytes is streamed to Codex without edge.to_codex, so after a
+    switch it names the client's id, i.e. the RETIRED Codex thread. Its
+    notifications are then about a hidden thread and dropped: the client
+    waits for a turn/completed that never comes. (Oversized answers from
+    Codex likewise reach the client untranslated, naming the backing id.)"""
+    async with small_lines_sidecar(tmp_path, max_line=16 * 1024) as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"O{n}")
+        await spare_ready(run, tid)
+        await run.turn_ok(tid, "O4")  # onto the spare
+        current = run.lifecycle.backing.aliases[tid].current
+        assert current != tid
+        _, line = run.turn_start_line(tid, "big " + "x" * 20_000)
+        await run.send(line)
+        got = await wait_until(
+            lambda: [m for m in run.received("turn/start") if "xxxx" in json.dumps(m["params"]["input"])], what="the big turn/start"
+        )
+    assert got[0]["params"]["threadId"] == current, "the oversized turn/start went to the retired thread"
+
+
+async def test_a_frame_of_the_current_thread_that_mentions_the_client_id_is_not_dropped(tmp_path):
+    """backing.py notification(): after the first switch the client's own id
+    is hidden (it names the retired Codex thread), and ANY quoted UUID in a
+    frame that is hidden drops the whole frame, even when the frame is
+    about the current backing thread. Here the agent's reply is exactly the
+    thread id: item/completed and turn/completed (its summary carries the
+    reply) are dropped and the client's turn never completes. The same
+    happens to an item/tool/call server request whose arguments carry the
+    id as a value (e.g. a session key, which is the thread id by default):
+    Codex then waits for the tool result forever."""
+    script = {**SCRIPT, "defaultReply": FIRST_THREAD}
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=script) as run:
+        tid = await run.start_thread()
+        assert tid == FIRST_THREAD
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"H{n}")
+        await spare_ready(run, tid)
+        rid, line = run.turn_start_line(tid, "H4")
+        await run.send(line)
+        resp = await run.wait_response(rid)
+        turn_id = resp["result"]["turn"]["id"]
+        completed: Any = None
+        with trio.move_on_after(3):
+            completed = await run.wait_frame(lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == turn_id)
+    assert completed is not None, "turn/completed of the client's own turn was dropped"

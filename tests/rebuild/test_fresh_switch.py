@@ -1,7 +1,7 @@
 """``rebuild = "fresh"``: a rebuild moves the client's thread onto a spare
 Codex thread (sidecar/backing.py), behind the client's unchanged thread id.
 
-The fake app-server (tests/children/fake_codex.py) hands out Codex-shaped
+The fake app-server (tests/support/children/fake_codex.py) hands out Codex-shaped
 thread ids here (``uuidThreadIds``). The engine replaces everything but the
 newest two messages by a summary, so from the third turn on every turn is a
 rebuild: the first one reverts (no spare until the engine is seen to
@@ -11,25 +11,13 @@ rebuild), the later ones switch threads once a spare is ready.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import trio
 
 from sidecar.backing import BackingThreads, routing_ids
-from sidecar.inspect import InspectLog, inspect_path
-from sidecar.lifecycle import LifecycleOptions
-from tests.test_lifecycle import frame, wait_until
-from tests.test_projection_modes import assert_client_unaware, context_of, inspect_records, modes_sidecar, summarising, summary_text
-
-SCRIPT = {"uuidThreadIds": True}
-
-
-def fresh(**more: Any) -> LifecycleOptions:
-    return LifecycleOptions(**{"engine_deadline": 5.0, "projection_mode": "delta", "stale_floor_chars": 0, "rebuild": "fresh", **more})
-
-
-async def spare_ready(run, tid: str) -> str:
-    return await wait_until(lambda: run.lifecycle.backing.aliases[tid].spare, what="a spare backing thread")
+from tests.support.fresh import SCRIPT, fresh, spare_ready
+from tests.support.lifecycle import wait_until
+from tests.support.modes import assert_client_unaware, context_of, inspect_records, modes_sidecar, summarising, summary_text
 
 
 async def test_a_rebuild_moves_the_thread_onto_its_spare_and_the_client_never_knows(tmp_path):
@@ -86,84 +74,6 @@ async def test_a_rebuild_waits_briefly_for_a_spare_whose_start_is_on_its_way(tmp
         assert len(reverts) == (1 if switched else 2), wait
         assert (t4 in [t["id"] for t in run.store_turns(tid)]) is not switched, wait
         assert_client_unaware(run, tid)
-
-
-async def test_a_restart_resumes_the_client_thread_on_its_backing_thread(tmp_path):
-    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="one") as run:
-        tid = await run.start_thread()
-        for n in range(1, 4):
-            await run.turn_ok(tid, f"R{n}")
-        await spare_ready(run, tid)
-        t4 = await run.turn_ok(tid, "R4")  # onto the spare
-        left = await spare_ready(run, tid)  # the next spare, left unused by this process
-        current = run.lifecycle.backing.aliases[tid].current
-    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
-        resumed = await run2.resume_thread(tid)
-        t5 = await run2.turn_ok(tid, "R5")
-        alias = run2.lifecycle.backing.aliases[tid]
-    assert resumed["result"]["thread"]["id"] == tid
-    assert [t["id"] for t in resumed["result"]["thread"]["turns"]][-1] == t4
-    assert json.loads(run2.child_lines("thread/resume")[0])["params"]["threadId"] == current
-    assert_client_unaware(run2, tid)
-    # The spare the first process left is not loaded in the new Codex: never
-    # used, still hidden; the new process's first rebuild reverts in place.
-    assert left in alias.retired and alias.current == current
-    assert [t["id"] for t in run2.store_turns(current)] == [t5]
-    assert left not in json.dumps(run2.frames())
-
-
-async def test_a_kill_before_codex_accepted_the_switch_turn_goes_back_to_the_thread_before(tmp_path):
-    """Codex writes no rollout for a thread until it accepts a turn, so a
-    switch saved but never accepted cannot be resumed: the restart goes
-    back to the thread before it, which still holds its turns, and the next
-    turn rebuilds there."""
-    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="one") as run:
-        tid = await run.start_thread()
-        turns = [await run.turn_ok(tid, f"K{n}") for n in range(1, 4)]
-        spare = await spare_ready(run, tid)
-        backing = run.lifecycle.backing
-        # Exactly what _switch persists before the turn goes out, then a SIGKILL:
-        backing.switch(tid)
-        backing.save(backing.aliases[tid])
-        InspectLog(inspect_path(run.state_dir, tid)).append({"rebuilding": True, "rebuilds": 1, "projectedEpoch": None})
-    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
-        resumed = await run2.resume_thread(tid)
-        k4 = await run2.turn_ok(tid, "K4")
-        alias = run2.lifecycle.backing.aliases[tid]
-    assert json.loads(run2.child_lines("thread/resume")[0])["params"]["threadId"] == tid
-    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == turns
-    (start,) = [json.loads(line) for line in run2.child_lines("turn/start")]
-    assert start["params"]["threadId"] == tid
-    context = context_of(start)
-    assert context is not None and summary_text(4) in context  # rebuilt: the whole assembly
-    assert [t["id"] for t in run2.store_turns(tid)] == [k4]
-    assert (alias.current, alias.pending) == (tid, False) and spare in alias.retired
-    assert_client_unaware(run2, tid)
-
-
-async def test_a_switch_turn_codex_refuses_stays_pending_until_a_turn_lands(tmp_path):
-    """Codex refuses the switch turn: the new thread has no rollout yet and
-    the switch stays pending. While the thread is loaded here a resume stays
-    on it, and the next turn lands there (with the whole assembly: the
-    thread holds nothing) and makes it resumable."""
-    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
-        tid = await run.start_thread()
-        turns = [await run.turn_ok(tid, f"Q{n}") for n in range(1, 4)]
-        spare = await spare_ready(run, tid)
-        rid = run.new_id()
-        bad = {"threadId": tid, "input": [{"type": "text", "text": "Q4", "text_elements": []}, {"type": "no-such-input"}]}
-        await run.send(frame({"id": rid, "method": "turn/start", "params": bad}))
-        assert "error" in await run.wait_response(rid)
-        assert run.lifecycle.backing.aliases[tid].pending
-        resumed = await run.resume_thread(tid)
-        q5 = await run.turn_ok(tid, "Q5")
-        alias = run.lifecycle.backing.aliases[tid]
-    assert [t["id"] for t in resumed["result"]["thread"]["turns"]] == turns  # the archived ones, spliced in
-    assert (alias.current, alias.pending) == (spare, False)
-    (start,) = [json.loads(line) for line in run.child_lines("turn/start") if "Q5" in line.decode()]
-    assert start["params"]["threadId"] == spare and summary_text(4) in context_of(start)
-    assert [t["id"] for t in run.store_turns(spare)] == [q5]
-    assert_client_unaware(run, tid)
 
 
 async def test_a_spare_codex_refuses_leaves_the_revert(tmp_path):
@@ -228,3 +138,20 @@ async def test_a_spare_codex_answers_after_the_deadline_is_still_hidden_and_used
     assert not [f for f in run.frames() if spare in routing_ids(json.dumps(f).encode())]
     assert spare not in json.dumps([f for f in run.frames() if f.get("method") in ("thread/started", "thread/status/changed")])
     assert_client_unaware(run, tid)
+
+
+async def test_a_released_thread_does_not_leave_its_spare_loaded(tmp_path):
+    """lifecycle.py _release_session / _on_thread_closed: the client
+    unsubscribes its thread, Codex closes it, the session is released, but
+    the spare started for it stays loaded in Codex for the life of the
+    process (one extra Codex session per thread ever rebuilt)."""
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"L{n}")
+        spare = await spare_ready(run, tid)
+        await run.request("thread/unsubscribe", {"threadId": tid})
+        await wait_until(lambda: tid not in run.lifecycle.sessions, what="session released")
+        await trio.sleep(0.2)
+        unsubscribed = [json.loads(line)["params"]["threadId"] for line in run.child_lines("thread/unsubscribe")]
+    assert spare in unsubscribed, "the spare of a released thread is never unloaded"
