@@ -1,6 +1,6 @@
 """A client's own thread/revert, followed by the mirror and archive: the
 races a third review found (each reproduced before its fix). The fake
-app-server (tests/children/fake_codex.py) reverts like Codex; a turn whose
+app-server (tests/support/children/fake_codex.py) reverts like Codex; a turn whose
 input says HOLD runs until it is interrupted or reverted."""
 
 from __future__ import annotations
@@ -11,8 +11,16 @@ import time
 import trio
 
 from sidecar.archive import TurnArchive, archive_path
-from tests.test_lifecycle import calls_for, frame, roles_texts, wait_until
-from tests.test_projection_modes import _four_turns_rebuilt_at_the_third, identity, modes_sidecar, summarising_once
+from tests.support.lifecycle import calls_for, frame, roles_texts, wait_until
+from tests.support.modes import (
+    context_of,
+    epochs,
+    four_turns_rebuilt_at_the_third,
+    identity,
+    inspect_records,
+    modes_sidecar,
+    summarising_once,
+)
 
 
 def _texts(messages) -> list[str]:
@@ -177,7 +185,6 @@ async def test_a_new_revert_during_a_restart_s_follow_is_followed_too(tmp_path, 
 # framing and holds no epoch, so the next turn (same epoch) still projects
 # the assembly; and so does the first turn after a restart.
 async def test_after_a_revert_of_the_rebuild_s_turn_epoch_mode_projects_again(tmp_path):
-    from tests.test_projection_modes import context_of, epochs
 
     async with modes_sidecar(tmp_path, epochs(per=4), mode="auto", name="one") as run:
         tid = await run.start_thread()
@@ -275,10 +282,9 @@ async def test_a_lost_revert_answer_is_settled_past_turns_the_archive_never_saw(
 # ledger recorded after the last kept turn, so the next turn needs no
 # rebuild (no revert, no lost prompt cache) and projects nothing again.
 async def test_a_client_revert_after_a_rebuild_restores_the_ledger_of_the_last_kept_turn(tmp_path):
-    from tests.test_projection_modes import context_of, inspect_records
 
     async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid, (_, _, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "R")  # Codex holds R3 (+ summary), R4
+        tid, (_, _, t3, t4) = await four_turns_rebuilt_at_the_third(run, "R")  # Codex holds R3 (+ summary), R4
         t5 = await run.turn_ok(tid, "R5")
         assert "result" in await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t5})
         await _idle(run, tid)

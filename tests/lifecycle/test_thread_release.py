@@ -4,7 +4,7 @@ Codex unloads a thread (``thread/closed``) after ``thread/unsubscribe`` and
 its unload delay. The sidecar then closes the thread's transcript mirror and
 drops its in-memory state, once nothing of the thread is under way and Codex
 confirms the thread is not loaded; a later ``thread/resume`` opens it again
-from disk, as after a restart. The fake app-server (tests/children/fake_codex.py)
+from disk, as after a restart. The fake app-server (tests/support/children/fake_codex.py)
 closes a thread as soon as it is unsubscribed.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import trio
 
 from sidecar.mirror import session_path
-from tests.test_lifecycle import frame, wait_until
-from tests.test_projection_modes import identity, modes_sidecar, summarising
+from tests.support.lifecycle import frame, wait_until
+from tests.support.modes import identity, modes_sidecar, summarising
 
 
 def open_paths() -> set[str]:

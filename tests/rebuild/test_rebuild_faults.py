@@ -4,7 +4,7 @@ Kills between a rebuild's marks and its revert, refused reverts, torn
 archive lines, threads the sidecar never archived, unknown ledgers (forks,
 other state dirs), a full disk on a turn without messages, reads racing a
 revert, and item anchors on archived items. Each case was a bug once; the
-fake app-server (tests/children/fake_codex.py) reverts like Codex.
+fake app-server (tests/support/children/fake_codex.py) reverts like Codex.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import trio
 from engines import AssembleResult, CompactionSummaryMessage
 from sidecar.archive import TurnArchive, archive_path
 from sidecar.inspect import InspectLog, inspect_path
-from tests.test_lifecycle import wait_until
-from tests.test_projection_modes import (
-    _four_turns_rebuilt_at_the_third,
-    _items_all,
-    _list_all,
+from tests.support.lifecycle import breakable_mirror_disk, calls_for, frame, roles_texts, wait_until
+from tests.support.modes import (
+    four_turns_rebuilt_at_the_third,
     identity,
-    make_engine,
+    items_all,
+    list_all,
     modes_sidecar,
+    scripted_engine,
     summarising,
     summarising_once,
     summary_text,
@@ -41,9 +41,9 @@ async def test_a_refused_revert_leaves_each_turn_listed_once(tmp_path):
         turns = [await run.turn_ok(tid, f"L{n}") for n in range(1, 4)]  # turn 3 wanted a rebuild; refused
     async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:  # a restart
         await run2.resume_thread(tid)
-        desc, _ = await _list_all(run2, tid)
-        asc, _ = await _list_all(run2, tid, sortDirection="asc", limit=1)
-        items = await _items_all(run2, tid)
+        desc, _ = await list_all(run2, tid)
+        asc, _ = await list_all(run2, tid, sortDirection="asc", limit=1)
+        items = await items_all(run2, tid)
     assert [t["id"] for t in run.store_turns(tid)] == turns  # Codex still has every turn
     assert desc == turns[::-1], desc
     assert asc == turns, asc
@@ -65,7 +65,7 @@ async def test_a_kill_before_the_revert_then_a_client_revert_keeps_the_turn_gone
     # -- SIGKILL here: the revert never went out. --
     async with modes_sidecar(tmp_path, identity(), name="two") as run2:
         await run2.resume_thread(tid)
-        listed, _ = await _list_all(run2, tid)
+        listed, _ = await list_all(run2, tid)
         reverted = await run2.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         assert "result" in reverted
         await run2.wait_frame(lambda f: f.get("method") == "thread/reverted")
@@ -123,7 +123,7 @@ async def test_a_rebuild_without_a_ledger_reverts_to_the_thread_s_first_turn(tmp
         tid = await plain.start_thread()
         for n in range(1, 4):
             await plain.turn_ok(tid, f"U{n}")
-    async with modes_sidecar(tmp_path, make_engine(late_summary), name="engine") as run:
+    async with modes_sidecar(tmp_path, scripted_engine(late_summary), name="engine") as run:
         await run.resume_thread(tid)
         u4 = await run.turn_ok(tid, "U4")  # 6 messages: no rebuild
         u5 = await run.turn_ok(tid, "U5")  # 8 messages: rebuild
@@ -137,7 +137,6 @@ async def test_a_rebuild_without_a_ledger_reverts_to_the_thread_s_first_turn(tmp
 # A turn the client did not start through the sidecar (a native compaction)
 # whose mirror write fails (ENOSPC) is logged; the sidecar keeps answering.
 async def test_a_full_disk_on_a_turn_without_messages_fails_open(tmp_path, monkeypatch):
-    from tests.test_lifecycle import breakable_mirror_disk
 
     broken = breakable_mirror_disk(monkeypatch)
     async with modes_sidecar(tmp_path, identity()) as run:
@@ -163,7 +162,7 @@ def late_summary(p: Any) -> AssembleResult:
 
 
 async def test_a_fork_s_rebuild_drops_the_parent_s_turns_too(tmp_path):
-    async with modes_sidecar(tmp_path, make_engine(late_summary)) as run:
+    async with modes_sidecar(tmp_path, scripted_engine(late_summary)) as run:
         tid = await run.start_thread()
         t1 = await run.turn_ok(tid, "P1")
         t2 = await run.turn_ok(tid, "P2")
@@ -172,7 +171,7 @@ async def test_a_fork_s_rebuild_drops_the_parent_s_turns_too(tmp_path):
         f1 = await run.turn_ok(fork, "F1")  # 6 messages: no rebuild
         await run.turn_ok(fork, "F2")  # 6 messages: no rebuild
         f2 = await run.turn_ok(fork, "F3")  # 8 messages: rebuild
-        listed, _ = await _list_all(run, fork)
+        listed, _ = await list_all(run, fork)
         read = await run.request("thread/read", {"threadId": fork, "includeTurns": True})
     reverts = [r["params"] for r in run.received("thread/revert")]
     seen = run.seen(fork)[-1]
@@ -183,10 +182,10 @@ async def test_a_fork_s_rebuild_drops_the_parent_s_turns_too(tmp_path):
 # F. A thread-wide item anchor naming an archived item is the sidecar's to page.
 async def test_a_thread_wide_item_anchor_on_an_archived_item(tmp_path):
     async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "I")
-        every = await _items_all(run, tid)
-        after = await _items_all(run, tid, cursor={"type": "item", "itemId": f"{t1}-user"})
-        before = await _items_all(run, tid, sortDirection="desc", cursor={"type": "item", "itemId": f"{t2}-agent"})
+        tid, (t1, t2, t3, t4) = await four_turns_rebuilt_at_the_third(run, "I")
+        every = await items_all(run, tid)
+        after = await items_all(run, tid, cursor={"type": "item", "itemId": f"{t1}-user"})
+        before = await items_all(run, tid, sortDirection="desc", cursor={"type": "item", "itemId": f"{t2}-agent"})
     ids = [e["item"]["id"] for e in every]
     assert ids[0] == f"{t1}-user" and len(ids) == 8
     got_after = [e["item"]["id"] for e in after]
@@ -215,7 +214,6 @@ async def test_a_read_sent_during_a_rebuild_lists_the_dropped_turns(tmp_path):
 # turn/start, in the client's order: the revert then drops the new turn as
 # it would without the sidecar, and the mirror and archive agree with Codex.
 async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_path):
-    from tests.test_lifecycle import calls_for, roles_texts
 
     engine = identity()
     async with modes_sidecar(tmp_path, engine) as run:
@@ -251,7 +249,6 @@ async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_pat
 @pytest.mark.parametrize("exclude_turns", [False, True], ids=["with-turns", "excludeTurns"])
 async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path, exclude_turns):
     from sidecar.mirror import session_path
-    from tests.test_lifecycle import calls_for, roles_texts
 
     state = tmp_path / "state"
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
@@ -282,11 +279,10 @@ async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path, exclude_turns
 # turn; the archive, mirror and ledger follow the client's request, and the
 # next turn gives the model exactly what is left.
 async def test_a_client_revert_to_an_archived_turn(tmp_path):
-    from tests.test_lifecycle import calls_for, roles_texts
 
     engine = summarising_once()
     async with modes_sidecar(tmp_path, engine) as run:
-        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "V")
+        tid, (t1, t2, t3, t4) = await four_turns_rebuilt_at_the_third(run, "V")
         assert [t["id"] for t in run.store_turns(tid)] == [t3, t4]
         reverted = await run.request("thread/revert", {"threadId": tid, "beforeTurnId": t2})
         assert "result" in reverted, reverted
@@ -311,7 +307,7 @@ async def test_a_client_revert_to_an_archived_turn(tmp_path):
 async def test_a_fork_through_an_archived_turn(tmp_path):
     engine = summarising_once()
     async with modes_sidecar(tmp_path, engine) as run:
-        tid, (t1, t2, t3, t4) = await _four_turns_rebuilt_at_the_third(run, "G")
+        tid, (t1, t2, t3, t4) = await four_turns_rebuilt_at_the_third(run, "G")
         forked = await run.request("thread/fork", {"threadId": tid, "lastTurnId": t2})
         assert "result" in forked, forked
         fork = forked["result"]["thread"]["id"]
@@ -333,7 +329,7 @@ async def test_a_fork_through_an_archived_turn(tmp_path):
 # its cursor pages on through every turn, each once, in order.
 async def test_resume_initial_turns_page_covers_the_archived_turns(tmp_path):
     async with modes_sidecar(tmp_path, summarising_once(), name="one") as run:
-        tid, turns = await _four_turns_rebuilt_at_the_third(run, "P")
+        tid, turns = await four_turns_rebuilt_at_the_third(run, "P")
         turns.append(await run.turn_ok(tid, "P5"))
     assert len(run.store_turns(tid)) == 3  # Codex holds t3..t5; t1, t2 are archived
     async with modes_sidecar(tmp_path, summarising_once(), name="two") as run2:
@@ -347,7 +343,7 @@ async def test_resume_initial_turns_page_covers_the_archived_turns(tmp_path):
                     assert len(ids) <= limit, (direction, limit, ids)
                 cursor = page["nextCursor"]
                 if cursor is not None:
-                    rest, _ = await _list_all(run2, tid, sortDirection=direction, cursor=cursor, **({"limit": limit} if limit else {}))
+                    rest, _ = await list_all(run2, tid, sortDirection=direction, cursor=cursor, **({"limit": limit} if limit else {}))
                     ids += rest
                 expected = turns if direction == "asc" else turns[::-1]
                 assert ids == expected, (direction, limit, ids)
@@ -358,20 +354,19 @@ async def test_resume_initial_turns_page_covers_the_archived_turns(tmp_path):
 # direction, from (and including) the page's first turn, through to the end.
 async def test_sidecar_pages_carry_working_backwards_cursors(tmp_path):
     async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid, turns = await _four_turns_rebuilt_at_the_third(run, "B")
-        _, pages = await _list_all(run, tid, sortDirection="desc", limit=1)
+        tid, turns = await four_turns_rebuilt_at_the_third(run, "B")
+        _, pages = await list_all(run, tid, sortDirection="desc", limit=1)
         ours = [p for p in pages if p["data"] and p["data"][0]["id"] in turns[:2]]
         assert len(ours) == 2
         for page in ours:
             first = page["data"][0]["id"]
-            back, _ = await _list_all(run, tid, sortDirection="asc", limit=1, cursor=page["backwardsCursor"])
+            back, _ = await list_all(run, tid, sortDirection="asc", limit=1, cursor=page["backwardsCursor"])
             assert back == turns[turns.index(first) :], (first, back)
 
 
 # Requests waiting behind a held turn/start when codex dies get their -32001
 # answer like every pending request.
 async def test_requests_waiting_behind_a_held_turn_start_are_answered_when_codex_dies(tmp_path):
-    from tests.test_lifecycle import frame
 
     engine = identity()
     release = trio.Event()
@@ -408,7 +403,7 @@ async def test_a_fork_s_archive_is_written_before_its_mirror(tmp_path, monkeypat
 
     monkeypatch.setattr(TranscriptMirror, "fork", classmethod(fork))
     async with modes_sidecar(tmp_path, summarising_once()) as run:
-        tid, _ = await _four_turns_rebuilt_at_the_third(run, "Z")
+        tid, _ = await four_turns_rebuilt_at_the_third(run, "Z")
         forked = await run.request("thread/fork", {"threadId": tid})
         await run.settle_thread(forked["result"]["thread"]["id"])
     assert archive_there == [True]
@@ -425,7 +420,6 @@ async def _two_turns(run, prefix: str) -> tuple[str, str, str]:
 # on disk; the next opening of the thread follows the revert before any turn,
 # so the engine never assembles the reverted turns again and reads stay cut.
 async def test_a_kill_before_a_client_revert_is_followed_does_not_bring_its_turns_back(tmp_path):
-    from tests.test_lifecycle import calls_for, roles_texts
 
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
         tid, t1, t2 = await _two_turns(run, "C")
@@ -478,7 +472,6 @@ async def test_requests_behind_a_client_revert_are_not_stuck_behind_a_turn_that_
 # answer: it waits at the gate until the mirror followed the revert, so it
 # neither assembles the reverted turn nor is cut with it.
 async def test_a_turn_pipelined_behind_a_client_revert_is_kept_and_sees_no_reverted_turn(tmp_path):
-    from tests.test_lifecycle import calls_for, frame, roles_texts
 
     engine = identity()
     async with modes_sidecar(tmp_path, engine) as run:
@@ -500,7 +493,6 @@ async def test_a_turn_pipelined_behind_a_client_revert_is_kept_and_sees_no_rever
 # turn follows it before it assembles, so that turn is mirrored after the cut.
 async def test_a_client_revert_the_mirror_failed_to_follow_is_followed_by_the_next_turn(tmp_path, monkeypatch):
     from sidecar.mirror import TranscriptMirror
-    from tests.test_lifecycle import calls_for, roles_texts
 
     real = TranscriptMirror.rewind
     calls: list[int] = []
@@ -531,7 +523,6 @@ async def test_a_client_revert_the_mirror_failed_to_follow_is_followed_by_the_ne
 # cut the turn Codex ran since), so the restart leaves the mirror as it is.
 async def test_a_stale_client_revert_intent_never_cuts_a_later_turn(tmp_path, monkeypatch):
     from sidecar.mirror import TranscriptMirror
-    from tests.test_lifecycle import roles_texts
 
     real = TranscriptMirror.rewind
 
@@ -558,7 +549,6 @@ async def test_a_stale_client_revert_intent_never_cuts_a_later_turn(tmp_path, mo
 # next turn, which is then mirrored and kept.
 async def test_a_client_revert_behind_a_turn_that_never_ends_is_followed_before_the_next_turn(tmp_path):
     from sidecar.lifecycle import LifecycleOptions
-    from tests.test_lifecycle import roles_texts
 
     options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=0.3)
     async with modes_sidecar(tmp_path, identity(), options=options) as run:
@@ -575,7 +565,6 @@ async def _queued_turn_then_client_revert(run, tid: str, queued_text: str) -> tu
     """Q1 and Q2 done; Q3 running (HOLD); a turn/start queued behind it (not
     gated: an interrupt of Q3 must get through); then the client reverts
     before Q2, which ends Q3 too."""
-    from tests.test_lifecycle import frame
 
     t1 = await run.turn_ok(tid, "Q1")
     t2 = await run.turn_ok(tid, "Q2")
@@ -595,7 +584,6 @@ async def _queued_turn_then_client_revert(run, tid: str, queued_text: str) -> tu
 # the turn slot first: it follows the revert itself before assembling, so it
 # sees no reverted turn and is not cut when the forget comes after it.
 async def test_a_turn_queued_before_a_client_revert_follows_it_first(tmp_path):
-    from tests.test_lifecycle import calls_for, roles_texts
 
     engine = identity()
     async with modes_sidecar(tmp_path, engine) as run:
@@ -616,7 +604,6 @@ async def test_a_turn_queued_before_a_client_revert_follows_it_first(tmp_path):
 # requests are not held behind the forget while the turn holds the slot.
 async def test_the_queued_turn_can_be_interrupted_while_the_forget_waits(tmp_path):
     from sidecar.lifecycle import LifecycleOptions
-    from tests.test_lifecycle import frame
 
     options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=60.0)
     async with modes_sidecar(tmp_path, identity(), options=options) as run:
@@ -634,7 +621,6 @@ async def test_the_queued_turn_can_be_interrupted_while_the_forget_waits(tmp_pat
 # it up (it ran on), so a follow that succeeds later never cuts that turn.
 async def test_a_client_revert_given_up_is_not_followed_after_a_later_turn(tmp_path, monkeypatch):
     from sidecar.mirror import TranscriptMirror
-    from tests.test_lifecycle import roles_texts
 
     real = TranscriptMirror.rewind
     calls: list[int] = []
