@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 from protocol import codex
 from tools.codex_home import find_codex_bin
 
-from . import codex_samples as samples
+from tests.support import codex_samples as samples
+from tests.support.harness import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").glob("*.jsonl"))
 CODEX_BIN = find_codex_bin()
 

@@ -14,14 +14,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from sidecar.proxy import effective_busy_poll
+from tests.support.harness import ROOT as REPO
 from tools.bench import bench_env, cpu_seconds, echo_child_argv
 
-REPO = Path(__file__).resolve().parent.parent
 TICK = 1 / os.sysconf("SC_CLK_TCK")
 MULTI_CPU = len(os.sched_getaffinity(0)) > 1
 

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from sidecar.cli import split_drop_in
 from sidecar.config import ConfigError, resolve_codex_bin
 from sidecar.record import read_recording
 
-from .harness import CHILDREN
+from tests.support.harness import CHILDREN
 
 SIDECAR = [sys.executable, "-m", "sidecar"]
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from sidecar.record import Recorder
+from tests.support.harness import CHILDREN, child, proxied
 
-CHILDREN = Path(__file__).parent / "children"
 SIDECAR = [sys.executable, "-m", "sidecar"]
 
 
@@ -163,7 +163,6 @@ async def test_frames_wait_behind_an_oversized_line_still_streaming():
     import trio
 
     from sidecar.proxy import ProxyOptions
-    from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     env = {"BIG_ANSWER_SPLIT": "1", "BIG_ANSWER_PAUSE": "0.5"}
@@ -179,7 +178,6 @@ async def test_frames_wait_behind_an_oversized_line_still_streaming():
 
 async def test_an_oversized_response_answers_its_request_once_with_the_client_s_id():
     from sidecar.proxy import ProxyOptions
-    from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     async with proxied(child("big_answers.py"), options=opts) as c:
@@ -196,7 +194,6 @@ async def test_an_oversized_response_answers_its_request_once_with_the_client_s_
 
 async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
     from sidecar.proxy import ProxyOptions
-    from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     requests = [
@@ -216,7 +213,6 @@ async def test_an_oversized_answer_to_the_sidecar_s_own_request_fails_it_and_sta
     import pytest
 
     from sidecar.proxy import ProxyOptions, RpcError
-    from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     async with proxied(child("big_answers.py"), options=opts) as c:
@@ -240,7 +236,6 @@ async def test_a_malformed_error_code_fails_the_sidecar_s_request_not_the_sideca
     import pytest
 
     from sidecar.proxy import RpcError
-    from tests.harness import proxied
 
     code = (
         "import json, sys\n"
@@ -276,7 +271,6 @@ async def test_an_oversized_server_request_leaves_the_client_s_request_pending()
     import sys as _sys
 
     from sidecar.proxy import ProxyOptions
-    from tests.harness import proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     async with proxied([_sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts) as c:

@@ -16,7 +16,7 @@ from protocol.ids import PREFIX
 from sidecar.proxy import HANDLED, Hooks, ProxyOptions, RpcError
 from sidecar.record import Recorder, read_recording
 
-from .harness import child, proxied
+from tests.support.harness import child, proxied
 
 
 def frame(obj) -> bytes:

@@ -33,9 +33,9 @@ from engines.api import (
 from sidecar import translate as tr
 from sidecar.mirror import MirrorError, TranscriptMirror, entry_id_for_key, session_path
 
-from . import codex_samples as samples
+from tests.support import codex_samples as samples
+from tests.support.harness import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "SECRET-PROMPT-TEXT"
 
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -34,7 +33,8 @@ from tools.fake_model import (
     tool_names,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.harness import ROOT
+
 
 
 def _body(text: str = "hello", **extra) -> dict:

@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 from tools.replay import replay_plan
 
-from .harness import proxied
+from tests.support.harness import ROOT, proxied
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").glob("*.jsonl"))
 EXPECTED = {
     "plain_conversation",
