@@ -33,23 +33,15 @@ import pytest
 import trio
 
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER
+from tests.support.codex import CODEX_BIN, needs_codex
+from tests.support.harness import ROOT
+from tests.support.normalise import client_view, model_view
 from tools.client import AppServerClient, RpcError
-from tools.codex_home import codex_env, find_codex_bin, make_codex_home
+from tools.codex_home import codex_env, make_codex_home
 from tools.fake_model import Failed, FakeModel, Hang, Text, input_texts
 from tools.scenarios import SCENARIOS, codex_connector, connector, prepare_codex_home, run_scenario
 
-from .test_live_transparency import client_view, model_view
-
-CODEX_BIN = find_codex_bin()
-ROOT = Path(__file__).resolve().parent.parent
-
-pytestmark = [
-    pytest.mark.codex,
-    pytest.mark.skipif(
-        CODEX_BIN is None,
-        reason="real codex not installed: run `make setup` or set CODEX_SIDECAR_TEST_CODEX_BIN",
-    ),
-]
+pytestmark = needs_codex
 
 TURN_TIMEOUT = 30.0
 ENGINE_ID = "live-recorder"

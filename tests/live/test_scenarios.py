@@ -15,7 +15,7 @@ import logging
 import pytest
 import trio
 
-from tools.codex_home import find_codex_bin
+from tests.support.codex import CODEX_BIN, needs_codex
 from tools.fake_model import FakeModel, input_texts, tool_names
 from tools.scenarios import (
     APPROVED_FILE,
@@ -30,15 +30,7 @@ from tools.scenarios import (
     run_scenario,
 )
 
-CODEX_BIN = find_codex_bin()
-
-pytestmark = [
-    pytest.mark.codex,
-    pytest.mark.skipif(
-        CODEX_BIN is None,
-        reason="real codex not installed: run `make setup` or set CODEX_SIDECAR_TEST_CODEX_BIN",
-    ),
-]
+pytestmark = needs_codex
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 client does to its thread after the sidecar moved it onto a spare (forks,
 reverts, compaction, interrupts, unsubscribe/resume, names, archiving).
 
-Each test drives the summary engine of tests/test_live_delta.py for six turns
+Each test drives the summary engine of tests/support/live.py for six turns
 (turn 4 rebuilds by revert, turn 6 switches onto the spare), then checks that
 every frame the client receives names only thread ids it knows, that its
 requests are answered, that turns complete, and what the model saw.
@@ -19,23 +19,23 @@ from pathlib import Path
 
 import trio
 
-from tools.client import AppServerClient, RpcError
-from tools.codex_home import make_codex_home
-from tools.fake_model import FakeModel, Hang, Text, input_texts
-
-from .test_live_delta import (
-    CODEX_BIN,  # noqa: F401  (pytestmark's skip)
+from tests.support.codex import needs_codex
+from tests.support.live import (
     SUMMARY_ID,
     TURN_TIMEOUT,
     filler,
     finalized,
     install_engines,
     prompt_of,
-    pytestmark,  # noqa: F401
     sidecar,
     sidecar_env,
     thread_ids_in,
 )
+from tools.client import AppServerClient, RpcError
+from tools.codex_home import make_codex_home
+from tools.fake_model import FakeModel, Hang, Text, input_texts
+
+pytestmark = needs_codex
 
 SWITCH_TURNS = 6
 # Opaque strings that embed the Codex thread's id (a rollout file name; a

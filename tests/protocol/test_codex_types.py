@@ -32,13 +32,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol import codex
-from tools.codex_home import find_codex_bin
 
 from tests.support import codex_samples as samples
+from tests.support.codex import CODEX_BIN
 from tests.support.harness import ROOT
 
 FIXTURES = sorted((ROOT / "fixtures").glob("*.jsonl"))
-CODEX_BIN = find_codex_bin()
 
 ANY = "any"
 
@@ -611,7 +610,7 @@ def test_thread_item_never_raises(value, kind):
 
 
 # --------------------------------------------------------------------------
-# Recorded fixtures (tests/test_replay.py's files), when present
+# Recorded fixtures (tests/tools/test_replay.py's files), when present
 # --------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """sidecar.translate: Codex thread items -> OpenClaw AgentMessages.
 
 Items come from real codex 0.169.0 frames where the fake model can make
-Codex produce them, from the generated schema otherwise (tests/codex_samples.py).
+Codex produce them, from the generated schema otherwise (tests/support/codex_samples.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ was removed from a command's output.
 
 ``SCHEMA_BUILT`` frames cover what the fake model cannot make Codex emit
 (an MCP tool call, a plan, item types this project does not model). They
-follow ``codex app-server generate-json-schema``; ``tests/test_codex_types.py``
+follow ``codex app-server generate-json-schema``; ``tests/protocol/test_codex_types.py``
 validates every sample here against that schema when the binary exists.
 """
 

@@ -24,7 +24,6 @@ from engines.api import AssembleParams, CompactionSummaryMessage, ToolCallBlock,
 from engines.tokens import count_tokens, estimate_message_tokens, estimate_messages_tokens
 from sidecar.projection import CONTEXT_HEADER
 from tools import bench_context as bc
-from tools.codex_home import find_codex_bin
 from tools.context_engines import (
     BUDGET_ID,
     DIST_NAME,
@@ -38,8 +37,6 @@ from tools.context_engines import (
     snippet_text,
     write_dist_info,
 )
-
-CODEX_BIN = find_codex_bin()
 
 
 # ---------------------------------------------------------------- the script
@@ -228,12 +225,11 @@ def test_the_dist_info_registers_the_engines_for_the_loader(tmp_path, monkeypatc
 
 
 @pytest.mark.codex
-@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
-def test_three_turns_native_and_identity_per_turn_measured_from_real_bodies(tmp_path):
+def test_three_turns_native_and_identity_per_turn_measured_from_real_bodies(tmp_path, codex_bin):
     script = bc.build_script(3)
     paths = bc.prepare(tmp_path)
-    native = bc.run_one("native", None, None, script, paths, 0, CODEX_BIN, keep_bodies=True)
-    proxied = bc.run_one("identity+per_turn", "identity", "per_turn", script, paths, 1, CODEX_BIN, keep_bodies=True)
+    native = bc.run_one("native", None, None, script, paths, 0, codex_bin, keep_bodies=True)
+    proxied = bc.run_one("identity+per_turn", "identity", "per_turn", script, paths, 1, codex_bin, keep_bodies=True)
     for run in (native, proxied):
         assert run.ok, run.error or run.note
         assert not run.failed_turns
@@ -324,8 +320,7 @@ def test_a_paired_sidecar_run_is_judged_against_its_own_partner_only():
 
 
 @pytest.mark.codex
-@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
-def test_a_pair_takes_turns_and_the_table_reads_its_ratio_from_the_pair(tmp_path, monkeypatch):
+def test_a_pair_takes_turns_and_the_table_reads_its_ratio_from_the_pair(tmp_path, monkeypatch, codex_bin):
     order = []
     turn = bc._Session.turn
 
@@ -360,10 +355,9 @@ def test_a_pair_takes_turns_and_the_table_reads_its_ratio_from_the_pair(tmp_path
 
 
 @pytest.mark.codex
-@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
-def test_when_one_session_of_a_pair_fails_neither_gives_a_wall_figure(tmp_path):
+def test_when_one_session_of_a_pair_fails_neither_gives_a_wall_figure(tmp_path, codex_bin):
     paths = bc.prepare(tmp_path)
-    side, native = bc.run_together([("identity+bogus", "identity", "bogus"), (bc.CONTROL_LABEL, None, None)], bc.build_script(2), paths, 0, CODEX_BIN)
+    side, native = bc.run_together([("identity+bogus", "identity", "bogus"), (bc.CONTROL_LABEL, None, None)], bc.build_script(2), paths, 0, codex_bin)
     assert not side.available and "mode not available" in side.note
     assert not native.ok and native.error.startswith("stopped: identity+bogus")
     assert bc.bracketed_walls([side, native]) == {}
@@ -412,13 +406,12 @@ def test_the_engines_memos_never_serve_a_stale_answer():
     assert ce._message_tokens(b) > n  # is not trusted
 
 
-@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
-def test_model_latency_delays_every_model_response(tmp_path, monkeypatch):
+def test_model_latency_delays_every_model_response(tmp_path, monkeypatch, codex_bin):
     """--model-latency-ms: each model request waits that long, so a turn of n
     requests takes at least n times it (a lower bound a sleep guarantees)."""
     monkeypatch.setattr(bc, "MODEL_LATENCY", [0.25])
     script = bc.build_script(2)
-    run = bc.run_one("native", None, None, script, bc.prepare(tmp_path), 0, CODEX_BIN)
+    run = bc.run_one("native", None, None, script, bc.prepare(tmp_path), 0, codex_bin)
     assert run.ok, run.error or run.note
     assert [round(w, 2) >= 0.25 * t.requests for w, t in zip(run.turn_walls, script)] == [True, True]
     with pytest.raises(SystemExit):

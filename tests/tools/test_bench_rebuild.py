@@ -15,9 +15,6 @@ import pytest
 from sidecar.projection import CONTEXT_PART_BYTES
 from tools import bench_context as bc
 from tools import bench_rebuild as br
-from tools.codex_home import find_codex_bin
-
-CODEX_BIN = find_codex_bin()
 
 
 def test_context_block_is_split_like_the_sidecar_does():
@@ -59,9 +56,8 @@ def _context(body: dict) -> str:
     return json.dumps([i for i in body.get("input") or [] if "<openclaw_context" in json.dumps(i)])
 
 
-@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
 @pytest.mark.parametrize("variant", ["revert", "fresh"])
-def test_the_variants_rebuild_for_real(tmp_path, variant):
+def test_the_variants_rebuild_for_real(tmp_path, variant, codex_bin):
     import trio
 
     script = [bc.Turn(f"prompt number {i} about PAPAYA{i}", f"reply number {i}") for i in range(4)]
@@ -69,7 +65,7 @@ def test_the_variants_rebuild_for_real(tmp_path, variant):
     bc.make_workspace(tmp_path / "work")
     (tmp_path / "home").mkdir()
     run = br.Run(variant)
-    bodies = trio.run(br.session, run, script, at, tmp_path, CODEX_BIN, 0)
+    bodies = trio.run(br.session, run, script, at, tmp_path, codex_bin, 0)
     assert not run.failed and len(run.turn_ms) == 4
     assert len(bodies) == 4
     before, rebuilt, after = bodies[1], bodies[2], bodies[3]
@@ -88,14 +84,13 @@ def test_the_variants_rebuild_for_real(tmp_path, variant):
         assert len(run.op_ms) >= 1  # spares started in the background
 
 
-@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
-def test_growth_mode_reverts_one_thread_and_resumes_both(tmp_path, capsys):
+def test_growth_mode_reverts_one_thread_and_resumes_both(tmp_path, capsys, codex_bin):
     import trio
 
     (tmp_path / "home").mkdir()
     bc.make_workspace(tmp_path / "work")
     result = br.Growth()
-    trio.run(br.growth, result, 3, tmp_path, CODEX_BIN)
+    trio.run(br.growth, result, 3, tmp_path, codex_bin)
     assert result.failed == 0 and len(result.revert_ms) == 3
     assert set(result.resume_ms) == {"plain", "reverted", "plain again", "reverted again"}
     text = br.growth_report(result)
