@@ -632,7 +632,7 @@ def test_char_budget_for_tokens():
         char_budget_for_tokens(10, chars_per_token=0)
 
 
-def test_bad_arguments():
+def test_bad_budgets_and_input_items_are_refused():
     with pytest.raises(ValueError):
         project_turn_input([], [], char_budget=0)
     with pytest.raises(ValueError):

@@ -494,7 +494,7 @@ def test_turn_notifications_and_usage():
     assert usage.token_usage.model_context_window == raw["modelContextWindow"]
 
 
-def test_request_params():
+def test_request_params_decode_into_typed_structs():
     start = codex.decode_params("thread/start", samples.frame("thread/start")["params"])
     assert start.developer_instructions == "Scenario developer instructions: answer briefly."
     assert start.dynamic_tool_names() == ["get_weather"]

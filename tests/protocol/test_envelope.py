@@ -19,7 +19,7 @@ from protocol.ids import PREFIX
         (b'{"id":1.5,"result":{}}', Kind.RESPONSE),
     ],
 )
-def test_kinds(line, kind):
+def test_parse_tells_requests_notifications_responses_and_errors_apart(line, kind):
     assert parse(line).kind is kind
 
 
