@@ -155,7 +155,7 @@ def inspect_cmd(ctx: click.Context, thread: str, as_json: bool) -> None:
 
     Reads the state directory, so it works while the sidecar runs or after.
     """
-    from .inspect import InspectLog, inspect_path
+    from .store.inspect import InspectLog, inspect_path
 
     settings = ctx.obj
     state_dir = settings.get("state_dir") or str(default_state_dir())

@@ -10,7 +10,7 @@ import time
 
 import trio
 
-from sidecar.archive import TurnArchive, archive_path
+from sidecar.store.archive import TurnArchive, archive_path
 from tests.support.lifecycle import calls_for, frame, roles_texts, wait_until
 from tests.support.modes import (
     context_of,
@@ -37,10 +37,10 @@ async def _idle(run, tid: str) -> None:
 async def _revert_answer_lost(tmp_path, monkeypatch) -> tuple[str, str, str]:
     """K1, K2, then the client reverts before K2: Codex carries it out, and
     the sidecar is killed before it reads the answer (its hook never runs)."""
-    from sidecar.lifecycle import Lifecycle
+    from sidecar.lifecycle.reverts import ClientReverts
 
     with monkeypatch.context() as patch:
-        patch.setattr(Lifecycle, "_on_client_revert_response", lambda self, msg, pending: None)  # the kill
+        patch.setattr(ClientReverts, "on_revert_response", lambda self, msg, pending: None)  # the kill
         async with modes_sidecar(tmp_path, identity(), name="one") as run:
             tid = await run.start_thread()
             t1 = await run.turn_ok(tid, "K1")

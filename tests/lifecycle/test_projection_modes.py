@@ -424,7 +424,7 @@ async def test_a_rebuild_s_turn_does_not_wait_for_thread_reverted(tmp_path):
         t4 = await run.turn_ok(tid, "L4")
         await run.request("thread/read", {"threadId": tid})  # lets a late thread/reverted out
         assert run.lifecycle is not None
-        await wait_until(lambda: not run.lifecycle._reverting, what="the revert filter to end")
+        await wait_until(lambda: not run.lifecycle.reverting, what="the revert filter to end")
 
     reverts = run.received("thread/revert")
     assert reverts and reverts[0]["params"]["beforeTurnId"] != t3
@@ -451,7 +451,7 @@ async def test_a_rebuild_s_late_thread_reverted_is_not_taken_for_the_next_rebuil
         for _ in range(2):
             await run.request("thread/read", {"threadId": tid})  # lets the last one out
         assert run.lifecycle is not None
-        await wait_until(lambda: not run.lifecycle._reverting, what="the revert filter to end")
+        await wait_until(lambda: not run.lifecycle.reverting, what="the revert filter to end")
     sent = [json.loads(line) for line in run.sent_log.read_bytes().splitlines()]
     assert len(run.received("thread/revert")) == 3
     assert sum(1 for f in sent if f.get("method") == "thread/reverted") == 3
@@ -645,7 +645,7 @@ async def test_a_kill_between_revert_and_turn_start_forces_a_full_rebuild_on_res
     projection leaves the "rebuilding" marker last in the ledger: the thread
     may hold only its framing, so the next process must not trust the older
     ledger (with an identity engine it would otherwise project nothing)."""
-    from sidecar.inspect import InspectLog, inspect_path
+    from sidecar.store.inspect import InspectLog, inspect_path
 
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
         tid = await run.start_thread()

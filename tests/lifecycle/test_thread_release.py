@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from sidecar.mirror import session_path
+from sidecar.store.mirror import session_path
 from tests.support.lifecycle import frame, wait_until
 from tests.support.modes import identity, modes_sidecar, summarising
 

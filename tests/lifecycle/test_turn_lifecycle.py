@@ -34,7 +34,7 @@ from engines import (
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import LifecycleOptions
 from sidecar.logs import JsonFormatter, TextFormatter
-from sidecar.mirror import session_path
+from sidecar.store.mirror import session_path
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, REQUEST_HEADER
 from tests.support.lifecycle import (
     Run,

@@ -16,8 +16,8 @@ from typing import Any
 
 import trio
 
-from sidecar.backing import BackingThreads
-from sidecar.inspect import InspectLog, inspect_path
+from sidecar.rebuild.backing import BackingThreads
+from sidecar.store.inspect import InspectLog, inspect_path
 from tests.support.fresh import FIRST_THREAD, SCRIPT, codex_forgets_zero_turn_threads, fresh, spare_ready
 from tests.support.lifecycle import frame
 from tests.support.modes import assert_client_unaware, context_of, modes_sidecar, summarising, summary_text
@@ -161,8 +161,8 @@ def test_overlapping_saves_never_leave_the_disk_switched_while_memory_is_not(tmp
     import os as real_os
     import threading
 
-    import sidecar.backing as backing_mod
-    from sidecar.backing import BackingThreads
+    import sidecar.rebuild.backing as backing_mod
+    from sidecar.rebuild.backing import BackingThreads
 
     x, s = FIRST_THREAD, "01a20000-0000-7000-8000-0000000000b1"
     b = BackingThreads(tmp_path)

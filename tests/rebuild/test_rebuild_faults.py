@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from engines import AssembleResult, CompactionSummaryMessage
-from sidecar.archive import TurnArchive, archive_path
-from sidecar.inspect import InspectLog, inspect_path
+from sidecar.store.archive import TurnArchive, archive_path
+from sidecar.store.inspect import InspectLog, inspect_path
 from tests.support.lifecycle import breakable_mirror_disk, calls_for, frame, roles_texts, wait_until
 from tests.support.modes import (
     four_turns_rebuilt_at_the_third,
@@ -248,7 +248,7 @@ async def test_requests_behind_a_held_turn_start_keep_the_client_s_order(tmp_pat
 # the ledger knows Codex holds it (no rebuild, nothing projected again).
 @pytest.mark.parametrize("exclude_turns", [False, True], ids=["with-turns", "excludeTurns"])
 async def test_a_resume_mirrors_the_turn_a_kill_left_out(tmp_path, exclude_turns):
-    from sidecar.mirror import session_path
+    from sidecar.store.mirror import session_path
 
     state = tmp_path / "state"
     async with modes_sidecar(tmp_path, identity(), name="one") as run:
@@ -392,7 +392,7 @@ async def test_requests_waiting_behind_a_held_turn_start_are_answered_when_codex
 # says the fork was opened, so a kill between the two cannot leave a fork
 # whose reads miss the archived turns it inherits.
 async def test_a_fork_s_archive_is_written_before_its_mirror(tmp_path, monkeypatch):
-    from sidecar.mirror import TranscriptMirror
+    from sidecar.store.mirror import TranscriptMirror
 
     real_fork = TranscriptMirror.fork.__func__
     archive_there: list[bool] = []
@@ -492,7 +492,7 @@ async def test_a_turn_pipelined_behind_a_client_revert_is_kept_and_sees_no_rever
 # The mirror fails to follow a client revert (a full disk, once): the next
 # turn follows it before it assembles, so that turn is mirrored after the cut.
 async def test_a_client_revert_the_mirror_failed_to_follow_is_followed_by_the_next_turn(tmp_path, monkeypatch):
-    from sidecar.mirror import TranscriptMirror
+    from sidecar.store.mirror import TranscriptMirror
 
     real = TranscriptMirror.rewind
     calls: list[int] = []
@@ -522,7 +522,7 @@ async def test_a_client_revert_the_mirror_failed_to_follow_is_followed_by_the_ne
 # thread goes on, then a restart: the intent is too late to follow (it would
 # cut the turn Codex ran since), so the restart leaves the mirror as it is.
 async def test_a_stale_client_revert_intent_never_cuts_a_later_turn(tmp_path, monkeypatch):
-    from sidecar.mirror import TranscriptMirror
+    from sidecar.store.mirror import TranscriptMirror
 
     real = TranscriptMirror.rewind
 
@@ -620,7 +620,7 @@ async def test_the_queued_turn_can_be_interrupted_while_the_forget_waits(tmp_pat
 # The mirror keeps failing to follow: the first turn after the revert gives
 # it up (it ran on), so a follow that succeeds later never cuts that turn.
 async def test_a_client_revert_given_up_is_not_followed_after_a_later_turn(tmp_path, monkeypatch):
-    from sidecar.mirror import TranscriptMirror
+    from sidecar.store.mirror import TranscriptMirror
 
     real = TranscriptMirror.rewind
     calls: list[int] = []

@@ -1,4 +1,4 @@
-"""sidecar.mirror: the OpenClaw JSONL transcript mirror.
+"""sidecar.store.mirror: the OpenClaw JSONL transcript mirror.
 
 Round trips, idempotency (also across reopen, instances and processes), torn
 lines, write errors (a failing writer seam and the kernel's own ENOSPC from
@@ -31,7 +31,7 @@ from engines.api import (
     to_openclaw,
 )
 from sidecar import translate as tr
-from sidecar.mirror import MirrorError, TranscriptMirror, entry_id_for_key, session_path
+from sidecar.store.mirror import MirrorError, TranscriptMirror, entry_id_for_key, session_path
 
 from tests.support import codex_samples as samples
 from tests.support.harness import ROOT
@@ -410,7 +410,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from engines.api import UserMessage
-    from sidecar.mirror import TranscriptMirror
+    from sidecar.store.mirror import TranscriptMirror
     path, tag, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     shared = sys.argv[5] == "shared" if len(sys.argv) > 5 else False
     m = TranscriptMirror.open(path, "s")

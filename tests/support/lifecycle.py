@@ -24,7 +24,7 @@ import trio
 from engines import EngineInfo, TextBlock
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
-from sidecar.mirror import TranscriptMirror, session_path
+from sidecar.store.mirror import TranscriptMirror, session_path
 
 from .harness import Client, child, frame, proxied, wait_until
 

@@ -61,7 +61,7 @@ import msgspec
 
 from engines.api import AGENT_MESSAGE_ROLES, AgentMessage, CompactionSummaryMessage, from_openclaw, to_openclaw
 
-from .translate import MirrorMessage, NativeCompaction, Translated
+from ..translate import MirrorMessage, NativeCompaction, Translated
 
 log = logging.getLogger("codex_sidecar.mirror")
 

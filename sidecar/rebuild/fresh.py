@@ -7,24 +7,27 @@ and hiding it from the moment Codex answers, switching a rebuild onto it
 backing thread (sticky turn settings, its name, a resume's overrides), and
 what happens to retired threads and spares when the client's thread is
 resumed, closed, deleted or archived. :class:`Spares` runs inside the
-lifecycle's nursery and uses its proxy, options and sessions.
+relay's nursery; :meth:`Spares.rebuild` is the fresh rebuild strategy
+(:mod:`sidecar.rebuild` falls back to the in-place one when it cannot).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
 
 from protocol import decode, parse, rewrite
 
-from .backing import STICKY_TURN_KEYS, Alias
-from .proxy import Decision, Message, PendingRequest, RpcError
-
-if TYPE_CHECKING:
-    from .lifecycle import Lifecycle, ThreadSession
+from ..proxy import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from ..session.options import LifecycleOptions
+from ..session.state import RequestParams, ThreadSession, log_fields
+from ..store.archive import TurnArchive
+from ..store.reads import ArchivedTurns
+from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -39,8 +42,23 @@ are taken as the spare's and dropped."""
 
 
 class Spares:
-    def __init__(self, lifecycle: "Lifecycle") -> None:
-        self.lc = lifecycle
+    def __init__(
+        self,
+        backing: BackingThreads | None,
+        proxy: Proxy,
+        archived: ArchivedTurns,
+        options: LifecycleOptions,
+        sessions: dict[str, ThreadSession],
+        requests: RequestParams,
+        engine_id: str,
+    ) -> None:
+        self.backing = backing
+        self.proxy = proxy
+        self.archived = archived
+        self.options = options
+        self.sessions = sessions
+        self.requests = requests
+        self.engine_id = engine_id
         self.engine_rebuilds = False
         """The engine was seen to rebuild, drop held content or report a
         projection epoch: threads keep a spare ready from then on (before
@@ -51,21 +69,57 @@ class Spares:
         self._answered: dict[str, trio.Event] = {}
         """Set when a client thread's spare start is answered or given up."""
 
-    @property
-    def backing(self) -> Any:
-        return self.lc.backing
+    # ---------------------------------------- the client's requests, followed
 
-    @property
-    def proxy(self) -> Any:
-        return self.lc.proxy
+    def install(self, hooks: Hooks, remember: Callable[[Message], Decision]) -> None:
+        """The hooks only backing threads need (a name and a delete or archive
+        follow the client's thread onto every Codex thread behind it)."""
+        if self.backing is None:
+            return
+        hooks.on_client_request("thread/name/set", self.on_name_set)
+        for method in ("thread/delete", "thread/archive"):
+            hooks.on_client_request(method, remember)
+            hooks.on_response(method, self.follow_to_retired)
 
-    @property
-    def options(self) -> Any:
-        return self.lc.options
+    def client_start(self) -> None:
+        """The client starts, resumes or forks a thread: notifications that
+        name no thread are its own until its answer (not a spare's)."""
+        if self.backing is not None:
+            self.backing.spare_starts = 0
 
-    @property
-    def sessions(self) -> "dict[str, ThreadSession]":
-        return self.lc.sessions
+    def client_started(self, thread_id: str, params: dict[str, Any]) -> None:
+        """Codex answered the client's thread/start: the thread gets its alias."""
+        if self.backing is None:
+            return
+        alias = self.backing.remember_start(thread_id, params)
+        if alias is not None:
+            self.proxy.spawn(self.save_alias, alias)
+
+    def take_rolled_back(self, thread_id: str) -> bool:
+        """Whether the thread came back from a switch Codex never accepted
+        (what it holds is not known); asked once, as the session opens."""
+        if self.backing is None or thread_id not in self.backing.rolled_back:
+            return False
+        self.backing.rolled_back.discard(thread_id)
+        return True
+
+    def confirm(self, session: ThreadSession) -> None:
+        """Codex accepted a turn on the thread: a switched backing thread has
+        a turn now, so Codex can resume it."""
+        if self.backing is not None and self.backing.confirm(session.thread_id):
+            self.proxy.spawn(self.save_alias, self.backing.aliases[session.thread_id])
+
+    def status(self) -> dict[str, Any]:
+        if self.backing is None:
+            return {}
+        aliases = self.backing.aliases.values()
+        return {
+            "backingThreads": {
+                "switched": sum(1 for a in aliases if a.retired),
+                "spares": sum(1 for a in aliases if a.spare),
+                "framesDropped": self.backing.dropped,
+            }
+        }
 
     async def save_alias(self, alias: Alias) -> bool:
         """Persist the alias as it is now (the snapshot is taken before any
@@ -82,7 +136,8 @@ class Spares:
     def remember_sticky(self, params: dict[str, Any]) -> None:
         """Settings a turn/start makes stick for later turns: a new backing
         thread's first turn gets them again."""
-        assert self.backing is not None
+        if self.backing is None:
+            return
         alias = self.backing.aliases.get(params["threadId"])
         if alias is None:
             return
@@ -116,7 +171,8 @@ class Spares:
         never accepted a turn for goes back to the thread before it (the new
         one has no rollout to resume), and the resume's overrides are what
         later spares start with."""
-        assert self.backing is not None
+        if self.backing is None:
+            return
         alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
         if alias is None:
             return
@@ -146,7 +202,7 @@ class Spares:
     def follow_to_retired(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client deleted or archived its thread: Codex did it to the
         current backing thread; the retired ones (its older history) follow."""
-        params = self.lc._requests.pop(pending.client_id, None) or {}
+        params = self.requests.pop(pending.client_id) or {}
         alias = self.backing.aliases.get(params.get("threadId")) if self.backing is not None else None
         if alias is not None and msg.env.error is msgspec.UNSET:
             self.drop_spare(alias.client)
@@ -215,9 +271,9 @@ class Spares:
                 await trio.sleep(SPARE_QUIET)  # notifications that trail the answer
             finally:
                 self.backing.spare_starts = max(0, self.backing.spare_starts - 1)
-            log.debug("spare backing thread started", extra={"fields": self.lc._fields(session)})
+            log.debug("spare backing thread started", extra={"fields": log_fields(session, self.engine_id)})
         except Exception as exc:  # a refused start: revert stays the rebuild
-            log.warning("spare backing thread not started", extra={"fields": self.lc._fields(session, error=type(exc).__name__)})
+            log.warning("spare backing thread not started", extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__)})
         finally:
             if self._starting.get(session.thread_id) is token:
                 del self._starting[session.thread_id]
@@ -263,7 +319,7 @@ class Spares:
         if self._starting.get(alias.client) is token:
             del self._starting[alias.client]
 
-    async def switch(self, session: ThreadSession) -> bool:
+    async def rebuild(self, session: ThreadSession, archive: TurnArchive, first: str, marked: list[str]) -> bool:
         """Rebuild by moving the client's thread onto its spare (False: no
         spare ready, or the map could not be saved; the caller reverts)."""
         if self.backing is None:
@@ -282,9 +338,9 @@ class Spares:
         old, new = self.backing.switch(session.thread_id)  # pending until Codex accepts the turn
         if not await self.save_alias(alias):
             self.backing.unswitch(session.thread_id, old, new)
-            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": self.lc._fields(session)})
+            log.warning("backing-thread switch not saved; reverting instead", extra={"fields": log_fields(session, self.engine_id)})
             return False
-        self.proxy.spawn(self.lc.archived.load, session.thread_id)
+        self.proxy.spawn(self.archived.load, session.thread_id)
         session.live_turns = []
         session.turns_since_rebuild = []
         if session.current is not None:
@@ -292,5 +348,5 @@ class Spares:
             session.current.revert_ms = round((trio.current_time() - started) * 1000, 1)
         # Let Codex unload the thread the client's thread left (its frames are dropped already).
         self.proxy.spawn(self.apply_to_retired, "thread/unsubscribe", [old])
-        log.info("rebuilt on a fresh backing thread", extra={"fields": self.lc._fields(session, retired=len(alias.retired))})
+        log.info("rebuilt on a fresh backing thread", extra={"fields": log_fields(session, self.engine_id, retired=len(alias.retired))})
         return True

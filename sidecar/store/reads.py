@@ -45,7 +45,7 @@ from .archive import (
     unwrap_cursor,
     wrap_cursor,
 )
-from .proxy import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy
 
 
 class ArchivedTurns:

@@ -1,0 +1,97 @@
+"""Calls into the engine: deadlines, fail-open, runtime context, bootstrap and maintenance."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import trio
+
+from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
+
+from ..session.options import LifecycleOptions
+from ..session.state import ThreadSession, log_fields
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+T = TypeVar("T")
+
+
+class EngineCalls:
+    def __init__(self, engine: Any, options: LifecycleOptions) -> None:
+        self.engine = engine
+        self.options = options
+        info = engine.info
+        self.engine_id: str = info.id
+        self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
+        self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
+
+    async def call(self, name: str, awaitable: Awaitable[T]) -> T:
+        """One engine call under the deadline (``trio.TooSlowError`` past it)."""
+        with trio.fail_after(self.options.engine_deadline):
+            return await awaitable
+
+    def budget(self, session: ThreadSession) -> int | None:
+        return self.options.token_budget or session.context_window
+
+    def runtime(self, session: ThreadSession, params: dict[str, Any]) -> RuntimeContext:
+        return RuntimeContext(
+            cwd=params.get("cwd") if isinstance(params.get("cwd"), str) else session.cwd,
+            model=params.get("model") if isinstance(params.get("model"), str) else session.model,
+            token_budget=self.budget(session),
+            current_token_count=session.current_token_count,
+            context_window=session.context_window,
+            last_usage=session.last_usage,
+            prompt_cache=session.prompt_cache,
+        )
+
+    def fields(self, session: ThreadSession, **more: Any) -> dict[str, Any]:
+        return log_fields(session, self.engine_id, **more)
+
+    async def bootstrap(self, session: ThreadSession) -> None:
+        session.bootstrapped = True
+        bootstrap = optional_method(self.engine, "bootstrap")
+        runtime = self.runtime(session, {})
+        if bootstrap is not None:
+            log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
+            try:
+                await self.call(
+                    "bootstrap",
+                    bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
+                )
+                log.info("codex context engine bootstrap completed", extra={"fields": self.fields(session)})
+            except Exception as exc:
+                log.warning("codex context engine bootstrap failed", extra={"fields": self.fields(session, error=type(exc).__name__)})
+        await self.maintain(session, "bootstrap")
+
+    async def maintain(self, session: ThreadSession, reason: str) -> bool:
+        maintain = optional_method(self.engine, "maintain")
+        if maintain is None:
+            return False
+        try:
+            await self.call(
+                "maintain",
+                maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
+            )
+            session.stats[f"lastMaintain{reason.title()}"] = "ok"
+            return True
+        except Exception as exc:
+            session.stats[f"lastMaintain{reason.title()}"] = type(exc).__name__
+            log.warning("codex context engine maintenance failed", extra={"fields": self.fields(session, reason=reason, error=type(exc).__name__)})
+            return False
+
+    async def dispose(self) -> None:
+        """Give the engine its ``dispose`` (if any) when the sidecar stops cleanly.
+
+        Best effort, under the deadline: OpenClaw usually SIGKILLs, so an
+        engine must never depend on it.
+        """
+        dispose = optional_method(self.engine, "dispose")
+        if dispose is None:
+            return
+        try:
+            with trio.move_on_after(self.options.engine_deadline):
+                await dispose()
+        except Exception as exc:
+            log.warning("context engine dispose failed", extra={"fields": {"engineId": self.engine_id, "error": type(exc).__name__}})

@@ -1,0 +1,146 @@
+"""Compaction: the engine's (when it owns compaction) first, Codex's native
+compaction after it best-effort, both outcomes recorded in the mirror."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from engines import CompactParams, CompactResult
+
+from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
+from ..session.options import LifecycleOptions
+from ..session.state import ThreadSession, now_ms
+from ..store.mirror import MirrorError
+from .calls import EngineCalls
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+ENGINE_COMPACTION_KEY = "codex-sidecar:{thread_id}:compaction:{n}"
+
+
+class Compaction:
+    def __init__(self, proxy: Proxy, sessions: dict[str, ThreadSession], options: LifecycleOptions, calls: EngineCalls) -> None:
+        self.proxy = proxy
+        self.sessions = sessions
+        self.options = options
+        self.calls = calls
+        self.native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
+        """Client thread/compact/start requests forwarded after the engine's compaction."""
+
+    def on_compact_start(self, msg: Message) -> Decision:
+        if not self.calls.owns_compaction:
+            return None  # native compaction, unchanged
+        params = msg.params()
+        session = self.sessions.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        if session is None:
+            return None
+        self.proxy.spawn(self._engine_compaction_then_native, session, msg)
+        return HANDLED
+
+    async def _engine_compaction_then_native(self, session: ThreadSession, msg: Message) -> None:
+        result = await self._engine_compact(session)
+        # Native compaction follows best-effort: the client's own request, so
+        # the client gets Codex's own answer; its outcome is recorded by
+        # _on_compact_response.
+        self.native_pending[msg.id] = (session, result)
+        if not self.proxy.forward_client_request(msg):
+            self.native_pending.pop(msg.id, None)
+
+    def on_compact_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        held = self.native_pending.pop(pending.client_id, None)
+        if held is not None:
+            session, result = held
+            error = msg.error()
+            native = {"ok": error is None}
+            if isinstance(error, dict):
+                native["error"] = error.get("message")
+            self.proxy.spawn(self._record_compaction, session, result, native)
+        return None  # a native failure does not fail the engine's compaction; the client sees Codex's answer
+
+    async def _engine_compact(self, session: ThreadSession) -> CompactResult:
+        try:
+            result = await self.calls.call(
+                "compact",
+                self.calls.engine.compact(
+                    CompactParams(
+                        session_id=session.thread_id,
+                        session_key=session.session_key,
+                        token_budget=self.calls.budget(session),
+                        force=True,
+                        current_token_count=session.current_token_count,
+                        compaction_target="budget",
+                        runtime_context=self.calls.runtime(session, {}),
+                    )
+                ),
+            )
+        except Exception as exc:  # not retried as a prompt: reported
+            result = CompactResult(ok=False, compacted=False, reason=f"engine compaction failed: {type(exc).__name__}")
+            log.warning("context engine compaction failed", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
+        session.stats["lastEngineCompaction"] = {"ok": result.ok, "compacted": result.compacted, "reason": result.reason}
+        return result
+
+    async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:
+        session.compactions += 1
+        if session.mirror is None:
+            return
+        details = dict(result.result.details) if result.result is not None else {}
+        details["codexNativeCompaction"] = native
+        details["engineId"] = self.calls.engine_id
+        summary = result.result.summary if result.result is not None else None
+        key = ENGINE_COMPACTION_KEY.format(thread_id=session.thread_id, n=f"{now_ms()}")
+        try:
+            if result.compacted and summary:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.append_compaction(
+                        summary=summary,
+                        first_kept_entry_id=result.result.first_kept_entry_id,
+                        tokens_before=result.result.tokens_before,
+                        tokens_after=result.result.tokens_after,
+                        details=details,
+                        key=key,
+                    )
+                )
+            else:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.append_custom(
+                        "openclaw-codex-sidecar/compaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason, **details}, key
+                    )
+                )
+        except (MirrorError, OSError) as exc:
+            log.warning("could not record compaction in the mirror", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
+        log.info(
+            "codex native compaction completed alongside context-engine compaction",
+            extra={"fields": self.calls.fields(session, nativeOk=native.get("ok"), engineCompacted=result.compacted)},
+        )
+
+    async def control_compact(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``sidecar/compact {threadId}``: engine compaction (if it owns it), then native."""
+        thread_id = params.get("threadId")
+        session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
+        if session is None:
+            raise RpcError(-32602, "unknown threadId")
+        engine_result = await self._engine_compact(session) if self.calls.owns_compaction else None
+        try:
+            await self.proxy.request("thread/compact/start", {"threadId": session.thread_id}, timeout=self.options.engine_deadline)
+            native = {"ok": True}
+        except (RpcError, trio.TooSlowError) as exc:
+            native = {"ok": False, "error": getattr(exc, "message", type(exc).__name__)}
+        if engine_result is not None:
+            await self._record_compaction(session, engine_result, native)
+            primary = {"ok": engine_result.ok, "compacted": engine_result.compacted, "reason": engine_result.reason}
+            if engine_result.result is not None:
+                primary["result"] = {
+                    "summary": engine_result.result.summary,
+                    "firstKeptEntryId": engine_result.result.first_kept_entry_id,
+                    "tokensBefore": engine_result.result.tokens_before,
+                    "tokensAfter": engine_result.result.tokens_after,
+                    "details": {**engine_result.result.details, "codexNativeCompaction": native},
+                }
+            else:
+                primary["details"] = {"codexNativeCompaction": native}
+            return primary
+        return {"ok": native["ok"], "compacted": native["ok"], "reason": None if native["ok"] else native.get("error"), "details": {"codexNativeCompaction": native}}
+

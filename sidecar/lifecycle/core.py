@@ -1,0 +1,146 @@
+"""The lifecycle: its jobs built and wired to the relay's hooks.
+
+Each job is a module of this package (sessions, turns, finalize, reverts,
+compaction, calls); they share the sessions table and the stores, and each
+gets the collaborators it calls. This class owns no turn logic itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..proxy import Hooks, Proxy, RpcError
+from ..rebuild import InPlace, Rebuilder, Strategy
+from ..rebuild.backing import BackingThreads
+from ..rebuild.fresh import Spares
+from ..rebuild.inplace import REVERT_NOTIFICATIONS
+from ..session.options import LifecycleOptions
+from ..session.state import RequestParams, ThreadSession
+from ..store.inspect import InspectLog, inspect_path
+from ..store.reads import ArchivedTurns
+from .calls import EngineCalls
+from .compaction import Compaction
+from .finalize import Finalizer
+from .reverts import ClientReverts
+from .sessions import Sessions
+from .turns import Turns
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+
+class Lifecycle:
+    """Installs the hooks that run ``engine`` around the turns ``proxy`` relays."""
+
+    def __init__(self, proxy: Proxy, engine: Any, state_dir: str | Path, options: LifecycleOptions | None = None) -> None:
+        self.proxy = proxy
+        self.engine = engine
+        self.state_dir = Path(state_dir)
+        self.options = options or LifecycleOptions()
+        self.sessions: dict[str, ThreadSession] = {}
+        self.calls = EngineCalls(engine, self.options)
+        self.engine_id = self.calls.engine_id
+        self.archived = ArchivedTurns(proxy, state_dir)
+        """The read side: answers thread/read, resume, fork, turns/list and
+        items/list with the turns rebuilds took out of Codex (``sidecar.store.reads``)."""
+        self.archived.wrap_cursors = self.options.projection_mode != "per_turn"  # cursors outlive rebuilds
+        self.backing: BackingThreads | None = None
+        """``rebuild = "fresh"``: the client's threads and the Codex threads behind them."""
+        if self.options.rebuild == "fresh":
+            self.backing = BackingThreads(state_dir)
+            proxy.edge = self.backing
+        requests = RequestParams()
+        self.spares = Spares(self.backing, proxy, self.archived, self.options, self.sessions, requests, self.engine_id)
+        """Starting spares and switching onto them (``sidecar.rebuild.fresh``)."""
+        self.inplace = InPlace(proxy, self.archived, self.options, self.engine_id)
+        strategies: list[Strategy] = [self.spares, self.inplace] if self.backing is not None else [self.inplace]
+        self.rebuilder = Rebuilder(proxy, self.archived, self.options, self.state_dir, self.engine_id, strategies)
+        self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
+        self.reverts = ClientReverts(proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.rebuilder, self.spares)
+        self.opening = Sessions(
+            proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.spares, self.inplace, self.reverts, self.compaction
+        )
+        self.turns = Turns(proxy, self.sessions, self.state_dir, requests, self.options, self.calls, self.opening, self.reverts, self.rebuilder, self.spares)
+        self.finalizer = Finalizer(proxy, self.sessions, self.state_dir, self.calls, self.spares)
+
+    @property
+    def reverting(self) -> dict[str, Any]:
+        """Threads whose rebuild revert's notifications are being kept from the client."""
+        return self.inplace.reverting
+
+    def install(self, hooks: Hooks) -> None:
+        # (client request, its response): the request hook sees it on the way
+        # in, the response hook on the way back.
+        pairs = [
+            ("thread/start", self.opening.remember_params, self.opening.on_thread_response),
+            ("thread/resume", self.opening.on_resume, self.opening.on_thread_response),
+            ("thread/fork", self.reverts.on_fork, self.opening.on_thread_response),
+            ("thread/read", self.archived.on_thread_read, self.archived.on_thread_read_response),
+            ("thread/revert", self.reverts.on_revert, self.reverts.on_revert_response),
+            ("thread/turns/list", self.archived.on_turns_list, self.archived.on_list_response),
+            ("thread/items/list", self.archived.on_items_list, self.archived.on_list_response),
+            ("thread/list", None, self.archived.on_thread_list_response),
+            ("turn/start", self.turns.on_turn_start, self.turns.on_turn_start_response),
+            ("thread/compact/start", self.compaction.on_compact_start, self.compaction.on_compact_response),
+        ]
+        for method, on_request, on_response in pairs:
+            if on_request is not None:
+                hooks.on_client_request(method, on_request)
+            hooks.on_response(method, on_response)
+        hooks.on_server_notification("item/completed", self.finalizer.on_item_completed)
+        hooks.on_server_notification("thread/tokenUsage/updated", self.finalizer.on_token_usage)
+        hooks.on_server_notification("turn/completed", self.finalizer.on_turn_completed)
+        hooks.on_server_notification("thread/closed", self.opening.on_thread_closed)
+        self.spares.install(hooks, self.opening.remember_request)
+        for method in REVERT_NOTIFICATIONS:
+            hooks.on_server_notification(method, self.inplace.swallow_noise)
+        self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
+        self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
+        self.proxy.add_status_provider("lifecycle", self.status)
+
+    async def dispose(self) -> None:
+        """The engine's ``dispose`` (best effort) and the mirrors closed, on a clean stop."""
+        await self.calls.dispose()
+        for session in self.sessions.values():
+            if session.mirror is not None:
+                session.mirror.close()
+
+    def status(self) -> dict[str, Any]:
+        released = self.opening.released
+        return {
+            "engine": {"id": self.engine_id, "ownsCompaction": self.calls.owns_compaction},
+            "projectionMode": self.options.projection_mode,
+            "rebuilds": released["rebuilds"] + sum(s.rebuilds for s in self.sessions.values()),
+            "releasedThreads": released["threads"],
+            "rebuild": self.options.rebuild,
+            **self.spares.status(),
+            "threads": {
+                tid: {
+                    "sessionFile": str(s.path),
+                    "bootstrapped": s.bootstrapped,
+                    "busy": not s.settled,
+                    "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
+                    "rebuilds": s.rebuilds,
+                    **s.stats,
+                }
+                for tid, s in sorted(self.sessions.items())
+            },
+        }
+
+    def inspect(self, thread_id: str) -> list[dict[str, Any]]:
+        session = self.sessions.get(thread_id)
+        log_ = session.inspect if session and session.inspect else InspectLog(inspect_path(self.state_dir, thread_id))
+        return log_.records()
+
+    async def _control_inspect(self, params: dict[str, Any]) -> dict[str, Any]:
+        thread_id = params.get("threadId")
+        if not isinstance(thread_id, str):
+            raise RpcError(-32602, "threadId is required")
+        try:
+            turns = await trio.to_thread.run_sync(self.inspect, thread_id)
+        except ValueError:
+            raise RpcError(-32602, "unusable threadId") from None
+        return {"threadId": thread_id, "engine": self.engine_id, "turns": turns}

@@ -1,0 +1,272 @@
+"""The end of a turn: items and token usage as they come, then (after
+``turn/completed`` is forwarded) the turn mirrored and archived, the engine's
+``after_turn`` (or its fallbacks), the ledger updated, turn maintenance."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after_turn_with_fallback
+
+from ..proxy import Decision, Message, Proxy
+from ..rebuild.fresh import Spares
+from ..session.identity import fingerprint, fingerprints
+from ..session.state import ThreadSession, TurnState, now_ms
+from ..store.archive import TurnArchive, archive_path, archived_turn
+from ..store.mirror import MirrorError, TranscriptMirror
+from ..translate import messages_of, translate_turn
+from .calls import EngineCalls
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+FINALIZED_CUSTOM_TYPE = "openclaw-codex-sidecar/turn-finalized"
+
+
+class Finalizer:
+    def __init__(self, proxy: Proxy, sessions: dict[str, ThreadSession], state_dir: Path, calls: EngineCalls, spares: Spares) -> None:
+        self.proxy = proxy
+        self.sessions = sessions
+        self.state_dir = state_dir
+        self.calls = calls
+        self.spares = spares
+
+    def on_item_completed(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict):
+            return None
+        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
+        item = params.get("item")
+        turn_id = params.get("turnId")
+        if session is None or not isinstance(item, dict) or not isinstance(turn_id, str) or not isinstance(item.get("id"), str):
+            return None
+        state = session.turns.get(turn_id)
+        if state is None:
+            state = session.turns[turn_id] = TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        state.items[item["id"]] = item
+        stamp = params.get("completedAtMs") or item.get("completedAtMs")
+        if isinstance(stamp, int):
+            state.item_times[item["id"]] = stamp
+        if item.get("type") == "contextCompaction":
+            session.force_rebuild = True  # Codex rewrote its history: the ledger no longer holds
+            log.info(
+                "native Codex compaction in turn",
+                extra={"fields": self.calls.fields(session, turnId=turn_id, backend="codex-app-server", ownsCompaction=self.calls.owns_compaction)},
+            )
+        return None
+
+    def on_token_usage(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict):
+            return None
+        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
+        usage = params.get("tokenUsage")
+        if session is None or not isinstance(usage, dict):
+            return None
+        last = usage.get("last") if isinstance(usage.get("last"), dict) else None
+        if last:
+            cached = int(last.get("cachedInputTokens") or 0)
+            total_in = int(last.get("inputTokens") or 0)
+            session.last_usage = Usage(
+                input=max(0, total_in - cached),
+                output=int(last.get("outputTokens") or 0),
+                cache_read=cached,
+                cache_write=int(last.get("cacheWriteInputTokens") or 0),
+                total_tokens=int(last.get("totalTokens") or 0),
+            )
+            session.prompt_cache = PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in)
+            session.current_token_count = total_in
+        if isinstance(usage.get("modelContextWindow"), int):
+            session.context_window = usage["modelContextWindow"]
+        return None
+
+    def on_turn_completed(self, msg: Message) -> Decision:
+        params = msg.params()
+        if not isinstance(params, dict):
+            return None
+        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
+        turn = params.get("turn")
+        if session is None or not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+            return None
+        if turn["id"] in session.completed_turns:
+            # A replay while the first copy is still being finalised: the
+            # mirror's finalized marker is not written yet, so check here.
+            log.info("turn already finalized; not ingesting it twice", extra={"fields": self.calls.fields(session, turnId=turn["id"])})
+            return None
+        session.completed_turns.add(turn["id"])
+        self.proxy.spawn(self._finalize, session, turn)
+        return None  # forwarded first; the work happens after
+
+    async def _finalize(self, session: ThreadSession, turn: dict[str, Any]) -> None:
+        turn_id: str = turn["id"]
+        status = turn.get("status")
+        state = session.turns.pop(turn_id, None) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        try:
+            await session.ready.wait()
+            if session.mirror is None:
+                return
+            final_key = f"codex-app-server:{session.thread_id}:{turn_id}:finalized"
+            if session.mirror.has_key(final_key):
+                log.info("turn already finalized; not ingesting it twice", extra={"fields": self.calls.fields(session, turnId=turn_id)})
+                return
+            archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+            archived = archived_turn(turn, list(state.items.values()))
+            unfollowed = session.unfollowed
+            if unfollowed is not None and turn_id not in unfollowed.in_flight:
+                # The thread went on without the mirror following the client's
+                # revert (it kept failing): following later would cut this turn.
+                log.warning(
+                    "giving up a client revert the transcript mirror could not follow; the engine keeps the reverted turns",
+                    extra={"fields": self.calls.fields(session, turnId=turn_id)},
+                )
+                session.unfollowed = None
+                self.proxy.ungate(session.thread_id, unfollowed.holder)
+            if session.live_turns is not None:
+                session.live_turns.append(turn_id)
+            ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]
+            session.last_items[turn_id] = ids[-1] if ids and isinstance(ids[-1], str) else None
+            items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
+            error = turn.get("error")
+            records = translate_turn(
+                items,
+                thread_id=session.thread_id,
+                turn_id=turn_id,
+                timestamp=now_ms(),
+                item_timestamps=state.item_times,
+                original_input=state.original_input,
+                usage=session.last_usage,
+                model=session.model,
+                turn_status=status,
+                error_message=error.get("message") if isinstance(error, dict) else None,
+            )
+            if state.client_id is None and not messages_of(records):
+                # A turn the client did not start with turn/start and that says
+                # nothing (native compaction runs as one): mirror the marker only.
+                try:
+                    await trio.to_thread.run_sync(_archive_then_append, archive, archived, session.mirror, records)
+                except (MirrorError, OSError) as exc:
+                    log.warning(
+                        "transcript mirror failed on a turn without messages; not mirrored",
+                        extra={"fields": self.calls.fields(session, turnId=turn_id, error=type(exc).__name__)},
+                    )
+                return
+            snapshot: list[AgentMessage]
+            try:
+                snapshot = await trio.to_thread.run_sync(_append_then_read, archive, archived, session.mirror, records)
+            except (MirrorError, OSError) as exc:
+                snapshot = state.history + messages_of(records)
+                log.warning(
+                    "transcript mirror failed; context engine ingests from fallback turn data",
+                    extra={"fields": self.calls.fields(session, turnId=turn_id, error=type(exc).__name__)},
+                )
+            pre = state.pre_prompt_count if state.client_id is not None else max(0, len(snapshot) - len(messages_of(records)))
+            ok = True
+            try:
+                path = await self.calls.call(
+                    "after_turn",
+                    after_turn_with_fallback(
+                        self.calls.engine,
+                        AfterTurnParams(
+                            session_id=session.thread_id,
+                            session_key=session.session_key,
+                            session_file=str(session.path),
+                            messages=snapshot,
+                            pre_prompt_message_count=pre,
+                            token_budget=self.calls.budget(session),
+                            runtime_context=self.calls.runtime(session, {}),
+                        ),
+                    ),
+                )
+                log.info("codex context engine finalize completed", extra={"fields": self.calls.fields(session, turnId=turn_id, path=path)})
+            except Exception as exc:
+                ok = False
+                log.warning("codex context engine finalize failed", extra={"fields": self.calls.fields(session, turnId=turn_id, error=type(exc).__name__)})
+            # The finalized marker (a replayed turn/completed is not ingested
+            # twice) goes to the mirror while the next turn may already
+            # assemble: nothing there depends on it, and the worker trip
+            # (~0.4 ms) is not on the client's path. The release waits for it.
+            written = trio.Event()
+            session.marking.add(written)
+            self.proxy.spawn(self._mark_finalized, session, session.mirror, written, final_key, {"turnId": turn_id, "status": status, "ok": ok})
+            session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}  # busy until the marker is written
+            if state.client_id is not None:
+                base = state.held_plan
+                if base is None:
+                    base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
+                session.held = base + fingerprints(session.sizes, snapshot[state.pre_prompt_count :])
+                if state.rebuilt:
+                    session.turns_since_rebuild = [turn_id]
+                elif session.turns_since_rebuild is not None:
+                    session.turns_since_rebuild = [*session.turns_since_rebuild, turn_id]
+                # else: unknown (a fork, a thread from before this state dir)
+                # stays unknown: a rebuild asks Codex for the thread's first turn.
+            self._inspect_record(session, state, turn_id, status)
+            if status == "completed" and ok:
+                if self.calls.background_maintenance:
+                    self.proxy.spawn(self.calls.maintain, session, "turn")  # the next turn need not wait
+                else:
+                    await self.calls.maintain(session, "turn")
+            else:
+                reason = "finalize failed" if not ok else f"turn {status}"
+                session.stats["lastMaintainTurn"] = f"skipped: {reason}"
+                log.info("codex context engine maintenance skipped", extra={"fields": self.calls.fields(session, turnId=turn_id, reason=reason)})
+        finally:
+            session.end_turn(state)
+            self.spares.want_spare(session)
+
+    async def _mark_finalized(self, session: ThreadSession, mirror: TranscriptMirror, written: trio.Event, key: str, data: dict[str, Any]) -> None:
+        try:
+            await trio.to_thread.run_sync(mirror.append_custom, FINALIZED_CUSTOM_TYPE, data, key)
+        except (MirrorError, OSError):
+            pass
+        finally:
+            session.marking.discard(written)
+            written.set()
+
+    def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
+        if session.inspect is None or state.client_id is None:
+            return
+        usage = session.last_usage
+        record = {
+            "turnId": turn_id,
+            "status": status,
+            "mode": state.mode,
+            "epoch": state.epoch,
+            "projectedEpoch": session.projected_epoch,
+            "projected": state.projected,
+            "fallback": state.fallback_reason,
+            "historyMessages": state.pre_prompt_count,
+            "assembled": {"count": state.assembled_count, "estimatedTokens": state.estimated_tokens, "messages": state.assembled_roles},
+            "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
+            # The turn's contribution to model input, before and after projection.
+            "turnInputChars": {"original": state.original_chars, "sent": state.sent_chars or state.original_chars},
+            "codexInputTokens": (usage.input + usage.cache_read) if usage else None,
+            "cachedInputTokens": usage.cache_read if usage else None,
+            "rebuilt": state.rebuilt,
+            "staleHeld": state.stale,
+            "holdMs": state.hold_ms,
+            "revertMs": state.revert_ms,
+            **({"switched": True} if state.switched else {}),
+            "rebuilds": session.rebuilds,
+            "held": session.held,
+            "turnsSinceRebuild": session.turns_since_rebuild,
+            "forceRebuild": session.force_rebuild,
+        }
+        session.inspect.append(record)
+
+
+def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> None:
+    archive.append_turn(turn)  # best effort, and first: a mirror failure must not cost it
+    mirror.append_records(records)
+
+
+def _append_then_read(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> list[AgentMessage]:
+    """Archive and mirror a turn and read the session back, in one trip to
+    a worker thread: each trip costs a thread wake-up and an event-loop
+    wake-up, and the next turn of this thread waits for finalisation."""
+    _archive_then_append(archive, turn, mirror, records)
+    return mirror.messages()
+

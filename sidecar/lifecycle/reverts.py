@@ -1,0 +1,366 @@
+"""A client's own ``thread/revert`` and ``thread/fork``: the archive, mirror
+and ledger follow what the client did to its thread, including reverts and
+forks at turns a rebuild took out of Codex (the client still sees them)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from protocol import parse, rewrite
+
+from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
+from ..rebuild import Rebuilder
+from ..rebuild.fresh import Spares
+from ..session.options import LifecycleOptions
+from ..session.state import RequestParams, ThreadSession, Unfollowed
+from ..store.archive import TurnArchive, archive_path
+from ..store.mirror import MirrorError
+from ..store.reads import ArchivedTurns
+from ..translate import turn_key_prefix
+from .calls import EngineCalls
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
+"""Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
+SETTLE_PAGES = 50
+"""Pages of 20 turns looked through to settle a client revert whose answer a kill lost."""
+
+
+class ClientReverts:
+    def __init__(
+        self,
+        proxy: Proxy,
+        sessions: dict[str, ThreadSession],
+        state_dir: Path,
+        archived: ArchivedTurns,
+        requests: RequestParams,
+        options: LifecycleOptions,
+        calls: EngineCalls,
+        rebuilder: Rebuilder,
+        spares: Spares,
+    ) -> None:
+        self.proxy = proxy
+        self.sessions = sessions
+        self.state_dir = state_dir
+        self.archived = archived
+        self.requests = requests
+        self.options = options
+        self.calls = calls
+        self.rebuilder = rebuilder
+        self.spares = spares
+        self.archive_reverts: set[Any] = set()
+        """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
+        self.archive_forks: set[Any] = set()
+        """The same for thread/fork: the fork holds Codex's framing only."""
+        self._unanswered: dict[Any, ThreadSession] = {}
+        """Client ids of client thread/reverts Codex has not answered, and their session."""
+
+    def _remember(self, msg: Message) -> None:
+        self.spares.client_start()
+        self.requests.remember(msg.id, msg.params())
+
+    def on_revert(self, msg: Message) -> Decision:
+        """A client's own ``thread/revert``. The client's later requests on
+        the thread wait until Codex answered it and the mirror followed (a
+        turn/start sent right after it must not assemble, nor be mirrored
+        before, the reverted turns).
+
+        One to a turn a rebuild took out of Codex (the client still sees it
+        in its reads) cannot go to Codex as it is: Codex no longer knows the
+        turn. Every turn Codex holds comes after it, so Codex reverts to its
+        first turn instead, and the archive, mirror and ledger follow the
+        client's request."""
+        params = msg.params()
+        session: ThreadSession | None = None
+        if isinstance(params, dict) and isinstance(params.get("threadId"), str):
+            holder = ("client-revert", msg.id)
+            self.proxy.gate(params["threadId"], holder)
+            self.proxy.spawn(self._expire_gate, params["threadId"], holder)  # never answered
+            session = self.sessions.get(params["threadId"])
+            if session is not None:
+                # A turn/start already queued for the slot (not gated: a turn was
+                # running) must not assemble before Codex answered this revert.
+                session.reverts_unanswered += 1
+                session.reverts_answered = trio.Event()
+                self._unanswered[msg.id] = session
+        decision = self._redirect_if_archived(msg, ("beforeTurnId",), self.archive_reverts)
+        if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):  # type: ignore[union-attr]
+            # Before it goes: a kill after Codex carried it out but before its
+            # answer is read must not leave the reverted turns in the mirror.
+            with contextlib.suppress(ValueError):
+                TurnArchive(archive_path(self.state_dir, session.thread_id)).begin_revert(
+                    params["beforeTurnId"], sorted(self.in_flight(session))  # type: ignore[index]
+                )
+        return decision
+
+    @staticmethod
+    def in_flight(session: ThreadSession) -> set[str]:
+        """The thread's turns running or finalising (a revert interrupts them)."""
+        turns = set(session.turns)
+        if session.current is not None and session.current.turn_id is not None:
+            turns.add(session.current.turn_id)
+        return turns
+
+    def on_fork(self, msg: Message) -> Decision:
+        self.spares.client_start()
+        return self._fork_into_archive(msg)
+
+    def _fork_into_archive(self, msg: Message) -> Decision:
+        """A fork through (``lastTurnId``) or before (``beforeTurnId``) a turn
+        a rebuild took out of Codex: Codex forks its framing (before its
+        first turn); the fork's mirror and archive are cut at the client's
+        turn, and its ledger says Codex holds nothing, so its first turn
+        projects the engine's assembly."""
+        return self._redirect_if_archived(msg, ("lastTurnId", "beforeTurnId"), self.archive_forks)
+
+    def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...], flagged: set[Any]) -> Decision:
+        self._remember(msg)
+        params = self.requests.get(msg.id) or {}
+        thread_id = params.get("threadId")
+        cut = next((params[k] for k in keys if isinstance(params.get(k), str)), None)
+        if not isinstance(thread_id, str) or cut is None:
+            return None
+        if not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
+            return None
+        self.proxy.gate(thread_id, id(msg))  # the client's later requests stay behind it
+        self.proxy.spawn(self._into_archive, msg, thread_id, flagged)
+        return HANDLED
+
+    async def _into_archive(self, msg: Message, thread_id: str, flagged: set[Any]) -> None:
+        """Send a client's revert or fork that names an archived turn to
+        Codex as the same request before Codex's first turn."""
+        line = msg.line
+        try:
+            try:
+                first = await self.rebuilder.first_codex_turn(thread_id, self.sessions.get(thread_id))
+            except (RpcError, trio.TooSlowError) as exc:
+                first = None
+                log.warning("cannot list the thread's turns for a request into archived turns", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+            if isinstance(first, str):
+                params = {k: v for k, v in msg.params().items() if k != "lastTurnId"}
+                line = rewrite(msg.line, params={**params, "beforeTurnId": first})
+                flagged.add(msg.id)
+            # else: Codex holds no turn (or did not say): the request goes as
+            # it is, and Codex's answer (turn not found) reaches the client.
+            self.proxy.forward_client_request(Message(parse(line), line))
+        finally:
+            self.proxy.ungate(thread_id, id(msg))
+
+    def on_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        """The client reverted its thread itself: the turns it dropped must
+        not come back in its reads, whatever the sidecar rebuilds later."""
+        self._answered(pending.client_id)
+        params = self.requests.pop(pending.client_id) or {}
+        into_archive = pending.client_id in self.archive_reverts
+        self.archive_reverts.discard(pending.client_id)
+        thread_id, before = params.get("threadId"), params.get("beforeTurnId")
+        holder = ("client-revert", pending.client_id)
+        if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
+            if isinstance(thread_id, str):
+                self.proxy.ungate(thread_id, holder)  # refused: nothing to follow
+                if isinstance(before, str) and not into_archive:
+                    with contextlib.suppress(ValueError):
+                        TurnArchive(archive_path(self.state_dir, thread_id)).revert_refused(before)
+            return None
+        try:
+            archive = TurnArchive(archive_path(self.state_dir, thread_id))
+        except ValueError:
+            self.proxy.ungate(thread_id, holder)
+            return None
+        # Codex has reverted. The intent goes to disk before the client hears
+        # of it (one small append, here on the loop as the inspect record is),
+        # so a kill before the mirror follows leaves the work to the next
+        # opening of the thread: the reverted turns must never come back.
+        session = self.sessions.get(thread_id)
+        in_flight = self.in_flight(session) if session is not None else set()
+        archive.begin_forget(before, into_archive, sorted(in_flight))  # best effort, as every archive write
+        wrapped = None
+        if session is not None and isinstance(msg.result(), dict):
+            # Before the turns go from the archive's list: the cursors name
+            # the newest turn and item the client keeps.
+            wrapped = self.archived.wrap_revert_cursors(thread_id, before, session.live_turns, session.last_items, msg.result())
+        if session is not None:
+            # Set now: a turn/start already queued for the slot follows it first.
+            session.unfollowed = Unfollowed(before, into_archive, frozenset(in_flight), holder)
+        self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
+        return None if wrapped is None else rewrite(msg.line, result=wrapped)
+
+    async def _expire_gate(self, thread_id: str, holder: Any) -> None:
+        """The client's requests never wait longer than a turn/start would,
+        nor do later turns wait for an answer that never came."""
+        await trio.sleep(self.options.previous_turn_wait)
+        self.proxy.ungate(thread_id, holder)
+        self._answered(holder[1])
+
+    def _answered(self, client_id: Any) -> None:
+        """A client revert was answered (or given up on): turns stop waiting for it."""
+        session = self._unanswered.pop(client_id, None)
+        if session is not None:
+            session.reverts_unanswered = max(0, session.reverts_unanswered - 1)
+            if not session.reverts_unanswered:
+                session.reverts_answered.set()
+
+    async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, holder: Any) -> None:
+        acquired: ThreadSession | None = None
+        try:
+            session = self.sessions.get(thread_id)
+            if session is None:
+                await trio.to_thread.run_sync(archive.forget_from, before)
+                self.archived.forget(thread_id)
+                return  # the mirror follows when the thread is next opened
+            # After the turn Codex interrupted for the revert (if any) is
+            # finalised; the client's next turn/start waits at the gate.
+            with trio.move_on_after(self.options.previous_turn_wait):
+                await session.ready.wait()
+                await session.slot.acquire()
+                acquired = session
+            if acquired is None:
+                # That turn never ended (lost turn/completed): follow anyway, as
+                # a turn/start takes over the slot, so the client is not stuck.
+                log.warning("a turn never finished; following the client's revert anyway", extra={"fields": {"threadId": thread_id}})
+            pending = session.unfollowed
+            if pending is not None and pending.holder == holder:  # else a turn followed it first
+                await self.follow(session, archive, pending)
+        finally:
+            self.proxy.ungate(thread_id, holder)
+            if acquired is not None:
+                acquired.slot.release()
+
+    async def follow(self, session: ThreadSession, archive: TurnArchive, pending: Unfollowed) -> None:
+        """Archive, mirror and ledger forget the turns from ``before`` on. No
+        turn of the thread may be assembled or mirrored meanwhile: the caller
+        holds the turn slot (or took it over), or the session is opening and
+        not ready yet."""
+        thread_id, before, into_archive = session.thread_id, pending.before, pending.into_archive
+        gone = await trio.to_thread.run_sync(archive.forget_from, before)
+        self.archived.forget(thread_id)
+        await self.archived.load(thread_id)
+        if session.live_turns is not None:
+            session.live_turns = [t for t in session.live_turns if t not in gone]
+        followed = True
+        if session.mirror is not None:
+            # The engine's history loses the reverted turns as Codex's did.
+            try:
+                await trio.to_thread.run_sync(
+                    lambda: session.mirror.rewind(
+                        turn_key_prefix(thread_id, before),
+                        f"{turn_key_prefix(thread_id, before)}client-revert",
+                        REVERT_CUSTOM_TYPE,
+                        {"beforeTurnId": before},
+                        turn_id=before,  # a fork's inherited turns keep their parent's keys
+                    )
+                )
+            except (MirrorError, OSError) as exc:
+                followed = False  # the intent stays: the next turn (or opening) tries again
+                log.warning("transcript mirror could not follow the client's revert", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
+        if not into_archive:
+            since = session.turns_since_rebuild
+            session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
+        if into_archive or session.turns_since_rebuild == []:
+            # Codex is back at its framing (the rebuild's own turn was reverted,
+            # or the revert went before Codex's first turn): it holds nothing,
+            # no epoch either, and the next turn projects the whole assembly.
+            session.held, session.turns_since_rebuild, session.projected_epoch = [], [], None
+            if into_archive:
+                session.live_turns = []
+        elif session.rebuilds or session.force_rebuild or session.projected_epoch is not None:
+            # Codex holds a projection plus turns since, so the mirror's history
+            # is not what it holds; what it holds is the ledger as it stood
+            # after the last turn kept, which that turn's inspect record has.
+            kept = session.turns_since_rebuild[-1] if session.turns_since_rebuild else None
+            ledger = await self._ledger_after(session, kept) if kept is not None else None
+            if ledger is not None:
+                session.held, session.projected_epoch, session.force_rebuild = ledger
+                session.addition_sent = None  # it may have come in a reverted turn: send it again
+            else:  # not known: project the assembly afresh (exact, at a revert's cost)
+                session.held, session.force_rebuild = None, True
+        else:
+            # Never rebuilt: Codex holds the mirror's turns, worked out afresh
+            # from it (a later mismatch with the assembly rebuilds).
+            session.held = None
+        if session.inspect is not None:
+            # The ledger a restart restores (the last record, a marker included).
+            marker = {
+                "clientRevert": before,
+                "held": session.held,
+                "turnsSinceRebuild": session.turns_since_rebuild,
+                "rebuilds": session.rebuilds,
+                "projectedEpoch": session.projected_epoch,
+                "forceRebuild": session.force_rebuild,
+            }
+            await trio.to_thread.run_sync(session.inspect.append, marker)
+        if session.unfollowed is pending:
+            session.unfollowed = None if followed else pending
+        elif not followed and session.unfollowed is None:
+            session.unfollowed = pending  # (a restart's pending intent) the next turn retries
+        self.proxy.ungate(thread_id, pending.holder)  # followed, or the next turn retries
+        if followed and session.mirror is not None:
+            await trio.to_thread.run_sync(archive.end_forget, before)
+        log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self.calls.fields(session, turnsForgotten=len(gone))})
+
+    async def _ledger_after(self, session: ThreadSession, turn_id: str) -> tuple[list[str], Any, bool] | None:
+        """(held, projectedEpoch, forceRebuild) as the inspect log recorded them
+        after ``turn_id``; None when no full record of it is there."""
+        if session.inspect is None:
+            return None
+        records = await trio.to_thread.run_sync(session.inspect.records)
+        record = next((r for r in reversed(records) if r.get("turnId") == turn_id), None)
+        if record is None or not isinstance(record.get("held"), list) or "forceRebuild" not in record:
+            return None
+        return list(record["held"]), record.get("projectedEpoch"), bool(record["forceRebuild"])
+
+    async def settle_unanswered(self, session: ThreadSession, archive: TurnArchive) -> None:
+        """Killed after a client revert went to Codex, before its answer was
+        read: Codex's turns, newest first, tell whether it was carried out (a
+        turn the archive has before the reverted one comes first) or not (the
+        reverted turn itself is still there)."""
+        sent = await trio.to_thread.run_sync(archive.pending_revert)
+        if sent is None:
+            return
+        before, in_flight = sent
+        order = await trio.to_thread.run_sync(archive.turn_order)
+        if before not in order:
+            return  # nothing to judge by; asked again at the next opening
+        earlier = set(order[: order.index(before)])
+        done: bool | None = None
+        cursor: Any = None
+        try:
+            # Newest first: the reverted turn itself (not carried out) or a
+            # turn the archive has before it (carried out) settles it; turns
+            # the archive never saw (run without this state) are passed over.
+            for _ in range(SETTLE_PAGES):
+                listed = await self.proxy.request(
+                    "thread/turns/list",
+                    {"threadId": session.thread_id, "sortDirection": "desc", "limit": 20, "cursor": cursor},
+                    timeout=self.options.engine_deadline,
+                )
+                data = listed.get("data") if isinstance(listed, dict) else None
+                for turn in data if isinstance(data, list) else []:
+                    tid = turn.get("id") if isinstance(turn, dict) else None
+                    if tid == before:
+                        done = False
+                    elif tid in earlier:
+                        done = True
+                    if done is not None:
+                        break
+                cursor = listed.get("nextCursor") if isinstance(listed, dict) else None
+                if done is not None or not cursor:
+                    break
+        except (RpcError, trio.TooSlowError) as exc:
+            log.warning("cannot ask Codex whether an interrupted client revert happened", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
+            return  # asked again at the next opening
+        if done is None:
+            done = not cursor  # the whole list, and the turn is not in it
+        if not done:
+            await trio.to_thread.run_sync(archive.revert_refused, before)
+            return
+        log.warning("following a client revert Codex carried out before a restart", extra={"fields": {"threadId": session.thread_id}})
+        await trio.to_thread.run_sync(archive.begin_forget, before, False, in_flight)
+        await self.follow(session, archive, Unfollowed(before, False, frozenset(in_flight), None))
+

@@ -1,0 +1,406 @@
+"""Sessions: opening a client thread's session (mirror, archive, ledger from
+disk; importing a thread the mirror lacks; catching up turns a kill left
+out), and releasing it once Codex unloads the thread."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..proxy import Decision, Message, PendingRequest, Proxy, RpcError
+from ..rebuild.fresh import Spares
+from ..rebuild.inplace import InPlace
+from ..session.identity import fingerprints
+from ..session.options import LifecycleOptions
+from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms
+from ..store.archive import TurnArchive, archive_path
+from ..store.inspect import InspectLog, inspect_path
+from ..store.mirror import MirrorError, TranscriptMirror, session_path
+from ..store.reads import ArchivedTurns
+from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
+from .calls import EngineCalls
+from .compaction import Compaction
+from .reverts import ClientReverts
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+CATCH_UP_TURNS = 4
+"""Newest turns checked against the mirror when a thread is resumed without its turns."""
+LOADED_LIST_PAGES = 100
+"""Pages of ``thread/loaded/list`` read to confirm Codex unloaded a closed thread."""
+
+
+class Sessions:
+    def __init__(
+        self,
+        proxy: Proxy,
+        sessions: dict[str, ThreadSession],
+        state_dir: Path,
+        archived: ArchivedTurns,
+        requests: RequestParams,
+        options: LifecycleOptions,
+        calls: EngineCalls,
+        spares: Spares,
+        inplace: InPlace,
+        reverts: ClientReverts,
+        compaction: Compaction,
+    ) -> None:
+        self.proxy = proxy
+        self.sessions = sessions
+        self.state_dir = state_dir
+        self.archived = archived
+        self.requests = requests
+        self.options = options
+        self.calls = calls
+        self.spares = spares
+        self.inplace = inplace
+        self.reverts = reverts
+        self.compaction = compaction
+        self.released = {"threads": 0, "rebuilds": 0}
+        """Sessions released after Codex closed their thread, and their rebuilds."""
+
+    def on_resume(self, msg: Message) -> Decision:
+        self.remember_params(msg)
+        self.spares.backing_resume(msg.params())
+        params = self.requests.get(msg.id)
+        return self.archived.on_resume(msg, params) if params else None
+
+    def remember_params(self, msg: Message) -> Decision:
+        """thread/start and thread/resume: keep the params for the answer."""
+        self.spares.client_start()  # the client's own start: its notifications are its
+        return self.remember_request(msg)
+
+    def remember_request(self, msg: Message) -> Decision:
+        self.requests.remember(msg.id, msg.params())
+        return None
+
+    def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = self.requests.pop(pending.client_id) or {}
+        framing_fork = pending.client_id in self.reverts.archive_forks
+        self.reverts.archive_forks.discard(pending.client_id)
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+            return None  # an error response, or a shape we do not know: nothing to track
+        thread_id = thread["id"]
+        try:
+            session = self.session(thread_id)
+        except ValueError:
+            log.warning("thread id unusable as a session file name; lifecycle off for it")
+            return None
+        session.closed = False  # opened again: a release under way keeps it
+        if pending.method == "thread/start":
+            self.spares.client_started(thread_id, params)
+        session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
+        session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
+        tools = params.get("dynamicTools")
+        if isinstance(tools, list):
+            session.tools = frozenset(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+        if pending.method == "thread/fork":
+            parent = self.sessions.get(params.get("threadId", ""))
+            if parent is not None and parent.tools and not session.tools:
+                session.tools = parent.tools
+        if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
+            self.archived.seed_fork(thread_id, params["threadId"], params)
+        if framing_fork:
+            session.framing_only = True
+        self.proxy.spawn(self.open, session, pending.method, params, thread)
+        if pending.method == "thread/resume":
+            return self.archived.splice_resume(msg, result, thread, params)
+        if pending.method == "thread/fork" and not params.get("excludeTurns"):
+            return self.archived.splice_thread(msg, result, thread)
+        return None
+
+    def session(self, thread_id: str) -> ThreadSession:
+        session = self.sessions.get(thread_id)
+        if session is None:
+            key = self.options.session_key_template.format(thread_id=thread_id)
+            session = ThreadSession(thread_id, key, session_path(self.state_dir, thread_id))
+            self.sessions[thread_id] = session
+        return session
+
+    def on_thread_closed(self, msg: Message) -> Decision:
+        """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload
+        delay): release the session's open mirror and in-memory state, so a
+        long-running sidecar holds what Codex holds and no more. The client
+        gets the notification unchanged; a ``thread/resume`` opens the session
+        again from disk, as after a restart."""
+        params = msg.params()
+        thread_id = params.get("threadId") if isinstance(params, dict) else None
+        session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
+        if session is not None:
+            session.closed = True
+            self.proxy.spawn(self._release, session)
+        return None
+
+    async def _release(self, session: ThreadSession) -> None:
+        await session.ready.wait()
+        while True:
+            for written in list(session.marking):
+                await written.wait()
+            async with session.slot:  # after the last turn's finalisation
+                if not session.marking:
+                    await self._release_now(session)
+                    return
+
+    async def _release_now(self, session: ThreadSession) -> None:
+        """The session, idle (its turn slot held): release it if Codex really
+        unloaded the thread and nothing reopened it meanwhile."""
+        if not self._releasable(session) or not await self._unloaded(session.thread_id):
+            return
+        if not self._releasable(session):  # opened again while Codex was asked
+            return
+        del self.sessions[session.thread_id]
+        self.spares.drop_spare(session.thread_id)
+        self.released["threads"] += 1
+        self.released["rebuilds"] += session.rebuilds
+        self.archived.forget(session.thread_id)
+        if session.mirror is not None:
+            session.mirror.close()
+        log.info("thread closed by codex; session released", extra={"fields": self.calls.fields(session)})
+
+    def _releasable(self, session: ThreadSession) -> bool:
+        """Closed, still this thread's session, and nothing of it under way."""
+        return (
+            session.closed
+            and self.sessions.get(session.thread_id) is session
+            and not session.turns
+            and session.current is None
+            and session.unfollowed is None
+            and session.reverts_unanswered == 0
+            and not session.marking
+            and session.thread_id not in self.inplace.reverting
+            and session.slot.statistics().tasks_waiting == 0
+            and not any(s is session for s, _ in self.compaction.native_pending.values())
+        )
+
+    async def _unloaded(self, thread_id: str) -> bool:
+        """Codex's ``thread/loaded/list`` does not name the thread (a
+        ``thread/closed`` is taken at its word only once Codex confirms it)."""
+        cursor = None
+        try:
+            for _ in range(LOADED_LIST_PAGES):
+                page = await self.proxy.request("thread/loaded/list", {"cursor": cursor} if cursor else {}, timeout=self.options.engine_deadline)
+                data = page.get("data") if isinstance(page, dict) else None
+                if not isinstance(data, list) or thread_id in data:
+                    return False
+                cursor = page.get("nextCursor")
+                if not cursor:
+                    return True
+        except Exception as exc:  # an error answer, a timeout, a child gone
+            log.info("thread/loaded/list failed; session kept", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
+        return False
+
+    async def open(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
+        """Open (fork, import) the mirror; a turn/start waits for this."""
+        opened = False
+        try:
+            if session.mirror is None:
+                parent_id = params.get("threadId") if method == "thread/fork" else None
+                forked = bool(parent_id and parent_id != session.thread_id)
+                if forked:
+                    # The archive first: the fork's mirror existing is what says
+                    # the fork was opened (a kill in between must not leave a
+                    # mirror without the archived turns the fork inherits).
+                    session.mirror = await trio.to_thread.run_sync(self._fork_archive_then_mirror, parent_id, session, params)
+                else:
+                    session.mirror = await trio.to_thread.run_sync(
+                        lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
+                    )
+                opened = True
+                # A fork's copy of its parent's mirror is its history (keyed by
+                # the parent's ids: importing Codex's copy too would store it twice).
+                session.had_history = (session.mirror.existed_before or forked) and bool(
+                    await trio.to_thread.run_sync(session.mirror.messages)
+                )
+            await self.archived.load(session.thread_id)
+            if session.inspect is None:
+                session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
+                last = await trio.to_thread.run_sync(session.inspect.last)
+                if last:
+                    session.projected_epoch = last.get("projectedEpoch")
+                    session.held = last.get("held")
+                    session.turns_since_rebuild = last.get("turnsSinceRebuild")
+                    session.rebuilds = int(last.get("rebuilds") or 0)
+                    session.force_rebuild = bool(last.get("forceRebuild"))
+                    if last.get("rebuilding"):
+                        # Killed between a revert and the turn that carried the
+                        # projection: the thread may hold only its framing.
+                        session.held, session.force_rebuild = [], True
+            if opened and session.mirror is not None:
+                # First opening in this process (within it, a failed follow is
+                # retried by the next turn instead, holding the turn slot).
+                archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+                pending = await trio.to_thread.run_sync(archive.pending_forget)
+                if pending is not None:
+                    # Killed after Codex reverted for the client, before the
+                    # mirror followed: follow it now, before any turn assembles.
+                    log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
+                    before, into_archive = pending
+                    await self.reverts.follow(session, archive, Unfollowed(before, into_archive, frozenset(), None))
+                await self.reverts.settle_unanswered(session, archive)
+            if self.spares.take_rolled_back(session.thread_id):
+                # Back from a switch Codex never accepted: what the thread holds is not known.
+                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
+            if session.framing_only:
+                # A fork of Codex's framing (the client forked at an archived turn).
+                session.held, session.turns_since_rebuild, session.live_turns = [], [], []
+            # Import only when the session is first seen: a thread started or
+            # imported earlier in this run is mirrored turn by turn already, and
+            # importing it again would bootstrap an engine that saw every turn.
+            if opened and method in ("thread/resume", "thread/fork") and not session.had_history:
+                await self._import_history(session, thread)
+            elif opened and method == "thread/resume":
+                await self._catch_up(session, thread)
+        except (MirrorError, OSError) as exc:
+            log.warning(
+                "transcript mirror unavailable; turns of this thread pass through",
+                extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}},
+            )
+            session.mirror = None
+        finally:
+            session.ready.set()
+
+    def _fork_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
+        parent_path = session_path(self.state_dir, parent_id)
+        before, last = params.get("beforeTurnId"), params.get("lastTurnId")
+        stop = None
+        if isinstance(before, str):
+            # By turn id: the parent may itself be a fork, whose inherited
+            # turns keep their own parent's keys.
+            stop = lambda key: key_turn_id(key) == before  # noqa: E731
+        elif isinstance(last, str):
+            stop = _after_turn(last)
+        return TranscriptMirror.fork(parent_path, session.path, session.thread_id, cwd=session.cwd, stop_before=stop)
+
+    def _fork_archive_then_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
+        self._fork_archive(parent_id, session, params)
+        return self._fork_mirror(parent_id, session, params)
+
+    def _fork_archive(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> None:
+        before, last = params.get("beforeTurnId"), params.get("lastTurnId")
+        TurnArchive(archive_path(self.state_dir, session.thread_id)).copy_from(
+            TurnArchive(archive_path(self.state_dir, parent_id)),
+            before=before if isinstance(before, str) else None,
+            last=last if isinstance(last, str) else None,
+        )
+
+    async def _catch_up(self, session: ThreadSession, thread: dict[str, Any]) -> None:
+        """A resumed thread whose mirror exists: mirror (and archive) the turns
+        Codex holds that the mirror lacks. A kill between forwarding a
+        turn/completed and writing the turn leaves one; so does a turn run
+        on this thread without the sidecar. Appends are keyed by turn and
+        item, so turns already mirrored add nothing."""
+        if session.mirror is None:
+            return
+        turns = thread.get("turns")
+        if not turns:
+            # Resumed without its turns (excludeTurns): what a kill can leave
+            # out is the last turn or two; ask Codex for its newest few.
+            try:
+                listed = await self.proxy.request(
+                    "thread/turns/list",
+                    {"threadId": session.thread_id, "sortDirection": "desc", "limit": CATCH_UP_TURNS, "itemsView": "full"},
+                    timeout=self.options.engine_deadline,
+                )
+            except (RpcError, trio.TooSlowError) as exc:
+                log.warning("could not list the thread's latest turns to check the mirror", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
+                return
+            turns = list(reversed(listed.get("data") or [])) if isinstance(listed, dict) else []
+        turns = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        if not turns:
+            return
+        now = now_ms()
+        per_turn = [
+            (turn, translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status")))
+            for turn in turns
+        ]
+        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        added = await trio.to_thread.run_sync(_catch_up_turns, session.thread_id, archive, per_turn, session.mirror)
+        if added:
+            # Codex holds these turns natively, as finalisation would have recorded.
+            records = {t["id"]: r for t, r in per_turn}
+            if session.held is not None:
+                for tid in added:
+                    fps = fingerprints(session.sizes, messages_of(records[tid]))
+                    if fps and session.held[-len(fps) :] != fps:  # not recorded already (a write that failed)
+                        session.held = session.held + fps
+            if session.turns_since_rebuild is not None:
+                session.turns_since_rebuild = [*session.turns_since_rebuild, *added]
+            if session.live_turns is not None:
+                session.live_turns.extend(added)
+            log.warning(
+                "mirrored turns the transcript lacked (killed before writing them, or run without the sidecar)",
+                extra={"fields": {"threadId": session.thread_id, "turns": len(added)}},
+            )
+
+    async def _import_history(self, session: ThreadSession, thread: dict[str, Any]) -> None:
+        """A resumed thread with no mirror: import its turns from the app-server once."""
+        turns = thread.get("turns")
+        if not isinstance(turns, list) or not turns:
+            try:
+                result = await self.proxy.request(
+                    "thread/read", {"threadId": session.thread_id, "includeTurns": True}, timeout=self.options.engine_deadline
+                )
+                turns = (result.get("thread") or {}).get("turns") if isinstance(result, dict) else None
+            except (RpcError, trio.TooSlowError) as exc:
+                log.warning("could not import thread history", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
+                return
+        if not isinstance(turns, list):
+            return
+        now = now_ms()
+        records = []
+        for turn in turns:
+            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+                records.extend(
+                    translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status"))
+                )
+        assert session.mirror is not None
+        # Archived too, so the reads keep showing them after a rebuild drops them.
+        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        known = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        added = await trio.to_thread.run_sync(_archive_many_then_append, archive, known, session.mirror, records)
+        session.had_history = session.had_history or bool(messages_of(records))
+        log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
+
+
+def _after_turn(last: str) -> Callable[[str], bool]:
+    """A mirror copy's stop test for ``thread/fork`` with ``lastTurnId``:
+    stop at the first entry after that turn's own (matched by turn id,
+    under whichever thread's keys it was mirrored)."""
+    seen = False
+
+    def stop(key: str) -> bool:
+        nonlocal seen
+        if key_turn_id(key) == last:
+            seen = True
+            return False
+        return seen
+
+    return stop
+
+
+def _catch_up_turns(thread_id: str, archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: TranscriptMirror) -> list[str]:
+    """Mirror and archive the turns of which the mirror has nothing at all (a
+    turn with any entry, or its finalised marker, was mirrored: Codex's view
+    of it may differ in detail, and must not add a second copy)."""
+    added = []
+    for turn, records in per_turn:
+        finalized = f"{turn_key_prefix(thread_id, turn['id'])}finalized"
+        if not records or mirror.has_key(finalized) or any(mirror.has_key(r.key) for r in records):
+            continue
+        mirror.append_records(records)
+        archive.append_turn(turn)
+        added.append(turn["id"])
+    return added
+
+
+def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]], mirror: TranscriptMirror, records: list[Any]) -> int:
+    for turn in turns:
+        archive.append_turn(turn)
+    return mirror.append_records(records)
+

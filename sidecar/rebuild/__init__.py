@@ -1,0 +1,122 @@
+"""Rebuilds: move a Codex thread back to its framing so a turn can carry the
+engine's whole assembly.
+
+Two strategies sit behind one interface (:class:`Strategy`): on a fresh
+backing thread (:mod:`.fresh`, with :mod:`.backing`, the only modules that
+know backing threads exist) and in place (:mod:`.inplace`, a
+``thread/revert``). :class:`Rebuilder` does what both share (which turn is
+Codex's first, the archive's marks persisted before anything moves) and
+tries the strategies in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import trio
+
+from ..proxy import Proxy, RpcError
+from ..session.options import LifecycleOptions
+from ..session.state import ThreadSession, log_fields
+from ..store.archive import TurnArchive, archive_path
+from ..store.inspect import InspectLog
+from ..store.reads import ArchivedTurns
+from .inplace import FirstTurnGone, InPlace
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+
+class Strategy(Protocol):
+    async def rebuild(self, session: ThreadSession, archive: TurnArchive, first: str, marked: list[str]) -> bool:
+        """Move the thread so it holds only its framing; False: not done."""
+        ...
+
+
+class Rebuilder:
+    def __init__(
+        self,
+        proxy: Proxy,
+        archived: ArchivedTurns,
+        options: LifecycleOptions,
+        state_dir: Any,
+        engine_id: str,
+        strategies: list[Strategy],
+    ) -> None:
+        self.proxy = proxy
+        self.archived = archived
+        self.options = options
+        self.state_dir = state_dir
+        self.engine_id = engine_id
+        self.strategies = strategies
+
+    async def rebuild(self, session: ThreadSession) -> bool:
+        """Drop every turn the Codex thread holds (never called with a turn
+        in progress: the caller holds the thread's turn slot)."""
+        if session.revert_unsupported:
+            return False
+        try:
+            first = await self.first_codex_turn(session.thread_id, session)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.warning("cannot list the thread's turns for a rebuild", extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__)})
+            return False
+        if first is None:
+            session.turns_since_rebuild = []
+            return True  # nothing but framing yet
+        # Persist before moving: a SIGKILL between the rebuild and the
+        # turn/start that carries the projection must not leave a ledger
+        # claiming history the thread no longer holds, nor lose which turns
+        # the client's reads must still show (a turn marked dropped that Codex
+        # still has is not shown twice: reads splice only the missing ones).
+        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        self.archived.reverting.add(session.thread_id)
+        try:
+            marked = await trio.to_thread.run_sync(
+                _before_rebuild,
+                archive,
+                session.live_turns,
+                session.inspect,
+                {"rebuilding": True, "rebuilds": session.rebuilds, "projectedEpoch": session.projected_epoch},
+            )
+            # A read answered from here on must see the marks (its response may
+            # come in the same pipe read as the revert's, before this task resumes).
+            self.archived.forget(session.thread_id)
+            for strategy in self.strategies:
+                try:
+                    if await strategy.rebuild(session, archive, first, marked):
+                        return True
+                except FirstTurnGone:
+                    # Ask Codex for the thread's first turn instead, once.
+                    session.turns_since_rebuild = None
+                    self.archived.reverting.discard(session.thread_id)
+                    return await self.rebuild(session)
+            return False
+        finally:
+            self.archived.reverting.discard(session.thread_id)
+
+    async def first_codex_turn(self, thread_id: str, session: ThreadSession | None) -> str | None:
+        """The first turn the Codex thread holds: the ledger's when it knows,
+        else Codex's answer (None: no turn). Raises RpcError or TooSlowError."""
+        if session is not None and session.turns_since_rebuild is not None:
+            if session.turns_since_rebuild:
+                return session.turns_since_rebuild[0]
+            current = session.current
+            if current is not None and current.turn_id is not None:
+                return current.turn_id  # the rebuild's own turn, running or finalising
+            return None
+        listed = await self.proxy.request(
+            "thread/turns/list", {"threadId": thread_id, "sortDirection": "asc", "limit": 1}, timeout=self.options.engine_deadline
+        )
+        data = (listed.get("data") or listed.get("turns")) if isinstance(listed, dict) else None
+        first = data[0] if isinstance(data, list) and data else None
+        return first.get("id") if isinstance(first, dict) and isinstance(first.get("id"), str) else None
+
+
+def _before_rebuild(archive: TurnArchive, dropped: list[str] | None, inspect: InspectLog | None, marker: dict[str, Any]) -> list[str]:
+    marked = archive.mark_dropped(dropped)
+    if inspect is not None:
+        inspect.append(marker)
+    return marked
+
+
+__all__ = ["FirstTurnGone", "InPlace", "Rebuilder", "Strategy"]

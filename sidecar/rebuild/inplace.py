@@ -1,0 +1,128 @@
+"""Rebuild in place: revert the Codex thread to its framing (same thread id,
+same prompt-cache key), and keep Codex's notifications about that revert
+from the client, which did not ask for it."""
+
+from __future__ import annotations
+
+import logging
+import trio
+
+from ..proxy import HANDLED, Decision, Message, Proxy, RpcError
+from ..session.options import LifecycleOptions
+from ..session.state import RevertNoise, ThreadSession, log_fields
+from ..store.archive import TurnArchive
+from ..store.reads import ArchivedTurns
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
+REVERTED_NOTICE_WAIT = 2.0
+"""Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
+swallowed) after Codex answered the revert; the turn does not wait for it."""
+
+
+class FirstTurnGone(Exception):
+    """Codex no longer has the turn the ledger says is its first."""
+
+
+class InPlace:
+    def __init__(self, proxy: Proxy, archived: ArchivedTurns, options: LifecycleOptions, engine_id: str) -> None:
+        self.proxy = proxy
+        self.archived = archived
+        self.options = options
+        self.engine_id = engine_id
+        self.reverting: dict[str, RevertNoise] = {}
+        """Threads with a rebuild revert whose noise is still being swallowed."""
+
+    async def rebuild(self, session: ThreadSession, archive: TurnArchive, first: str, marked: list[str]) -> bool:
+        """Revert the thread before ``first``. False: Codex refused (the
+        caller forwards the original request); :class:`FirstTurnGone` when
+        the ledger's first turn is not Codex's any more."""
+        noise = self.reverting.setdefault(session.thread_id, RevertNoise())
+        ticket = trio.Event()
+        noise.answered = False
+        noise.tickets.append(ticket)
+        started = trio.current_time()
+        try:
+            await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
+        except (RpcError, trio.TooSlowError) as exc:
+            noise.answered = True
+            if ticket in noise.tickets:
+                noise.tickets.remove(ticket)  # no thread/reverted for a refused revert
+            self._drop_noise(session.thread_id, noise)
+            if isinstance(exc, RpcError):
+                # Refused: Codex keeps the turns, so they are its to list again.
+                await trio.to_thread.run_sync(archive.mark_restored, marked)
+                self.archived.forget(session.thread_id)
+            message = getattr(exc, "message", "") or ""
+            if message.startswith("turn not found") and session.turns_since_rebuild is not None:
+                # The ledger's first turn is gone (the client reverted the thread
+                # itself, or the sidecar died between a revert and its turn/start).
+                raise FirstTurnGone from exc
+            if "paginated" in message:
+                session.revert_unsupported = True
+            log.warning(
+                "rebuild impossible (thread/revert refused); forwarding the original request",
+                extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__, legacyHistory=session.revert_unsupported)},
+            )
+            return False
+        answered = trio.current_time()
+        noise.answered = True
+        self.archived.forget(session.thread_id)
+        self.proxy.spawn(self.archived.load, session.thread_id)  # before a read needs it
+        session.live_turns = []
+        revert_ms = round((answered - started) * 1000, 1)
+        if session.current is not None:
+            session.current.revert_ms = revert_ms
+        # thread/reverted follows the response: it is swallowed when it comes,
+        # but the turn need not wait for it (the status notifications, which
+        # the turn has its own of, all came before the response).
+        self.proxy.spawn(self._expire_noise, session, noise, ticket, revert_ms)
+        session.turns_since_rebuild = []
+        return True
+
+    async def _expire_noise(self, session: ThreadSession, noise: RevertNoise, ticket: trio.Event, revert_ms: float) -> None:
+        answered = trio.current_time()
+        with trio.move_on_after(REVERTED_NOTICE_WAIT):
+            await ticket.wait()
+        if ticket in noise.tickets:
+            noise.tickets.remove(ticket)  # never came: stop waiting for it
+        self._drop_noise(session.thread_id, noise)
+        log.debug(
+            "thread reverted to its framing",
+            extra={
+                "fields": log_fields(
+                    session,
+                    self.engine_id,
+                    revertMs=revert_ms,
+                    revertedNoticeMs=round((trio.current_time() - answered) * 1000, 1),
+                    revertedNoticeSeen=ticket.is_set(),
+                )
+            },
+        )
+
+    def _drop_noise(self, thread_id: str, noise: RevertNoise) -> None:
+        if noise.answered and not noise.tickets and self.reverting.get(thread_id) is noise:
+            del self.reverting[thread_id]
+
+    def swallow_noise(self, msg: Message) -> Decision:
+        """Hook on the revert's notifications: the client's own pass."""
+        params = msg.params()
+        thread_id = params.get("threadId") if isinstance(params, dict) else None
+        if not isinstance(thread_id, str):
+            return None
+        noise = self.reverting.get(thread_id)
+        if noise is None:
+            return None
+        if msg.method == "thread/reverted":
+            if not noise.tickets:
+                return None  # not one of the sidecar's reverts
+            noise.tickets.pop(0).set()
+            self._drop_noise(thread_id, noise)
+            return HANDLED
+        if noise.answered:
+            return None  # after the answer, status changes are the next turn's
+        return HANDLED
+
+    def busy(self, thread_id: str) -> bool:
+        return thread_id in self.reverting

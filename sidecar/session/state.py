@@ -1,0 +1,192 @@
+"""What the sidecar knows of one client thread (a session) and of its turns.
+
+Plain data: the lifecycle's jobs read and update it, one turn at a time per
+thread (``ThreadSession.slot``). The ledger fields (``held``,
+``turns_since_rebuild``, ``force_rebuild``, ``projected_epoch``, ``sizes``)
+are what :mod:`sidecar.session.planner` plans a turn from.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from engines import AgentMessage, PromptCacheInfo, Usage
+
+from ..store.inspect import InspectLog
+from ..store.mirror import TranscriptMirror
+
+
+@dataclass
+class Unfollowed:
+    """A client revert Codex answered that the mirror has not followed yet."""
+
+    before: str
+    into_archive: bool
+    in_flight: frozenset[str]
+    """Turns running or finalising at the answer: the only ones that may be
+    mirrored before the follow (Codex interrupted them; they are reverted too)."""
+    holder: Any
+    """The proxy gate holding the client's later requests on the thread."""
+
+
+@dataclass
+class RevertNoise:
+    """What the client must not see of a thread's rebuild reverts: while one
+    is unanswered, every status notification of the thread; and one
+    ``thread/reverted`` per revert (Codex sends it after the answer). Each
+    revert has a ticket; a ``thread/reverted`` takes the oldest."""
+
+    answered: bool = False
+    tickets: list[trio.Event] = field(default_factory=list)
+
+
+@dataclass
+class TurnState:
+    client_id: Any
+    original_input: list[dict[str, Any]] | None
+    pre_prompt_count: int = 0
+    history: list[AgentMessage] = field(default_factory=list)
+    turn_id: str | None = None
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    item_times: dict[str, int] = field(default_factory=dict)
+    projected: bool = False
+    assembled_count: int | None = None
+    estimated_tokens: int | None = None
+    fallback_reason: str | None = None
+    mode: str | None = None
+    epoch: str | None = None
+    assembled_roles: list[list[Any]] = field(default_factory=list)
+    channels: list[str] = field(default_factory=list)
+    context_chars: int = 0
+    rendered: int = 0
+    dropped: int = 0
+    original_chars: int = 0
+    sent_chars: int = 0
+    stale: int = 0
+    addition_pending: str | None = None
+    epoch_pending: str | None = None
+    received: float = field(default_factory=trio.current_time)
+    hold_ms: float | None = None
+    revert_ms: float | None = None
+    """How long Codex took to answer this turn's rebuild revert (part of hold_ms)."""
+    switched: bool = False
+    """The rebuild moved the thread onto a fresh backing thread (not a revert)."""
+    held_plan: list[str] | None = None
+    """Fingerprints of what the Codex thread holds once this turn's projection
+    is in (before the turn's own messages); None when nothing was tracked."""
+    rebuilt: bool = False
+
+
+@dataclass
+class ThreadSession:
+    thread_id: str
+    session_key: str
+    path: Path
+    cwd: str | None = None
+    model: str | None = None
+    tools: frozenset[str] = frozenset()
+    mirror: TranscriptMirror | None = None
+    had_history: bool = False
+    bootstrapped: bool = False
+    ready: trio.Event = field(default_factory=trio.Event)
+    slot: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))
+    """One turn at a time per thread, in arrival order (trio semaphores are
+    FIFO and, unlike locks, may be released by the finalising task)."""
+    turns: dict[str, TurnState] = field(default_factory=dict)
+    current: TurnState | None = None
+    last_usage: Usage | None = None
+    prompt_cache: PromptCacheInfo | None = None
+    current_token_count: int | None = None
+    context_window: int | None = None
+    addition_sent: str | None = None
+    warned_double_projection: bool = False
+    compactions: int = 0
+    completed_turns: set[str] = field(default_factory=set)
+    """Turn ids whose ``turn/completed`` was taken (a replay is not finalised twice)."""
+    marking: set[trio.Event] = field(default_factory=set)
+    """Finalized markers being written (each set once written): the next
+    turn need not wait for them, the session's release does."""
+    projected_epoch: str | None = None
+    held: list[str] | None = None
+    """Fingerprints of the mirrored messages the Codex thread holds, in order
+    (its own turns plus what the sidecar projected); None: not known."""
+    turns_since_rebuild: list[str] | None = None
+    force_rebuild: bool = False
+    revert_unsupported: bool = False
+    rebuilds: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)
+    """Characters of each fingerprinted message (for the stale slack)."""
+    inspect: InspectLog | None = None
+    framing_only: bool = False
+    """A fork the sidecar made from Codex's framing: its ledger starts empty."""
+    reverts_unanswered: int = 0
+    """Client thread/reverts sent to Codex and not answered yet."""
+    reverts_answered: trio.Event = field(default_factory=trio.Event)
+    """Set whenever the last of them is answered."""
+    unfollowed: Unfollowed | None = None
+    """A client revert the mirror has not followed yet: whichever comes first
+    with the turn slot (the forget, or a turn/start queued before the revert)
+    follows it before anything assembles; after a failed follow, the next turn."""
+    live_turns: list[str] | None = None
+    """Archived turns Codex still holds (a revert to the framing drops them
+    all); None: not known in this process, the archive knows."""
+    last_items: dict[str, str | None] = field(default_factory=dict)
+    """Turn id -> id of its last item (None: none), for the turns finalised in
+    this process: where a client revert's ``itemsBackwardsCursor`` points."""
+    stats: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
+    """Codex sent ``thread/closed`` (it unloaded the thread) and no request
+    has opened the thread again since: the session is released once idle."""
+
+    @property
+    def busy(self) -> bool:
+        return self.slot.value == 0
+
+    @property
+    def settled(self) -> bool:
+        """No turn under way and every finalized marker written."""
+        return not self.busy and not self.marking
+
+    def end_turn(self, state: TurnState) -> None:
+        """The turn is over (finalised, refused or never forwarded): free the slot."""
+        if self.current is state:
+            self.current = None
+            if self.slot.value == 0:
+                self.slot.release()
+
+
+class RequestParams:
+    """The params of client requests whose answers the lifecycle reads
+    (thread/start, resume, fork, revert, ...), by client request id."""
+
+    def __init__(self) -> None:
+        self._params: dict[Any, dict[str, Any]] = {}
+
+    def remember(self, client_id: Any, params: Any) -> None:
+        if isinstance(params, dict):
+            self._params[client_id] = params
+
+    def get(self, client_id: Any) -> dict[str, Any] | None:
+        return self._params.get(client_id)
+
+    def pop(self, client_id: Any) -> dict[str, Any] | None:
+        return self._params.pop(client_id, None)
+
+
+def log_fields(session: ThreadSession, engine_id: str, **more: Any) -> dict[str, Any]:
+    """The structured log fields naming a session (ids only, never text)."""
+    fields = {"sessionId": session.thread_id, "threadId": session.thread_id, "engineId": engine_id}
+    if session.current is not None and session.current.turn_id:
+        fields["turnId"] = session.current.turn_id
+    fields.update(more)
+    return fields
+
+
+def now_ms() -> int:
+    """The clock mirror entries are stamped with (wall time, ms)."""
+    return int(time.time() * 1000)
