@@ -290,15 +290,14 @@ def _serve_started(
         controls = ControlMethods()
         controls.add("sidecar/status", proxy.status)
         proxy.set_control(controls.handle)
-        lifecycle = None
-        if engine is not None:
-            lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)
-            lifecycle.install(proxy.hooks)
+        # With no engine (legacy, or one that failed to load) the lifecycle
+        # keeps only the history earlier rebuilds moved: the thread stays whole.
+        lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)
+        lifecycle.install(proxy.hooks)
         try:
             return await proxy.run()
         finally:
-            if lifecycle is not None:
-                await lifecycle.dispose()
+            await lifecycle.dispose()
 
     try:
         return trio.run(serve)

@@ -124,6 +124,8 @@ TARGET_IDENTITY_REUSE = 0.95
 TARGET_BUDGET_SLACK = 0.05
 TARGET_RECALL_SLACK = 0.10
 TARGET_WALL = 1.10
+TARGET_STORE_TOTAL = 1.01
+TARGET_STORE_REUSE = 0.99
 
 SIDECAR_LOG_LEVEL = ["warning"]  # --sidecar-log-level
 DEVELOPER_INSTRUCTIONS = "You are helping with the ledger service in this workspace. Be concrete."
@@ -1197,6 +1199,11 @@ def checks_for(run: RunResult, native: RunResult, framing: int, walls: Sequence[
         out.append(Check("total", f"total <= {TARGET_IDENTITY_TOTAL:.2f}x", total_ratio <= TARGET_IDENTITY_TOTAL, f"{total_ratio:.2f}x"))
         reuse = run.reuse or 0.0
         out.append(Check("reuse", f"reuse >= {TARGET_IDENTITY_REUSE:.2f}", reuse >= TARGET_IDENTITY_REUSE, f"{reuse:.2f}"))
+    if run.engine == "store" and projection_of(run.mode) == "delta":
+        out.append(Check("total", f"total <= {TARGET_STORE_TOTAL:.2f}x", total_ratio <= TARGET_STORE_TOTAL, f"{total_ratio:.2f}x"))
+        reuse = run.reuse or 0.0
+        out.append(Check("reuse", f"reuse >= {TARGET_STORE_REUSE:.2f}", reuse >= TARGET_STORE_REUSE, f"{reuse:.2f}"))
+        out.append(Check("rebuilds", "rebuilds = 0", run.rebuilds == 0, f"{run.rebuilds}"))
     if run.engine == "budget":
         bound = budget_bound(framing)
         grows = native.largest > bound

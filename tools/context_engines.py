@@ -1,4 +1,4 @@
-"""The three context engines ``make bench-context`` measures (issue 4).
+"""The context engines ``make bench-context`` measures.
 
 * ``bench-identity`` assembles the mirrored history unchanged: any growth of
   the model input beyond the native run is the projection's own cost.
@@ -19,6 +19,10 @@
   ``snippet_log`` config key it appends one JSON line per assemble (snippet
   id, characters, o200k tokens), so the benchmark adds exactly what the
   engine added.
+* ``bench-store`` assembles the history as an engine with its own store
+  does: new message objects with the mirror's content, its own timestamps
+  and no provider metadata, every turn. Content identity must keep the
+  sidecar from rebuilding for it.
 
 Every engine is a pure function of what ``assemble`` receives (the budget
 engine's boundary is recomputed from the messages alone, never from state
@@ -34,7 +38,7 @@ the sidecar is told to trust that distribution with
 
 Engine ids carry a ``bench-`` prefix so they can never collide with an engine
 a real distribution (or the sidecar's built-ins) registers; the benchmark
-shows them as ``identity``, ``budget`` and ``recall``.
+shows them as ``identity``, ``budget``, ``recall`` and ``store``.
 """
 
 from __future__ import annotations
@@ -44,9 +48,12 @@ import json
 import functools
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from engines import (
     AfterTurnParams,
@@ -64,6 +71,7 @@ from engines import (
     IngestParams,
     IngestResult,
     TextBlock,
+    ThinkingBlock,
     ToolCallBlock,
     ToolResultMessage,
     UserMessage,
@@ -95,9 +103,10 @@ DIST_VERSION = "0.1.0"
 IDENTITY_ID = "bench-identity"
 BUDGET_ID = "bench-budget"
 RECALL_ID = "bench-recall"
+STORE_ID = "bench-store"
 
 #: Short name (as the benchmark shows it) -> engine id.
-ENGINES: dict[str, str] = {"identity": IDENTITY_ID, "budget": BUDGET_ID, "recall": RECALL_ID}
+ENGINES: dict[str, str] = {"identity": IDENTITY_ID, "budget": BUDGET_ID, "recall": RECALL_ID, "store": STORE_ID}
 
 _VERSION = DIST_VERSION
 
@@ -139,6 +148,54 @@ class IdentityEngine(_BenchEngine):
 
     async def assemble(self, params: AssembleParams) -> AssembleResult:
         messages = list(params.messages)
+        return AssembleResult(messages=messages, estimated_tokens=_estimate(messages))
+
+
+# ------------------------------------------------------------------- store
+
+
+def restamped(message: Any, timestamp: int) -> Any:
+    """The message as an engine with its own store gives it back: a new
+    object with the same model-visible content, its own timestamp, and none
+    of the provider's metadata (usage, model, response id, signatures)."""
+    if isinstance(message, AssistantMessage):
+        return AssistantMessage(content=[_bare(b) for b in message.content], timestamp=timestamp)
+    if isinstance(message, UserMessage):
+        content = message.content if isinstance(message.content, str) else [_bare(b) for b in message.content]
+        return UserMessage(content=content, timestamp=timestamp)
+    if isinstance(message, ToolResultMessage):
+        return ToolResultMessage(
+            tool_call_id=message.tool_call_id,
+            tool_name=message.tool_name,
+            content=[_bare(b) for b in message.content],
+            is_error=message.is_error,
+            timestamp=timestamp,
+        )
+    return msgspec.structs.replace(message, timestamp=timestamp)
+
+
+def _bare(block: Any) -> Any:
+    if isinstance(block, TextBlock):
+        return TextBlock(text=block.text)
+    if isinstance(block, ToolCallBlock):
+        return ToolCallBlock(id=block.id, name=block.name, arguments=dict(block.arguments))
+    if isinstance(block, ThinkingBlock):
+        return ThinkingBlock(thinking=block.thinking)
+    return block
+
+
+class StoreEngine(_BenchEngine):
+    """Keeps the conversation in its own store and assembles it from there:
+    every turn, new message objects with the same content as the mirror's,
+    stamped with the store's own clock (what a database-backed engine does).
+    The sidecar must see the same messages and not rebuild."""
+
+    engine_id = STORE_ID
+    engine_name = "Bench: own store"
+
+    async def assemble(self, params: AssembleParams) -> AssembleResult:
+        now = int(time.time() * 1000)
+        messages = [restamped(m, now) for m in params.messages]
         return AssembleResult(messages=messages, estimated_tokens=_estimate(messages))
 
 
@@ -512,7 +569,7 @@ class RecallEngine(_BenchEngine):
 
 
 def write_dist_info(site_dir: str | os.PathLike[str]) -> Path:
-    """Write the metadata-only ``*.dist-info`` that registers the three engines.
+    """Write the metadata-only ``*.dist-info`` that registers the bench engines.
 
     Put ``site_dir`` (and the repository, for the code) on the sidecar's
     ``PYTHONPATH`` and name :data:`DIST_NAME` in its engine allowlist.
@@ -529,6 +586,7 @@ def write_dist_info(site_dir: str | os.PathLike[str]) -> Path:
         f"{IDENTITY_ID} = tools.context_engines:IdentityEngine\n"
         f"{BUDGET_ID} = tools.context_engines:BudgetEngine\n"
         f"{RECALL_ID} = tools.context_engines:RecallEngine\n"
+        f"{STORE_ID} = tools.context_engines:StoreEngine\n"
     )
     (folder / "top_level.txt").write_text("tools\n")
     return folder

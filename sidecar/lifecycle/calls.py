@@ -22,8 +22,8 @@ class EngineCalls:
     def __init__(self, engine: Any, options: LifecycleOptions) -> None:
         self.engine = engine
         self.options = options
-        info = engine.info
-        self.engine_id: str = info.id
+        info = engine.info if engine is not None else None
+        self.engine_id: str = info.id if info is not None else "legacy"
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
         self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
@@ -87,7 +87,7 @@ class EngineCalls:
         Best effort, under the deadline: OpenClaw usually SIGKILLs, so an
         engine must never depend on it.
         """
-        dispose = optional_method(self.engine, "dispose")
+        dispose = optional_method(self.engine, "dispose") if self.engine is not None else None
         if dispose is None:
             return
         try:

@@ -3,6 +3,13 @@
 Each job is a module of this package (sessions, turns, finalize, reverts,
 compaction, calls); they share the sessions table and the stores, and each
 gets the collaborators it calls. This class owns no turn logic itself.
+
+A thread's history is the client's, not the engine's: the backing-thread
+map and the archive of turns rebuilds took out of Codex are applied at the
+child's edge and in the client's reads with any engine, with none
+(``legacy``, or an engine that failed to load) and with either rebuild
+setting, so changing a setting between runs never loses a turn. With no
+engine only that part is installed; the turn lifecycle is not.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from typing import Any
 
 import trio
 
-from ..proxy import Hooks, Proxy, RpcError
+from ..proxy import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..rebuild import InPlace, Rebuilder, Strategy
 from ..rebuild.backing import BackingThreads
 from ..rebuild.fresh import Spares
@@ -35,9 +42,10 @@ log = logging.getLogger("codex_sidecar.lifecycle")
 class Lifecycle:
     """Installs the hooks that run ``engine`` around the turns ``proxy`` relays."""
 
-    def __init__(self, proxy: Proxy, engine: Any, state_dir: str | Path, options: LifecycleOptions | None = None) -> None:
+    def __init__(self, proxy: Proxy, engine: Any | None, state_dir: str | Path, options: LifecycleOptions | None = None) -> None:
         self.proxy = proxy
         self.engine = engine
+        """None: history only (no engine, or ``legacy``)."""
         self.state_dir = Path(state_dir)
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
@@ -46,17 +54,19 @@ class Lifecycle:
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
         items/list with the turns rebuilds took out of Codex (``sidecar.store.reads``)."""
-        self.archived.wrap_cursors = self.options.projection_mode != "per_turn"  # cursors outlive rebuilds
-        self.backing: BackingThreads | None = None
-        """``rebuild = "fresh"``: the client's threads and the Codex threads behind them."""
-        if self.options.rebuild == "fresh":
-            self.backing = BackingThreads(state_dir)
-            proxy.edge = self.backing
-        requests = RequestParams()
-        self.spares = Spares(self.backing, proxy, self.archived, self.options, self.sessions, requests, self.engine_id)
+        # Cursors handed out wrapped outlive rebuilds; wrapped ones are
+        # unwrapped whatever the engine.
+        self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"
+        self.backing = BackingThreads(state_dir)
+        """The client's threads and the Codex threads behind them (empty until
+        a fresh rebuild switches one): translated at the child's edge."""
+        proxy.edge = self.backing
+        fresh = engine is not None and self.options.rebuild == "fresh"
+        self.requests = requests = RequestParams()
+        self.spares = Spares(self.backing, proxy, self.archived, self.options, self.sessions, requests, self.engine_id, fresh=fresh)
         """Starting spares and switching onto them (``sidecar.rebuild.fresh``)."""
         self.inplace = InPlace(proxy, self.archived, self.options, self.engine_id)
-        strategies: list[Strategy] = [self.spares, self.inplace] if self.backing is not None else [self.inplace]
+        strategies: list[Strategy] = [self.spares, self.inplace] if fresh else [self.inplace]
         self.rebuilder = Rebuilder(proxy, self.archived, self.options, self.state_dir, self.engine_id, strategies)
         self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
         self.reverts = ClientReverts(proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.rebuilder, self.spares)
@@ -72,6 +82,9 @@ class Lifecycle:
         return self.inplace.reverting
 
     def install(self, hooks: Hooks) -> None:
+        if self.engine is None:
+            self._install_history(hooks)
+            return
         # (client request, its response): the request hook sees it on the way
         # in, the response hook on the way back.
         pairs = [
@@ -100,6 +113,43 @@ class Lifecycle:
         self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
         self.proxy.add_status_provider("lifecycle", self.status)
+
+    def _install_history(self, hooks: Hooks) -> None:
+        """No engine: only what keeps the client's history whole (the reads
+        splice archived turns, thread ids are translated at the edge, a
+        delete, archive or name follows a switched thread). Nothing else is
+        touched: a thread no rebuild ever moved passes byte for byte."""
+        hooks.on_client_request("thread/resume", self._remember_resume)
+        hooks.on_response("thread/resume", self._splice_opened)
+        hooks.on_client_request("thread/fork", self.opening.remember_params)
+        hooks.on_response("thread/fork", self._splice_opened)
+        hooks.on_client_request("thread/read", self.archived.on_thread_read)
+        hooks.on_response("thread/read", self.archived.on_thread_read_response)
+        hooks.on_client_request("thread/turns/list", self.archived.on_turns_list)
+        hooks.on_response("thread/turns/list", self.archived.on_list_response)
+        hooks.on_client_request("thread/items/list", self.archived.on_items_list)
+        hooks.on_response("thread/items/list", self.archived.on_list_response)
+        hooks.on_response("thread/list", self.archived.on_thread_list_response)
+        self.spares.install(hooks, self.opening.remember_request)
+
+    def _remember_resume(self, msg: Message) -> Decision:
+        self.opening.remember_params(msg)
+        self.spares.backing_resume(msg.params())
+        params = self.requests.get(msg.id)
+        return self.archived.on_resume(msg, params) if params else None
+
+    def _splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = self.requests.pop(pending.client_id) or {}
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+            return None
+        if pending.method == "thread/resume":
+            return self.archived.splice_resume(msg, result, thread, params)
+        parent = params.get("threadId")
+        if isinstance(parent, str) and parent != thread["id"]:
+            self.archived.seed_fork(thread["id"], parent, params)
+        return None if params.get("excludeTurns") else self.archived.splice_thread(msg, result, thread)
 
     async def dispose(self) -> None:
         """The engine's ``dispose`` (best effort) and the mirrors closed, on a clean stop."""

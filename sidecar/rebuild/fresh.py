@@ -44,15 +44,22 @@ are taken as the spare's and dropped."""
 class Spares:
     def __init__(
         self,
-        backing: BackingThreads | None,
+        backing: BackingThreads,
         proxy: Proxy,
         archived: ArchivedTurns,
         options: LifecycleOptions,
         sessions: dict[str, ThreadSession],
         requests: RequestParams,
         engine_id: str,
+        *,
+        fresh: bool,
     ) -> None:
         self.backing = backing
+        self.fresh = fresh
+        """Rebuilds may switch threads (``rebuild = "fresh"`` and an engine).
+        Without it, threads switched in earlier runs are still followed
+        (their history is the client's whatever the settings), but no new
+        alias, spare or switch is made."""
         self.proxy = proxy
         self.archived = archived
         self.options = options
@@ -74,8 +81,6 @@ class Spares:
     def install(self, hooks: Hooks, remember: Callable[[Message], Decision]) -> None:
         """The hooks only backing threads need (a name and a delete or archive
         follow the client's thread onto every Codex thread behind it)."""
-        if self.backing is None:
-            return
         hooks.on_client_request("thread/name/set", self.on_name_set)
         for method in ("thread/delete", "thread/archive"):
             hooks.on_client_request(method, remember)
@@ -84,12 +89,11 @@ class Spares:
     def client_start(self) -> None:
         """The client starts, resumes or forks a thread: notifications that
         name no thread are its own until its answer (not a spare's)."""
-        if self.backing is not None:
-            self.backing.spare_starts = 0
+        self.backing.spare_starts = 0
 
     def client_started(self, thread_id: str, params: dict[str, Any]) -> None:
         """Codex answered the client's thread/start: the thread gets its alias."""
-        if self.backing is None:
+        if not self.fresh:
             return
         alias = self.backing.remember_start(thread_id, params)
         if alias is not None:
@@ -98,7 +102,7 @@ class Spares:
     def take_rolled_back(self, thread_id: str) -> bool:
         """Whether the thread came back from a switch Codex never accepted
         (what it holds is not known); asked once, as the session opens."""
-        if self.backing is None or thread_id not in self.backing.rolled_back:
+        if thread_id not in self.backing.rolled_back:
             return False
         self.backing.rolled_back.discard(thread_id)
         return True
@@ -106,11 +110,11 @@ class Spares:
     def confirm(self, session: ThreadSession) -> None:
         """Codex accepted a turn on the thread: a switched backing thread has
         a turn now, so Codex can resume it."""
-        if self.backing is not None and self.backing.confirm(session.thread_id):
+        if self.backing.confirm(session.thread_id):
             self.proxy.spawn(self.save_alias, self.backing.aliases[session.thread_id])
 
     def status(self) -> dict[str, Any]:
-        if self.backing is None:
+        if not (self.fresh or self.backing.aliases):
             return {}
         aliases = self.backing.aliases.values()
         return {
@@ -124,7 +128,6 @@ class Spares:
     async def save_alias(self, alias: Alias) -> bool:
         """Persist the alias as it is now (the snapshot is taken before any
         await; a newer one written meanwhile wins)."""
-        assert self.backing is not None
         try:
             snapshot = self.backing.snapshot(alias)
             await trio.to_thread.run_sync(self.backing.write, *snapshot)
@@ -136,7 +139,7 @@ class Spares:
     def remember_sticky(self, params: dict[str, Any]) -> None:
         """Settings a turn/start makes stick for later turns: a new backing
         thread's first turn gets them again."""
-        if self.backing is None:
+        if not self.fresh:
             return
         alias = self.backing.aliases.get(params["threadId"])
         if alias is None:
@@ -147,7 +150,6 @@ class Spares:
             self.proxy.spawn(self.save_alias, alias)
 
     def on_name_set(self, msg: Message) -> Decision:
-        assert self.backing is not None
         params = msg.params()
         alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
         if alias is not None and isinstance(params.get("name"), str):
@@ -171,8 +173,6 @@ class Spares:
         never accepted a turn for goes back to the thread before it (the new
         one has no rollout to resume), and the resume's overrides are what
         later spares start with."""
-        if self.backing is None:
-            return
         alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
         if alias is None:
             return
@@ -203,7 +203,7 @@ class Spares:
         """The client deleted or archived its thread: Codex did it to the
         current backing thread; the retired ones (its older history) follow."""
         params = self.requests.pop(pending.client_id) or {}
-        alias = self.backing.aliases.get(params.get("threadId")) if self.backing is not None else None
+        alias = self.backing.aliases.get(params.get("threadId"))
         if alias is not None and msg.env.error is msgspec.UNSET:
             self.drop_spare(alias.client)
             if alias.retired:
@@ -212,7 +212,7 @@ class Spares:
 
     def drop_spare(self, thread_id: str) -> None:
         """The thread is gone (closed, deleted, archived): unload its spare."""
-        alias = self.backing.aliases.get(thread_id) if self.backing is not None else None
+        alias = self.backing.aliases.get(thread_id)
         if alias is None or alias.spare is None:
             return
         spare, alias.spare = alias.spare, None
@@ -228,7 +228,7 @@ class Spares:
 
     def with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
         """The switch turn's turn/start with the sticky settings it lacks."""
-        alias = self.backing.aliases.get(session.thread_id) if self.backing is not None else None
+        alias = self.backing.aliases.get(session.thread_id)
         if alias is None or not alias.sticky:
             return line
         params = decode(parse(line).params)
@@ -239,7 +239,7 @@ class Spares:
 
     def want_spare(self, session: ThreadSession) -> None:
         """After a turn: start the thread's next spare, unless one is ready."""
-        if self.backing is None or session.thread_id in self._starting:
+        if not self.fresh or session.thread_id in self._starting:
             return
         alias = self.backing.aliases.get(session.thread_id)
         if alias is not None and not alias.listed and alias.current == alias.client and not session.rebuilds:
@@ -253,7 +253,6 @@ class Spares:
         self.proxy.spawn(self.start_spare, session, alias, token)
 
     async def start_spare(self, session: ThreadSession, alias: Alias, token: object) -> None:
-        assert self.backing is not None
         try:
             if self.proxy.pending_methods() & {"thread/start", "thread/resume", "thread/fork"}:
                 return  # the client's own: a spare's notifications would be mistaken for its (next turn)
@@ -303,7 +302,6 @@ class Spares:
     def spare_ready(self, alias: Alias, result: Any, token: object) -> None:
         """As Codex's answer is read: hide the spare before its own
         notifications come, and let the next turn's end ask for another."""
-        assert self.backing is not None
         spare = result["thread"]["id"]
         self._set_answered(alias.client)  # (before the spare is noted: the waiter runs later)
         session = self.sessions.get(alias.client)
@@ -322,7 +320,7 @@ class Spares:
     async def rebuild(self, session: ThreadSession, archive: TurnArchive, first: str, marked: list[str]) -> bool:
         """Rebuild by moving the client's thread onto its spare (False: no
         spare ready, or the map could not be saved; the caller reverts)."""
-        if self.backing is None:
+        if not self.fresh:
             return False
         alias = self.backing.aliases.get(session.thread_id)
         if alias is None:

@@ -1,15 +1,58 @@
-"""A message's identity for the ledger, and its size for the stale slack."""
+"""A message's identity for the ledger, and its size for the stale slack.
+
+Identity is what the model sees of a message, nothing else: its role; its
+text; its images (type and data); a tool call's id, name and arguments; a
+tool result's call id, tool name, content and error flag; a summary's text.
+Never timestamps, usage, model or provider metadata, signatures, thinking
+(the projection never renders it) or object identity: an engine that keeps
+the conversation in its own store and builds new message objects with the
+same content (its own timestamps, no usage) holds the same ledger, so the
+sidecar projects only what is new instead of rebuilding.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
-from engines import AgentMessage, encode_openclaw
+import msgspec
+
+from engines import AgentMessage, AssistantMessage, CompactionSummaryMessage, ImageBlock, TextBlock, ToolCallBlock, ToolResultMessage, UserMessage
+
+_encode = msgspec.json.Encoder(order="sorted").encode
 
 
 def fingerprint(message: AgentMessage) -> str:
-    """A message's identity for the ledger: its canonical OpenClaw encoding."""
-    return hashlib.sha256(encode_openclaw(message)).hexdigest()[:16]
+    """A message's identity for the ledger: a hash of its model-visible content."""
+    return hashlib.sha256(_encode(visible_content(message))).hexdigest()[:16]
+
+
+def visible_content(message: AgentMessage) -> list[Any]:
+    """The parts of a message the model sees, as plain data in a fixed shape."""
+    if isinstance(message, UserMessage):
+        content = message.content
+        return ["user", content if isinstance(content, str) else [_block(b) for b in content]]
+    if isinstance(message, AssistantMessage):
+        return ["assistant", [_block(b) for b in message.content if not _invisible(b)]]
+    if isinstance(message, ToolResultMessage):
+        return ["toolResult", message.tool_call_id, message.tool_name, [_block(b) for b in message.content], bool(message.is_error)]
+    if isinstance(message, CompactionSummaryMessage):
+        return ["compactionSummary", message.summary]
+    raise TypeError(f"not an AgentMessage: {type(message).__name__}")
+
+
+def _invisible(block: Any) -> bool:
+    return not isinstance(block, (TextBlock, ImageBlock, ToolCallBlock))
+
+
+def _block(block: Any) -> list[Any]:
+    if isinstance(block, TextBlock):
+        return ["text", block.text]
+    if isinstance(block, ImageBlock):
+        return ["image", block.mime_type, block.data]
+    if isinstance(block, ToolCallBlock):
+        return ["toolCall", block.id, block.name, block.arguments]
+    return [type(block).__name__]
 
 
 def message_chars(message: AgentMessage) -> int:

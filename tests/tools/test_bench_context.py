@@ -20,7 +20,7 @@ import json
 import pytest
 
 from engines import AssistantMessage, TextBlock, UserMessage, load_engine
-from engines.api import AssembleParams, CompactionSummaryMessage, ToolCallBlock, ToolResultMessage
+from engines.api import AssembleParams, CompactionSummaryMessage, ToolCallBlock, ToolResultMessage, Usage
 from engines.tokens import count_tokens, estimate_message_tokens, estimate_messages_tokens
 from sidecar.projection import CONTEXT_HEADER
 from tools import bench_context as bc
@@ -29,9 +29,11 @@ from tools.context_engines import (
     DIST_NAME,
     IDENTITY_ID,
     RECALL_ID,
+    STORE_ID,
     BudgetEngine,
     IdentityEngine,
     RecallEngine,
+    StoreEngine,
     budget_boundary,
     retrieve,
     snippet_text,
@@ -211,11 +213,28 @@ async def test_recall_engine_appends_one_deterministic_snippet(tmp_path):
     assert (await engine.assemble(_params(messages, prompt))).estimated_tokens == result.estimated_tokens
 
 
+async def test_store_engine_gives_new_objects_with_the_same_content_and_its_own_clock():
+    from sidecar.session.identity import fingerprint
+
+    usage = Usage(input=5, output=1, cache_read=0, cache_write=0, total_tokens=6)
+    messages = [
+        UserMessage(content="hello", timestamp=1),
+        AssistantMessage(content=[TextBlock(text="hi", text_signature="s"), ToolCallBlock(id="c", name="t", arguments={"a": 1})], timestamp=2, usage=usage, model="m"),
+        ToolResultMessage(tool_call_id="c", tool_name="t", content=[TextBlock(text="ok")], is_error=False, timestamp=3),
+    ]
+    result = await StoreEngine().assemble(_params(messages))
+    assert all(a is not b for a, b in zip(result.messages, messages))
+    assert {m.timestamp for m in result.messages} != {1, 2, 3}
+    assert result.messages[1].usage is None and result.messages[1].model is None
+    assert result.messages != messages
+    assert [fingerprint(m) for m in result.messages] == [fingerprint(m) for m in messages]
+
+
 def test_the_dist_info_registers_the_engines_for_the_loader(tmp_path, monkeypatch):
     write_dist_info(tmp_path)
     (dist,) = importlib.metadata.distributions(path=[str(tmp_path)])
     assert dist.metadata["Name"] == DIST_NAME
-    assert {ep.name for ep in dist.entry_points} == {IDENTITY_ID, BUDGET_ID, RECALL_ID}
+    assert {ep.name for ep in dist.entry_points} == {IDENTITY_ID, BUDGET_ID, RECALL_ID, STORE_ID}
     monkeypatch.syspath_prepend(str(tmp_path))
     engine = load_engine(BUDGET_ID, {"token_budget": 8000}, allowlist=[DIST_NAME])
     assert isinstance(engine, BudgetEngine) and engine.token_budget == 8000
