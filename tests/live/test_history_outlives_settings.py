@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support.codex import CODEX_BIN, needs_codex
+from tests.support.harness import ROOT
 from tools.client import AppServerClient
-from tools.codex_home import codex_env, find_codex_bin, make_codex_home
+from tools.codex_home import codex_env, make_codex_home
 from tools.fake_model import FakeModel, Text, input_texts
 
-CODEX_BIN = find_codex_bin()
-ROOT = Path(__file__).resolve().parents[2]
 TURN_TIMEOUT = 30.0
 DIST = "live-history-engines"
 
-pytestmark = [pytest.mark.codex, pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")]
+pytestmark = needs_codex
 
 ENGINES = '''\
 from engines import AssembleResult, CompactionSummaryMessage, EngineInfo
