@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import trio
 
@@ -65,7 +65,7 @@ class EngineCalls:
                 log.warning("codex context engine bootstrap failed", extra={"fields": self.fields(session, error=type(exc).__name__)})
         await self.maintain(session, "bootstrap")
 
-    async def maintain(self, session: ThreadSession, reason: str) -> bool:
+    async def maintain(self, session: ThreadSession, reason: Literal["bootstrap", "turn", "manual"]) -> bool:
         maintain = optional_method(self.engine, "maintain")
         if maintain is None:
             return False

@@ -54,7 +54,7 @@ class Compaction:
         if held is not None:
             session, result = held
             error = msg.error()
-            native = {"ok": error is None}
+            native: dict[str, Any] = {"ok": error is None}
             if isinstance(error, dict):
                 native["error"] = error.get("message")
             self.proxy.spawn(self._record_compaction, session, result, native)
@@ -84,7 +84,8 @@ class Compaction:
 
     async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:
         session.compactions += 1
-        if session.mirror is None:
+        mirror = session.mirror
+        if mirror is None:
             return
         details = dict(result.result.details) if result.result is not None else {}
         details["codexNativeCompaction"] = native
@@ -92,20 +93,21 @@ class Compaction:
         summary = result.result.summary if result.result is not None else None
         key = ENGINE_COMPACTION_KEY.format(thread_id=session.thread_id, n=f"{now_ms()}")
         try:
-            if result.compacted and summary:
+            compacted = result.result
+            if result.compacted and summary and compacted is not None:
                 await trio.to_thread.run_sync(
-                    lambda: session.mirror.append_compaction(
+                    lambda: mirror.append_compaction(
                         summary=summary,
-                        first_kept_entry_id=result.result.first_kept_entry_id,
-                        tokens_before=result.result.tokens_before,
-                        tokens_after=result.result.tokens_after,
+                        first_kept_entry_id=compacted.first_kept_entry_id,
+                        tokens_before=compacted.tokens_before,
+                        tokens_after=compacted.tokens_after,
                         details=details,
                         key=key,
                     )
                 )
             else:
                 await trio.to_thread.run_sync(
-                    lambda: session.mirror.append_custom(
+                    lambda: mirror.append_custom(
                         "openclaw-codex-sidecar/compaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason, **details}, key
                     )
                 )
@@ -125,12 +127,12 @@ class Compaction:
         engine_result = await self._engine_compact(session) if self.calls.owns_compaction else None
         try:
             await self.proxy.request("thread/compact/start", {"threadId": session.thread_id}, timeout=self.options.engine_deadline)
-            native = {"ok": True}
+            native: dict[str, Any] = {"ok": True}
         except (RpcError, trio.TooSlowError) as exc:
-            native = {"ok": False, "error": getattr(exc, "message", type(exc).__name__)}
+            native = {"ok": False, "error": exc.message if isinstance(exc, RpcError) else type(exc).__name__}
         if engine_result is not None:
             await self._record_compaction(session, engine_result, native)
-            primary = {"ok": engine_result.ok, "compacted": engine_result.compacted, "reason": engine_result.reason}
+            primary: dict[str, Any] = {"ok": engine_result.ok, "compacted": engine_result.compacted, "reason": engine_result.reason}
             if engine_result.result is not None:
                 primary["result"] = {
                     "summary": engine_result.result.summary,

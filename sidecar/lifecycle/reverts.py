@@ -245,11 +245,12 @@ class ClientReverts:
         if session.live_turns is not None:
             session.live_turns = [t for t in session.live_turns if t not in gone]
         followed = True
-        if session.mirror is not None:
+        mirror = session.mirror
+        if mirror is not None:
             # The engine's history loses the reverted turns as Codex's did.
             try:
                 await trio.to_thread.run_sync(
-                    lambda: session.mirror.rewind(
+                    lambda: mirror.rewind(
                         turn_key_prefix(thread_id, before),
                         f"{turn_key_prefix(thread_id, before)}client-revert",
                         REVERT_CUSTOM_TYPE,

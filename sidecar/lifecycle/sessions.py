@@ -202,22 +202,20 @@ class Sessions:
         try:
             if session.mirror is None:
                 parent_id = params.get("threadId") if method == "thread/fork" else None
-                forked = bool(parent_id and parent_id != session.thread_id)
-                if forked:
+                forked = isinstance(parent_id, str) and parent_id != session.thread_id
+                mirror: TranscriptMirror
+                if isinstance(parent_id, str) and forked:
                     # The archive first: the fork's mirror existing is what says
                     # the fork was opened (a kill in between must not leave a
                     # mirror without the archived turns the fork inherits).
-                    session.mirror = await trio.to_thread.run_sync(self._fork_archive_then_mirror, parent_id, session, params)
+                    mirror = await trio.to_thread.run_sync(self._fork_archive_then_mirror, parent_id, session, params)
                 else:
-                    session.mirror = await trio.to_thread.run_sync(
-                        lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd)
-                    )
+                    mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd))
+                session.mirror = mirror
                 opened = True
                 # A fork's copy of its parent's mirror is its history (keyed by
                 # the parent's ids: importing Codex's copy too would store it twice).
-                session.had_history = (session.mirror.existed_before or forked) and bool(
-                    await trio.to_thread.run_sync(session.mirror.messages)
-                )
+                session.had_history = (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages))
             await self.archived.load(session.thread_id)
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))

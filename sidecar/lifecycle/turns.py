@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -187,7 +187,7 @@ class Turns:
         mode, epoch = self._mode_for(result)
         state.mode, state.epoch = mode, epoch
         messages = result.messages
-        placement = "input"
+        placement: Literal["input", "additional_context"] = "input"
         if mode in ("delta", "epoch"):
             planned = await self._plan(session, state, result, history, mode, epoch)
             if planned is None:

@@ -396,7 +396,9 @@ class BackingThreads:
         except ValueError:
             return line
         result = msg.get("result") if isinstance(msg, dict) else None
-        data = result.get("data") if isinstance(result, dict) else None
+        if not isinstance(result, dict):
+            return line
+        data = result.get("data")
         if not isinstance(data, list):
             return line
         hidden = {h.decode() for h in self._hidden}

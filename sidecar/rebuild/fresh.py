@@ -203,7 +203,8 @@ class Spares:
         """The client deleted or archived its thread: Codex did it to the
         current backing thread; the retired ones (its older history) follow."""
         params = self.requests.pop(pending.client_id) or {}
-        alias = self.backing.aliases.get(params.get("threadId"))
+        thread_id = params.get("threadId")
+        alias = self.backing.aliases.get(thread_id) if isinstance(thread_id, str) else None
         if alias is not None and msg.env.error is msgspec.UNSET:
             self.drop_spare(alias.client)
             if alias.retired:
