@@ -7,9 +7,9 @@ msgspec can read what it wrote.
 
 from __future__ import annotations
 
-import os
 import copy
 import json
+import os
 
 import msgspec
 import pytest

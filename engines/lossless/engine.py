@@ -192,14 +192,16 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
-    def _assemble_sync(self, session_id: str, budget: int) -> tuple[list[AgentMessage], int, dict[str, Any]]:
+    def _assemble_sync(self, session_id: str, budget: int, addition_tokens: int) -> tuple[list[AgentMessage], int, dict[str, Any]]:
         store = self._store_now()
         session = store.session(session_id)
         frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
         frame_tokens = [estimate_message_tokens(m) for m in frame]
         rows = store.messages_between(session_id, session.frame_seq + 1)
         tail = store.decode(rows)
-        messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget)
+        # The addition goes with a frame, and the model reads it too.
+        reserved = addition_tokens if frame else 0
+        messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
         held = {
             "frameSummaries": len(frame) - info.get("droppedSummaries", 0),
             "frameSummaryIds": session.frame_ids[info.get("droppedSummaries", 0) :],
@@ -218,11 +220,12 @@ class LosslessEngine(BaseContextEngine):
         the budget; the history handed over is stored first if it is not."""
         await self._ingest(params.session_id, params.session_key, params.messages)
         budget = self._budget(params.token_budget)
-        messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget)
         addition = self.cfg.system_prompt_addition.strip() or None
+        addition_tokens = count_tokens(addition) if addition else 0
+        messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens)
         has_summary = held["frameSummaries"] > 0
         if addition is not None and has_summary:
-            tokens += count_tokens(addition)
+            tokens += addition_tokens
         return AssembleResult(
             messages=messages,
             estimated_tokens=tokens,

@@ -86,8 +86,11 @@ def test_assemblies_fit_the_budget_keep_tool_pairs_and_only_append_between_steps
                 step = engine.status(SESSION)["lastAssembly"]["step"]
                 overflow = engine.status(SESSION)["lastAssembly"]["overflow"]
                 tokens = sum(estimate_message_tokens(m) for m in result.messages)
-                newest_alone = history and estimate_message_tokens(history[-1]) > budget
-                assert tokens <= budget or newest_alone or len(result.messages) <= 2
+                cuts = valid_cuts(history)
+                floor = max((c for c in range(len(history)) if cuts[c]), default=0)
+                newest_unit = sum(estimate_message_tokens(m) for m in history[floor:])
+                assert result.estimated_tokens >= tokens
+                assert result.estimated_tokens <= budget or newest_unit > budget - 100
                 assert _pairs_intact(result.messages)
                 current = [encode_openclaw(m) for m in result.messages]
                 if previous is not None and step == previous_step and not overflow:
