@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import trio
-
 from engines import (
-    AssistantMessage,
     CompactParams,
     CompactionSummaryMessage,
     EngineHostError,
     IngestBatchParams,
     MaintainParams,
-    ToolCallBlock,
-    ToolResultMessage,
     encode_openclaw,
 )
-from engines.testkit import HANG
 from engines.tokens import estimate_messages_tokens
 
 from .conftest import SESSION, SMALL, assemble, conversation, make_engine, run_turn, turn
