@@ -75,6 +75,10 @@ class Spares:
         """Client threads whose spare's ``thread/start`` is unanswered (a token each)."""
         self._answered: dict[str, trio.Event] = {}
         """Set when a client thread's spare start is answered or given up."""
+        self._finished: dict[str, int] = {}
+        """Turns of each thread finished in this process."""
+        self._started_here: set[str] = set()
+        """Client threads started (not resumed) in this process."""
 
     # ---------------------------------------- the client's requests, followed
 
@@ -95,6 +99,7 @@ class Spares:
         """Codex answered the client's thread/start: the thread gets its alias."""
         if not self.fresh:
             return
+        self._started_here.add(thread_id)
         alias = self.backing.remember_start(thread_id, params)
         if alias is not None:
             self.proxy.spawn(self.save_alias, alias)
@@ -248,6 +253,15 @@ class Spares:
         if alias is None or alias.spare is not None or self.options.projection_mode == "per_turn":
             return
         if not (self.engine_rebuilds or session.rebuilds) or session.closed:
+            return
+        finished = self._finished[session.thread_id] = self._finished.get(session.thread_id, 0) + 1
+        if finished < 2 and session.thread_id not in self._started_here:
+            # A process that may be killed right after this turn (OpenClaw's
+            # `agent --local` resumes the thread, runs one turn and is
+            # SIGKILLed ~240 ms after turn/completed) starts nothing that only
+            # pays off later: a spare cannot outlive it (Codex writes no
+            # rollout for a thread without a turn). A thread started in this
+            # process, or its second turn here, shows the process lives on.
             return
         token = self._starting[session.thread_id] = object()
         self._answered[session.thread_id] = trio.Event()

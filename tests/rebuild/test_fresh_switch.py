@@ -156,3 +156,25 @@ async def test_a_released_thread_does_not_leave_its_spare_loaded(tmp_path):
         await trio.sleep(0.2)
         unsubscribed = [json.loads(line)["params"]["threadId"] for line in run.child_lines("thread/unsubscribe")]
     assert spare in unsubscribed, "the spare of a released thread is never unloaded"
+
+
+async def test_a_process_that_resumed_a_thread_starts_no_spare_until_its_second_turn(tmp_path):
+    """OpenClaw's ``agent --local`` resumes the thread in a new process for
+    every turn and kills it right after: a spare started then only leaves a
+    Codex thread the next process must retire. A thread resumed here gets
+    its spare once a second turn shows the process lives on."""
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="one") as run:
+        tid = await run.start_thread()
+        for n in range(1, 4):
+            await run.turn_ok(tid, f"P{n}")  # P3 rebuilds: the engine is known to rebuild
+        first_spare = await spare_ready(run, tid)  # started here: the process's own thread gets one at once
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT, name="two") as run2:
+        await run2.resume_thread(tid)
+        await run2.turn_ok(tid, "P4")
+        await trio.sleep(0.3)  # what a spare start would take (the fake answers at once)
+        starts_after_one = len(run2.child_lines("thread/start"))
+        await run2.turn_ok(tid, "P5")
+        await wait_until(lambda: len(run2.child_lines("thread/start")) > starts_after_one, what="a spare started after the second turn")
+    assert starts_after_one == 0, "no spare for a process that may die after its only turn"
+    alias = json.loads((run2.state_dir / "backing" / f"{tid}.json").read_text())
+    assert alias["retired"] == [first_spare], "the first process's spare is the only one retired"
