@@ -247,9 +247,8 @@ def _serve_started(
     import trio
 
     from .child import Child
-    from .control import ControlMethods
+    from .relay import ControlMethods, Proxy, ProxyOptions
     from .lifecycle import Lifecycle, LifecycleOptions
-    from .proxy import Proxy, ProxyOptions
     from .record import Recorder
 
     recorder = None

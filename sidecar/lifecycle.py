@@ -71,7 +71,7 @@ from .projection import (
     project_turn_input,
 )
 from .spares import Spares
-from .proxy import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from .relay import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from .translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 
 log = logging.getLogger("codex_sidecar.lifecycle")

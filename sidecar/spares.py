@@ -21,7 +21,7 @@ import trio
 from protocol import decode, parse, rewrite
 
 from .backing import STICKY_TURN_KEYS, Alias
-from .proxy import Decision, Message, PendingRequest, RpcError
+from .relay import Decision, Message, PendingRequest, RpcError
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle, ThreadSession

@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from protocol import LineSplitter
-from sidecar.control import ControlMethods
-from sidecar.proxy import Hooks, Proxy, ProxyOptions
+from sidecar.relay import ControlMethods
+from sidecar.relay import Hooks, Proxy, ProxyOptions
 
 CHILDREN = Path(__file__).parent / "children"
 

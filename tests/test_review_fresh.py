@@ -21,7 +21,7 @@ import trio
 
 from sidecar.inspect import InspectLog, inspect_path
 from sidecar.lifecycle import Lifecycle
-from sidecar.proxy import ProxyOptions
+from sidecar.relay import ProxyOptions
 from tests.harness import child, proxied
 from tests.test_fresh_rebuild import SCRIPT, fresh, spare_ready
 from tests.test_lifecycle import frame, wait_until

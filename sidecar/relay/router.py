@@ -46,10 +46,10 @@ from protocol import (
 )
 from protocol.ids import PREFIX as INTERNAL_PREFIX
 
-from . import __version__
-from .child import FORWARDED_SIGNALS, Child
+from .. import __version__
+from ..child import FORWARDED_SIGNALS, Child
+from ..record import Recorder
 from .outbox import Outbox
-from .record import Recorder
 
 log = logging.getLogger("codex_sidecar.proxy")
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, parse
 from protocol.ids import PREFIX
-from sidecar.proxy import HANDLED, Hooks, ProxyOptions, RpcError
+from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
 from sidecar.record import Recorder, read_recording
 
-from .harness import child, proxied
+from tests.harness import child, proxied
 
 
 def frame(obj) -> bytes:

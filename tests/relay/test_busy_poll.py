@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.proxy import effective_busy_poll
+from sidecar.relay.router import effective_busy_poll
 from tools.bench import bench_env, cpu_seconds, echo_child_argv
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 TICK = 1 / os.sysconf("SC_CLK_TCK")
 MULTI_CPU = len(os.sched_getaffinity(0)) > 1
 

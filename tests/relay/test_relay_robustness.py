@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sidecar.record import Recorder
 
-CHILDREN = Path(__file__).parent / "children"
+CHILDREN = Path(__file__).parent.parent / "children"
 SIDECAR = [sys.executable, "-m", "sidecar"]
 
 
@@ -162,7 +162,7 @@ def test_an_empty_allowlist_variable_trusts_only_the_built_ins(tmp_path):
 async def test_frames_wait_behind_an_oversized_line_still_streaming():
     import trio
 
-    from sidecar.proxy import ProxyOptions
+    from sidecar.relay import ProxyOptions
     from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
@@ -178,7 +178,7 @@ async def test_frames_wait_behind_an_oversized_line_still_streaming():
 
 
 async def test_an_oversized_response_answers_its_request_once_with_the_client_s_id():
-    from sidecar.proxy import ProxyOptions
+    from sidecar.relay import ProxyOptions
     from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
@@ -195,7 +195,7 @@ async def test_an_oversized_response_answers_its_request_once_with_the_client_s_
 
 
 async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
-    from sidecar.proxy import ProxyOptions
+    from sidecar.relay import ProxyOptions
     from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
@@ -215,7 +215,7 @@ async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
 async def test_an_oversized_answer_to_the_sidecar_s_own_request_fails_it_and_stays_away():
     import pytest
 
-    from sidecar.proxy import ProxyOptions, RpcError
+    from sidecar.relay import ProxyOptions, RpcError
     from tests.harness import child, proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
@@ -239,7 +239,7 @@ async def test_a_malformed_error_code_fails_the_sidecar_s_request_not_the_sideca
 
     import pytest
 
-    from sidecar.proxy import RpcError
+    from sidecar.relay import RpcError
     from tests.harness import proxied
 
     code = (
@@ -275,7 +275,7 @@ for line in sys.stdin:
 async def test_an_oversized_server_request_leaves_the_client_s_request_pending():
     import sys as _sys
 
-    from sidecar.proxy import ProxyOptions
+    from sidecar.relay import ProxyOptions
     from tests.harness import proxied
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
