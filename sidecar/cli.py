@@ -247,7 +247,7 @@ def _serve_started(
     import trio
 
     from .child import Child
-    from .relay import ControlMethods, Proxy, ProxyOptions
+    from .relay import Proxy, ProxyOptions
     from .lifecycle import Lifecycle, LifecycleOptions
     from .record import Recorder
 
@@ -286,9 +286,6 @@ def _serve_started(
             recorder=recorder,
             child=Child(popen),
         )
-        controls = ControlMethods()
-        controls.add("sidecar/status", proxy.status)
-        proxy.set_control(controls.handle)
         lifecycle = None
         if engine is not None:
             lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)

@@ -12,7 +12,6 @@ import trio
 import trio.testing
 
 from protocol import LineSplitter
-from sidecar.relay import ControlMethods
 from sidecar.relay import Hooks, Proxy, ProxyOptions
 
 CHILDREN = Path(__file__).parent / "children"
@@ -62,9 +61,6 @@ async def proxied(argv, *, options: ProxyOptions | None = None, hooks: Hooks | N
     opts = options or ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False)
     full_env = dict(os.environ, **(env or {}))
     proxy = Proxy(argv, client_in=in_recv, client_out=out_send, options=opts, hooks=hooks, env=full_env, recorder=recorder)
-    controls = ControlMethods()
-    controls.add("sidecar/status", proxy.status)
-    proxy.set_control(controls.handle)
     client = Client(in_send, proxy)
 
     async def read_all():

@@ -1,164 +1,76 @@
-"""The relay between one client and one app-server child.
+"""The relay's decisions, sans I/O: lines in, lines out.
 
-Every frame is forwarded unchanged unless a hook has a reason to change it.
-Routing decodes only the envelope; the original bytes go out. Hooks are
-synchronous (a rewrite keeps the message's place in the stream) and may hand
-slow work to a task of the proxy's nursery, which later forwards, answers or
-drops the held message; unrelated traffic keeps flowing meanwhile.
+The shell (:mod:`sidecar.relay.shell`) hands the router every line it reads
+(``from_client``, ``from_child``, and the pieces of lines too long to parse),
+and the router puts what goes out into two sinks, one per direction, in the
+same call: a rewrite decided while reading a chunk keeps its place in the
+stream. Routing decodes only the envelope; the original bytes go out unless
+a hook or the edge translator changed them.
 
-One nursery owns every task: two readers, two writers, the child supervisor,
-the signal forwarder and whatever hooks spawn. Nothing depends on a clean
-exit: the process can be SIGKILLed at any instant, and anything worth keeping
-is written where it happens, not at shutdown.
+Hooks are synchronous and may hand slow work to ``spawn``; such a hook holds
+its message (returns ``HANDLED``) and later forwards, answers or drops it
+with :meth:`Router.forward_client_request`, :meth:`Router.answer_client_request`,
+while :meth:`Router.gate` keeps the client's later requests on the same
+thread behind it. Every line to the child leaves through :meth:`Router._to_child`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 import signal
-import stat
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-import trio
 
 from protocol import (
     CHILD_EXITED,
+    DEFAULT_MAX_LINE,
     Envelope,
     Fragment,
     IdSpace,
     InvalidMessage,
-    Kind,
-    LineSplitter,
     Oversized,
     RpcId,
     decode,
     encode_error,
     encode_request,
-    encode_response,
     parse,
     rewrite,
 )
 from protocol.ids import PREFIX as INTERNAL_PREFIX
 
-from .. import __version__
-from ..child import FORWARDED_SIGNALS, Child
-from ..record import Recorder
-from .outbox import Outbox
+from . import oversized
+from .control import ControlMethods, Later
+from .edge import Edge
+from .messages import HANDLED, Hooks, Message, PendingRequest, RpcError
+from .observe import Observed
+from .pending import Gates, InternalCall, InternalCalls, PendingTable
+
+if TYPE_CHECKING:
+    from ..record import Recorder
 
 log = logging.getLogger("codex_sidecar.proxy")
 
-READ_SIZE = 1 << 20
 CONTROL_PREFIX = "sidecar/"
 
+CLIENT_TO_CODEX = "client>codex"
+CODEX_TO_CLIENT = "codex>client"
+SIDECAR_TO_CODEX = "sidecar>codex"
+SIDECAR_TO_CLIENT = "sidecar>client"
+CLIENT_TO_SIDECAR = "client>sidecar"
+CODEX_TO_SIDECAR = "codex>sidecar"
 
-class _Handled:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "HANDLED"
-
-
-HANDLED = _Handled()
-"""Hook decision: the hook took the message; the relay must not forward it."""
-
-Decision = None | bytes | _Handled
-"""A hook returns None (forward unchanged), new bytes (forward these), or HANDLED."""
+_UNSET = msgspec.UNSET
 
 
-@dataclass(slots=True)
-class Message:
-    """One parsed frame: its routing envelope and its exact bytes."""
+class Sink(Protocol):
+    """Where the router puts one direction's output (an ``Outbox``)."""
 
-    env: Envelope
-    line: bytes
-
-    @property
-    def id(self) -> RpcId:
-        return self.env.id  # type: ignore[return-value]
-
-    @property
-    def method(self) -> str:
-        return self.env.method  # type: ignore[return-value]
-
-    def params(self) -> Any:
-        return decode(self.env.params) if self.env.params else None
-
-    def result(self) -> Any:
-        return decode(self.env.result) if self.env.result else None
-
-    def error(self) -> Any:
-        return decode(self.env.error) if self.env.error else None
-
-
-@dataclass(slots=True)
-class PendingRequest:
-    """A client request the sidecar has taken in and not yet seen answered."""
-
-    client_id: RpcId
-    method: str
-    wire_id: RpcId
-
-
-ClientRequestHook = Callable[[Message], Decision]
-ServerMessageHook = Callable[[Message], Decision]
-ResponseHook = Callable[[Message, PendingRequest], Decision]
-
-
-@dataclass
-class Hooks:
-    """Interception points, by method name. Hooks run in order; the first
-    HANDLED stops the chain, a returned ``bytes`` replaces the message for the
-    hooks after it and for the wire."""
-
-    client_requests: dict[str, list[ClientRequestHook]] = field(default_factory=dict)
-    responses: dict[str, list[ResponseHook]] = field(default_factory=dict)
-    server_notifications: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
-    server_requests: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
-
-    def on_client_request(self, method: str, hook: ClientRequestHook) -> None:
-        self.client_requests.setdefault(method, []).append(hook)
-
-    def on_response(self, method: str, hook: ResponseHook) -> None:
-        """Responses (results and errors) to client requests of ``method``."""
-        self.responses.setdefault(method, []).append(hook)
-
-    def on_server_notification(self, method: str, hook: ServerMessageHook) -> None:
-        self.server_notifications.setdefault(method, []).append(hook)
-
-    def on_server_request(self, method: str, hook: ServerMessageHook) -> None:
-        self.server_requests.setdefault(method, []).append(hook)
-
-
-class RpcError(Exception):
-    """An error response to a request the sidecar itself sent."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.data = data
-
-
-LATE_CALLS = 64
-"""Timed-out internal calls whose late answer is still awaited (oldest dropped)."""
-
-
-class _InternalCall:
-    __slots__ = ("done", "result", "error", "method", "on_result")
-
-    def __init__(self, method: str = "", on_result: Callable[[Any], None] | None = None) -> None:
-        self.done = trio.Event()
-        self.result: Any = None
-        self.error: RpcError | None = None
-        self.method = method
-        self.on_result = on_result
-        """Run as the answer is read, before any later frame is."""
+    def put_line(self, line: bytes) -> bool: ...
+    def put(self, data: bytes) -> bool: ...
+    def put_raw(self, data: bytes, end: bool) -> bool: ...
 
 
 @dataclass
@@ -177,518 +89,395 @@ class Counters:
         }
 
 
-@dataclass
-class ProxyOptions:
-    max_line: int = 64 * 1024 * 1024
-    eof_grace: float = 2.0
-    """Seconds the child gets to exit on its own after the client hangs up."""
-    kill_grace: float = 3.0
-    """Seconds between SIGTERM and SIGKILL when the child lingers."""
-    high_water: int = 1024 * 1024
-    forward_signals: bool = True
-    busy_poll: float = 300e-6
-    """Seconds a reader keeps polling its pipe for an answer it expects (a
-    response, or the client's next request) before it sleeps in epoll;
-    0 = sleep at once. See ``effective_busy_poll`` and ``_receiver``."""
+def exit_text(rc: int | None) -> str:
+    if rc is None:
+        return "codex app-server exited before answering"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"codex app-server was killed by {name} before answering"
+    return f"codex app-server exited with status {rc} before answering"
 
 
-def effective_busy_poll(requested: float) -> float:
-    """The busy-poll window actually used: none on a single CPU.
-
-    Polling only pays when the peer that will answer runs on another CPU; on
-    one CPU the poller would take the very CPU the peer needs.
-    """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return requested if requested > 0 and cpus > 1 else 0.0
+def _no_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    raise RuntimeError("the router has no task runner")
 
 
-_USER_AGENT_VERSION = re.compile(r"/(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
-
-# The head of a line too long to parse: its id, when the line starts with it
-# (Codex writes responses as {"id":...,"result"|"error":...}), and a request's
-# method when it follows the id.
-_HEAD_OPEN = re.compile(rb'\s*\{')
-_HEAD_KEY = re.compile(rb'\s*"((?:[^"\\]|\\.)*)"\s*:\s*')
-_HEAD_SCALAR = re.compile(rb'(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|"(?:[^"\\]|\\.)*"|null|true|false)\s*,?')
-
-
-def _scan_head(data: bytes) -> tuple[dict[bytes, tuple[int, int]], bytes | None]:
-    """The scalar members at the start of a JSON object too long to parse
-    (key -> span of its value), and the key of the first member that is not
-    a scalar (``params``, ``result``...), where the scan stops."""
-    m = _HEAD_OPEN.match(data)
-    if m is None:
-        return {}, None
-    fields: dict[bytes, tuple[int, int]] = {}
-    pos = m.end()
-    while len(fields) < 8:
-        key = _HEAD_KEY.match(data, pos)
-        if key is None:
-            return fields, None
-        value = _HEAD_SCALAR.match(data, key.end())
-        if value is None:
-            return fields, key.group(1)
-        fields[key.group(1)] = value.span(1)
-        pos = value.end()
-    return fields, None
-_id_decoder = msgspec.json.Decoder()
-_id_encoder = msgspec.json.Encoder()
-
-
-def codex_version_from_user_agent(user_agent: str) -> str | None:
-    """``"codex_cli_rs/0.169.0 (Linux ...)"`` -> ``"0.169.0"`` (what OpenClaw checks)."""
-    m = _USER_AGENT_VERSION.search(user_agent)
-    return m.group(1) if m else None
-
-
-class Proxy:
-    """Relays between a client byte stream pair and a child process's stdio."""
-
+class Router:
     def __init__(
         self,
-        argv: list[str],
+        to_child: Sink,
+        to_client: Sink,
         *,
-        client_in: trio.abc.ReceiveStream,
-        client_out: trio.abc.SendStream,
-        env: dict[str, str] | None = None,
-        options: ProxyOptions | None = None,
         hooks: Hooks | None = None,
+        controls: ControlMethods | None = None,
         recorder: Recorder | None = None,
-        control: Callable[[bytes], bytes] | None = None,
-        child: Child | None = None,
+        spawn: Callable[..., None] = _no_spawn,
+        max_line: int = DEFAULT_MAX_LINE,
     ) -> None:
-        """``child``: already started (with ``argv``); else :meth:`run` starts it."""
-        self.argv = list(argv)
-        self.env = env
-        self._started_child = child
-        self.options = options or ProxyOptions()
+        self.to_child = to_child
+        self.to_client = to_client
         self.hooks = hooks or Hooks()
+        self.controls = controls or ControlMethods()
         self.recorder = recorder
-        self.edge: Any = None
-        """A :class:`sidecar.backing.BackingThreads` when rebuilds switch
-        threads: translates thread ids at the child's edge."""
-        self._client_in = client_in
-        self._client_out = client_out
-        self._control = control
-        self._async_controls: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {}
-        self._status_providers: dict[str, Callable[[], Any]] = {}
-        self._ids = IdSpace()
-        self._pending: dict[RpcId, PendingRequest] = {}
-        self._internal: dict[str, _InternalCall] = {}
-        self._late: dict[str, _InternalCall] = {}
-        """Timed-out calls whose answer still runs their ``on_result``."""
-        self._gates: dict[str, tuple[set[Any], list[bytes]]] = {}
-        """Threads with a request a hook is holding: (its holders, the later
-        requests naming the thread, waiting in order)."""
+        self.spawn = spawn
+        """Runs ``fn(*args)`` as a task (an async control method's answer)."""
+        self.max_line = max_line
+        self.edge: Edge | None = None
+        """The one optional translator at the child's edge (:class:`Edge`)."""
+        ids = IdSpace()
+        self.pending = PendingTable(ids)
+        self.calls = InternalCalls(ids)
+        self.gates = Gates()
+        self.c2s = Counters()
+        self.s2c = Counters()
+        self.observed = Observed()
+        self.observed.install(self.hooks)
+        self.child_gone = False
+        self.expect_child: Callable[[], None] | None = None
+        """Told when the child will answer soon (a request went to it)."""
+        self.expect_client: Callable[[], None] | None = None
+        """Told when the client may write soon (it got a response or a server request)."""
         self._raw_c2s_open = False
         """A client line too long to parse is being streamed to codex."""
         self._raw_s2c: str | None = None
         """The same from codex: "forward" it, or "drop" it (the sidecar's own answer)."""
-        self.to_child = Outbox("codex", self.options.high_water)
-        self.to_client = Outbox("client", self.options.high_water)
-        self.c2s = Counters()
-        self.s2c = Counters()
-        self.started_at = time.monotonic()
-        self.busy_poll = effective_busy_poll(self.options.busy_poll)
-        # When each reader should expect an answer: the child's after a
-        # request went to it, the client's after a response or server
-        # request went to it. Notifications set neither.
-        self._expect_child = _Activity()
-        self._expect_client = _Activity()
-        self.codex_version: str | None = None
-        self.user_agent: str | None = None
-        self.threads_seen: set[str] = set()
-        self.exit_status: int | None = None
-        self.process: Child | None = None
-        self._nursery: trio.Nursery | None = None
-        self._child_stdout_done = trio.Event()
-        self._child_gone = False
-        self._client_gone = False
-        self._shutdown_started = False
-        self._install_builtin_hooks()
 
-    # ------------------------------------------------------------------ API
+    # ----------------------------------------------------------- sending
 
-    def set_control(self, handler: Callable[[bytes], bytes]) -> None:
-        """Who answers ``sidecar/...`` requests (given the line, returns the reply)."""
-        self._control = handler
-
-    def add_async_control(self, method: str, fn: Callable[[dict[str, Any]], Awaitable[Any]]) -> None:
-        """A ``sidecar/...`` method that needs to await (e.g. the child):
-        ``fn(params)`` runs in a task; its return value is the result, an
-        ``RpcError`` it raises the error."""
-        self._async_controls[method] = fn
-
-    def add_status_provider(self, name: str, fn: Callable[[], Any]) -> None:
-        """Adds ``name: fn()`` to ``sidecar/status``."""
-        self._status_providers[name] = fn
-
-    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``fn(*args)`` in the proxy's nursery (hooks hand slow work here)."""
-        assert self._nursery is not None, "proxy is not running"
-        self._nursery.start_soon(fn, *args)
-
-    def send_to_child(self, line: bytes, direction: str = "sidecar>codex", *, raw: bool = False) -> bool:
-        """``raw``: no thread id translation (a request about a retired thread)."""
-        if self.edge is not None and not raw:
+    def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, translate: bool = True) -> bool:
+        """The one way a line goes to the child."""
+        if translate and self.edge is not None:
             line = self.edge.to_codex(line)
-        self._record(direction, line)
+        if counters is not None:
+            counters.frames += 1
+            counters.bytes += len(line) + 1
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
         return self.to_child.put_line(line)
 
-    def send_to_client(self, line: bytes, direction: str = "sidecar>client") -> bool:
-        self._record(direction, line)
+    def _to_client(self, line: bytes, direction: str, counters: Counters | None = None) -> bool:
+        if counters is not None:
+            counters.frames += 1
+            counters.bytes += len(line) + 1
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
         return self.to_client.put_line(line)
+
+    def _record(self, direction: str, line: bytes) -> None:
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
+
+    def send_to_child(self, line: bytes, direction: str = SIDECAR_TO_CODEX, *, raw: bool = False) -> bool:
+        """``raw``: no edge translation (a request about a retired thread)."""
+        return self._to_child(line, direction, translate=not raw)
+
+    def send_to_client(self, line: bytes, direction: str = SIDECAR_TO_CLIENT) -> bool:
+        return self._to_client(line, direction)
+
+    # ------------------------------------------------ held client requests
 
     def forward_client_request(self, msg: Message) -> bool:
         """Forward a client request a hook held back (or rewrote later)."""
-        pending = self._find_pending(msg.env.id)  # type: ignore[arg-type]
+        pending = self.pending.find(msg.env.id)  # type: ignore[arg-type]
         if pending is None:
-            # Already answered (e.g. the child died meanwhile): nothing to send.
+            return False  # already answered (e.g. the child died meanwhile): nothing to send
+        if self.child_gone:
+            self._fail_pending(pending)
             return False
         line = msg.line
-        if pending.wire_id != pending.client_id:
+        if pending.wire_id is not pending.client_id:
             line = rewrite(line, id=pending.wire_id)
-        if self._child_gone:
-            self._fail_pending_request(pending)
-            return False
-        if self.edge is not None:
-            line = self.edge.to_codex(line)
-        self.c2s.frames += 1
-        self.c2s.bytes += len(line) + 1
-        self._record("client>codex", line)
-        return self.to_child.put_line(line)
+        return self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+
+    def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
+        """Answer a held client request from the sidecar (no child involved)."""
+        pending = self.pending.find(client_id)
+        if pending is not None:
+            self.pending.close(pending.wire_id)
+        return self._to_client(line, SIDECAR_TO_CLIENT)
 
     def gate(self, thread_id: str, holder: Any) -> None:
         """Hold the client's later requests naming ``thread_id`` while
         ``holder`` (a hook holding one of its requests) has it gated: Codex
         must see them in the client's order. Idempotent per holder."""
-        if not self._child_gone:
-            self._gates.setdefault(thread_id, (set(), []))[0].add(holder)
+        if not self.child_gone:
+            self.gates.hold(thread_id, holder)
 
     def ungate(self, thread_id: str, holder: Any) -> None:
         """``holder`` is done; when it was the last, the waiting requests go
         (to codex, or answered -32001 if it has exited), in the order they came."""
-        gate = self._gates.get(thread_id)
-        if gate is None:
-            return
-        gate[0].discard(holder)
-        if gate[0]:
-            return
-        del self._gates[thread_id]
-        for line in gate[1]:
-            self._from_client(line)
+        for line in self.gates.release(thread_id, holder):
+            self.from_client(line)
 
-    def _fail_gated_requests(self) -> None:
-        """The child exited: requests still waiting behind a gate are answered too."""
-        gates, self._gates = self._gates, {}
-        for _holders, lines in gates.values():
-            for line in lines:
-                self._from_client(line)  # the child is gone: answered -32001
+    # ----------------------------------------------------- internal calls
 
-    def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
-        """Answer a held client request from the sidecar (no child involved)."""
-        pending = self._find_pending(client_id)
-        if pending is not None:
-            del self._pending[pending.wire_id]
-            if pending.wire_id is not pending.client_id:
-                self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
-        return self.send_to_client(line)
-
-    def _find_pending(self, client_id: RpcId) -> PendingRequest | None:
-        if not IdSpace.is_reserved(client_id):
-            return self._pending.get(client_id)
-        for p in self._pending.values():
-            if p.client_id == client_id and p.wire_id is not p.client_id:
-                return p
-        return None
-
-    async def request(
+    def call(
         self,
         method: str,
         params: Any = None,
         *,
-        timeout: float | None = None,
         raw: bool = False,
         on_result: Callable[[Any], None] | None = None,
-    ) -> Any:
-        """Send the sidecar's own request to the child; its response never
-        reaches the client. Raises ``RpcError`` (also when the child exits).
-        ``raw``: thread ids go to Codex untranslated (see ``edge``);
-        ``on_result``: called with the result as soon as it is read."""
-        if self._child_gone:
+        notify: Callable[[], Any] | None = None,
+    ) -> InternalCall:
+        """Send the sidecar's own request; ``notify`` runs once it is settled.
+        Raises ``RpcError`` when the child is gone."""
+        if self.child_gone:
             raise RpcError(CHILD_EXITED, "codex app-server is not running")
-        call_id = self._ids.new_internal()
-        call = _InternalCall(method, on_result)
-        self._internal[call_id] = call
-        timed_out = False
+        call = self.calls.open(method, on_result, notify)
+        self._to_child(encode_request(call.id, method, params), SIDECAR_TO_CODEX, translate=not raw)
+        return call
+
+    def end_call(self, call: InternalCall, timed_out: bool = False) -> None:
+        self.calls.end(call, timed_out)
+
+    # ------------------------------------------------------ child's exit
+
+    def child_exited(self, rc: int | None) -> int:
+        """Answer for the child: every pending and gated client request gets
+        -32001, every internal call fails. The number of pending requests."""
+        self.child_gone = True
+        failed = self.pending.take_all()
+        for pending in failed:
+            self._send_child_exited(pending, rc)
+        for line in self.gates.release_all():
+            self.from_client(line)  # the child is gone: answered -32001
+        self.calls.fail_all(RpcError(CHILD_EXITED, exit_text(rc)))
+        return len(failed)
+
+    def _fail_pending(self, pending: PendingRequest, rc: int | None = None) -> None:
+        self.pending.close(pending.wire_id)
+        self._send_child_exited(pending, rc)
+
+    def _send_child_exited(self, pending: PendingRequest, rc: int | None) -> None:
+        self._to_client(encode_error(pending.client_id, CHILD_EXITED, exit_text(rc), {"method": pending.method}), SIDECAR_TO_CLIENT)
+
+    # -------------------------------------------------- client -> child
+
+    def from_client(self, line: bytes) -> None:
         try:
-            self.send_to_child(encode_request(call_id, method, params), raw=raw)
-            if timeout is None:
-                await call.done.wait()
-            else:
-                with trio.fail_after(timeout):
-                    await call.done.wait()
-        except trio.TooSlowError:
-            timed_out = True
-            raise
-        finally:
-            self._internal.pop(call_id, None)
-            if timed_out and on_result is not None:
-                self._late[call_id] = call  # its answer still needs on_result
-                while len(self._late) > LATE_CALLS:
-                    del self._late[next(iter(self._late))]  # never answered: let go of the oldest
-        if call.error is not None:
-            raise call.error
-        return call.result
-
-    def pending_methods(self) -> set[str]:
-        """Methods of the client requests Codex has not answered yet."""
-        return {p.method for p in self._pending.values()}
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
-
-    @property
-    def gated_count(self) -> int:
-        """Client requests waiting behind a held request on their thread."""
-        return sum(len(lines) for _holders, lines in self._gates.values())
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "sidecarVersion": __version__,
-            "pid": os.getpid(),
-            "childPid": self.process.pid if self.process else None,
-            "childRunning": self.process is not None and self.process.returncode is None,
-            "codexVersion": self.codex_version,
-            "userAgent": self.user_agent,
-            "uptimeSeconds": round(time.monotonic() - self.started_at, 3),
-            "clientToCodex": self.c2s.as_dict(),
-            "codexToClient": self.s2c.as_dict(),
-            "pendingRequests": len(self._pending),
-            "gatedRequests": self.gated_count,
-            "threadsSeen": sorted(self.threads_seen),
-            "busyPollMicroseconds": round(self.busy_poll * 1e6),
-            **{name: fn() for name, fn in self._status_providers.items()},
-        }
-
-    # ------------------------------------------------------------- running
-
-    async def run(self) -> int:
-        """Spawn the child, relay until both sides are done; the child's status.
-
-        Raises ``OSError`` when the child cannot be started.
-        """
-        self.process = self._started_child or Child.spawn(self.argv, self.env)
-        log.info("child started", extra={"fields": {"childPid": self.process.pid}})
-        for stream in (self.process.stdin, self.process.stdout, self._client_in, self._client_out):
-            _grow_pipe(stream)
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self.to_child.run_writer, self.process.stdin)
-            nursery.start_soon(self.to_client.run_writer, self._client_out)
-            nursery.start_soon(self._pump_client)
-            nursery.start_soon(self._pump_child)
-            nursery.start_soon(self._watch_client_out)
-            if self.options.forward_signals:
-                nursery.start_soon(self._forward_signals)
-            nursery.start_soon(self._supervise)
-        assert self.exit_status is not None
-        return self.exit_status
-
-    async def _supervise(self) -> None:
-        assert self.process is not None and self._nursery is not None
-        rc = await self.process.wait()
-        # Deliver what the child wrote before it died, then answer for it.
-        with trio.move_on_after(2.0):
-            await self._child_stdout_done.wait()
-        self._child_gone = True
-        self.to_child.close()
-        n = len(self._pending)
-        for pending in list(self._pending.values()):
-            self._fail_pending_request(pending, rc)
-        self._fail_gated_requests()
-        for call in self._internal.values():
-            call.error = RpcError(CHILD_EXITED, _exit_text(rc))
-            call.done.set()
-        self.exit_status = 128 - rc if rc < 0 else rc
-        log.info(
-            "child exited",
-            extra={"fields": {"status": rc, "exitStatus": self.exit_status, "failedRequests": n}},
-        )
-        self.to_client.close()
-        with trio.move_on_after(5.0):
-            await self.to_client.finished.wait()
-        self._nursery.cancel_scope.cancel()
-
-    def _fail_pending_request(self, pending: PendingRequest, rc: int | None = None) -> None:
-        self._pending.pop(pending.wire_id, None)
-        if self._ids.is_alias(pending.wire_id):
-            self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
-        self.send_to_client(
-            encode_error(
-                pending.client_id,
-                CHILD_EXITED,
-                _exit_text(rc),
-                {"method": pending.method},
-            )
-        )
-
-    async def _shutdown_child(self, why: str) -> None:
-        """The client is gone: close the child's stdin, then insist."""
-        if self._shutdown_started:
+            env = parse(line)
+        except InvalidMessage as exc:
+            self.c2s.invalid += 1
+            log.warning("invalid frame from client forwarded", extra={"fields": {"error": str(exc)}})
+            self._to_child(line, CLIENT_TO_CODEX, self.c2s)
             return
-        self._shutdown_started = True
-        assert self.process is not None
-        log.info("client gone; stopping child", extra={"fields": {"reason": why}})
-        self.to_child.close()
-        with trio.move_on_after(self.options.eof_grace):
-            await self.process.wait()
+        method = env.method
+        if method is _UNSET or env.id is _UNSET:
+            # Responses to server requests and client notifications pass through.
+            if method is not _UNSET and method.startswith(CONTROL_PREFIX):
+                return  # a control notification: nothing to answer, nothing to forward
+            if method is _UNSET and self.expect_child is not None:
+                self.expect_child()  # codex goes on after an answer
+            self._to_child(line, CLIENT_TO_CODEX, self.c2s)
             return
-        if self.process.returncode is None:
-            log.warning("child ignored stdin EOF; sending SIGTERM")
-            self.process.terminate()
-        with trio.move_on_after(self.options.kill_grace):
-            await self.process.wait()
+        if method.startswith(CONTROL_PREFIX):
+            self._control(line)
             return
-        if self.process.returncode is None:
-            log.warning("child ignored SIGTERM; sending SIGKILL")
-            self.process.kill()
-
-    async def _watch_client_out(self) -> None:
-        await self.to_client.finished.wait()
-        if self.to_client.broken and not self._child_gone:
-            self._client_gone = True
-            await self._shutdown_child("client output closed")
-
-    async def _forward_signals(self) -> None:
-        assert self.process is not None
-        with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-            async for signum in signals:
-                if self.process.returncode is None:
-                    log.info("forwarding signal", extra={"fields": {"signal": signum}})
-                    try:
-                        self.process.send_signal(signum)
-                    except ProcessLookupError:
-                        pass
-
-    async def _run_async_control(self, handler: Callable[[dict[str, Any]], Awaitable[Any]], request_id: RpcId, raw_params: msgspec.Raw) -> None:
-        params = decode(raw_params) if raw_params else {}
-        try:
-            result = await handler(params if isinstance(params, dict) else {})
-            reply = encode_response(request_id, result)
-        except RpcError as exc:
-            reply = encode_error(request_id, exc.code, exc.message, exc.data)
-        except Exception as exc:
-            log.exception("control method failed")
-            reply = encode_error(request_id, -32603, "control method failed", type(exc).__name__)
-        self.send_to_client(reply)
-
-    # ------------------------------------------------------------- readers
-
-    async def _pump_client(self) -> None:
-        try:
-            await self._pump(self._client_in, self.to_child, self._from_client, self._from_client_raw, self._expect_client)
-        finally:
-            self._client_gone = True
-        if not self._child_gone:
-            await self._shutdown_child("client closed its output (EOF)")
-
-    async def _pump_child(self) -> None:
-        assert self.process is not None
-        try:
-            await self._pump(self.process.stdout, self.to_client, self._from_child, self._from_child_raw, self._expect_child)
-        finally:
-            self._child_stdout_done.set()
-
-    async def _pump(
-        self,
-        stream: trio.abc.ReceiveStream,
-        out: Outbox,
-        handle: Callable[[bytes], None],
-        handle_raw: Callable[[Oversized | Fragment], None],
-        expect: _Activity,
-    ) -> None:
-        """Read ``stream`` until EOF, handing each line to ``handle``.
-
-        What one read yields is handled as a batch: the outbox is held, so the
-        whole chunk's output goes out in one write, straight from here when
-        the writer task is idle.
-        """
-        splitter = LineSplitter(self.options.max_line)
-        receive = _receiver(stream, self.busy_poll, expect)
-        while True:
-            await out.wait_writable()
-            try:
-                data = await receive()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            if not data:
-                for ev in splitter.close():
-                    handle_raw(ev)
-                # Ended inside a line too long to parse: end it, so what the
-                # sidecar still sends (its -32001 answers) has lines of its own.
-                out.end_raw(b"\n" if out is self.to_client else b"")
+        if self.gates and not self.child_gone:
+            params = decode(env.params) if env.params else None
+            thread_id = params.get("threadId") if isinstance(params, dict) else None
+            if type(thread_id) is str and self.gates.gated(thread_id):
+                self.gates.park(thread_id, line)
                 return
-            out.hold()
-            try:
-                for ev in splitter.feed(data):
-                    if type(ev) is bytes:
-                        handle(ev)
-                    else:
-                        handle_raw(ev)
-            finally:
-                out.flush()
+        client_id: RpcId = env.id  # type: ignore[assignment]
+        if self.child_gone:
+            self._record(CLIENT_TO_CODEX, line)
+            self._to_client(encode_error(client_id, CHILD_EXITED, exit_text(None), {"method": method}), SIDECAR_TO_CLIENT)
+            return
+        pending = self.pending.open(client_id, method)
+        hooks = self.hooks.client_requests.get(method)
+        if hooks:
+            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
+            if line is None:
+                return
+        if pending.wire_id is not client_id:
+            line = rewrite(line, id=pending.wire_id)
+        if self.expect_child is not None:
+            self.expect_child()
+        self._to_child(line, CLIENT_TO_CODEX, self.c2s)
 
-    # ------------------------------------------------- client -> child frames
+    def _control(self, line: bytes) -> None:
+        self._record(CLIENT_TO_SIDECAR, line)
+        reply = self.controls.dispatch(line)
+        if type(reply) is Later:
+            self.spawn(self._answer_later, reply)
+        else:
+            self._to_client(reply, SIDECAR_TO_CLIENT)  # type: ignore[arg-type]
 
-    def _from_client_raw(self, ev: Oversized | Fragment) -> None:
+    async def _answer_later(self, later: Later) -> None:
+        self._to_client(await later.reply(), SIDECAR_TO_CLIENT)
+
+    def from_client_fragment(self, ev: Oversized | Fragment) -> None:
+        """A piece of a client line too long to parse, or its stream's torn tail."""
         if type(ev) is Oversized:
             first = not self._raw_c2s_open
             self._raw_c2s_open = not ev.end
             if first:
                 ev = Oversized(self._client_raw_head(ev.data), ev.end)
-        self._forward_raw(ev, self.c2s, self.to_child, "client>codex", "client")
+        self._forward_raw(ev, self.c2s, self.to_child, CLIENT_TO_CODEX, "client")
 
     def _client_raw_head(self, data: bytes) -> bytes:
         """A request too long to parse still gets what every request gets: a
         pending entry (its -32001 if codex dies) and an alias for an id in
         the sidecar's namespace. Its hooks cannot run: it passes unchanged."""
-        fields, _ = _scan_head(data)
-        if b"id" not in fields or b"method" not in fields:
+        head = oversized.request_head(data)
+        if head is None:
             return data  # not a request whose id and method come before its params: as is
-        (id_start, id_end), (m_start, m_end) = fields[b"id"], fields[b"method"]
-        try:
-            client_id = _id_decoder.decode(data[id_start:id_end])
-            name = _id_decoder.decode(data[m_start:m_end])
-        except msgspec.DecodeError:
+        client_id, name, span = head
+        if name.startswith(CONTROL_PREFIX) or self.child_gone:
             return data
-        if not isinstance(name, str) or client_id is None or isinstance(client_id, bool):
-            return data
-        if name.startswith(CONTROL_PREFIX) or self._child_gone:
-            return data
-        wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
-        self._pending[wire_id] = PendingRequest(client_id, name, wire_id)
+        pending = self.pending.open(client_id, name)
         if self.hooks.client_requests.get(name):
-            log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.options.max_line}})
-        if wire_id is not client_id:
-            data = data[:id_start] + _id_encoder.encode(wire_id) + data[id_end:]
+            log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.max_line}})
+        if pending.wire_id is not client_id:
+            data = oversized.replace_id(data, span, pending.wire_id)
         return data
 
-    def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Outbox, direction: str, source: str) -> None:
+    # -------------------------------------------------- child -> client
+
+    def from_child(self, line: bytes) -> None:
+        try:
+            env = parse(line)
+        except InvalidMessage as exc:
+            self.s2c.invalid += 1
+            log.warning("invalid frame from codex forwarded", extra={"fields": {"error": str(exc)}})
+            self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+            return
+        if env.method is _UNSET:
+            self._from_child_response(env, line)
+            return
+        edge = self.edge
+        if edge is not None and edge.active:
+            seen = edge.notification(line)
+            if seen is None:
+                self._record(CODEX_TO_SIDECAR, line)
+                return  # about a thread the client does not know
+            if seen is not line:
+                line = seen
+                env = parse(line)
+        if env.id is _UNSET:
+            hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
+        else:
+            hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
+            if self.expect_client is not None:
+                self.expect_client()
+        if hooks:
+            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
+            if line is None:
+                return
+        self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+
+    def _from_child_response(self, env: Envelope, line: bytes) -> None:
+        wire_id = env.id
+        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self.pending.is_alias(wire_id):
+            self._record(CODEX_TO_SIDECAR, line)
+            self._answer_call(wire_id, env, line)
+            return
+        pending = self.pending.close(wire_id)  # type: ignore[arg-type]
+        if self.edge is not None:
+            translated = self.edge.response(line, pending.method if pending is not None else None)
+            if translated is not line:
+                line = translated
+                env = parse(line)
+        if pending is not None:
+            if pending.wire_id is not pending.client_id:
+                line = rewrite(line, id=pending.client_id)
+                env = parse(line)
+            hooks = self.hooks.responses.get(pending.method)
+            if hooks:
+                line = self._run_chain(hooks, Message(env, line), pending)  # type: ignore[assignment]
+                if line is None:
+                    return
+        if self.expect_client is not None:
+            self.expect_client()  # clients often ask again at once
+        self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+
+    def _answer_call(self, call_id: str, env: Envelope, line: bytes) -> None:
+        """An answer to the sidecar's own request: never the client's."""
+        call = self.calls.live(call_id)
+        late = call is None
+        if call is None:
+            call = self.calls.take_late(call_id)
+            if call is None:
+                log.info("late response to a sidecar request dropped")  # nobody waits for it
+                return
+        if env.error:
+            err = decode(env.error)
+            if not isinstance(err, dict):
+                err = {}
+            code = err.get("code", -32603)
+            error = RpcError(code if type(code) is int else -32603, str(err.get("message", "")), err.get("data"))
+            result = None
+        else:
+            if self.edge is not None:
+                translated = self.edge.response(line, call.method)
+                if translated is not line:
+                    env = parse(translated)
+            error = None
+            result = decode(env.result)
+            if call.on_result is not None:
+                try:
+                    call.on_result(result)
+                except Exception:
+                    log.exception("internal result callback failed")
+        if late:
+            log.info("late response to a sidecar request dropped")  # its on_result had it
+        else:
+            self.calls.end(call)
+            call.settle(result, error)
+
+    def from_child_fragment(self, ev: Oversized | Fragment) -> None:
+        """A piece of a child line too long to parse, or its stream's torn tail."""
+        if type(ev) is Oversized:
+            if self._raw_s2c is None:
+                data, self._raw_s2c = self._child_raw_head(ev.data)
+                ev = Oversized(data, ev.end)
+            keep = self._raw_s2c == "forward"
+            if ev.end:
+                self._raw_s2c = None
+            if not keep:
+                return  # an answer to the sidecar's own request: not the client's
+        self._forward_raw(ev, self.s2c, self.to_client, CODEX_TO_CLIENT, "codex")
+
+    def _child_raw_head(self, data: bytes) -> tuple[bytes, str]:
+        """A response too long to parse is still matched to its request: the
+        request is no longer pending (no -32001 later), an aliased id goes
+        back to the client's, and an answer to one of the sidecar's own
+        requests fails that request instead of reaching the client.
+        Response hooks cannot run on it: it passes unchanged."""
+        head = oversized.answer_head(data)
+        if head is None:
+            return data, "forward"  # not recognisably an answer: as is
+        wire_id, span = head
+        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self.pending.is_alias(wire_id):
+            call = self.calls.live(wire_id)
+            if call is not None:
+                self.calls.end(call)
+                call.settle(error=RpcError(-32603, f"response longer than the sidecar's max line ({self.max_line} bytes)"))
+            log.warning("oversized response to a sidecar request dropped", extra={"fields": {"maxLine": self.max_line}})
+            return data, "drop"
+        pending = self.pending.close(wire_id)
+        if pending is None:
+            return data, "forward"
+        if self.hooks.responses.get(pending.method):
+            log.warning("oversized response passed without the sidecar's hooks", extra={"fields": {"method": pending.method, "maxLine": self.max_line}})
+        if pending.wire_id is not pending.client_id:
+            data = oversized.replace_id(data, span, pending.client_id)
+        return data, "forward"
+
+    def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Sink, direction: str, source: str) -> None:
         """A piece of an unparsable line, or a stream's unterminated tail: as is."""
         if type(ev) is Oversized:
             if ev.end:
                 counters.frames += 1
                 counters.oversized += 1
-                log.warning(
-                    f"oversized line from {source} forwarded unparsed",
-                    extra={"fields": {"maxLine": self.options.max_line}},
-                )
-                self._record_note(direction, "oversized line forwarded unparsed")
+                log.warning(f"oversized line from {source} forwarded unparsed", extra={"fields": {"maxLine": self.max_line}})
+                if self.recorder is not None:
+                    self.recorder.note(direction, "oversized line forwarded unparsed")
         else:
             counters.frames += 1
             counters.invalid += 1
@@ -710,386 +499,23 @@ class Proxy:
         else:
             out.put(data)
 
-    def _from_client(self, line: bytes) -> None:
-        try:
-            env = parse(line)
-        except InvalidMessage as exc:
-            self.c2s.invalid += 1
-            log.warning("invalid frame from client forwarded", extra={"fields": {"error": str(exc)}})
-            self._forward_to_child(line)
-            return
-        if env.method is msgspec.UNSET or env.id is msgspec.UNSET:
-            # Responses to server requests and client notifications pass through.
-            if env.method is not msgspec.UNSET and env.method.startswith(CONTROL_PREFIX):
-                return  # a control notification: nothing to answer, nothing to forward
-            if env.method is msgspec.UNSET and self.busy_poll:
-                self._expect_child.last = time.perf_counter()  # codex goes on after an answer
-            self._forward_to_child(line)
-            return
-        method: str = env.method  # type: ignore[assignment]
-        if method.startswith(CONTROL_PREFIX):
-            self._record("client>sidecar", line)
-            handler = self._async_controls.get(method)
-            if handler is not None:
-                self.spawn(self._run_async_control, handler, env.id, env.params)
-                return
-            reply = self._control(line) if self._control else encode_error(
-                env.id, -32601, f"unknown sidecar method {method}"  # type: ignore[arg-type]
-            )
-            self.send_to_client(reply)
-            return
-        if self._gates and not self._child_gone:
-            params = decode(env.params) if env.params else None
-            thread_id = params.get("threadId") if isinstance(params, dict) else None
-            if type(thread_id) is str and thread_id in self._gates:
-                self._gates[thread_id][1].append(line)
-                return
-        client_id: RpcId = env.id  # type: ignore[assignment]
-        wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
-        if self._child_gone:
-            self._record("client>codex", line)
-            self.send_to_client(encode_error(client_id, CHILD_EXITED, _exit_text(None), {"method": method}))
-            return
-        pending = PendingRequest(client_id, method, wire_id)
-        self._pending[wire_id] = pending
-        hooks = self.hooks.client_requests.get(method)
-        if hooks:
-            line = self._run_chain(hooks, Message(env, line))
-            if line is None:
-                return
-        if wire_id is not client_id:
-            line = rewrite(line, id=wire_id)
-        if self.busy_poll:
-            self._expect_child.last = time.perf_counter()
-        self._forward_to_child(line)
-
-    def _forward_to_child(self, line: bytes) -> None:
-        if self.edge is not None:
-            line = self.edge.to_codex(line)
-        c = self.c2s
-        c.frames += 1
-        c.bytes += len(line) + 1
-        if self.recorder is not None:
-            self._record("client>codex", line)
-        self.to_child.put_line(line)
-
-    # ------------------------------------------------- child -> client frames
-
-    def _from_child_raw(self, ev: Oversized | Fragment) -> None:
-        if type(ev) is Oversized:
-            if self._raw_s2c is None:
-                data, self._raw_s2c = self._child_raw_head(ev.data)
-                ev = Oversized(data, ev.end)
-            keep = self._raw_s2c == "forward"
-            if ev.end:
-                self._raw_s2c = None
-            if not keep:
-                return  # an answer to the sidecar's own request: not the client's
-        self._forward_raw(ev, self.s2c, self.to_client, "codex>client", "codex")
-
-    def _child_raw_head(self, data: bytes) -> tuple[bytes, str]:
-        """A response too long to parse is still matched to its request: the
-        request is no longer pending (no -32001 later), an aliased id goes
-        back to the client's, and an answer to one of the sidecar's own
-        requests fails that request instead of reaching the client.
-        Response hooks cannot run on it: it passes unchanged."""
-        fields, stop = _scan_head(data)
-        if b"id" not in fields or b"method" in fields or stop not in (b"result", b"error"):
-            return data, "forward"  # not recognisably an answer (a request from codex has a method): as is
-        id_start, id_end = fields[b"id"]
-        try:
-            wire_id = _id_decoder.decode(data[id_start:id_end])
-        except msgspec.DecodeError:
-            return data, "forward"
-        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self._ids.is_alias(wire_id):
-            call = self._internal.get(wire_id)
-            if call is not None:
-                call.error = RpcError(-32603, f"response longer than the sidecar's max line ({self.options.max_line} bytes)")
-                call.done.set()
-            log.warning("oversized response to a sidecar request dropped", extra={"fields": {"maxLine": self.options.max_line}})
-            return data, "drop"
-        pending = self._pending.pop(wire_id, None)
-        if pending is None:
-            return data, "forward"
-        if self.hooks.responses.get(pending.method):
-            log.warning("oversized response passed without the sidecar's hooks", extra={"fields": {"method": pending.method, "maxLine": self.options.max_line}})
-        if pending.wire_id is not pending.client_id:
-            self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
-            data = data[:id_start] + _id_encoder.encode(pending.client_id) + data[id_end:]
-        return data, "forward"
-
-    def _from_child(self, line: bytes) -> None:
-        try:
-            env = parse(line)
-        except InvalidMessage as exc:
-            self.s2c.invalid += 1
-            log.warning("invalid frame from codex forwarded", extra={"fields": {"error": str(exc)}})
-            self._forward_to_client(line)
-            return
-        if env.method is msgspec.UNSET:
-            self._from_child_response(env, line)
-            return
-        if self.edge is not None and self.edge.active:
-            seen = self.edge.notification(line)
-            if seen is None:
-                self._record("codex>sidecar", line)
-                return  # about a thread behind the client's (retired or spare)
-            if seen is not line:
-                line = seen
-                env = parse(line)
-        if env.id is msgspec.UNSET:
-            hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
-        else:
-            hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
-            if self.busy_poll:
-                self._expect_client.last = time.perf_counter()
-        if hooks:
-            line = self._run_chain(hooks, Message(env, line))
-            if line is None:
-                return
-        self._forward_to_client(line)
-
-    def _from_child_response(self, env: Envelope, line: bytes) -> None:
-        wire_id = env.id
-        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX):
-            call = self._internal.get(wire_id)
-            if call is not None:
-                self._record("codex>sidecar", line)
-                if self.edge is not None and not env.error:
-                    translated = self.edge.response(line, call.method)
-                    if translated is not line:
-                        env = parse(translated)
-                if env.error:
-                    err = decode(env.error)
-                    if not isinstance(err, dict):
-                        err = {}
-                    code = err.get("code", -32603)
-                    call.error = RpcError(
-                        code if type(code) is int else -32603, str(err.get("message", "")), err.get("data")
-                    )
-                else:
-                    call.result = decode(env.result)
-                    if call.on_result is not None:
-                        try:
-                            call.on_result(call.result)
-                        except Exception:
-                            log.exception("internal result callback failed")
-                call.done.set()
-                return
-            late = self._late.pop(wire_id, None)
-            if late is not None and not env.error and late.on_result is not None:
-                if self.edge is not None:
-                    env = parse(self.edge.response(line, late.method))
-                try:
-                    late.on_result(decode(env.result))
-                except Exception:
-                    log.exception("internal result callback failed")
-            if not self._ids.is_alias(wire_id):
-                # An answer to an internal call that timed out: nobody waits for it.
-                self._record("codex>sidecar", line)
-                log.info("late response to a sidecar request dropped")
-                return
-        pending = self._pending.pop(wire_id, None)  # type: ignore[arg-type]
-        if self.edge is not None:
-            translated = self.edge.response(line, pending.method if pending is not None else None)
-            if translated is not line:
-                line = translated
-                env = parse(line)
-        if pending is not None and pending.wire_id is not pending.client_id:
-            self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
-            line = rewrite(line, id=pending.client_id)
-            env = parse(line)
-        if pending is not None:
-            hooks = self.hooks.responses.get(pending.method)
-            if hooks:
-                line = self._run_chain(hooks, Message(env, line), pending)
-                if line is None:
-                    return
-        if self.busy_poll:
-            self._expect_client.last = time.perf_counter()  # clients often ask again at once
-        self._forward_to_client(line)
-
-    def _forward_to_client(self, line: bytes) -> None:
-        s = self.s2c
-        s.frames += 1
-        s.bytes += len(line) + 1
-        if self.recorder is not None:
-            self._record("codex>client", line)
-        self.to_client.put_line(line)
-
-    # ---------------------------------------------------------------- hooks
+    # ------------------------------------------------------------ hooks
 
     def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None) -> bytes | None:
         """Run hooks in order; the line to forward, or None when one took it.
-
         A hook's returned bytes replace the message for the hooks after it.
-        """
+        A hook that raises fails open: the message goes on as it was."""
         for hook in hooks:
-            if pending is None:
-                decision = self._run_hook(hook, msg)
-            else:
-                decision = self._run_response_hook(hook, msg, pending)
+            try:
+                decision = hook(msg) if pending is None else hook(msg, pending)
+            except Exception:
+                log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
+                continue
             if decision is HANDLED:
                 return None
             if decision is not None:
-                msg = Message(parse(decision), decision)  # type: ignore[arg-type]
+                msg = Message(parse(decision), decision)
         return msg.line
-
-    def _run_hook(self, hook: Callable[[Message], Decision], msg: Message) -> Decision:
-        try:
-            return hook(msg)
-        except Exception:
-            # Fail open: a broken hook must not break the agent.
-            log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
-            return None
-
-    def _run_response_hook(self, hook: ResponseHook, msg: Message, pending: PendingRequest) -> Decision:
-        try:
-            return hook(msg, pending)
-        except Exception:
-            log.exception("response hook failed; forwarding unchanged", extra={"fields": {"hook": _name(hook)}})
-            return None
-
-    def _install_builtin_hooks(self) -> None:
-        self.hooks.on_response("initialize", self._observe_initialize)
-        for method in ("thread/start", "thread/resume", "thread/fork"):
-            self.hooks.on_response(method, self._observe_thread_result)
-        self.hooks.on_server_notification("thread/started", self._observe_thread_started)
-
-    def _observe_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
-        result = msg.result()
-        if isinstance(result, dict) and isinstance(result.get("userAgent"), str):
-            self.user_agent = result["userAgent"]
-            self.codex_version = codex_version_from_user_agent(self.user_agent)
-        return None
-
-    def _observe_thread_result(self, msg: Message, pending: PendingRequest) -> Decision:
-        result = msg.result()
-        thread = result.get("thread") if isinstance(result, dict) else None
-        if isinstance(thread, dict) and isinstance(thread.get("id"), str):
-            self.threads_seen.add(thread["id"])
-        return None
-
-    def _observe_thread_started(self, msg: Message) -> Decision:
-        params = msg.params()
-        thread = params.get("thread") if isinstance(params, dict) else None
-        if isinstance(thread, dict) and isinstance(thread.get("id"), str):
-            self.threads_seen.add(thread["id"])
-        return None
-
-    # ------------------------------------------------------------ recording
-
-    def _record(self, direction: str, line: bytes) -> None:
-        if self.recorder is not None:
-            self.recorder.record(direction, line)
-
-    def _record_note(self, direction: str, note: str) -> None:
-        if self.recorder is not None:
-            self.recorder.note(direction, note)
-
-
-class _Activity:
-    """When a reader was last told to expect data (``time.perf_counter``)."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last = 0.0
-
-
-def _receiver(
-    stream: trio.abc.ReceiveStream, busy_poll: float = 0.0, activity: _Activity | None = None
-) -> Callable[[], Awaitable[bytes]]:
-    """``stream.receive_some`` without its checkpoint before every read.
-
-    For an fd-backed stream: read at once, park on the fd only when it has
-    nothing, and yield to other tasks every few reads that did not park.
-
-    With ``busy_poll`` > 0, a reader that finds its pipe empty within that
-    many seconds of ``activity.last`` (set by the proxy when it forwards
-    something the other side will answer: a request, a server request, or a
-    response the client may follow with its next request) keeps polling,
-    yielding to every other task and to processes waiting for the CPU
-    between polls, instead of parking. On a virtual machine waking a parked
-    process costs tens of microseconds a hop and the sidecar adds two hops to
-    every round trip; a quick answer is then picked up without a wake-up.
-    Notifications (a turn's stream of events) never start a window, so
-    polling does not take CPU from codex while it works, and an idle sidecar
-    sleeps; the price is at most one window of CPU per request.
-    """
-    fileno = getattr(stream, "fileno", None)
-    if fileno is None:
-        return lambda: stream.receive_some(READ_SIZE)
-    fd = fileno()
-    mode = os.fstat(fd).st_mode
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-        # Regular files and ttys: epoll cannot wait on a file, and a short
-        # read does not mean "drained"; the stream's own method is right.
-        return lambda: stream.receive_some(READ_SIZE)
-    unparked = 0
-    drained = False
-    act = activity if activity is not None else _Activity()
-    clock = time.perf_counter
-
-    async def receive() -> bytes:
-        nonlocal unparked, drained
-        while True:
-            if drained:
-                # A short read from a pipe took all there was: don't ask again
-                # just to hear EAGAIN, wait for more (or poll, in the window).
-                drained = False
-                if not (busy_poll and clock() - act.last < busy_poll):
-                    unparked = 0
-                    await trio.lowlevel.wait_readable(fd)
-            try:
-                data = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                if busy_poll and clock() - act.last < busy_poll:
-                    # Let a process waiting for this CPU (the peer that will
-                    # write to us, when CPUs are scarce) run first.
-                    os.sched_yield()
-                    await trio.lowlevel.checkpoint()
-                    continue
-                unparked = 0
-                await trio.lowlevel.wait_readable(fd)
-                continue
-            drained = 0 < len(data) < READ_SIZE
-            unparked += 1
-            if unparked >= 8:
-                unparked = 0
-                await trio.lowlevel.checkpoint()
-            return data
-
-    return receive
-
-
-PIPE_SIZE = 1 << 20
-_F_SETPIPE_SZ = 1031
-
-
-def _grow_pipe(stream: object) -> None:
-    """Ask for a PIPE_SIZE buffer (Linux; capped by /proc/sys/fs/pipe-max-size)."""
-    fileno = getattr(stream, "fileno", None)
-    if fileno is None:
-        return
-    try:
-        import fcntl
-
-        fcntl.fcntl(fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
-    except (OSError, ValueError, ImportError):
-        pass  # not a pipe, or not Linux
-
-
-def _exit_text(rc: int | None) -> str:
-    if rc is None:
-        return "codex app-server exited before answering"
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return f"codex app-server was killed by {name} before answering"
-    return f"codex app-server exited with status {rc} before answering"
 
 
 def _name(fn: Any) -> str:

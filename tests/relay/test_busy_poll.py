@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.relay.router import effective_busy_poll
+from sidecar.relay.pipes import effective_busy_poll
 from tools.bench import bench_env, cpu_seconds, echo_child_argv
 
 REPO = Path(__file__).resolve().parent.parent.parent
