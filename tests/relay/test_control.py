@@ -68,12 +68,12 @@ async def test_async_methods_are_routed_by_the_dispatcher_and_awaited_by_the_rel
     assert await later.reply() == reply
 
 
-async def test_a_failing_method_is_logged_without_its_text(caplog):
+async def test_a_failing_method_is_logged_without_its_text(logs):
     c = controls()
     c.dispatch(b'{"id":1,"method":"sidecar/broken","params":{}}')
     later = c.dispatch(b'{"id":2,"method":"sidecar/crash","params":{}}')
     await later.reply()
-    records = [r for r in caplog.records if r.name == "codex_sidecar.control"]
+    records = [r for r in logs.records if r.name == "codex_sidecar.control"]
     assert [r.fields["method"] for r in records] == ["sidecar/broken", "sidecar/crash"]
     assert all("PROMPT-TEXT" not in r.getMessage() for r in records)
 
