@@ -25,17 +25,29 @@ async def supervised(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
     try:
         await fn(*args)
     except Exception as exc:
-        log.error("background task failed; carrying on", extra={"fields": failure_fields(fn, exc)})
+        log.error("background task failed; carrying on", extra={"fields": failure_fields(task_name(fn, args), exc)})
 
 
-def failure_fields(fn: Any, exc: BaseException) -> dict[str, Any]:
+def task_name(fn: Any, args: tuple[Any, ...] = ()) -> str:
+    """``fn``'s name; a runner's with what it runs (``run_sync(ArchiveLog.mark_restored)``)."""
+    name = _qualname(fn)
+    if args and callable(args[0]):
+        name += f"({_qualname(args[0])})"
+    return name
+
+
+def _qualname(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def failure_fields(task: str, exc: BaseException) -> dict[str, Any]:
     """Task name, exception type and raising location; no message text."""
     leaf = exc
     while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
         leaf = leaf.exceptions[0]  # the first of a group says where it went wrong
     etype = type(leaf)
     fields: dict[str, Any] = {
-        "task": getattr(fn, "__qualname__", None) or type(fn).__qualname__,
+        "task": task,
         "exception": f"{etype.__module__}.{etype.__qualname__}",
         "at": raised_at(leaf),
     }

@@ -10,7 +10,7 @@ import trio
 
 from sidecar.logs import JsonFormatter, TextFormatter
 from sidecar.relay import Hooks
-from sidecar.relay.tasks import failure_fields
+from sidecar.relay.tasks import failure_fields, task_name
 from tests.harness import child, proxied
 
 SECRET = "PROMPT-TEXT-MUST-NOT-LEAK"
@@ -95,7 +95,15 @@ def test_a_failure_in_a_group_names_the_first_exception_inside():
         except ValueError as exc:
             raise ExceptionGroup("several", [exc]) from None
     except ExceptionGroup as group:
-        fields = failure_fields(test_a_failure_in_a_group_names_the_first_exception_inside, group)
+        fields = failure_fields("t", group)
     assert fields["exception"] == "builtins.ValueError"
     assert fields["at"] == FAIL_AT
     assert fields["group"] == "ExceptionGroup"
+
+
+def test_a_runner_s_task_is_named_with_what_it_runs():
+    async def run_sync(fn, *args):
+        return fn(*args)
+
+    assert task_name(run_sync, (fail, 1)) == "test_a_runner_s_task_is_named_with_what_it_runs.<locals>.run_sync(fail)"
+    assert task_name(fail, ("text",)) == "fail"
