@@ -63,15 +63,19 @@ def receiver(
     polling does not take CPU from codex while it works, and an idle sidecar
     sleeps; the price is at most one window of CPU per request.
     """
+
+    async def receive_some() -> bytes:
+        return bytes(await stream.receive_some(READ_SIZE))
+
     fileno = getattr(stream, "fileno", None)
     if fileno is None:
-        return lambda: stream.receive_some(READ_SIZE)
+        return receive_some
     fd = fileno()
     mode = os.fstat(fd).st_mode
     if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         # Regular files and ttys: epoll cannot wait on a file, and a short
         # read does not mean "drained"; the stream's own method is right.
-        return lambda: stream.receive_some(READ_SIZE)
+        return receive_some
     unparked = 0
     drained = False
     act = activity if activity is not None else Activity()

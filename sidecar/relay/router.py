@@ -283,7 +283,7 @@ class Router:
             if type(thread_id) is str and self.gates.gated(thread_id):
                 self.gates.park(thread_id, line)
                 return
-        client_id: RpcId = env.id  # type: ignore[assignment]
+        client_id: RpcId = env.id
         if self.child_gone:
             self._record(CLIENT_TO_CODEX, line)
             self._to_client(encode_error(client_id, CHILD_EXITED, exit_text(None), {"method": method}), SIDECAR_TO_CLIENT)

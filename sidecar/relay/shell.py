@@ -351,8 +351,11 @@ class Proxy:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""
             if not data:
-                for ev in splitter.close():
-                    handle_raw(ev)
+                for ev in splitter.close():  # a torn last line: a Fragment
+                    if isinstance(ev, bytes):
+                        handle(ev)
+                    else:
+                        handle_raw(ev)
                 # Ended inside a line too long to parse: end it, so what the
                 # sidecar still sends (its -32001 answers) has lines of its own.
                 out.end_raw(b"\n" if out is self.to_client else b"")
@@ -360,7 +363,7 @@ class Proxy:
             out.hold()
             try:
                 for ev in splitter.feed(data):
-                    if type(ev) is bytes:
+                    if isinstance(ev, bytes):
                         handle(ev)
                     else:
                         handle_raw(ev)
