@@ -247,9 +247,8 @@ def _serve_started(
     import trio
 
     from .child import Child
-    from .control import ControlMethods
+    from .relay import Proxy, ProxyOptions
     from .lifecycle import Lifecycle, LifecycleOptions
-    from .proxy import Proxy, ProxyOptions
     from .record import Recorder
 
     recorder = None
@@ -287,9 +286,6 @@ def _serve_started(
             recorder=recorder,
             child=Child(popen),
         )
-        controls = ControlMethods()
-        controls.add("sidecar/status", proxy.status)
-        proxy.set_control(controls.handle)
         # With no engine (legacy, or one that failed to load) the lifecycle
         # keeps only the history earlier rebuilds moved: the thread stays whole.
         lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)

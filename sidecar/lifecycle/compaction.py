@@ -10,7 +10,7 @@ import trio
 
 from engines import CompactParams, CompactResult
 
-from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, now_ms
 from ..store.mirror import MirrorError

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from ..proxy import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..rebuild import InPlace, Rebuilder, Strategy
 from ..rebuild.backing import BackingThreads
 from ..rebuild.fresh import Spares

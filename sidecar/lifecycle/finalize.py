@@ -12,7 +12,7 @@ import trio
 
 from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after_turn_with_fallback
 
-from ..proxy import Decision, Message, Proxy
+from ..relay import Decision, Message, Proxy
 from ..rebuild.fresh import Spares
 from ..session.identity import fingerprint, fingerprints
 from ..session.state import ThreadSession, TurnState, now_ms

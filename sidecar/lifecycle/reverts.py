@@ -13,7 +13,7 @@ import trio
 
 from protocol import parse, rewrite
 
-from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..session.options import LifecycleOptions

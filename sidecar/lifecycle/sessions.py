@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from ..proxy import Decision, Message, PendingRequest, Proxy, RpcError
+from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
 from ..session.identity import fingerprints

@@ -15,7 +15,7 @@ from engines import AgentMessage, AssembleParams
 from protocol import parse, rewrite
 
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input
-from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..session.identity import fingerprints, message_chars

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import trio
 
-from ..proxy import Proxy, RpcError
+from ..relay import Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
 from ..store.archive import TurnArchive, archive_path

@@ -22,7 +22,7 @@ import trio
 
 from protocol import decode, parse, rewrite
 
-from ..proxy import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession, log_fields
 from ..store.archive import TurnArchive

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import trio
 
-from ..proxy import HANDLED, Decision, Message, Proxy, RpcError
+from ..relay import HANDLED, Decision, Message, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RevertNoise, ThreadSession, log_fields
 from ..store.archive import TurnArchive

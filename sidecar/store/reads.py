@@ -45,7 +45,7 @@ from .archive import (
     unwrap_cursor,
     wrap_cursor,
 )
-from ..proxy import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 
 
 class ArchivedTurns:

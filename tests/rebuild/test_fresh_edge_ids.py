@@ -19,7 +19,7 @@ import trio
 
 from sidecar.rebuild.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle
-from sidecar.proxy import ProxyOptions
+from sidecar.relay import ProxyOptions
 from tests.support.fresh import FIRST_THREAD, SCRIPT, fresh, spare_ready
 from tests.support.harness import child, frame, proxied, wait_until
 from tests.support.modes import ModesRun, modes_sidecar, summarising

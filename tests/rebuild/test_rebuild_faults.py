@@ -592,7 +592,7 @@ async def test_a_turn_queued_before_a_client_revert_follows_it_first(tmp_path):
         tid = await run.start_thread()
         t1, t2, rid4 = await _queued_turn_then_client_revert(run, tid, "Q4")
         t4 = (await run.finish_turn(tid, rid4))["id"]
-        await wait_until(lambda: not run.client.proxy._gates and run.session(tid).settled, what="gates and slot free")
+        await wait_until(lambda: not run.client.proxy.gated_threads and run.session(tid).settled, what="gates and slot free")
         path_messages = run.session(tid).mirror.messages()
         forgotten = TurnArchive(archive_path(tmp_path / "state", tid))._read()[2]
     assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]

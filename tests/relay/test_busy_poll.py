@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from sidecar.proxy import effective_busy_poll
+from sidecar.relay.pipes import effective_busy_poll
 from tests.support.harness import ROOT as REPO
 from tools.bench import bench_env, cpu_seconds, echo_child_argv
 
@@ -104,7 +104,9 @@ def test_it_polls_within_the_window_only_and_sleeps_when_idle():
         sleeping.close()
     # ~0.1 s of polling after the round trip (scheduler noise may take some);
     # without a window, and after it, a round trip or idle costs ~no CPU.
-    assert after["polling"] >= 0.04, after
+    # A loaded machine gives the poller less than its window, never nothing:
+    # compared with the sleeping run, not with the clock.
+    assert after["polling"] >= after["sleeping"] + 2 * TICK, after
     assert after["sleeping"] <= 0.02 + TICK, after
     assert idle["polling"] <= 0.02 + TICK and idle["sleeping"] <= 0.02 + TICK, idle
 

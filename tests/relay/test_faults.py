@@ -15,7 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import trio
+
 from sidecar.record import Recorder
+from sidecar.relay import ProxyOptions, RpcError
 from tests.support.harness import CHILDREN, child, proxied
 
 SIDECAR = [sys.executable, "-m", "sidecar"]
@@ -160,9 +164,6 @@ def test_an_empty_allowlist_variable_trusts_only_the_built_ins(tmp_path):
 
 
 async def test_frames_wait_behind_an_oversized_line_still_streaming():
-    import trio
-
-    from sidecar.proxy import ProxyOptions
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     env = {"BIG_ANSWER_SPLIT": "1", "BIG_ANSWER_PAUSE": "0.5"}
@@ -177,7 +178,6 @@ async def test_frames_wait_behind_an_oversized_line_still_streaming():
 
 
 async def test_an_oversized_response_answers_its_request_once_with_the_client_s_id():
-    from sidecar.proxy import ProxyOptions
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     async with proxied(child("big_answers.py"), options=opts) as c:
@@ -193,7 +193,6 @@ async def test_an_oversized_response_answers_its_request_once_with_the_client_s_
 
 
 async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
-    from sidecar.proxy import ProxyOptions
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     requests = [
@@ -210,9 +209,6 @@ async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
 
 
 async def test_an_oversized_answer_to_the_sidecar_s_own_request_fails_it_and_stays_away():
-    import pytest
-
-    from sidecar.proxy import ProxyOptions, RpcError
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
     async with proxied(child("big_answers.py"), options=opts) as c:
@@ -231,11 +227,6 @@ async def _status(c) -> dict:
 
 
 async def test_a_malformed_error_code_fails_the_sidecar_s_request_not_the_sidecar():
-    import sys as _sys
-
-    import pytest
-
-    from sidecar.proxy import RpcError
 
     code = (
         "import json, sys\n"
@@ -243,7 +234,7 @@ async def test_a_malformed_error_code_fails_the_sidecar_s_request_not_the_sideca
         "    m = json.loads(line)\n"
         "    print(json.dumps({'id': m['id'], 'error': {'code': 'oops', 'message': 'bad'}}), flush=True)\n"
     )
-    async with proxied([_sys.executable, "-c", code]) as c:
+    async with proxied([sys.executable, "-c", code]) as c:
         with pytest.raises(RpcError) as info:
             await c.proxy.request("thread/list", {}, timeout=5)
         assert info.value.code == -32603 and info.value.message == "bad"
@@ -268,17 +259,14 @@ for line in sys.stdin:
 
 
 async def test_an_oversized_server_request_leaves_the_client_s_request_pending():
-    import sys as _sys
-
-    from sidecar.proxy import ProxyOptions
 
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=1024)
-    async with proxied([_sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts) as c:
+    async with proxied([sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts) as c:
         await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
         lines = await c.wait_lines(1)
         assert json.loads(lines[0])["method"] == "item/tool/call"
         assert c.proxy.pending_count == 1, "the client's request 0 is still waiting for its answer"
-    async with proxied([_sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts, env={"DIE_AFTER": "1"}) as c:
+    async with proxied([sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts, env={"DIE_AFTER": "1"}) as c:
         await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
         await c.wait_exit()
     answers = [f for f in map(json.loads, c.lines) if "method" not in f]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, parse
 from protocol.ids import PREFIX
-from sidecar.proxy import HANDLED, Hooks, ProxyOptions, RpcError
+from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
 from sidecar.record import Recorder, read_recording
 
 from tests.support.harness import child, proxied

@@ -20,8 +20,7 @@ import trio
 import trio.testing
 
 from protocol import LineSplitter
-from sidecar.control import ControlMethods
-from sidecar.proxy import Hooks, Proxy, ProxyOptions
+from sidecar.relay import Hooks, Proxy, ProxyOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository's root (the folder holding ``sidecar/`` and ``tests/``)."""
@@ -89,9 +88,6 @@ async def proxied(argv, *, options: ProxyOptions | None = None, hooks: Hooks | N
     opts = options or ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False)
     full_env = dict(os.environ, **(env or {}))
     proxy = Proxy(argv, client_in=in_recv, client_out=out_send, options=opts, hooks=hooks, env=full_env, recorder=recorder)
-    controls = ControlMethods()
-    controls.add("sidecar/status", proxy.status)
-    proxy.set_control(controls.handle)
     client = Client(in_send, proxy)
 
     async def read_all():

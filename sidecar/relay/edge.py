@@ -1,0 +1,41 @@
+"""The one optional translator at the child's edge.
+
+The relay knows nothing of what a translator does (today: moving a client's
+thread onto other Codex threads, ``sidecar.backing.BackingThreads``); it only
+calls these methods at fixed points, on bytes, and forwards what they return.
+Every method returns its argument itself when it changes nothing, so the
+relay can tell "unchanged" by identity and skip a parse.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Edge(Protocol):
+    @property
+    def active(self) -> bool:
+        """Whether notifications need looking at (an idle translator costs nothing)."""
+        ...
+
+    def to_codex(self, line: bytes) -> bytes:
+        """A line on its way to Codex: the client's request or the sidecar's."""
+        ...
+
+    def response(self, line: bytes, method: str | None) -> bytes:
+        """A response from Codex to a request of ``method`` (None: not known),
+        as its requester (the client or the sidecar) gets it."""
+        ...
+
+    def notification(self, line: bytes) -> bytes | None:
+        """A notification or server request from Codex as the client gets it,
+        or None when the client must not see it."""
+        ...
+
+    def fragment_to_codex(self, data: bytes) -> bytes:
+        """A piece of a line too long to parse, on its way to Codex."""
+        ...
+
+    def fragment_to_client(self, data: bytes) -> bytes:
+        """The same on its way to the client (never dropped: it cannot be taken back)."""
+        ...

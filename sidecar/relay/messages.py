@@ -1,0 +1,104 @@
+"""What hooks see and return: messages, decisions, pending requests, errors.
+
+Plain values, no I/O: the router hands these to hooks and the lifecycle
+builds on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol import Envelope, RpcId, decode
+
+
+class _Handled:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HANDLED"
+
+
+HANDLED = _Handled()
+"""Hook decision: the hook took the message; the relay must not forward it."""
+
+Decision = None | bytes | _Handled
+"""A hook returns None (forward unchanged), new bytes (forward these), or HANDLED."""
+
+
+@dataclass(slots=True)
+class Message:
+    """One parsed frame: its routing envelope and its exact bytes."""
+
+    env: Envelope
+    line: bytes
+
+    @property
+    def id(self) -> RpcId:
+        return self.env.id  # type: ignore[return-value]
+
+    @property
+    def method(self) -> str:
+        return self.env.method  # type: ignore[return-value]
+
+    def params(self) -> Any:
+        return decode(self.env.params) if self.env.params else None
+
+    def result(self) -> Any:
+        return decode(self.env.result) if self.env.result else None
+
+    def error(self) -> Any:
+        return decode(self.env.error) if self.env.error else None
+
+
+@dataclass(slots=True)
+class PendingRequest:
+    """A client request the sidecar has taken in and not yet seen answered."""
+
+    client_id: RpcId
+    method: str
+    wire_id: RpcId
+    """The id Codex sees: the client's, or an alias when the client's lies
+    in the sidecar's own id space."""
+
+
+class RpcError(Exception):
+    """An error response to a request the sidecar itself sent, or one a
+    ``sidecar/...`` control method raises to answer with."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+ClientRequestHook = Callable[[Message], Decision]
+ServerMessageHook = Callable[[Message], Decision]
+ResponseHook = Callable[[Message, PendingRequest], Decision]
+
+
+@dataclass
+class Hooks:
+    """Interception points, by method name. Hooks run in order; the first
+    HANDLED stops the chain, a returned ``bytes`` replaces the message for the
+    hooks after it and for the wire."""
+
+    client_requests: dict[str, list[ClientRequestHook]] = field(default_factory=dict)
+    responses: dict[str, list[ResponseHook]] = field(default_factory=dict)
+    server_notifications: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
+    server_requests: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
+
+    def on_client_request(self, method: str, hook: ClientRequestHook) -> None:
+        self.client_requests.setdefault(method, []).append(hook)
+
+    def on_response(self, method: str, hook: ResponseHook) -> None:
+        """Responses (results and errors) to client requests of ``method``."""
+        self.responses.setdefault(method, []).append(hook)
+
+    def on_server_notification(self, method: str, hook: ServerMessageHook) -> None:
+        self.server_notifications.setdefault(method, []).append(hook)
+
+    def on_server_request(self, method: str, hook: ServerMessageHook) -> None:
+        self.server_requests.setdefault(method, []).append(hook)

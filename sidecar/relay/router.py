@@ -1,0 +1,522 @@
+"""The relay's decisions, sans I/O: lines in, lines out.
+
+The shell (:mod:`sidecar.relay.shell`) hands the router every line it reads
+(``from_client``, ``from_child``, and the pieces of lines too long to parse),
+and the router puts what goes out into two sinks, one per direction, in the
+same call: a rewrite decided while reading a chunk keeps its place in the
+stream. Routing decodes only the envelope; the original bytes go out unless
+a hook or the edge translator changed them.
+
+Hooks are synchronous and may hand slow work to ``spawn``; such a hook holds
+its message (returns ``HANDLED``) and later forwards, answers or drops it
+with :meth:`Router.forward_client_request`, :meth:`Router.answer_client_request`,
+while :meth:`Router.gate` keeps the client's later requests on the same
+thread behind it. Every line to the child leaves through :meth:`Router._to_child`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+from protocol import (
+    CHILD_EXITED,
+    DEFAULT_MAX_LINE,
+    Envelope,
+    Fragment,
+    IdSpace,
+    InvalidMessage,
+    Oversized,
+    RpcId,
+    decode,
+    encode_error,
+    encode_request,
+    parse,
+    rewrite,
+)
+from protocol.ids import PREFIX as INTERNAL_PREFIX
+
+from . import oversized
+from .control import ControlMethods, Later
+from .edge import Edge
+from .messages import HANDLED, Hooks, Message, PendingRequest, RpcError
+from .observe import Observed
+from .pending import Gates, InternalCall, InternalCalls, PendingTable
+
+if TYPE_CHECKING:
+    from ..record import Recorder
+
+log = logging.getLogger("codex_sidecar.proxy")
+
+CONTROL_PREFIX = "sidecar/"
+
+CLIENT_TO_CODEX = "client>codex"
+CODEX_TO_CLIENT = "codex>client"
+SIDECAR_TO_CODEX = "sidecar>codex"
+SIDECAR_TO_CLIENT = "sidecar>client"
+CLIENT_TO_SIDECAR = "client>sidecar"
+CODEX_TO_SIDECAR = "codex>sidecar"
+
+_UNSET = msgspec.UNSET
+
+
+class Sink(Protocol):
+    """Where the router puts one direction's output (an ``Outbox``)."""
+
+    def put_line(self, line: bytes) -> bool: ...
+    def put(self, data: bytes) -> bool: ...
+    def put_raw(self, data: bytes, end: bool) -> bool: ...
+
+
+@dataclass
+class Counters:
+    frames: int = 0
+    bytes: int = 0
+    invalid: int = 0
+    oversized: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "frames": self.frames,
+            "bytes": self.bytes,
+            "invalidFrames": self.invalid,
+            "oversizedFrames": self.oversized,
+        }
+
+
+def exit_text(rc: int | None) -> str:
+    if rc is None:
+        return "codex app-server exited before answering"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"codex app-server was killed by {name} before answering"
+    return f"codex app-server exited with status {rc} before answering"
+
+
+def _no_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    raise RuntimeError("the router has no task runner")
+
+
+class Router:
+    def __init__(
+        self,
+        to_child: Sink,
+        to_client: Sink,
+        *,
+        hooks: Hooks | None = None,
+        controls: ControlMethods | None = None,
+        recorder: Recorder | None = None,
+        spawn: Callable[..., None] = _no_spawn,
+        max_line: int = DEFAULT_MAX_LINE,
+    ) -> None:
+        self.to_child = to_child
+        self.to_client = to_client
+        self.hooks = hooks or Hooks()
+        self.controls = controls or ControlMethods()
+        self.recorder = recorder
+        self.spawn = spawn
+        """Runs ``fn(*args)`` as a task (an async control method's answer)."""
+        self.max_line = max_line
+        self.edge: Edge | None = None
+        """The one optional translator at the child's edge (:class:`Edge`)."""
+        ids = IdSpace()
+        self.pending = PendingTable(ids)
+        self.calls = InternalCalls(ids)
+        self.gates = Gates()
+        self.c2s = Counters()
+        self.s2c = Counters()
+        self.observed = Observed()
+        self.observed.install(self.hooks)
+        self.child_gone = False
+        self.expect_child: Callable[[], None] | None = None
+        """Told when the child will answer soon (a request went to it)."""
+        self.expect_client: Callable[[], None] | None = None
+        """Told when the client may write soon (it got a response or a server request)."""
+        self._raw_c2s_open = False
+        """A client line too long to parse is being streamed to codex."""
+        self._raw_s2c: str | None = None
+        """The same from codex: "forward" it, or "drop" it (the sidecar's own answer)."""
+
+    # ----------------------------------------------------------- sending
+
+    def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, translate: bool = True) -> bool:
+        """The one way a line goes to the child."""
+        if translate and self.edge is not None:
+            line = self.edge.to_codex(line)
+        if counters is not None:
+            counters.frames += 1
+            counters.bytes += len(line) + 1
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
+        return self.to_child.put_line(line)
+
+    def _to_client(self, line: bytes, direction: str, counters: Counters | None = None) -> bool:
+        if counters is not None:
+            counters.frames += 1
+            counters.bytes += len(line) + 1
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
+        return self.to_client.put_line(line)
+
+    def _record(self, direction: str, line: bytes) -> None:
+        if self.recorder is not None:
+            self.recorder.record(direction, line)
+
+    def send_to_child(self, line: bytes, direction: str = SIDECAR_TO_CODEX, *, raw: bool = False) -> bool:
+        """``raw``: no edge translation (a request about a retired thread)."""
+        return self._to_child(line, direction, translate=not raw)
+
+    def send_to_client(self, line: bytes, direction: str = SIDECAR_TO_CLIENT) -> bool:
+        return self._to_client(line, direction)
+
+    # ------------------------------------------------ held client requests
+
+    def forward_client_request(self, msg: Message) -> bool:
+        """Forward a client request a hook held back (or rewrote later)."""
+        pending = self.pending.find(msg.env.id)  # type: ignore[arg-type]
+        if pending is None:
+            return False  # already answered (e.g. the child died meanwhile): nothing to send
+        if self.child_gone:
+            self._fail_pending(pending)
+            return False
+        line = msg.line
+        if pending.wire_id is not pending.client_id:
+            line = rewrite(line, id=pending.wire_id)
+        return self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+
+    def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
+        """Answer a held client request from the sidecar (no child involved)."""
+        pending = self.pending.find(client_id)
+        if pending is not None:
+            self.pending.close(pending.wire_id)
+        return self._to_client(line, SIDECAR_TO_CLIENT)
+
+    def gate(self, thread_id: str, holder: Any) -> None:
+        """Hold the client's later requests naming ``thread_id`` while
+        ``holder`` (a hook holding one of its requests) has it gated: Codex
+        must see them in the client's order. Idempotent per holder."""
+        if not self.child_gone:
+            self.gates.hold(thread_id, holder)
+
+    def ungate(self, thread_id: str, holder: Any) -> None:
+        """``holder`` is done; when it was the last, the waiting requests go
+        (to codex, or answered -32001 if it has exited), in the order they came."""
+        for line in self.gates.release(thread_id, holder):
+            self.from_client(line)
+
+    # ----------------------------------------------------- internal calls
+
+    def call(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        raw: bool = False,
+        on_result: Callable[[Any], None] | None = None,
+        notify: Callable[[], Any] | None = None,
+    ) -> InternalCall:
+        """Send the sidecar's own request; ``notify`` runs once it is settled.
+        Raises ``RpcError`` when the child is gone."""
+        if self.child_gone:
+            raise RpcError(CHILD_EXITED, "codex app-server is not running")
+        call = self.calls.open(method, on_result, notify)
+        self._to_child(encode_request(call.id, method, params), SIDECAR_TO_CODEX, translate=not raw)
+        return call
+
+    def end_call(self, call: InternalCall, timed_out: bool = False) -> None:
+        self.calls.end(call, timed_out)
+
+    # ------------------------------------------------------ child's exit
+
+    def child_exited(self, rc: int | None) -> int:
+        """Answer for the child: every pending and gated client request gets
+        -32001, every internal call fails. The number of pending requests."""
+        self.child_gone = True
+        failed = self.pending.take_all()
+        for pending in failed:
+            self._send_child_exited(pending, rc)
+        for line in self.gates.release_all():
+            self.from_client(line)  # the child is gone: answered -32001
+        self.calls.fail_all(RpcError(CHILD_EXITED, exit_text(rc)))
+        return len(failed)
+
+    def _fail_pending(self, pending: PendingRequest, rc: int | None = None) -> None:
+        self.pending.close(pending.wire_id)
+        self._send_child_exited(pending, rc)
+
+    def _send_child_exited(self, pending: PendingRequest, rc: int | None) -> None:
+        self._to_client(encode_error(pending.client_id, CHILD_EXITED, exit_text(rc), {"method": pending.method}), SIDECAR_TO_CLIENT)
+
+    # -------------------------------------------------- client -> child
+
+    def from_client(self, line: bytes) -> None:
+        try:
+            env = parse(line)
+        except InvalidMessage as exc:
+            self.c2s.invalid += 1
+            log.warning("invalid frame from client forwarded", extra={"fields": {"error": str(exc)}})
+            self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+            return
+        method = env.method
+        if method is _UNSET or env.id is _UNSET:
+            # Responses to server requests and client notifications pass through.
+            if method is not _UNSET and method.startswith(CONTROL_PREFIX):
+                return  # a control notification: nothing to answer, nothing to forward
+            if method is _UNSET and self.expect_child is not None:
+                self.expect_child()  # codex goes on after an answer
+            self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+            return
+        if method.startswith(CONTROL_PREFIX):
+            self._control(line)
+            return
+        if self.gates and not self.child_gone:
+            params = decode(env.params) if env.params else None
+            thread_id = params.get("threadId") if isinstance(params, dict) else None
+            if type(thread_id) is str and self.gates.gated(thread_id):
+                self.gates.park(thread_id, line)
+                return
+        client_id: RpcId = env.id
+        if self.child_gone:
+            self._record(CLIENT_TO_CODEX, line)
+            self._to_client(encode_error(client_id, CHILD_EXITED, exit_text(None), {"method": method}), SIDECAR_TO_CLIENT)
+            return
+        pending = self.pending.open(client_id, method)
+        hooks = self.hooks.client_requests.get(method)
+        if hooks:
+            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
+            if line is None:
+                return
+        if pending.wire_id is not client_id:
+            line = rewrite(line, id=pending.wire_id)
+        if self.expect_child is not None:
+            self.expect_child()
+        self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+
+    def _control(self, line: bytes) -> None:
+        self._record(CLIENT_TO_SIDECAR, line)
+        reply = self.controls.dispatch(line)
+        if type(reply) is Later:
+            self.spawn(self._answer_later, reply)
+        else:
+            self._to_client(reply, SIDECAR_TO_CLIENT)  # type: ignore[arg-type]
+
+    async def _answer_later(self, later: Later) -> None:
+        self._to_client(await later.reply(), SIDECAR_TO_CLIENT)
+
+    def from_client_fragment(self, ev: Oversized | Fragment) -> None:
+        """A piece of a client line too long to parse, or its stream's torn tail."""
+        if type(ev) is Oversized:
+            first = not self._raw_c2s_open
+            self._raw_c2s_open = not ev.end
+            if first:
+                ev = Oversized(self._client_raw_head(ev.data), ev.end)
+        self._forward_raw(ev, self.c2s, self.to_child, CLIENT_TO_CODEX, "client")
+
+    def _client_raw_head(self, data: bytes) -> bytes:
+        """A request too long to parse still gets what every request gets: a
+        pending entry (its -32001 if codex dies) and an alias for an id in
+        the sidecar's namespace. Its hooks cannot run: it passes unchanged."""
+        head = oversized.request_head(data)
+        if head is None:
+            return data  # not a request whose id and method come before its params: as is
+        client_id, name, span = head
+        if name.startswith(CONTROL_PREFIX) or self.child_gone:
+            return data
+        pending = self.pending.open(client_id, name)
+        if self.hooks.client_requests.get(name):
+            log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.max_line}})
+        if pending.wire_id is not client_id:
+            data = oversized.replace_id(data, span, pending.wire_id)
+        return data
+
+    # -------------------------------------------------- child -> client
+
+    def from_child(self, line: bytes) -> None:
+        try:
+            env = parse(line)
+        except InvalidMessage as exc:
+            self.s2c.invalid += 1
+            log.warning("invalid frame from codex forwarded", extra={"fields": {"error": str(exc)}})
+            self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+            return
+        if env.method is _UNSET:
+            self._from_child_response(env, line)
+            return
+        edge = self.edge
+        if edge is not None and edge.active:
+            seen = edge.notification(line)
+            if seen is None:
+                self._record(CODEX_TO_SIDECAR, line)
+                return  # about a thread the client does not know
+            if seen is not line:
+                line = seen
+                env = parse(line)
+        if env.id is _UNSET:
+            hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
+        else:
+            hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
+            if self.expect_client is not None:
+                self.expect_client()
+        if hooks:
+            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
+            if line is None:
+                return
+        self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+
+    def _from_child_response(self, env: Envelope, line: bytes) -> None:
+        wire_id = env.id
+        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self.pending.is_alias(wire_id):
+            self._record(CODEX_TO_SIDECAR, line)
+            self._answer_call(wire_id, env, line)
+            return
+        pending = self.pending.close(wire_id)  # type: ignore[arg-type]
+        if self.edge is not None:
+            translated = self.edge.response(line, pending.method if pending is not None else None)
+            if translated is not line:
+                line = translated
+                env = parse(line)
+        if pending is not None:
+            if pending.wire_id is not pending.client_id:
+                line = rewrite(line, id=pending.client_id)
+                env = parse(line)
+            hooks = self.hooks.responses.get(pending.method)
+            if hooks:
+                line = self._run_chain(hooks, Message(env, line), pending)  # type: ignore[assignment]
+                if line is None:
+                    return
+        if self.expect_client is not None:
+            self.expect_client()  # clients often ask again at once
+        self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+
+    def _answer_call(self, call_id: str, env: Envelope, line: bytes) -> None:
+        """An answer to the sidecar's own request: never the client's."""
+        call = self.calls.live(call_id)
+        late = call is None
+        if call is None:
+            call = self.calls.take_late(call_id)
+            if call is None:
+                log.info("late response to a sidecar request dropped")  # nobody waits for it
+                return
+        if env.error:
+            err = decode(env.error)
+            if not isinstance(err, dict):
+                err = {}
+            code = err.get("code", -32603)
+            error = RpcError(code if type(code) is int else -32603, str(err.get("message", "")), err.get("data"))
+            result = None
+        else:
+            if self.edge is not None:
+                translated = self.edge.response(line, call.method)
+                if translated is not line:
+                    env = parse(translated)
+            error = None
+            result = decode(env.result)
+            if call.on_result is not None:
+                try:
+                    call.on_result(result)
+                except Exception:
+                    log.exception("internal result callback failed")
+        if late:
+            log.info("late response to a sidecar request dropped")  # its on_result had it
+        else:
+            self.calls.end(call)
+            call.settle(result, error)
+
+    def from_child_fragment(self, ev: Oversized | Fragment) -> None:
+        """A piece of a child line too long to parse, or its stream's torn tail."""
+        if type(ev) is Oversized:
+            if self._raw_s2c is None:
+                data, self._raw_s2c = self._child_raw_head(ev.data)
+                ev = Oversized(data, ev.end)
+            keep = self._raw_s2c == "forward"
+            if ev.end:
+                self._raw_s2c = None
+            if not keep:
+                return  # an answer to the sidecar's own request: not the client's
+        self._forward_raw(ev, self.s2c, self.to_client, CODEX_TO_CLIENT, "codex")
+
+    def _child_raw_head(self, data: bytes) -> tuple[bytes, str]:
+        """A response too long to parse is still matched to its request: the
+        request is no longer pending (no -32001 later), an aliased id goes
+        back to the client's, and an answer to one of the sidecar's own
+        requests fails that request instead of reaching the client.
+        Response hooks cannot run on it: it passes unchanged."""
+        head = oversized.answer_head(data)
+        if head is None:
+            return data, "forward"  # not recognisably an answer: as is
+        wire_id, span = head
+        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self.pending.is_alias(wire_id):
+            call = self.calls.live(wire_id)
+            if call is not None:
+                self.calls.end(call)
+                call.settle(error=RpcError(-32603, f"response longer than the sidecar's max line ({self.max_line} bytes)"))
+            log.warning("oversized response to a sidecar request dropped", extra={"fields": {"maxLine": self.max_line}})
+            return data, "drop"
+        pending = self.pending.close(wire_id)
+        if pending is None:
+            return data, "forward"
+        if self.hooks.responses.get(pending.method):
+            log.warning("oversized response passed without the sidecar's hooks", extra={"fields": {"method": pending.method, "maxLine": self.max_line}})
+        if pending.wire_id is not pending.client_id:
+            data = oversized.replace_id(data, span, pending.client_id)
+        return data, "forward"
+
+    def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Sink, direction: str, source: str) -> None:
+        """A piece of an unparsable line, or a stream's unterminated tail: as is."""
+        if type(ev) is Oversized:
+            if ev.end:
+                counters.frames += 1
+                counters.oversized += 1
+                log.warning(f"oversized line from {source} forwarded unparsed", extra={"fields": {"maxLine": self.max_line}})
+                if self.recorder is not None:
+                    self.recorder.note(direction, "oversized line forwarded unparsed")
+        else:
+            counters.frames += 1
+            counters.invalid += 1
+            log.warning(f"{source} output ended inside a line; forwarding the fragment")
+            if source == "codex":
+                # The sidecar's own -32001 answers follow: end the torn line
+                # so that they reach the client as lines of their own.
+                counters.bytes += len(ev.data)
+                out.put(ev.data + b"\n")
+                return
+        data = ev.data
+        if self.edge is not None and type(ev) is Oversized:
+            # Thread ids in the piece, as in a parsed line (one a piece
+            # boundary cuts is not translated; nothing can be dropped).
+            data = self.edge.fragment_to_codex(data) if source == "client" else self.edge.fragment_to_client(data)
+        counters.bytes += len(data)
+        if type(ev) is Oversized:
+            out.put_raw(data, ev.end)
+        else:
+            out.put(data)
+
+    # ------------------------------------------------------------ hooks
+
+    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None) -> bytes | None:
+        """Run hooks in order; the line to forward, or None when one took it.
+        A hook's returned bytes replace the message for the hooks after it.
+        A hook that raises fails open: the message goes on as it was."""
+        for hook in hooks:
+            try:
+                decision = hook(msg) if pending is None else hook(msg, pending)
+            except Exception:
+                log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
+                continue
+            if decision is HANDLED:
+                return None
+            if decision is not None:
+                msg = Message(parse(decision), decision)
+        return msg.line
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)

@@ -1,0 +1,66 @@
+"""Supervised background work.
+
+Everything hooks and the lifecycle hand to ``Proxy.spawn`` (finalising a
+turn, mirror and archive writes, starting spares, answering a control
+method...) runs under :func:`supervised`: a task that raises is logged once
+and ends there, failing open; the relay, the child and every other task
+carry on. Cancellation is not a failure and passes through.
+
+The log names the task, the exception's type and where it was raised
+(``file:line`` of the raising frame), never the exception's text, which may
+quote a prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger("codex_sidecar.tasks")
+
+
+async def supervised(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    try:
+        await fn(*args)
+    except Exception as exc:
+        log.error("background task failed; carrying on", extra={"fields": failure_fields(task_name(fn, args), exc)})
+
+
+def task_name(fn: Any, args: tuple[Any, ...] = ()) -> str:
+    """``fn``'s name; a runner's with what it runs (``run_sync(ArchiveLog.mark_restored)``)."""
+    name = _qualname(fn)
+    if args and callable(args[0]):
+        name += f"({_qualname(args[0])})"
+    return name
+
+
+def _qualname(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def failure_fields(task: str, exc: BaseException) -> dict[str, Any]:
+    """Task name, exception type and raising location; no message text."""
+    leaf = exc
+    while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+        leaf = leaf.exceptions[0]  # the first of a group says where it went wrong
+    etype = type(leaf)
+    fields: dict[str, Any] = {
+        "task": task,
+        "exception": f"{etype.__module__}.{etype.__qualname__}",
+        "at": raised_at(leaf),
+    }
+    if leaf is not exc:
+        fields["group"] = type(exc).__qualname__
+    return fields
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """``file:line`` of the frame that raised ``exc`` (its traceback's last)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"

@@ -1,0 +1,355 @@
+"""The router on its own: lines in, lines out, no processes and no trio.
+
+Each test feeds the router lines as the pumps would and reads what it put
+into the two sinks (the ``wire`` fixture, tests/relay/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import CHILD_EXITED, Oversized
+from protocol.ids import PREFIX
+from sidecar.relay import HANDLED, RpcError
+
+
+def frame(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def loads(lines: list[bytes]) -> list[dict]:
+    return [json.loads(line) for line in lines]
+
+
+# ------------------------------------------------------------ forwarding
+
+
+def test_a_request_and_its_answer_pass_byte_for_byte(wire):
+    w = wire()
+    request = b'{"id":1,"method":"thread/read","params":{"threadId":"t", "x":[1, 2]}}'
+    w.router.from_client(request)
+    assert w.child.take() == [request]
+    assert w.router.pending.methods() == {"thread/read"}
+    answer = b'{"id":1,"result":{"k": 1}}'
+    w.router.from_child(answer)
+    assert w.client.take() == [answer]
+    assert len(w.router.pending) == 0
+
+
+def test_invalid_lines_pass_both_ways_and_are_counted(wire):
+    w = wire()
+    w.router.from_client(b"not json")
+    w.router.from_child(b'{"neither":1}')
+    assert w.child.take() == [b"not json"]
+    assert w.client.take() == [b'{"neither":1}']
+    assert (w.router.c2s.invalid, w.router.s2c.invalid) == (1, 1)
+
+
+# ------------------------------------------------------- ids and aliases
+
+client_ids = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.text(max_size=8),
+    st.text(max_size=6).map(lambda s: PREFIX + s),
+    st.sampled_from([PREFIX + "1", PREFIX + "2", PREFIX + "client:1"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(client_ids, unique=True, max_size=16), st.integers(0, 3), st.data())
+def test_ids_round_trip_through_aliases_whatever_the_client_picks(wire, ids, n_internal, data):
+    """The child never sees two live requests with one id, each client
+    request is answered once under its own id, and the sidecar's own calls
+    get their answers without the client seeing them."""
+    w = wire()
+    calls = [w.router.call("thread/list", {"call": k}) for k in range(n_internal)]
+    for i, client_id in enumerate(ids):
+        w.router.from_client(frame({"id": client_id, "method": "thread/read", "params": {"i": i}}))
+    seen = loads(w.child.take())
+    wire_ids = [m["id"] for m in seen]
+    assert len(set(map(json.dumps, wire_ids))) == len(wire_ids), "two live requests shared an id"
+    for m in seen[n_internal:]:
+        if not (isinstance(ids[m["params"]["i"]], str) and ids[m["params"]["i"]].startswith(PREFIX)):
+            assert m["id"] == ids[m["params"]["i"]], "an id outside the sidecar's space went as it was"
+    for k in data.draw(st.permutations(range(len(seen)))):
+        body = seen[k].get("params") or {}
+        w.router.from_child(frame({"id": seen[k]["id"], "result": body}))
+    answers = loads(w.client.take())
+    assert sorted(json.dumps([a["id"], a["result"]["i"]]) for a in answers) == sorted(
+        json.dumps([client_id, i]) for i, client_id in enumerate(ids)
+    )
+    assert [c.result for c in calls] == [{"call": k} for k in range(n_internal)]
+    assert len(w.router.pending) == 0
+    assert not any(w.router.pending.is_alias(wid) for wid in wire_ids), "an alias outlived its request"
+
+
+def test_a_held_request_with_a_reserved_id_goes_under_its_alias(wire):
+    w = wire()
+    held = []
+    w.router.hooks.on_client_request("turn/start", lambda msg: held.append(msg) or HANDLED)
+    w.router.from_client(frame({"id": PREFIX + "1", "method": "turn/start", "params": {}}))
+    assert w.child.take() == []
+    assert w.router.forward_client_request(held[0])
+    [sent] = loads(w.child.take())
+    assert sent["id"] != PREFIX + "1" and sent["id"].startswith(PREFIX)
+    w.router.from_child(frame({"id": sent["id"], "result": {}}))
+    assert loads(w.client.take()) == [{"id": PREFIX + "1", "result": {}}]
+
+
+def test_answering_a_held_request_from_the_sidecar_closes_it(wire):
+    w = wire()
+    held = []
+    w.router.hooks.on_client_request("thread/read", lambda msg: held.append(msg) or HANDLED)
+    w.router.from_client(frame({"id": 5, "method": "thread/read", "params": {}}))
+    w.router.answer_client_request(5, frame({"id": 5, "result": {"from": "sidecar"}}))
+    assert loads(w.client.take()) == [{"id": 5, "result": {"from": "sidecar"}}]
+    assert w.child.take() == [] and len(w.router.pending) == 0
+    assert not w.router.forward_client_request(held[0]), "an answered request is not sent again"
+
+
+# ------------------------------------------------------------------ gates
+
+requests_on = st.lists(st.sampled_from(["a", "b", "c"]), max_size=24)
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests_on, st.sampled_from(["a", "b"]), st.integers(1, 3))
+def test_gated_requests_wait_for_the_last_holder_then_go_in_order(wire, threads, gated, n_holders):
+    w = wire()
+    for holder in range(n_holders):
+        w.router.gate(gated, holder)
+    for i, thread in enumerate(threads):
+        w.router.from_client(frame({"id": i, "method": "thread/read", "params": {"threadId": thread}}))
+    first = [m["id"] for m in loads(w.child.take())]
+    assert first == [i for i, t in enumerate(threads) if t != gated], "other threads pass at once, in order"
+    for holder in range(n_holders - 1):
+        w.router.ungate(gated, holder)
+        assert w.child.take() == [], "a gate holds while any holder has it"
+    w.router.ungate(gated, n_holders - 1)
+    assert [m["id"] for m in loads(w.child.take())] == [i for i, t in enumerate(threads) if t == gated]
+    w.router.from_client(frame({"id": "after", "method": "thread/read", "params": {"threadId": gated}}))
+    assert [m["id"] for m in loads(w.child.take())] == ["after"], "an ungated thread is no longer held"
+    assert w.router.gates.waiting == 0 and len(w.router.gates) == 0
+
+
+def test_ungating_with_a_holder_that_never_gated_changes_nothing(wire):
+    w = wire()
+    w.router.gate("a", "turn")
+    w.router.from_client(frame({"id": 1, "method": "thread/read", "params": {"threadId": "a"}}))
+    w.router.ungate("a", "someone else")
+    w.router.ungate("b", "turn")
+    assert w.child.take() == [] and w.router.gates.waiting == 1
+
+
+# ------------------------------------------------------------------ hooks
+
+
+def test_hooks_chain_rewrites_and_the_first_handled_stops_the_chain(wire):
+    w = wire()
+    seen = []
+
+    def add_flag(msg):
+        return msg.line.replace(b'"params":{}', b'"params":{"flag":1}')
+
+    def look(msg):
+        seen.append(msg.params())
+        return None
+
+    w.router.hooks.on_client_request("turn/start", add_flag)
+    w.router.hooks.on_client_request("turn/start", look)
+    w.router.from_client(b'{"id":1,"method":"turn/start","params":{}}')
+    assert seen == [{"flag": 1}], "the later hook sees the earlier one's bytes"
+    assert w.child.take() == [b'{"id":1,"method":"turn/start","params":{"flag":1}}']
+
+    w.router.hooks.on_server_notification("turn/started", lambda msg: HANDLED)
+    w.router.hooks.on_server_notification("turn/started", lambda msg: seen.append("after HANDLED"))
+    w.router.from_child(b'{"method":"turn/started","params":{}}')
+    assert w.client.take() == [] and seen == [{"flag": 1}]
+
+
+def test_a_raising_hook_fails_open_and_the_chain_goes_on(wire, caplog):
+    w = wire()
+    later = []
+
+    def broken(msg):
+        raise ValueError("PROMPT-TEXT")
+
+    w.router.hooks.on_client_request("turn/start", broken)
+    w.router.hooks.on_client_request("turn/start", lambda msg: later.append(msg.id))
+    line = b'{"id":1,"method":"turn/start","params":{}}'
+    w.router.from_client(line)
+    assert w.child.take() == [line]
+    assert later == [1]
+
+
+def test_response_hooks_see_the_client_s_id_and_the_request_s_method(wire):
+    w = wire()
+    got = []
+    w.router.hooks.on_response("thread/start", lambda msg, pending: got.append((msg.id, pending.method, pending.client_id)))
+    w.router.from_client(frame({"id": PREFIX + "7", "method": "thread/start", "params": {}}))
+    [sent] = loads(w.child.take())
+    w.router.from_child(frame({"id": sent["id"], "result": {"thread": {"id": "thr"}}}))
+    assert got == [(PREFIX + "7", "thread/start", PREFIX + "7")]
+    assert w.router.observed.threads_seen == {"thr"}
+
+
+# ------------------------------------------------------------ the edge
+
+
+class SwappingEdge:
+    """Calls the client's thread "front" and Codex's "back"; hides "ghost"."""
+
+    active = True
+
+    def __init__(self) -> None:
+        self.responses: list[str | None] = []
+
+    def to_codex(self, line: bytes) -> bytes:
+        return line.replace(b'"front"', b'"back"') if b'"front"' in line else line
+
+    def response(self, line: bytes, method: str | None) -> bytes:
+        self.responses.append(method)
+        return line.replace(b'"back"', b'"front"') if b'"back"' in line else line
+
+    def notification(self, line: bytes) -> bytes | None:
+        if b"ghost" in line:
+            return None
+        return line.replace(b'"back"', b'"front"') if b'"back"' in line else line
+
+    def fragment_to_codex(self, data: bytes) -> bytes:
+        return data.replace(b'"front"', b'"back"')
+
+    def fragment_to_client(self, data: bytes) -> bytes:
+        return data.replace(b'"back"', b'"front"')
+
+
+def test_the_edge_translates_every_line_at_the_child_s_side(wire):
+    w = wire()
+    w.router.edge = edge = SwappingEdge()
+    seen = []
+    w.router.hooks.on_server_notification("turn/started", lambda msg: seen.append(msg.params()))
+    w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"front"}}')
+    w.router.send_to_child(b'{"id":"x","method":"thread/unsubscribe","params":{"threadId":"front"}}', raw=True)
+    assert w.child.take() == [
+        b'{"id":1,"method":"thread/read","params":{"threadId":"back"}}',
+        b'{"id":"x","method":"thread/unsubscribe","params":{"threadId":"front"}}',
+    ], "raw requests pass untranslated"
+    w.router.from_child(b'{"id":1,"result":{"thread":{"id":"back"}}}')
+    w.router.from_child(b'{"method":"turn/started","params":{"threadId":"back"}}')
+    w.router.from_child(b'{"method":"turn/started","params":{"threadId":"ghost"}}')
+    assert w.client.take() == [
+        b'{"id":1,"result":{"thread":{"id":"front"}}}',
+        b'{"method":"turn/started","params":{"threadId":"front"}}',
+    ]
+    assert seen == [{"threadId": "front"}], "hooks see the client's ids; a hidden notification reaches no hook"
+    assert edge.responses == ["thread/read"]
+
+
+def test_the_edge_translates_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
+    w = wire(max_line=64)
+    w.router.edge = edge = SwappingEdge()
+    call = w.router.call("thread/read", {"threadId": "front"})
+    [sent] = loads(w.child.take())
+    assert sent["params"] == {"threadId": "back"}
+    w.router.from_child(frame({"id": call.id, "result": {"thread": {"id": "back"}}}))
+    assert call.result == {"thread": {"id": "front"}} and edge.responses == ["thread/read"]
+    w.router.from_client_fragment(Oversized(b'{"method":"x","params":{"threadId":"front","pad":"' + b"p" * 80 + b'"}}\n', True))
+    assert b'"back"' in bytes(w.child.data) and b'"front"' not in bytes(w.child.data)
+
+
+# ------------------------------------------------------- control methods
+
+
+async def test_control_methods_are_answered_by_the_sidecar_never_the_child(wire):
+    w = wire()
+    w.router.controls.add("sidecar/ping", lambda: {"pong": True})
+
+    async def slow(params):
+        return {"echo": params}
+
+    w.router.controls.add_async("sidecar/slow", slow)
+    w.router.from_client(b'{"id":1,"method":"sidecar/ping"}')
+    w.router.from_client(b'{"id":2,"method":"sidecar/slow","params":{"a":1}}')
+    w.router.from_client(b'{"method":"sidecar/ping"}')
+    assert w.client.take() == [b'{"result":{"pong":true},"id":1}']
+    [(fn, args)] = w.spawned
+    await fn(*args)
+    assert w.client.take() == [b'{"id":2,"result":{"echo":{"a":1}}}']
+    assert w.child.take() == [] and w.router.c2s.frames == 0
+
+
+# ----------------------------------------------------------- child exit
+
+
+def test_when_the_child_exits_everything_waiting_on_it_is_answered(wire):
+    w = wire()
+    w.router.hooks.on_client_request("turn/start", lambda msg: HANDLED)
+    w.router.from_client(frame({"id": 1, "method": "turn/start", "params": {"threadId": "a"}}))
+    w.router.gate("a", "turn")
+    w.router.from_client(frame({"id": 2, "method": "thread/read", "params": {"threadId": "a"}}))
+    w.router.from_client(frame({"id": PREFIX + "3", "method": "thread/read", "params": {"threadId": "b"}}))
+    call = w.router.call("thread/list")
+    assert w.router.child_exited(-9) == 2
+    errors = loads(w.client.take())
+    assert [e["id"] for e in errors] == [1, PREFIX + "3", 2], "pending first, then the gated, in order"
+    assert all(e["error"]["code"] == CHILD_EXITED for e in errors)
+    assert errors[0]["error"]["data"] == {"method": "turn/start"}
+    assert "SIGKILL" in errors[0]["error"]["message"]
+    assert call.settled and call.error is not None and call.error.code == CHILD_EXITED
+    w.router.from_client(frame({"id": 4, "method": "thread/read", "params": {}}))
+    assert [e["id"] for e in loads(w.client.take())] == [4]
+    with pytest.raises(RpcError):
+        w.router.call("thread/list")
+
+
+# --------------------------------------------------- the sidecar's calls
+
+
+def test_a_timed_out_call_still_gets_its_answer_to_its_on_result(wire):
+    w = wire()
+    results = []
+    kept = w.router.call("thread/list", on_result=results.append)
+    dropped = w.router.call("thread/list")
+    w.router.end_call(kept, timed_out=True)
+    w.router.end_call(dropped, timed_out=True)
+    w.router.from_child(frame({"id": kept.id, "result": {"late": 1}}))
+    w.router.from_child(frame({"id": dropped.id, "result": {"late": 2}}))
+    assert results == [{"late": 1}]
+    assert w.client.take() == [], "answers to the sidecar never reach the client"
+
+
+def test_an_error_answer_fails_the_call_with_its_code(wire):
+    w = wire()
+    call = w.router.call("thread/list")
+    w.router.from_child(frame({"id": call.id, "error": {"code": -32000, "message": "no", "data": {"x": 1}}}))
+    assert (call.error.code, call.error.message, call.error.data) == (-32000, "no", {"x": 1})
+
+
+# --------------------------------------------------- oversized lines
+
+
+def test_an_oversized_request_and_answer_keep_their_ids(wire):
+    w = wire(max_line=32)
+    request = frame({"id": PREFIX + "9", "method": "turn/start", "params": {"pad": "x" * 64}}) + b"\n"
+    w.router.from_client_fragment(Oversized(request[:60], False))  # a piece holds the head (> max_line)
+    w.router.from_client_fragment(Oversized(request[60:], True))
+    [sent] = loads(w.child.take())
+    assert sent["id"] != PREFIX + "9" and w.router.pending.methods() == {"turn/start"}
+    answer = frame({"id": sent["id"], "result": {"blob": "y" * 64}}) + b"\n"
+    w.router.from_child_fragment(Oversized(answer, True))
+    assert [a["id"] for a in loads(w.client.take())] == [PREFIX + "9"]
+    assert len(w.router.pending) == 0 and w.router.s2c.oversized == 1
+
+
+def test_an_oversized_answer_to_the_sidecar_fails_its_call_and_stays_away(wire):
+    w = wire(max_line=32)
+    call = w.router.call("thread/read")
+    answer = frame({"id": call.id, "result": {"blob": "y" * 64}}) + b"\n"
+    w.router.from_child_fragment(Oversized(answer[:60], False))
+    w.router.from_child_fragment(Oversized(answer[60:], True))
+    assert call.error is not None and "max line" in call.error.message
+    assert w.client.take() == []
