@@ -32,6 +32,7 @@ from ..store.reads import ArchivedTurns
 from .calls import EngineCalls
 from .compaction import Compaction
 from .finalize import Finalizer
+from .injections import Injections
 from .reverts import ClientReverts
 from .sessions import Sessions
 from .turns import Turns
@@ -67,11 +68,25 @@ class Lifecycle:
         """Starting spares and switching onto them (``sidecar.rebuild.fresh``)."""
         self.inplace = InPlace(proxy, self.archived, self.options, self.engine_id)
         strategies: list[Strategy] = [self.spares, self.inplace] if fresh else [self.inplace]
-        self.rebuilder = Rebuilder(proxy, self.archived, self.options, self.state_dir, self.engine_id, strategies)
+        self.injections = Injections(proxy, self.sessions, self.state_dir, requests, self.options, self.calls)
+        self.rebuilder = Rebuilder(proxy, self.archived, self.options, self.state_dir, self.engine_id, strategies, on_moved=self.injections.replay)
         self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
-        self.reverts = ClientReverts(proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.rebuilder, self.spares)
+        self.reverts = ClientReverts(
+            proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.rebuilder, self.spares, self.injections
+        )
         self.opening = Sessions(
-            proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.spares, self.inplace, self.reverts, self.compaction
+            proxy,
+            self.sessions,
+            self.state_dir,
+            self.archived,
+            requests,
+            self.options,
+            self.calls,
+            self.spares,
+            self.inplace,
+            self.reverts,
+            self.compaction,
+            self.injections,
         )
         self.turns = Turns(proxy, self.sessions, self.state_dir, requests, self.options, self.calls, self.opening, self.reverts, self.rebuilder, self.spares)
         self.finalizer = Finalizer(proxy, self.sessions, self.state_dir, self.calls, self.spares)
@@ -98,6 +113,7 @@ class Lifecycle:
             ("thread/list", None, self.archived.on_thread_list_response),
             ("turn/start", self.turns.on_turn_start, self.turns.on_turn_start_response),
             ("thread/compact/start", self.compaction.on_compact_start, self.compaction.on_compact_response),
+            ("thread/inject_items", self.injections.on_inject, self.injections.on_inject_response),
         ]
         for method, on_request, on_response in pairs:
             if on_request is not None:

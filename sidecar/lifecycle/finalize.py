@@ -130,6 +130,7 @@ class Finalizer:
                 session.live_turns.append(turn_id)
             ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]
             session.last_items[turn_id] = ids[-1] if ids and isinstance(ids[-1], str) else None
+            session.last_turn = turn_id
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
             error = turn.get("error")
             records = translate_turn(

@@ -24,6 +24,7 @@ from ..store.mirror import MirrorError
 from ..store.reads import ArchivedTurns
 from ..translate import turn_key_prefix
 from .calls import EngineCalls
+from .injections import Injections
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -45,6 +46,7 @@ class ClientReverts:
         calls: EngineCalls,
         rebuilder: Rebuilder,
         spares: Spares,
+        injections: Injections,
     ) -> None:
         self.proxy = proxy
         self.sessions = sessions
@@ -55,6 +57,7 @@ class ClientReverts:
         self.calls = calls
         self.rebuilder = rebuilder
         self.spares = spares
+        self.injections = injections
         self.archive_reverts: set[Any] = set()
         """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
         self.archive_forks: set[Any] = set()
@@ -240,6 +243,7 @@ class ClientReverts:
         not ready yet."""
         thread_id, before, into_archive = session.thread_id, pending.before, pending.into_archive
         gone = await trio.to_thread.run_sync(archive.forget_from, before)
+        await self.injections.forget_after(session, [before, *gone])
         self.archived.forget(thread_id)
         await self.archived.load(thread_id)
         if session.live_turns is not None:

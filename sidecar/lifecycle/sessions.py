@@ -25,6 +25,7 @@ from ..store.reads import ArchivedTurns
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from .calls import EngineCalls
 from .compaction import Compaction
+from .injections import Injections
 from .reverts import ClientReverts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -49,6 +50,7 @@ class Sessions:
         inplace: InPlace,
         reverts: ClientReverts,
         compaction: Compaction,
+        injections: Injections,
     ) -> None:
         self.proxy = proxy
         self.sessions = sessions
@@ -61,6 +63,7 @@ class Sessions:
         self.inplace = inplace
         self.reverts = reverts
         self.compaction = compaction
+        self.injections = injections
         self.released = {"threads": 0, "rebuilds": 0}
         """Sessions released after Codex closed their thread, and their rebuilds."""
 
@@ -217,6 +220,9 @@ class Sessions:
                 # the parent's ids: importing Codex's copy too would store it twice).
                 session.had_history = (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages))
             await self.archived.load(session.thread_id)
+            if opened:
+                order = await trio.to_thread.run_sync(TurnArchive(archive_path(self.state_dir, session.thread_id)).turn_order)
+                await self.injections.load(session, order[-1] if order else None)
             if session.inspect is None:
                 session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
             if session.ledger is None:

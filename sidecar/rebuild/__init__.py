@@ -12,6 +12,7 @@ tries the strategies in order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
@@ -42,6 +43,7 @@ class Rebuilder:
         state_dir: Any,
         engine_id: str,
         strategies: list[Strategy],
+        on_moved: Callable[[ThreadSession, bool], Awaitable[None]] | None = None,
     ) -> None:
         self.proxy = proxy
         self.archived = archived
@@ -49,6 +51,10 @@ class Rebuilder:
         self.state_dir = state_dir
         self.engine_id = engine_id
         self.strategies = strategies
+        self.on_moved = on_moved
+        """Called once a strategy moved the thread, with whether it stayed the
+        same Codex thread (what the client put into it outside its turns goes
+        back in)."""
 
     async def rebuild(self, session: ThreadSession) -> bool:
         """Drop every turn the Codex thread holds (never called with a turn
@@ -78,6 +84,8 @@ class Rebuilder:
             for strategy in self.strategies:
                 try:
                     if await strategy.rebuild(session, archive, first, marked):
+                        if self.on_moved is not None:
+                            await self.on_moved(session, isinstance(strategy, InPlace))
                         return True
                 except FirstTurnGone:
                     # Ask Codex for the thread's first turn instead, once.

@@ -18,6 +18,7 @@ import trio
 from engines import AgentMessage, PromptCacheInfo, Usage
 
 from ..store.inspect import InspectLog
+from ..store.injected import Injection
 from ..store.ledger import Ledger
 from ..store.mirror import TranscriptMirror
 
@@ -124,6 +125,13 @@ class ThreadSession:
     """Characters of each fingerprinted message (for the stale slack)."""
     inspect: InspectLog | None = None
     ledger: Ledger | None = None
+    injected: list[Injection] = field(default_factory=list)
+    """What the client injected into the thread outside turn/start, in order."""
+    injected_framing: int = 0
+    """How many of the first sit before the Codex thread's first turn (put
+    back there by a rebuild): an in-place revert keeps those, as Codex does."""
+    last_turn: str | None = None
+    """The thread's newest client turn this process knows (where an injection goes)."""
     """The ledger's durable record (``sidecar.store.ledger``)."""
     framing_only: bool = False
     """A fork the sidecar made from Codex's framing: its ledger starts empty."""

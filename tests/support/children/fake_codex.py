@@ -47,6 +47,10 @@ methods the lifecycle cares about, and nothing else:
   spurious and the thread stays loaded);
 * ``thread/loaded/list`` -> ``{data: [thread id...], nextCursor: null}``:
   the threads started, resumed or forked by this process and not closed;
+* ``thread/inject_items {threadId, items}`` -> ``{}``; the items join the
+  thread's history after its turns so far (``{"injected": items}`` in the
+  model log's ``held``); a revert keeps those injected at or before its cut
+  and drops the later ones, as Codex 0.169.0 does;
 * ``turn/interrupt`` -> ``{}``; any other request -> error -32601.
 
 ``turn/start`` refuses (-32600, no turn) an input item of a type Codex does
@@ -238,7 +242,11 @@ def run_turn(rid, params: dict) -> None:
     seen = {"additionalContext": params.get("additionalContext"), "input": params.get("input") or []}
     if model_log:
         model = thread.setdefault("model", {})
-        held = [dict(turnId=t["id"], **model.get(t["id"], {})) for t in thread["turns"]]
+        held = []
+        for n, t in enumerate(thread["turns"]):
+            held += [{"injected": i["items"]} for i in thread.get("injected", []) if i["at"] == n]
+            held.append(dict(turnId=t["id"], **model.get(t["id"], {})))
+        held += [{"injected": i["items"]} for i in thread.get("injected", []) if i["at"] == len(thread["turns"])]
         model_log.write(json.dumps({"threadId": tid, "turnId": turn_id, "held": held, **seen}, separators=(",", ":")).encode() + b"\n")
     thread.setdefault("model", {})[turn_id] = seen
     result(rid, {"turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
@@ -344,6 +352,8 @@ def revert(rid, params: dict) -> None:
     for turn in thread["turns"][cut:]:
         thread.get("model", {}).pop(turn["id"], None)
     del thread["turns"][cut:]
+    # As Codex 0.169.0's: items injected after a kept turn stay, later ones go.
+    thread["injected"] = [i for i in thread.get("injected", []) if i["at"] <= cut]
     thread["reverts"] = thread.get("reverts", 0) + 1
     thread["segment"] = f"_segment-{thread['reverts']}"  # Codex writes a new rollout segment
     save()
@@ -521,6 +531,14 @@ def handle(msg: dict) -> None:
             notify("thread/closed", {"threadId": tid})
     elif method == "thread/loaded/list":
         result(rid, {"data": sorted(loaded), "nextCursor": None})
+    elif method == "thread/inject_items":
+        tid = params.get("threadId")
+        if tid not in threads:
+            error(rid, -32600, f"thread not found: {tid}")
+            return
+        threads[tid].setdefault("injected", []).append({"at": len(threads[tid]["turns"]), "items": params.get("items") or []})
+        save()
+        result(rid, {})
     elif method == "turn/interrupt":
         result(rid, {})
         end_running(params.get("threadId"))

@@ -1,0 +1,106 @@
+"""Items the client injects outside ``turn/start`` (``thread/inject_items``).
+
+They are part of the thread as the client sees it: recorded when Codex
+accepts them, put back into the Codex thread after a rebuild moved it (the
+rebuild's revert or switch leaves the thread without them), and dropped
+with the client turn they followed when the client reverts that turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import trio
+
+from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
+from ..session.options import LifecycleOptions
+from ..session.state import RequestParams, ThreadSession
+from ..store.injected import InjectedItems, Injection, injected_path
+from .calls import EngineCalls
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+
+class Injections:
+    def __init__(
+        self,
+        proxy: Proxy,
+        sessions: dict[str, ThreadSession],
+        state_dir: Path,
+        requests: RequestParams,
+        options: LifecycleOptions,
+        calls: EngineCalls,
+    ) -> None:
+        self.proxy = proxy
+        self.sessions = sessions
+        self.state_dir = state_dir
+        self.requests = requests
+        self.options = options
+        self.calls = calls
+
+    def journal(self, session: ThreadSession) -> InjectedItems:
+        return InjectedItems(injected_path(self.state_dir, session.thread_id))
+
+    def on_inject(self, msg: Message) -> Decision:
+        self.requests.remember(msg.id, msg.params())
+        return None
+
+    def on_inject_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = self.requests.pop(pending.client_id) or {}
+        thread_id, items = params.get("threadId"), params.get("items")
+        if msg.result() is None or not isinstance(thread_id, str) or not isinstance(items, list) or not items:
+            return None  # refused, or nothing: the thread holds nothing new
+        session = self.sessions.get(thread_id)
+        if session is None:
+            return None
+        injection = Injection(None, items)
+        if session.injected_framing == len(session.injected) and session.turns_since_rebuild == [] and session.current is None:
+            session.injected_framing += 1  # before the thread's first turn, with the others put back there
+        session.injected.append(injection)  # at once: the next turn's rebuild puts it back
+        self.proxy.spawn(self._record, session, injection)
+        return None
+
+    async def _record(self, session: ThreadSession, injection: Injection) -> None:
+        """Once the session is open (its newest turn known), on disk."""
+        await session.ready.wait()
+        placed = Injection(session.last_turn, injection.items)
+        session.injected = [placed if i is injection else i for i in session.injected]
+        framing = session.injected_framing
+        journal = self.journal(session)
+        await trio.to_thread.run_sync(lambda: (journal.append(placed), journal.framing(framing)))
+
+    async def load(self, session: ThreadSession, last_turn: str | None) -> None:
+        """At the session's opening: the journal, then what came meanwhile."""
+        journal = self.journal(session)
+        loaded, framing = await trio.to_thread.run_sync(journal.load)
+        session.injected = loaded + session.injected
+        session.injected_framing = framing
+        session.last_turn = last_turn
+
+    async def replay(self, session: ThreadSession, kept_framing: bool) -> None:
+        """A rebuild moved the thread: the client's injected items go back in,
+        in order, before the turn that carries the projection. A revert in
+        place keeps what sat before the thread's first turn (put back by an
+        earlier rebuild); a fresh thread holds none of them."""
+        kept = session.injected_framing if kept_framing else 0
+        items = [item for injection in session.injected[kept:] for item in injection.items]
+        if not items:
+            return
+        try:
+            await self.proxy.request("thread/inject_items", {"threadId": session.thread_id, "items": items}, timeout=self.options.engine_deadline)
+            session.injected_framing = len(session.injected)
+            await trio.to_thread.run_sync(self.journal(session).framing, session.injected_framing)
+        except (RpcError, trio.TooSlowError) as exc:
+            log.warning(
+                "items the client injected could not be put back after a rebuild; the model misses them",
+                extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
+            )
+
+    async def forget_after(self, session: ThreadSession, gone: list[str]) -> None:
+        """The client reverted these turns: what it injected after them goes too."""
+        dropped = set(gone)
+        if not any(i.after_turn in dropped for i in session.injected):
+            return
+        session.injected = [i for i in session.injected if i.after_turn not in dropped]
+        await trio.to_thread.run_sync(self.journal(session).drop_after, sorted(dropped))

@@ -1,0 +1,72 @@
+"""What the client put into a thread outside ``turn/start``.
+
+``thread/inject_items`` appends raw model items (OpenClaw sends its
+instruction policy this way when it resumes a thread) to the thread's
+history. A rebuild takes them out of the Codex thread with everything else,
+but they are the client's, not the engine's: this journal keeps them, one
+JSONL file a thread (``<state_dir>/injected/<thread id>.jsonl``, 0600), so
+the lifecycle can put them back. Each entry notes the client turn they came
+after; a client revert that drops that turn drops them too, as Codex does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .inspect import append_record, decode_records
+from .mirror import session_path
+
+
+def injected_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
+    return Path(state_dir) / "injected" / session_path(state_dir, thread_id).name
+
+
+@dataclass(frozen=True)
+class Injection:
+    after_turn: str | None
+    """The client turn these came after (None: before any turn)."""
+    items: list[Any]
+
+
+class InjectedItems:
+    """A thread's journal of injected items. Blocking (a worker thread's
+    job) and best effort, like the inspection log."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> tuple[list[Injection], int]:
+        """The injections in order, and how many of the first sit before the
+        Codex thread's first turn (put back by a rebuild)."""
+        try:
+            entries = decode_records(self.path.read_bytes())
+        except OSError:
+            return [], 0
+        out: list[Injection] = []
+        framing = 0
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            if isinstance(entry.get("items"), list):
+                after = entry.get("after")
+                out.append(Injection(after if isinstance(after, str) else None, entry["items"]))
+            elif isinstance(entry.get("dropAfter"), list):
+                gone = set(entry["dropAfter"])
+                out = [i for i in out if i.after_turn not in gone]
+            elif isinstance(entry.get("framing"), int):
+                framing = entry["framing"]
+        return out, min(framing, len(out))
+
+    def append(self, injection: Injection) -> None:
+        append_record(self.path, {"after": injection.after_turn, "items": injection.items})
+
+    def framing(self, count: int) -> None:
+        """The first ``count`` injections now sit before the thread's first turn."""
+        append_record(self.path, {"framing": count})
+
+    def drop_after(self, turns: list[str]) -> None:
+        """A client revert took these turns: what came after them goes too."""
+        append_record(self.path, {"dropAfter": turns})
