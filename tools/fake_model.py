@@ -185,6 +185,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         fake = self.server.fake
         fake._note_http("GET", self.path)
+        if (self.headers.get("Upgrade") or "").lower() == "websocket":
+            # Codex tries a Responses WebSocket first when its provider allows
+            # it (OpenClaw's openai provider does) and retries a 404 five times;
+            # 426 says "use plain HTTP" at once.
+            self._send_json(426, {"error": {"message": "websocket not supported; use HTTP"}})
+            return
         if self.path.rstrip("/").endswith("/models"):
             self._send_json(200, {"object": "list", "data": [], "models": []})
             return
