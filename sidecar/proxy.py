@@ -29,6 +29,7 @@ import trio
 
 from protocol import (
     CHILD_EXITED,
+    OUTCOME_UNKNOWN,
     Envelope,
     Fragment,
     IdSpace,
@@ -103,6 +104,8 @@ class PendingRequest:
     client_id: RpcId
     method: str
     wire_id: RpcId
+    forwarded: bool = False
+    """Handed to codex: if codex dies now, whether it ran is unknown."""
 
 
 ClientRequestHook = Callable[[Message], Decision]
@@ -359,6 +362,7 @@ class Proxy:
         self.c2s.frames += 1
         self.c2s.bytes += len(line) + 1
         self._record("client>codex", line)
+        pending.forwarded = True
         return self.to_child.put_line(line)
 
     def gate(self, thread_id: str, holder: Any) -> None:
@@ -528,14 +532,7 @@ class Proxy:
         self._pending.pop(pending.wire_id, None)
         if self._ids.is_alias(pending.wire_id):
             self._ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
-        self.send_to_client(
-            encode_error(
-                pending.client_id,
-                CHILD_EXITED,
-                _exit_text(rc),
-                {"method": pending.method},
-            )
-        )
+        self.send_to_client(encode_error(pending.client_id, *_dead_child_error(pending, rc)))
 
     async def _shutdown_child(self, why: str) -> None:
         """The client is gone: close the child's stdin, then insist."""
@@ -748,7 +745,7 @@ class Proxy:
         wire_id = self._ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
         if self._child_gone:
             self._record("client>codex", line)
-            self.send_to_client(encode_error(client_id, CHILD_EXITED, _exit_text(None), {"method": method}))
+            self.send_to_client(encode_error(client_id, *_dead_child_error(PendingRequest(client_id, method, wire_id), None)))
             return
         pending = PendingRequest(client_id, method, wire_id)
         self._pending[wire_id] = pending
@@ -761,6 +758,7 @@ class Proxy:
             line = rewrite(line, id=wire_id)
         if self.busy_poll:
             self._expect_child.last = time.perf_counter()
+        pending.forwarded = True
         self._forward_to_child(line)
 
     def _forward_to_child(self, line: bytes) -> None:
@@ -1078,6 +1076,21 @@ def _grow_pipe(stream: object) -> None:
         fcntl.fcntl(fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
     except (OSError, ValueError, ImportError):
         pass  # not a pipe, or not Linux
+
+
+def _dead_child_error(pending: PendingRequest, rc: int | None) -> tuple[int, str, dict[str, Any]]:
+    """Code, message and data for a request codex will never answer.
+
+    -32001 tells Codex's and OpenClaw's clients "rejected before it was
+    enqueued, safe to retry": true only of a request the sidecar never handed
+    to codex. One codex had may have run, so it gets -32603 with
+    ``outcome: "unknown"``, which no client retries on its own.
+    """
+    if pending.forwarded:
+        text = _exit_text(rc) + "; the request was delivered and may have taken effect"
+        return OUTCOME_UNKNOWN, text, {"method": pending.method, "outcome": "unknown", "reason": "appServerExited"}
+    text = _exit_text(rc) + "; the request was not delivered"
+    return CHILD_EXITED, text, {"method": pending.method, "outcome": "notDelivered", "reason": "appServerExited"}
 
 
 def _exit_text(rc: int | None) -> str:
