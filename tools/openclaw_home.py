@@ -92,9 +92,7 @@ class OpenClawHome:
     def agent(self, session_id: str, message: str, *, local: bool = True, timeout: float = 300.0) -> dict:
         """One `openclaw agent` turn; its `--json` result.  Raises with the
         tail of OpenClaw's stderr when the command fails."""
-        argv = [self.openclaw_bin, "agent"]
-        if local:
-            argv += ["--local", "--agent", "main"]
+        argv = [self.openclaw_bin, "agent", *(["--local"] if local else []), "--agent", "main"]
         argv += ["--session-id", session_id, "--message", message, "--json"]
         proc = subprocess.run(
             argv, env=self.env, cwd=self.workspace, capture_output=True, text=True, timeout=timeout
