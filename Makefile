@@ -1,6 +1,7 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
-#   make test     the whole test suite (real-codex tests included)
+#   make test     the whole test suite (real-codex and real-OpenClaw tests included)
+#   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~2 min fresh)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
