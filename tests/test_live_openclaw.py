@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -217,9 +218,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# OpenClaw's temporal context names the day: two runs may straddle midnight.
+CURRENT_DATE = re.compile(r"Current date: \d{4}-\d{2}-\d{2}")
+
+
 def model_view(run: Run) -> list:
     norm = Normaliser(run.root)
-    return [norm.value(r) for r in run.requests]
+    return [norm.value(json.loads(CURRENT_DATE.sub("Current date: <date>", json.dumps(r)))) for r in run.requests]
 
 
 def _texts(request: dict) -> str:

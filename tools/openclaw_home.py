@@ -89,7 +89,7 @@ class OpenClawHome:
 
     # ---- turns
 
-    def agent(self, session_id: str, message: str, *, local: bool = True, timeout: float = 300.0) -> dict:
+    def agent(self, session_id: str, message: str, *, local: bool = True, timeout: float = 1200.0) -> dict:
         """One `openclaw agent` turn; its `--json` result.  Raises with the
         tail of OpenClaw's stderr when the command fails."""
         argv = [self.openclaw_bin, "agent", *(["--local"] if local else []), "--agent", "main"]
