@@ -202,6 +202,8 @@ def openclaw_config(app_server_command: str, workspace: Path) -> dict[str, Any]:
         },
         "models": {"providers": {"openai": {"agentRuntime": {"id": "codex"}}}},
         "agents": {"defaults": {"model": MODEL, "workspace": str(workspace), "skipBootstrap": True}},
+        # `openclaw gateway run` refuses a config without a gateway mode.
+        "gateway": {"mode": "local"},
     }
 
 
