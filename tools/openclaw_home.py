@@ -36,6 +36,7 @@ OPENCLAW_VERSION = "2026.9.6"
 #: A fake key: it only has to look like one.  Tests search recordings for it.
 FAKE_API_KEY = "sk-test-openclaw-0123456789abcdefghijklmnop"
 MODEL = "openai/gpt-5.5"
+GATEWAY_TOKEN = "test-gateway-token-0123456789"
 
 
 class OpenClawMissing(RuntimeError):
@@ -108,9 +109,12 @@ class OpenClawHome:
         """`openclaw gateway run` on loopback without auth; returns once it
         accepts connections on `port`."""
         self.env["OPENCLAW_GATEWAY_PORT"] = str(port)
+        # `--auth none` still leaves `openclaw agent` refusing to connect
+        # without credentials (seen with 2026.9.6): a token both sides read.
+        self.env["OPENCLAW_GATEWAY_TOKEN"] = GATEWAY_TOKEN
         log = open(log_path, "ab")
         proc = subprocess.Popen(
-            [self.openclaw_bin, "gateway", "run", "--port", str(port), "--bind", "loopback", "--auth", "none"],
+            [self.openclaw_bin, "gateway", "run", "--port", str(port), "--bind", "loopback", "--auth", "token"],
             env=self.env,
             cwd=self.workspace,
             stdin=subprocess.DEVNULL,
