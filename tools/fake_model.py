@@ -185,6 +185,22 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         fake = self.server.fake
         fake._note_http("GET", self.path)
+        if (self.headers.get("Upgrade") or "").lower() == "websocket":
+            # Codex tries a Responses WebSocket first when its provider allows
+            # it (OpenClaw's openai provider does) and retries a 404 five times;
+            # 426 says "use plain HTTP" at once.  The status line must say
+            # HTTP/1.1: a WebSocket client rejects any other version as a
+            # broken handshake and retries.
+            self.protocol_version = "HTTP/1.1"
+            self.close_connection = True
+            data = json.dumps({"error": {"message": "websocket not supported; use HTTP"}}).encode()
+            self.send_response(426)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.path.rstrip("/").endswith("/models"):
             self._send_json(200, {"object": "list", "data": [], "models": []})
             return

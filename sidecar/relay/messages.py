@@ -61,6 +61,8 @@ class PendingRequest:
     wire_id: RpcId
     """The id Codex sees: the client's, or an alias when the client's lies
     in the sidecar's own id space."""
+    forwarded: bool = False
+    """Handed to codex: if codex dies now, whether it ran is unknown."""
 
 
 class RpcError(Exception):

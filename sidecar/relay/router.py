@@ -26,6 +26,7 @@ import msgspec
 
 from protocol import (
     CHILD_EXITED,
+    OUTCOME_UNKNOWN,
     DEFAULT_MAX_LINE,
     Envelope,
     Fragment,
@@ -99,6 +100,22 @@ def exit_text(rc: int | None) -> str:
             name = f"signal {-rc}"
         return f"codex app-server was killed by {name} before answering"
     return f"codex app-server exited with status {rc} before answering"
+
+
+def dead_child_error(pending: PendingRequest, rc: int | None) -> tuple[int, str, dict[str, Any]]:
+    """Code, message and data for a request codex will never answer.
+
+    -32001 tells Codex's and OpenClaw's clients "rejected before it was
+    enqueued, safe to retry": true only of a request the sidecar never handed
+    to codex. One codex had may have run, so it gets -32603 with
+    ``outcome: "unknown"``, which no client retries on its own
+    (docs/errors.md).
+    """
+    if pending.forwarded:
+        text = exit_text(rc) + "; the request was delivered and may have taken effect"
+        return OUTCOME_UNKNOWN, text, {"method": pending.method, "outcome": "unknown", "reason": "appServerExited"}
+    text = exit_text(rc) + "; the request was not delivered"
+    return CHILD_EXITED, text, {"method": pending.method, "outcome": "notDelivered", "reason": "appServerExited"}
 
 
 def _no_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -190,6 +207,7 @@ class Router:
         line = msg.line
         if pending.wire_id is not pending.client_id:
             line = rewrite(line, id=pending.wire_id)
+        pending.forwarded = True
         return self._to_child(line, CLIENT_TO_CODEX, self.c2s)
 
     def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
@@ -253,7 +271,7 @@ class Router:
         self._send_child_exited(pending, rc)
 
     def _send_child_exited(self, pending: PendingRequest, rc: int | None) -> None:
-        self._to_client(encode_error(pending.client_id, CHILD_EXITED, exit_text(rc), {"method": pending.method}), SIDECAR_TO_CLIENT)
+        self._to_client(encode_error(pending.client_id, *dead_child_error(pending, rc)), SIDECAR_TO_CLIENT)
 
     # -------------------------------------------------- client -> child
 
@@ -286,7 +304,7 @@ class Router:
         client_id: RpcId = env.id
         if self.child_gone:
             self._record(CLIENT_TO_CODEX, line)
-            self._to_client(encode_error(client_id, CHILD_EXITED, exit_text(None), {"method": method}), SIDECAR_TO_CLIENT)
+            self._to_client(encode_error(client_id, *dead_child_error(PendingRequest(client_id, method, client_id), None)), SIDECAR_TO_CLIENT)
             return
         pending = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
@@ -298,6 +316,7 @@ class Router:
             line = rewrite(line, id=pending.wire_id)
         if self.expect_child is not None:
             self.expect_child()
+        pending.forwarded = True
         self._to_child(line, CLIENT_TO_CODEX, self.c2s)
 
     def _control(self, line: bytes) -> None:

@@ -366,8 +366,8 @@ async def test_sidecar_pages_carry_working_backwards_cursors(tmp_path):
             assert back == turns[turns.index(first) :], (first, back)
 
 
-# Requests waiting behind a held turn/start when codex dies get their -32001
-# answer like every pending request.
+# Requests waiting behind a held turn/start when codex dies were never forwarded:
+# they get -32001 ("not delivered", safe to retry), not the outcome-unknown -32603.
 async def test_requests_waiting_behind_a_held_turn_start_are_answered_when_codex_dies(tmp_path):
 
     engine = identity()

@@ -270,4 +270,4 @@ async def test_an_oversized_server_request_leaves_the_client_s_request_pending()
         await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
         await c.wait_exit()
     answers = [f for f in map(json.loads, c.lines) if "method" not in f]
-    assert [a["error"]["code"] for a in answers if a.get("id") == 0] == [-32001]
+    assert [a["error"]["code"] for a in answers if a.get("id") == 0] == [-32603], "codex had it: outcome unknown"

@@ -11,7 +11,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import CHILD_EXITED, parse
+from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, parse
 from protocol.ids import PREFIX
 from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
 from sidecar.record import Recorder, read_recording
@@ -157,7 +157,9 @@ async def test_trailing_bytes_without_newline_reach_the_child(tmp_path):
 
 
 @pytest.mark.parametrize("how, status", [("exit:3", 3), ("signal:SIGKILL", 137), ("exit:0", 0)])
-async def test_child_death_answers_every_held_request_and_passes_its_status(how, status):
+async def test_child_death_answers_every_delivered_request_as_outcome_unknown_and_passes_its_status(how, status):
+    """Codex read both requests before dying: a turn/start it may have run
+    must not come back as -32001, which clients retry as "never enqueued"."""
     async with proxied(child("crash_after.py", "2", how)) as c:
         await c.send(b'{"id":1,"method":"turn/start","params":{}}\n{"id":"two","method":"thread/read","params":{}}\n')
         assert await c.wait_exit() == status
@@ -165,8 +167,21 @@ async def test_child_death_answers_every_held_request_and_passes_its_status(how,
     assert lines[0] == b'{"method":"child/lastWords","params":{}}'  # what it said before dying
     errors = {json.loads(l)["id"]: json.loads(l)["error"] for l in lines[1:]}
     assert set(errors) == {1, "two"}
-    assert all(e["code"] == CHILD_EXITED for e in errors.values())
-    assert errors[1]["data"] == {"method": "turn/start"}
+    assert all(e["code"] == OUTCOME_UNKNOWN != CHILD_EXITED for e in errors.values())
+    assert errors[1]["data"] == {"method": "turn/start", "outcome": "unknown", "reason": "appServerExited"}
+
+
+async def test_a_held_request_the_child_never_saw_is_answered_not_delivered():
+    """-32001 ("not enqueued, retry") is kept for what codex never had."""
+    hooks = Hooks()
+    hooks.on_client_request("turn/start", lambda msg: HANDLED)  # held, never forwarded
+    async with proxied(child("crash_after.py", "1", "exit:0"), hooks=hooks) as c:
+        await c.send(b'{"id":7,"method":"turn/start","params":{}}\n{"id":8,"method":"thread/read","params":{}}\n')
+        await c.wait_exit()
+        answers = {json.loads(l).get("id"): json.loads(l) for l in c.lines}
+    assert answers[7]["error"]["code"] == CHILD_EXITED
+    assert answers[7]["error"]["data"]["outcome"] == "notDelivered"
+    assert answers[8]["error"]["code"] == OUTCOME_UNKNOWN
 
 
 async def test_client_eof_closes_child_stdin_then_terminates_then_kills(tmp_path):
@@ -178,7 +193,7 @@ async def test_client_eof_closes_child_stdin_then_terminates_then_kills(tmp_path
         await c.close()  # EOF mid-turn
         assert await c.wait_exit() == 128 + 15
     assert mark.read_text() == "signal 15\n"
-    assert json.loads(c.lines[-1])["error"]["code"] == CHILD_EXITED
+    assert json.loads(c.lines[-1])["error"]["code"] == OUTCOME_UNKNOWN, "codex had the turn/start"
 
     mark2 = tmp_path / "mark2"
     async with proxied(child("stubborn.py", str(mark2), "ignore-term"), options=opts) as c:

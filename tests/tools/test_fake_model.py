@@ -86,6 +86,23 @@ def test_base_url_points_at_a_listening_loopback_port(model):
         pass
 
 
+def test_a_websocket_upgrade_gets_http_1_1_426_and_consumes_no_step(model):
+    """Codex tries a Responses WebSocket first under OpenClaw's openai provider;
+    a 426 in an HTTP/1.1 status line makes it fall back to HTTP at once (any
+    other status, or HTTP/1.0, and it retries five times)."""
+    model.script(Text("for the POST"))
+    with socket.create_connection(("127.0.0.1", model.port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /v1/responses HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        head = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert head.startswith(b"HTTP/1.1 426")
+    assert model.requests == [] and model.pending_steps == 1
+    status, _, raw = _post(model, _body())
+    assert status == 200 and "for the POST" in raw.decode()
+
+
 def test_text_reply_is_a_complete_responses_stream(model):
     model.script(Text("hi there"))
     status, ctype, raw = _post(model, _body("hello"))

@@ -1,0 +1,185 @@
+"""``codex-sidecar doctor``: is this installation ready for OpenClaw?
+
+Each check is a function returning :class:`Finding` values; nothing here
+prints or exits, so every check is tested by breaking it once. The click
+command in :mod:`sidecar.cli` prints the findings, then the OpenClaw config
+snippet for the paths found, and exits non-zero on any problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, default_config_path, load_config_file, resolve_codex_bin
+
+MIN_CODEX = (0, 149, 0)
+"""OpenClaw's Codex plugin refuses an app-server older than this (it parses
+the version out of ``initialize``'s ``userAgent``)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    ok: bool
+    message: str
+
+
+def parse_codex_version(text: str) -> tuple[int, int, int] | None:
+    """``"codex-cli 0.169.0"`` -> ``(0, 169, 0)``."""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def _run_version(path: str) -> str:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    return (out.stdout or "") + (out.stderr or "")
+
+
+def check_codex(configured: str | None, run_version: Callable[[str], str] = _run_version) -> tuple[Finding, str | None]:
+    """The real codex is found and new enough; also returns its path."""
+    try:
+        path = resolve_codex_bin(configured)
+    except ConfigError as exc:
+        return Finding("codex", False, str(exc.message)), None
+    try:
+        text = run_version(path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Finding("codex", False, f"{path}: cannot run --version: {exc}"), path
+    version = parse_codex_version(text)
+    if version is None:
+        return Finding("codex", False, f"{path}: --version printed no version ({text.strip()[:80]!r})"), path
+    shown = ".".join(map(str, version))
+    minimum = ".".join(map(str, MIN_CODEX))
+    if version < MIN_CODEX:
+        return Finding("codex", False, f"{path} is codex {shown}; OpenClaw needs at least {minimum}"), path
+    return Finding("codex", True, f"{path} (codex {shown})"), path
+
+
+def check_state_dir(path: str | os.PathLike[str]) -> Finding:
+    """Writable and private (0700): it holds every mirrored prompt."""
+    p = Path(path)
+    if not p.exists():
+        parent = next((a for a in p.parents if a.exists()), None)
+        if parent is not None and os.access(parent, os.W_OK | os.X_OK):
+            return Finding("state dir", True, f"{p} (does not exist yet; will be created 0700)")
+        return Finding("state dir", False, f"{p} does not exist and cannot be created (no write access to {parent})")
+    if not p.is_dir():
+        return Finding("state dir", False, f"{p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        return Finding("state dir", False, f"{p} is not writable by this user")
+    mode = stat.S_IMODE(p.stat().st_mode)
+    if mode & 0o077:
+        return Finding("state dir", False, f"{p} is mode {mode:04o}; it holds prompts: chmod 700 {p}")
+    return Finding("state dir", True, f"{p} (0700, writable)")
+
+
+def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapping[str, Any]) -> Finding:
+    """The selected engine loads, and comes from a trusted distribution."""
+    from engines import EngineLoadError, list_engines, load_engine
+
+    if not engine_id or engine_id == "legacy":
+        return Finding("engine", True, "legacy (pass-through: no context engine)")
+    entries = [e for e in list_engines() if e.id == engine_id]
+    builtin = any(e.builtin for e in entries)
+    if allowlist is None and not builtin:
+        return Finding(
+            "engine",
+            False,
+            f"{engine_id!r} is not a built-in and no engine allowlist is set: set CODEX_SIDECAR_ENGINE_ALLOWLIST "
+            f"(or engine_allowlist) to the distribution that provides it ({', '.join(sorted({e.distribution or '?' for e in entries})) or 'none installed'})",
+        )
+    try:
+        engine = load_engine(engine_id, config, allowlist)
+    except EngineLoadError as exc:
+        return Finding("engine", False, str(exc))
+    info = engine.info
+    return Finding("engine", True, f"{engine_id} ({info.name} {info.version}){' built-in' if builtin else ''}")
+
+
+def check_tokenizer(name: Callable[[], str] | None = None) -> Finding:
+    """Exact o200k counts need bpe-openai; without it budgets are chars/4 guesses."""
+    if name is None:
+        from engines.tokens import tokenizer_name as name
+    which = name()
+    if which == "o200k_base":
+        return Finding("tokenizer", True, "o200k_base (bpe-openai)")
+    return Finding(
+        "tokenizer", False, f"{which}: token counts are estimates, off by up to 40%; install bpe-openai (pip install bpe-openai)"
+    )
+
+
+def check_config_file(path: str | os.PathLike[str] | None) -> Finding:
+    """The sidecar's TOML config parses and has only known keys."""
+    shown = Path(path) if path is not None else default_config_path()
+    if path is None and not shown.exists():
+        return Finding("config file", True, f"none ({shown} absent: defaults and CODEX_SIDECAR_* apply)")
+    try:
+        load_config_file(path)
+    except ConfigError as exc:
+        return Finding("config file", False, str(exc.message))
+    return Finding("config file", True, str(shown))
+
+
+def sidecar_executable() -> str:
+    """How OpenClaw should start this sidecar: the console script on PATH,
+    else the one this process was started as."""
+    found = shutil.which("codex-sidecar")
+    if found:
+        return os.path.abspath(found)
+    return os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "codex-sidecar"
+
+
+def openclaw_snippet(sidecar: str, codex: str | None, engine_id: str, state_dir: str) -> str:
+    """OpenClaw's config (JSON5) routing its Codex harness through the sidecar,
+    and the environment the gateway service needs."""
+    lines = [
+        "// ~/.openclaw/openclaw.json (JSON5): the Codex harness, started through the sidecar.",
+        "// Install the plugin from npm first: openclaw plugins install @openclaw/codex",
+        "{",
+        "  plugins: {",
+        "    entries: {",
+        "      codex: {",
+        "        enabled: true,",
+        f"        config: {{ appServer: {{ command: {json.dumps(sidecar)} }} }},",
+        "      },",
+        "    },",
+        "  },",
+        '  models: { providers: { openai: { agentRuntime: { id: "codex" } } } },',
+        "}",
+        "// In the environment of the OpenClaw gateway service itself (appServer.command takes no arguments):",
+        f"//   CODEX_SIDECAR_CODEX_BIN={codex or '/path/to/codex'}",
+        f"//   CODEX_SIDECAR_ENGINE={engine_id}",
+        f"//   CODEX_SIDECAR_STATE_DIR={state_dir}",
+        "// OPENCLAW_CODEX_APP_SERVER_BIN only applies when appServer.command is unset.",
+    ]
+    return "\n".join(lines)
+
+
+def run_checks(
+    settings: Mapping[str, Any],
+    engines_config: Mapping[str, Any],
+    config_file: str | None,
+    state_dir: str,
+    *,
+    run_version: Callable[[str], str] = _run_version,
+) -> tuple[list[Finding], str | None]:
+    codex, codex_path = check_codex(settings.get("codex_bin"), run_version)
+    engine_id = settings.get("engine") or "legacy"
+    findings = [
+        codex,
+        check_state_dir(state_dir),
+        check_engine(engine_id, settings.get("engine_allowlist"), engines_config.get(engine_id, {})),
+        check_tokenizer(),
+        check_config_file(config_file),
+    ]
+    return findings, codex_path
