@@ -176,8 +176,6 @@ _PREFIX = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n"
 _SUFFIX = f"\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
 _SUFFIX_BLOCK = f"\n{CONTEXT_CLOSE}"  # the block alone, in additionalContext
 _ENTRY_SEPARATOR = "\n\n"
-# Where the request starts in a projection made by this module or by OpenClaw.
-_REQUEST_SPLIT = f"{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
 
 _TAG_RE = re.compile(r"<(\s*/?\s*conversation_context)", re.IGNORECASE)
 _DOLLAR_MENTION_RE = re.compile(r"\$(?=[A-Za-z0-9_:-])")
@@ -321,21 +319,29 @@ def already_projected(input_items: Sequence[Any]) -> bool:
     return text is not None and text.lstrip().startswith(CONTEXT_HEADER)
 
 
-def strip_projected_context(text: str) -> str:
-    """The request part of a projected text, or ``text`` unchanged.
+def strip_projected_context(text: str, *, unmarked: str | None = None) -> str:
+    """The user's request inside a projected text; other text unchanged.
 
-    For text that starts with the OpenClaw header, returns what follows the
-    last ``</conversation_context>`` + ``Current user request:`` line (for a
-    transcript mirror that recorded a projected user message, and for
-    OpenClaw's own one-string projection); if that line is missing, a fixed
-    placeholder.  Other text is returned as is.
+    A projection (this module's, or OpenClaw's own one-string form) is
+    ``OpenClaw assembled context for this turn:`` ... ``</conversation_context>``
+    ... ``Current user request:`` then the request. Bodies inside the context
+    escape the closing tag, so the first closing tag ends the context and the
+    request header after it starts the request, which may itself contain
+    anything (the tag and the header included). A projection whose request
+    travels in separate input items reduces to ``""``.
+
+    Text that starts with the header but has no closing tag and request
+    header after it is returned as is, or as ``unmarked`` when given (a
+    replay renders a placeholder rather than a context block it cannot cut).
     """
     if not text.lstrip().startswith(CONTEXT_HEADER):
         return text
-    at = text.rfind(_REQUEST_SPLIT)
+    close = text.find(CONTEXT_CLOSE)
+    at = text.find(REQUEST_HEADER, close + len(CONTEXT_CLOSE)) if close >= 0 else -1
     if at < 0:
-        return REPLAY_OMITTED
-    return text[at + len(_REQUEST_SPLIT) :]
+        return text if unmarked is None else unmarked
+    rest = text[at + len(REQUEST_HEADER) :]
+    return rest[1:] if rest.startswith("\n") else rest
 
 
 def input_text_chars(input_items: Sequence[Mapping[str, Any]]) -> int:
@@ -410,12 +416,18 @@ def _image_placeholder(block: ImageBlock) -> str:
     return f"[image: {mime}]" if mime else "[image]"
 
 
+def _replayed_text(text: str) -> str:
+    """A history text part as the replay shows it: an earlier projection
+    recorded in the history reduces to its request, never nests its context."""
+    return strip_projected_context(text, unmarked=REPLAY_OMITTED)
+
+
 def _user_text(message: UserMessage) -> str:
     """The message's text parts (images ignored), for duplicate detection."""
     content = message.content
     if isinstance(content, str):
-        return strip_projected_context(content)
-    return "\n".join(strip_projected_context(b.text) for b in content if isinstance(b, TextBlock))
+        return _replayed_text(content)
+    return "\n".join(_replayed_text(b.text) for b in content if isinstance(b, TextBlock))
 
 
 def _render_parts(content: Any, part_limit: int) -> list[str]:
@@ -424,7 +436,7 @@ def _render_parts(content: Any, part_limit: int) -> list[str]:
     parts: list[str] = []
     for block in content:
         if isinstance(block, TextBlock):
-            text = strip_projected_context(block.text).strip()
+            text = _replayed_text(block.text).strip()
             if text:
                 parts.append(_truncate(text, part_limit))
         elif isinstance(block, ImageBlock):

@@ -94,6 +94,8 @@ from protocol.codex import (
     user_input,
 )
 
+from .projection import CONTEXT_HEADER, strip_projected_context
+
 log = logging.getLogger("codex_sidecar.translate")
 
 __all__ = [
@@ -108,7 +110,6 @@ __all__ = [
     "mcp_tool_name",
     "messages_of",
     "mirror_key",
-    "strip_projection",
     "translate_item",
     "translate_turn",
     "turn_key_prefix",
@@ -122,10 +123,6 @@ APPLY_PATCH_TOOL = "apply_patch"
 WEB_SEARCH_TOOL = "web_search"
 NATIVE_COMPACTION_CUSTOM_TYPE = "codex-native-compaction"
 
-# The projection header (FACTS §4; sidecar/projection.py and OpenClaw's own).
-_CONTEXT_HEADER = "OpenClaw assembled context for this turn:"
-_CONTEXT_CLOSE = "</conversation_context>"
-_REQUEST_HEADER = "Current user request:"
 
 
 # --------------------------------------------------------------------------
@@ -225,28 +222,6 @@ def usage_from_codex(usage: TokenUsageBreakdown) -> Usage:
 # --------------------------------------------------------------------------
 
 
-def strip_projection(text: str) -> str:
-    """The user's request inside a projected prompt; other text unchanged.
-
-    A projection (FACTS §4) is ``OpenClaw assembled context for this turn:``
-    ... ``</conversation_context>`` ... ``Current user request:`` then the
-    prompt. Bodies inside the context escape the closing tag, so the first
-    closing tag ends the context and the request header after it starts the
-    prompt (the prompt itself may contain anything). A projection whose
-    prompt travels in separate input items reduces to ``""``.
-    """
-    if not text.lstrip().startswith(_CONTEXT_HEADER):
-        return text
-    close = text.find(_CONTEXT_CLOSE)
-    if close < 0:
-        return text
-    at = text.find(_REQUEST_HEADER, close + len(_CONTEXT_CLOSE))
-    if at < 0:
-        return text
-    rest = text[at + len(_REQUEST_HEADER) :]
-    return rest[1:] if rest.startswith("\n") else rest
-
-
 def _data_url_image(url: str) -> ImageBlock | None:
     # data:[<mime>][;param]*;base64,<data>
     if not url.startswith("data:"):
@@ -263,11 +238,11 @@ def _data_url_image(url: str) -> ImageBlock | None:
 
 def _input_blocks(item: UserInput, *, strip: bool) -> list[TextBlock | ImageBlock]:
     if isinstance(item, TextInput):
-        if strip and item.text.lstrip().startswith(_CONTEXT_HEADER):
+        if strip and item.text.lstrip().startswith(CONTEXT_HEADER):
             # The sidecar's projection is a text item of its own, ending with
             # the request header, in front of the client's items; OpenClaw's
             # own puts the prompt after the header in the same item.
-            request = strip_projection(item.text)
+            request = strip_projected_context(item.text)
             return [TextBlock(text=request)] if request else []
         return [TextBlock(text=item.text)]
     if isinstance(item, ImageInput):
@@ -300,7 +275,7 @@ def user_message_from_input(
     string when it is one text part, else a list of text/image blocks.
     """
     if isinstance(inputs, str):
-        return UserMessage(content=strip_projection(inputs) if strip_projected else inputs, timestamp=timestamp)
+        return UserMessage(content=strip_projected_context(inputs) if strip_projected else inputs, timestamp=timestamp)
     blocks: list[TextBlock | ImageBlock] = []
     for raw in inputs:
         blocks.extend(_input_blocks(user_input(raw), strip=strip_projected))

@@ -676,6 +676,20 @@ def test_strip_projected_context():
     assert strip_projected_context("plain text") == "plain text"
     openclaw_own = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n[user]\nhi\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\nreal request"
     assert strip_projected_context(openclaw_own) == "real request"
+    # the first closing tag ends the context: the request may quote the frame itself
+    quoting = f"{openclaw_own} says {CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\nliterally"
+    assert strip_projected_context(quoting) == f"real request says {CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\nliterally"
+    # a header without the request marker after it: kept, or the caller's placeholder
+    unmarked = f"{CONTEXT_HEADER}\n{CONTEXT_OPEN}\n[user]\nhi\n(no end)"
+    assert strip_projected_context(unmarked) == unmarked
+    assert strip_projected_context(unmarked, unmarked="[gone]") == "[gone]"
+
+
+def test_a_projected_request_in_history_is_replayed_whole_even_when_it_quotes_the_frame():
+    request = f"what does {CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n mean?"
+    mirrored = project_turn_input([UserMessage(content="old", timestamp=1)], [text_item("x")]).text + request
+    body = body_of(project_turn_input([UserMessage(content=mirrored, timestamp=2)], [text_item("new")]))
+    assert body == "[user]\nwhat does &lt;/conversation_context>\n\nCurrent user request:\n mean?"
 
 
 # ---------------------------------------------------------------------------
