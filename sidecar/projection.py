@@ -211,9 +211,9 @@ class Projection:
     Counts: ``messages_rendered`` entries shown, ``messages_dropped`` older
     entries left out for the budget or cap, ``messages_skipped`` messages that
     rendered to nothing or duplicated the current request (of which
-    ``duplicate_prompt_removed`` tells the latter); ``text_chars`` is
-    ``len(text)`` and ``input_text_chars`` the summed text characters of the
-    new ``input`` (the number Codex compares with its cap).
+    ``duplicate_prompt_removed`` tells the latter); ``input_text_chars`` the
+    summed text characters of the new ``input`` (the number Codex compares
+    with its cap).
     """
 
     input: tuple[dict[str, Any], ...]
@@ -223,7 +223,6 @@ class Projection:
     messages_dropped: int = 0
     messages_skipped: int = 0
     duplicate_prompt_removed: bool = False
-    text_chars: int = 0
     input_text_chars: int = 0
 
     @property
@@ -630,26 +629,17 @@ def project_turn_input(
             (CONTEXT_KEY if n == 1 else f"{CONTEXT_KEY}_{n:03d}"): {"kind": "application", "value": part}
             for n, part in enumerate(split_utf8(text, CONTEXT_PART_BYTES), 1)
         }
-        return Projection(
-            input=copies,
-            additional_context={**(additional_context or {}), **block},
-            text=text,
-            messages_rendered=fits,
-            messages_dropped=dropped,
-            messages_skipped=skipped,
-            duplicate_prompt_removed=duplicate,
-            text_chars=len(text),
-            input_text_chars=user_chars,
-        )
-    context_item = {"type": "text", "text": text, "text_elements": []}
+        new_input, context, sent_chars = copies, {**(additional_context or {}), **block}, user_chars
+    else:
+        context_item = {"type": "text", "text": text, "text_elements": []}
+        new_input, context, sent_chars = (context_item, *copies), additional_context, user_chars + len(text)
     return Projection(
-        input=(context_item, *copies),
-        additional_context=additional_context,
+        input=new_input,
+        additional_context=context,
         text=text,
         messages_rendered=fits,
         messages_dropped=dropped,
         messages_skipped=skipped,
         duplicate_prompt_removed=duplicate,
-        text_chars=len(text),
-        input_text_chars=user_chars + len(text),
+        input_text_chars=sent_chars,
     )
