@@ -201,7 +201,7 @@ class UnknownInput(_Codex, kw_only=True):
 UserInput = Union[TextInput, ImageInput, LocalImageInput, SkillInput, MentionInput, UnknownInput]
 
 USER_INPUT_TYPES: dict[str, type[_Input]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    str(cls.__struct_config__.tag): cls
     for cls in (TextInput, ImageInput, LocalImageInput, SkillInput, MentionInput)
 }
 
@@ -363,7 +363,7 @@ ThreadItem = Union[
 ]
 
 ITEM_TYPES: dict[str, type[_Item]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    str(cls.__struct_config__.tag): cls
     for cls in (
         UserMessageItem,
         AgentMessageItem,
