@@ -49,7 +49,6 @@ __all__ = [
     "STATUS_COMPLETED",
     "STATUS_DECLINED",
     "STATUS_FAILED",
-    "STATUS_IN_PROGRESS",
     "TURN_COMPLETED",
     "TURN_FAILED",
     "TURN_INTERRUPTED",
@@ -118,7 +117,6 @@ TURN_IN_PROGRESS = "inProgress"
 
 # Item statuses (CommandExecutionStatus, PatchApplyStatus, McpToolCallStatus,
 # DynamicToolCallStatus share these spellings).
-STATUS_IN_PROGRESS = "inProgress"
 STATUS_COMPLETED = "completed"
 STATUS_FAILED = "failed"
 STATUS_DECLINED = "declined"
