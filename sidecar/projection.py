@@ -268,7 +268,8 @@ def split_utf8(text: str, limit: int) -> list[str]:
             if current:
                 parts.append("".join(current))
                 current, size = [], 0
-            piece, piece_size = [], 0
+            piece: list[str] = []
+            piece_size = 0
             for ch in line:
                 b = len(ch.encode("utf-8"))
                 if piece_size + b > limit:
@@ -629,7 +630,8 @@ def project_turn_input(
             (CONTEXT_KEY if n == 1 else f"{CONTEXT_KEY}_{n:03d}"): {"kind": "application", "value": part}
             for n, part in enumerate(split_utf8(text, CONTEXT_PART_BYTES), 1)
         }
-        new_input, context, sent_chars = copies, {**(additional_context or {}), **block}, user_chars
+        context: dict[str, dict[str, str]] | None = {**(additional_context or {}), **block}
+        new_input, sent_chars = copies, user_chars
     else:
         context_item = {"type": "text", "text": text, "text_elements": []}
         new_input, context, sent_chars = (context_item, *copies), additional_context, user_chars + len(text)

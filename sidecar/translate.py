@@ -494,14 +494,14 @@ def translate_item(
         if not item.text:
             log.debug("empty agent message not mirrored", extra={"fields": {"itemId": item.id}})
             return []
-        message = AssistantMessage(content=[TextBlock(text=item.text)], timestamp=timestamp)
-        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "assistant"), message)]
+        answer = AssistantMessage(content=[TextBlock(text=item.text)], timestamp=timestamp)
+        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "assistant"), answer)]
     if isinstance(item, ReasoningItem):
         parts = [p for p in item.summary if p] or [p for p in item.content if p]
         if not parts:
             return []
-        message = AssistantMessage(content=[ThinkingBlock(thinking=p) for p in parts], timestamp=timestamp)
-        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "reasoning"), message)]
+        thinking = AssistantMessage(content=[ThinkingBlock(thinking=p) for p in parts], timestamp=timestamp)
+        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "reasoning"), thinking)]
     if isinstance(item, CommandExecutionItem):
         return _command(item, ids)
     if isinstance(item, FileChangeItem):
