@@ -118,6 +118,7 @@ from engines.api import (
     ToolResultMessage,
     UserMessage,
 )
+from engines.tokens import CHARS_PER_TOKEN  # the estimate's 4, OpenClaw's too
 
 __all__ = [
     "ADDITIONAL_CONTEXT_KEY",
@@ -159,9 +160,6 @@ orders the keys by name: ``openclaw_context``, ``openclaw_context_002``, ..."""
 
 #: Codex's cap on the summed characters of a turn's text input items.
 CODEX_MAX_INPUT_CHARS = 1 << 20  # 1,048,576
-
-#: Characters per token used by :func:`char_budget_for_tokens`.
-CHARS_PER_TOKEN = 4
 
 #: Longest rendered tool-call argument preview (characters, ``…`` included).
 TOOL_ARGS_PREVIEW_CHARS = 200

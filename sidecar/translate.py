@@ -236,9 +236,9 @@ def _data_url_image(url: str) -> ImageBlock | None:
     return ImageBlock(data=data, mime_type=mime)
 
 
-def _input_blocks(item: UserInput, *, strip: bool) -> list[TextBlock | ImageBlock]:
+def _input_blocks(item: UserInput) -> list[TextBlock | ImageBlock]:
     if isinstance(item, TextInput):
-        if strip and item.text.lstrip().startswith(CONTEXT_HEADER):
+        if item.text.lstrip().startswith(CONTEXT_HEADER):
             # The sidecar's projection is a text item of its own, ending with
             # the request header, in front of the client's items; OpenClaw's
             # own puts the prompt after the header in the same item.
@@ -266,19 +266,18 @@ def _input_blocks(item: UserInput, *, strip: bool) -> list[TextBlock | ImageBloc
     return [TextBlock(text=f"[{kind} input]")]
 
 
-def user_message_from_input(
-    inputs: str | Sequence[Any], *, timestamp: int, strip_projected: bool = True
-) -> UserMessage:
+def user_message_from_input(inputs: str | Sequence[Any], *, timestamp: int) -> UserMessage:
     """A ``UserMessage`` from a prompt string or ``turn/start`` input items.
 
     Items may be typed (``protocol.codex``) or raw dicts. Content is a plain
-    string when it is one text part, else a list of text/image blocks.
+    string when it is one text part, else a list of text/image blocks. A
+    projected text is reduced to the user's request (``projection.strip_projected_context``).
     """
     if isinstance(inputs, str):
-        return UserMessage(content=strip_projected_context(inputs) if strip_projected else inputs, timestamp=timestamp)
+        return UserMessage(content=strip_projected_context(inputs), timestamp=timestamp)
     blocks: list[TextBlock | ImageBlock] = []
     for raw in inputs:
-        blocks.extend(_input_blocks(user_input(raw), strip=strip_projected))
+        blocks.extend(_input_blocks(user_input(raw)))
     if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
         return UserMessage(content=blocks[0].text, timestamp=timestamp)
     if not blocks:
