@@ -41,7 +41,7 @@ import inspect
 import logging
 import re
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -229,7 +229,7 @@ def validate_engine(engine: object, expected_id: str | None = None) -> ContextEn
             actual_id,
             expected_id,
         )
-    return engine  # type: ignore[return-value]
+    return cast(ContextEngine, engine)  # validated above, member by member
 
 
 def _select(engine_id: str, allowlist: Collection[str] | None) -> tuple[EngineEntry, importlib.metadata.EntryPoint]:

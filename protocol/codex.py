@@ -49,7 +49,6 @@ __all__ = [
     "STATUS_COMPLETED",
     "STATUS_DECLINED",
     "STATUS_FAILED",
-    "STATUS_IN_PROGRESS",
     "TURN_COMPLETED",
     "TURN_FAILED",
     "TURN_INTERRUPTED",
@@ -118,7 +117,6 @@ TURN_IN_PROGRESS = "inProgress"
 
 # Item statuses (CommandExecutionStatus, PatchApplyStatus, McpToolCallStatus,
 # DynamicToolCallStatus share these spellings).
-STATUS_IN_PROGRESS = "inProgress"
 STATUS_COMPLETED = "completed"
 STATUS_FAILED = "failed"
 STATUS_DECLINED = "declined"
@@ -201,7 +199,7 @@ class UnknownInput(_Codex, kw_only=True):
 UserInput = Union[TextInput, ImageInput, LocalImageInput, SkillInput, MentionInput, UnknownInput]
 
 USER_INPUT_TYPES: dict[str, type[_Input]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    str(cls.__struct_config__.tag): cls
     for cls in (TextInput, ImageInput, LocalImageInput, SkillInput, MentionInput)
 }
 
@@ -363,7 +361,7 @@ ThreadItem = Union[
 ]
 
 ITEM_TYPES: dict[str, type[_Item]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    str(cls.__struct_config__.tag): cls
     for cls in (
         UserMessageItem,
         AgentMessageItem,

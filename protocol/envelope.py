@@ -68,10 +68,6 @@ class Envelope(msgspec.Struct, gc=False):
             return Kind.RESPONSE
         return None
 
-    @property
-    def has_id(self) -> bool:
-        return self.id is not msgspec.UNSET
-
 
 _decoder = msgspec.json.Decoder(Envelope)
 _any_decoder = msgspec.json.Decoder()

@@ -46,6 +46,3 @@ class IdSpace:
     def resolve_alias(self, alias: str) -> RpcId:
         """The client's original id for ``alias``; forgets the alias."""
         return self._aliases.pop(alias)
-
-    def peek_alias(self, alias: str) -> RpcId:
-        return self._aliases[alias]

@@ -119,7 +119,7 @@ def default_config_path() -> Path:
 def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     """Read the TOML file; ``None`` means the default location, if present."""
     explicit = path is not None
-    p = Path(path) if explicit else default_config_path()
+    p = Path(path) if path is not None else default_config_path()
     if not p.exists():
         if explicit:
             raise ConfigError(f"config file not found: {p}")

@@ -118,6 +118,7 @@ from engines.api import (
     ToolResultMessage,
     UserMessage,
 )
+from engines.tokens import CHARS_PER_TOKEN  # the estimate's 4, OpenClaw's too
 
 __all__ = [
     "ADDITIONAL_CONTEXT_KEY",
@@ -160,9 +161,6 @@ orders the keys by name: ``openclaw_context``, ``openclaw_context_002``, ..."""
 #: Codex's cap on the summed characters of a turn's text input items.
 CODEX_MAX_INPUT_CHARS = 1 << 20  # 1,048,576
 
-#: Characters per token used by :func:`char_budget_for_tokens`.
-CHARS_PER_TOKEN = 4
-
 #: Longest rendered tool-call argument preview (characters, ``…`` included).
 TOOL_ARGS_PREVIEW_CHARS = 200
 
@@ -176,8 +174,6 @@ _PREFIX = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n"
 _SUFFIX = f"\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
 _SUFFIX_BLOCK = f"\n{CONTEXT_CLOSE}"  # the block alone, in additionalContext
 _ENTRY_SEPARATOR = "\n\n"
-# Where the request starts in a projection made by this module or by OpenClaw.
-_REQUEST_SPLIT = f"{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
 
 _TAG_RE = re.compile(r"<(\s*/?\s*conversation_context)", re.IGNORECASE)
 _DOLLAR_MENTION_RE = re.compile(r"\$(?=[A-Za-z0-9_:-])")
@@ -213,9 +209,9 @@ class Projection:
     Counts: ``messages_rendered`` entries shown, ``messages_dropped`` older
     entries left out for the budget or cap, ``messages_skipped`` messages that
     rendered to nothing or duplicated the current request (of which
-    ``duplicate_prompt_removed`` tells the latter); ``text_chars`` is
-    ``len(text)`` and ``input_text_chars`` the summed text characters of the
-    new ``input`` (the number Codex compares with its cap).
+    ``duplicate_prompt_removed`` tells the latter); ``input_text_chars`` the
+    summed text characters of the new ``input`` (the number Codex compares
+    with its cap).
     """
 
     input: tuple[dict[str, Any], ...]
@@ -225,7 +221,6 @@ class Projection:
     messages_dropped: int = 0
     messages_skipped: int = 0
     duplicate_prompt_removed: bool = False
-    text_chars: int = 0
     input_text_chars: int = 0
 
     @property
@@ -271,7 +266,8 @@ def split_utf8(text: str, limit: int) -> list[str]:
             if current:
                 parts.append("".join(current))
                 current, size = [], 0
-            piece, piece_size = [], 0
+            piece: list[str] = []
+            piece_size = 0
             for ch in line:
                 b = len(ch.encode("utf-8"))
                 if piece_size + b > limit:
@@ -321,21 +317,29 @@ def already_projected(input_items: Sequence[Any]) -> bool:
     return text is not None and text.lstrip().startswith(CONTEXT_HEADER)
 
 
-def strip_projected_context(text: str) -> str:
-    """The request part of a projected text, or ``text`` unchanged.
+def strip_projected_context(text: str, *, unmarked: str | None = None) -> str:
+    """The user's request inside a projected text; other text unchanged.
 
-    For text that starts with the OpenClaw header, returns what follows the
-    last ``</conversation_context>`` + ``Current user request:`` line (for a
-    transcript mirror that recorded a projected user message, and for
-    OpenClaw's own one-string projection); if that line is missing, a fixed
-    placeholder.  Other text is returned as is.
+    A projection (this module's, or OpenClaw's own one-string form) is
+    ``OpenClaw assembled context for this turn:`` ... ``</conversation_context>``
+    ... ``Current user request:`` then the request. Bodies inside the context
+    escape the closing tag, so the first closing tag ends the context and the
+    request header after it starts the request, which may itself contain
+    anything (the tag and the header included). A projection whose request
+    travels in separate input items reduces to ``""``.
+
+    Text that starts with the header but has no closing tag and request
+    header after it is returned as is, or as ``unmarked`` when given (a
+    replay renders a placeholder rather than a context block it cannot cut).
     """
     if not text.lstrip().startswith(CONTEXT_HEADER):
         return text
-    at = text.rfind(_REQUEST_SPLIT)
+    close = text.find(CONTEXT_CLOSE)
+    at = text.find(REQUEST_HEADER, close + len(CONTEXT_CLOSE)) if close >= 0 else -1
     if at < 0:
-        return REPLAY_OMITTED
-    return text[at + len(_REQUEST_SPLIT) :]
+        return text if unmarked is None else unmarked
+    rest = text[at + len(REQUEST_HEADER) :]
+    return rest[1:] if rest.startswith("\n") else rest
 
 
 def input_text_chars(input_items: Sequence[Mapping[str, Any]]) -> int:
@@ -410,12 +414,18 @@ def _image_placeholder(block: ImageBlock) -> str:
     return f"[image: {mime}]" if mime else "[image]"
 
 
+def _replayed_text(text: str) -> str:
+    """A history text part as the replay shows it: an earlier projection
+    recorded in the history reduces to its request, never nests its context."""
+    return strip_projected_context(text, unmarked=REPLAY_OMITTED)
+
+
 def _user_text(message: UserMessage) -> str:
     """The message's text parts (images ignored), for duplicate detection."""
     content = message.content
     if isinstance(content, str):
-        return strip_projected_context(content)
-    return "\n".join(strip_projected_context(b.text) for b in content if isinstance(b, TextBlock))
+        return _replayed_text(content)
+    return "\n".join(_replayed_text(b.text) for b in content if isinstance(b, TextBlock))
 
 
 def _render_parts(content: Any, part_limit: int) -> list[str]:
@@ -424,7 +434,7 @@ def _render_parts(content: Any, part_limit: int) -> list[str]:
     parts: list[str] = []
     for block in content:
         if isinstance(block, TextBlock):
-            text = strip_projected_context(block.text).strip()
+            text = _replayed_text(block.text).strip()
             if text:
                 parts.append(_truncate(text, part_limit))
         elif isinstance(block, ImageBlock):
@@ -618,26 +628,18 @@ def project_turn_input(
             (CONTEXT_KEY if n == 1 else f"{CONTEXT_KEY}_{n:03d}"): {"kind": "application", "value": part}
             for n, part in enumerate(split_utf8(text, CONTEXT_PART_BYTES), 1)
         }
-        return Projection(
-            input=copies,
-            additional_context={**(additional_context or {}), **block},
-            text=text,
-            messages_rendered=fits,
-            messages_dropped=dropped,
-            messages_skipped=skipped,
-            duplicate_prompt_removed=duplicate,
-            text_chars=len(text),
-            input_text_chars=user_chars,
-        )
-    context_item = {"type": "text", "text": text, "text_elements": []}
+        context: dict[str, dict[str, str]] | None = {**(additional_context or {}), **block}
+        new_input, sent_chars = copies, user_chars
+    else:
+        context_item = {"type": "text", "text": text, "text_elements": []}
+        new_input, context, sent_chars = (context_item, *copies), additional_context, user_chars + len(text)
     return Projection(
-        input=(context_item, *copies),
-        additional_context=additional_context,
+        input=new_input,
+        additional_context=context,
         text=text,
         messages_rendered=fits,
         messages_dropped=dropped,
         messages_skipped=skipped,
         duplicate_prompt_removed=duplicate,
-        text_chars=len(text),
-        input_text_chars=user_chars + len(text),
+        input_text_chars=sent_chars,
     )

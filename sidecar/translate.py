@@ -94,6 +94,8 @@ from protocol.codex import (
     user_input,
 )
 
+from .projection import CONTEXT_HEADER, strip_projected_context
+
 log = logging.getLogger("codex_sidecar.translate")
 
 __all__ = [
@@ -108,7 +110,6 @@ __all__ = [
     "mcp_tool_name",
     "messages_of",
     "mirror_key",
-    "strip_projection",
     "translate_item",
     "translate_turn",
     "turn_key_prefix",
@@ -122,10 +123,6 @@ APPLY_PATCH_TOOL = "apply_patch"
 WEB_SEARCH_TOOL = "web_search"
 NATIVE_COMPACTION_CUSTOM_TYPE = "codex-native-compaction"
 
-# The projection header (FACTS §4; sidecar/projection.py and OpenClaw's own).
-_CONTEXT_HEADER = "OpenClaw assembled context for this turn:"
-_CONTEXT_CLOSE = "</conversation_context>"
-_REQUEST_HEADER = "Current user request:"
 
 
 # --------------------------------------------------------------------------
@@ -225,28 +222,6 @@ def usage_from_codex(usage: TokenUsageBreakdown) -> Usage:
 # --------------------------------------------------------------------------
 
 
-def strip_projection(text: str) -> str:
-    """The user's request inside a projected prompt; other text unchanged.
-
-    A projection (FACTS §4) is ``OpenClaw assembled context for this turn:``
-    ... ``</conversation_context>`` ... ``Current user request:`` then the
-    prompt. Bodies inside the context escape the closing tag, so the first
-    closing tag ends the context and the request header after it starts the
-    prompt (the prompt itself may contain anything). A projection whose
-    prompt travels in separate input items reduces to ``""``.
-    """
-    if not text.lstrip().startswith(_CONTEXT_HEADER):
-        return text
-    close = text.find(_CONTEXT_CLOSE)
-    if close < 0:
-        return text
-    at = text.find(_REQUEST_HEADER, close + len(_CONTEXT_CLOSE))
-    if at < 0:
-        return text
-    rest = text[at + len(_REQUEST_HEADER) :]
-    return rest[1:] if rest.startswith("\n") else rest
-
-
 def _data_url_image(url: str) -> ImageBlock | None:
     # data:[<mime>][;param]*;base64,<data>
     if not url.startswith("data:"):
@@ -261,13 +236,13 @@ def _data_url_image(url: str) -> ImageBlock | None:
     return ImageBlock(data=data, mime_type=mime)
 
 
-def _input_blocks(item: UserInput, *, strip: bool) -> list[TextBlock | ImageBlock]:
+def _input_blocks(item: UserInput) -> list[TextBlock | ImageBlock]:
     if isinstance(item, TextInput):
-        if strip and item.text.lstrip().startswith(_CONTEXT_HEADER):
+        if item.text.lstrip().startswith(CONTEXT_HEADER):
             # The sidecar's projection is a text item of its own, ending with
             # the request header, in front of the client's items; OpenClaw's
             # own puts the prompt after the header in the same item.
-            request = strip_projection(item.text)
+            request = strip_projected_context(item.text)
             return [TextBlock(text=request)] if request else []
         return [TextBlock(text=item.text)]
     if isinstance(item, ImageInput):
@@ -291,19 +266,18 @@ def _input_blocks(item: UserInput, *, strip: bool) -> list[TextBlock | ImageBloc
     return [TextBlock(text=f"[{kind} input]")]
 
 
-def user_message_from_input(
-    inputs: str | Sequence[Any], *, timestamp: int, strip_projected: bool = True
-) -> UserMessage:
+def user_message_from_input(inputs: str | Sequence[Any], *, timestamp: int) -> UserMessage:
     """A ``UserMessage`` from a prompt string or ``turn/start`` input items.
 
     Items may be typed (``protocol.codex``) or raw dicts. Content is a plain
-    string when it is one text part, else a list of text/image blocks.
+    string when it is one text part, else a list of text/image blocks. A
+    projected text is reduced to the user's request (``projection.strip_projected_context``).
     """
     if isinstance(inputs, str):
-        return UserMessage(content=strip_projection(inputs) if strip_projected else inputs, timestamp=timestamp)
+        return UserMessage(content=strip_projected_context(inputs), timestamp=timestamp)
     blocks: list[TextBlock | ImageBlock] = []
     for raw in inputs:
-        blocks.extend(_input_blocks(user_input(raw), strip=strip_projected))
+        blocks.extend(_input_blocks(user_input(raw)))
     if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
         return UserMessage(content=blocks[0].text, timestamp=timestamp)
     if not blocks:
@@ -519,14 +493,14 @@ def translate_item(
         if not item.text:
             log.debug("empty agent message not mirrored", extra={"fields": {"itemId": item.id}})
             return []
-        message = AssistantMessage(content=[TextBlock(text=item.text)], timestamp=timestamp)
-        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "assistant"), message)]
+        answer = AssistantMessage(content=[TextBlock(text=item.text)], timestamp=timestamp)
+        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "assistant"), answer)]
     if isinstance(item, ReasoningItem):
         parts = [p for p in item.summary if p] or [p for p in item.content if p]
         if not parts:
             return []
-        message = AssistantMessage(content=[ThinkingBlock(thinking=p) for p in parts], timestamp=timestamp)
-        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "reasoning"), message)]
+        thinking = AssistantMessage(content=[ThinkingBlock(thinking=p) for p in parts], timestamp=timestamp)
+        return [MirrorMessage(mirror_key(thread_id, turn_id, item.id, "reasoning"), thinking)]
     if isinstance(item, CommandExecutionItem):
         return _command(item, ids)
     if isinstance(item, FileChangeItem):

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 import trio
 
+from sidecar.projection import CONTEXT_HEADER
 from tools.client import AppServerClient
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
 from tools.fake_model import FakeModel, ShellCall, Text
@@ -61,7 +62,6 @@ CONVERSATION = [
 ]
 
 ADDITION_TAG = "<openclaw_system_prompt_addition>"
-CONTEXT_HEADER = "OpenClaw assembled context for this turn:"
 PREVIEW_LINES = 9
 
 

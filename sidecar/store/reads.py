@@ -334,8 +334,8 @@ class ArchivedTurns:
                     break
             elif turn_id not in last_items:
                 break  # not known (finalised before this process): left as Codex wrote it
-            elif last_items[turn_id] is not None:
-                wrapped("itemsBackwardsCursor", last_items[turn_id], False, "items")  # type: ignore[arg-type]
+            elif (last := last_items[turn_id]) is not None:
+                wrapped("itemsBackwardsCursor", last, False, "items")
                 break
         return out if out != result else None
 

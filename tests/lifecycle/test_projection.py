@@ -245,7 +245,6 @@ def test_frame_is_intact_and_addition_stays_out_of_the_text(messages, items, add
     assert not re.search(r"<\s*/?\s*conversation_context", body, re.IGNORECASE)
     assert "ADDITION-SENTINEL" not in text
     assert already_projected(projection.input)
-    assert projection.text_chars == len(text)
     assert projection.input_text_chars == input_text_chars(projection.input)
     assert projection.messages_rendered + projection.messages_skipped == len(messages)
 
@@ -275,7 +274,7 @@ def test_cap_and_budget_are_respected_oldest_first(messages, items, cap, budget)
     assert input_text_chars(result.input) <= cap
     assert result.input_text_chars <= cap
     if budget is not None:
-        assert result.text_chars <= budget
+        assert len(result.text or "") <= budget
     if full.text is None:
         assert result.text is None
         return
@@ -354,7 +353,6 @@ def test_golden_projection():
     assert projection.messages_dropped == 0
     assert projection.messages_skipped == 1
     assert projection.duplicate_prompt_removed
-    assert projection.text_chars == len(GOLDEN_TEXT)
     assert projection.input_text_chars == len(GOLDEN_TEXT) + len("Now fix the bug.")
     assert projection.changed
     # What the model reads once Codex puts the content parts together.
@@ -583,7 +581,7 @@ def test_oldest_messages_are_dropped_first_with_a_marker():
     assert body.startswith("[7 earlier messages omitted to fit the context budget]\n\n[user]\nm07 ")
     assert "m06" not in body and "m09" in body
     assert projection.messages_rendered == 3 and projection.messages_dropped == 7
-    assert projection.text_chars == room  # exactly filled: the length accounting is exact
+    assert len(projection.text) == room  # exactly filled: the length accounting is exact
     tighter = project_turn_input(messages, [text_item("q")], char_budget=room - 1)
     assert tighter.messages_rendered == 2 and tighter.messages_dropped == 8
 
@@ -676,6 +674,20 @@ def test_strip_projected_context():
     assert strip_projected_context("plain text") == "plain text"
     openclaw_own = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n[user]\nhi\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\nreal request"
     assert strip_projected_context(openclaw_own) == "real request"
+    # the first closing tag ends the context: the request may quote the frame itself
+    quoting = f"{openclaw_own} says {CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\nliterally"
+    assert strip_projected_context(quoting) == f"real request says {CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\nliterally"
+    # a header without the request marker after it: kept, or the caller's placeholder
+    unmarked = f"{CONTEXT_HEADER}\n{CONTEXT_OPEN}\n[user]\nhi\n(no end)"
+    assert strip_projected_context(unmarked) == unmarked
+    assert strip_projected_context(unmarked, unmarked="[gone]") == "[gone]"
+
+
+def test_a_projected_request_in_history_is_replayed_whole_even_when_it_quotes_the_frame():
+    request = f"what does {CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n mean?"
+    mirrored = project_turn_input([UserMessage(content="old", timestamp=1)], [text_item("x")]).text + request
+    body = body_of(project_turn_input([UserMessage(content=mirrored, timestamp=2)], [text_item("new")]))
+    assert body == "[user]\nwhat does &lt;/conversation_context>\n\nCurrent user request:\n mean?"
 
 
 # ---------------------------------------------------------------------------

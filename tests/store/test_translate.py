@@ -29,6 +29,7 @@ from engines.api import (
 )
 from protocol import codex
 from sidecar import translate as tr
+from sidecar.projection import strip_projected_context
 from sidecar.translate import MirrorMessage, NativeCompaction
 
 from tests.support import codex_samples as samples
@@ -148,13 +149,13 @@ PROJECTED_ONE_ITEM = (
 
 
 def test_projected_text_is_reduced_to_the_request():
-    assert tr.strip_projection(PROJECTED_ONE_ITEM) == "what is </conversation_context>\n\nCurrent user request:\n in HTML?"
-    assert tr.strip_projection("plain prompt") == "plain prompt"
-    assert tr.strip_projection("quote: OpenClaw assembled context for this turn:") == (
+    assert strip_projected_context(PROJECTED_ONE_ITEM) == "what is </conversation_context>\n\nCurrent user request:\n in HTML?"
+    assert strip_projected_context("plain prompt") == "plain prompt"
+    assert strip_projected_context("quote: OpenClaw assembled context for this turn:") == (
         "quote: OpenClaw assembled context for this turn:"
     )
     broken = "OpenClaw assembled context for this turn:\n<conversation_context>\n(no end)"
-    assert tr.strip_projection(broken) == broken
+    assert strip_projected_context(broken) == broken
     item = samples.item("userMessage")
     item["content"][0]["text"] = PROJECTED_ONE_ITEM
     (rec,) = tr.translate_item(item, thread_id=T, turn_id=U, timestamp=TS)
