@@ -94,7 +94,7 @@ from protocol.codex import (
     user_input,
 )
 
-from .projection import CONTEXT_HEADER, strip_projected_context
+from .projection import CONTEXT_HEADER, RUNTIME_HEADER, user_request
 
 log = logging.getLogger("codex_sidecar.translate")
 
@@ -238,11 +238,13 @@ def _data_url_image(url: str) -> ImageBlock | None:
 
 def _input_blocks(item: UserInput) -> list[TextBlock | ImageBlock]:
     if isinstance(item, TextInput):
-        if item.text.lstrip().startswith(CONTEXT_HEADER):
+        if item.text.lstrip().startswith((CONTEXT_HEADER, RUNTIME_HEADER)):
             # The sidecar's projection is a text item of its own, ending with
             # the request header, in front of the client's items; OpenClaw's
-            # own puts the prompt after the header in the same item.
-            request = strip_projected_context(item.text)
+            # own puts the prompt after the header in the same item, and so
+            # does its runtime-context wrapper: the mirror keeps the request,
+            # as OpenClaw's own transcript does.
+            request = user_request(item.text)
             return [TextBlock(text=request)] if request else []
         return [TextBlock(text=item.text)]
     if isinstance(item, ImageInput):
@@ -271,10 +273,10 @@ def user_message_from_input(inputs: str | Sequence[Any], *, timestamp: int) -> U
 
     Items may be typed (``protocol.codex``) or raw dicts. Content is a plain
     string when it is one text part, else a list of text/image blocks. A
-    projected text is reduced to the user's request (``projection.strip_projected_context``).
+    projected or wrapped text is reduced to the user's request (``projection.user_request``).
     """
     if isinstance(inputs, str):
-        return UserMessage(content=strip_projected_context(inputs), timestamp=timestamp)
+        return UserMessage(content=user_request(inputs), timestamp=timestamp)
     blocks: list[TextBlock | ImageBlock] = []
     for raw in inputs:
         blocks.extend(_input_blocks(user_input(raw)))

@@ -14,7 +14,7 @@ import trio
 from engines import AgentMessage, AssembleParams
 from protocol import parse, rewrite
 
-from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input
+from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
@@ -142,8 +142,9 @@ class Turns:
             if not session.warned_double_projection:
                 session.warned_double_projection = True
                 log.warning(
-                    "turn input already carries OpenClaw assembled context; not projecting again "
-                    "(set OpenClaw's context engine to legacy when using the sidecar)",
+                    "turn input already carries OpenClaw assembled context: OpenClaw's own context engine "
+                    "projected it; not projecting again (set plugins.slots.contextEngine to \"legacy\" "
+                    "in OpenClaw's config, or remove it, when using the sidecar)",
                     extra={"fields": self.calls.fields(session)},
                 )
             return line
@@ -151,7 +152,10 @@ class Turns:
             await self.calls.bootstrap(session)
         runtime = self.calls.runtime(session, params)
         budget = self.calls.budget(session)
-        prompt = "\n".join(i["text"] for i in items if isinstance(i, dict) and i.get("type") == "text" and isinstance(i.get("text"), str))
+        # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.
+        prompt = "\n".join(
+            user_request(i["text"]) for i in items if isinstance(i, dict) and i.get("type") == "text" and isinstance(i.get("text"), str)
+        )
         try:
             result = await self.calls.call(
                 "assemble",

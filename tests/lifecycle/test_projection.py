@@ -750,3 +750,30 @@ def test_a_long_context_block_travels_in_ordered_parts_under_codexs_cap():
     values = [projection.additional_context[k]["value"] for k in keys]
     assert all(len(v.encode("utf-8")) <= CONTEXT_PART_BYTES for v in values)
     assert "".join(values) == projection.text
+
+
+# --------------------------------------------------------- OpenClaw's wrapper
+
+
+def test_openclaw_s_runtime_wrapper_splits_into_context_and_request():
+    from sidecar.projection import split_runtime_context, user_request
+
+    text = "OpenClaw runtime context for this turn:\nTreat this as reference.\n\n## Workspace\nfiles\n\nCurrent user request:\nhello there"
+    context, request = split_runtime_context(text)
+    assert request == "hello there" and context.endswith("files\n")
+    assert user_request(text) == "hello there"
+    # The request may itself mention the marker: the first one after the context counts.
+    nested = text + "\nCurrent user request:\nquoted"
+    assert user_request(nested) == "hello there\nCurrent user request:\nquoted"
+    # A wrapper without a request is context only; plain text is left alone.
+    assert user_request("OpenClaw runtime context for this turn:\nonly context") == ""
+    assert split_runtime_context("plain text") is None and user_request("plain text") == "plain text"
+
+
+def test_an_assembled_context_counts_as_projected_only_where_openclaw_puts_it():
+    wrapper = "OpenClaw runtime context for this turn:\nctx\n\nCurrent user request:\n"
+    inner = f"{CONTEXT_HEADER}\nx\n<conversation_context>\n[user]\nold\n</conversation_context>\n\nCurrent user request:\n"
+    assert not already_projected([{"type": "text", "text": wrapper + "ask"}])
+    assert already_projected([{"type": "text", "text": wrapper.replace("Current user request:\n", "") + inner + "ask"}])
+    assert already_projected([{"type": "text", "text": inner + "ask"}])
+    assert not already_projected([{"type": "text", "text": "ask about " + CONTEXT_HEADER}])

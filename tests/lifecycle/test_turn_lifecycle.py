@@ -537,6 +537,49 @@ async def test_already_projected_input_is_not_projected_again_and_warned_once_pe
     assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["plain first turn", "first", "second"]
 
 
+WRAPPED = (
+    "OpenClaw runtime context for this turn:\n"
+    "Treat this OpenClaw-provided context as supporting project/user reference for the current request.\n\n"
+    "## OpenClaw Workspace Context\n\n# BOOTSTRAP.md\nBe brief. WORKSPACE-RULE-7\n\n"
+    "Current user request:\n"
+)
+
+
+async def test_openclaw_s_runtime_wrapper_is_context_and_the_mirror_and_engine_get_the_request(tmp_path, sidecar, logs):
+    engine = make_engine()
+    async with sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        rid, line = run.turn_start_line(tid, WRAPPED + "What is 2+2?")
+        await run.send(line)
+        await run.finish_turn(tid, rid)
+        await run.turn(tid, WRAPPED + "And 3+3?")
+        received = [raw for raw in run.received_lines() if b'"turn/start"' in raw]
+        mirrored = run.mirror_messages(tid)
+
+    # The mirror (and so the engine's history) holds the request, as OpenClaw's transcript does.
+    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["What is 2+2?", "And 3+3?"]
+    assert [p.prompt for p in calls_for(engine, "assemble", tid)] == ["What is 2+2?", "And 3+3?"]
+    # The wrapper's context still reaches the model with the turn.
+    assert all(b"WORKSPACE-RULE-7" in raw for raw in received)
+    assert not records_with(logs, "already carries OpenClaw assembled context"), "a wrapper is not a projection"
+
+
+async def test_an_assembled_context_inside_openclaw_s_wrapper_is_not_projected_again(tmp_path, sidecar, logs):
+    engine = make_engine()
+    inner = f"{HEADER}\nTreat it as data.\n\n<conversation_context>\n[user]\nold\n</conversation_context>\n\n{REQUEST_HEADER}\n"
+    text = WRAPPED.replace("Current user request:\n", "") + inner + "the ask"
+    async with sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        rid, line = run.turn_start_line(tid, text)
+        await run.send(line)
+        await run.finish_turn(tid, rid)
+        mirrored = run.mirror_messages(tid)
+    assert calls_for(engine, "assemble", tid) == []
+    (warning,) = records_with(logs, "already carries OpenClaw assembled context")
+    assert "plugins.slots.contextEngine" in warning.getMessage()
+    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["the ask"]
+
+
 # --------------------------------------------------------------------------
 # Exactly once
 # --------------------------------------------------------------------------
