@@ -4,6 +4,7 @@
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
+#   make bench-scale    600 turns on one thread: does a turn cost the same late as early (issue 17)
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -14,7 +15,7 @@ CODEX_DIR   := .tools/codex-$(CODEX_VER)
 CODEX_BIN   := $(CODEX_DIR)/node_modules/.bin/codex
 export CODEX_SIDECAR_TEST_CODEX_BIN := $(abspath $(CODEX_BIN))
 
-.PHONY: all setup demo test bench bench-context bench-rebuild fixtures clean
+.PHONY: all setup demo test bench bench-context bench-rebuild bench-scale fixtures clean
 
 all: test
 
@@ -45,6 +46,9 @@ bench-context: setup
 
 bench-rebuild: setup
 	$(PY) -m tools.bench_rebuild --rounds 6
+
+bench-scale: setup
+	$(PY) -m tools.bench_scale $(BENCH_SCALE_ARGS)
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures

@@ -225,10 +225,11 @@ def descendants(pid: int) -> list[int]:
 
 def codex_pid(root: int) -> int | None:
     """The codex binary below ``root`` (itself included): the process whose
-    executable is named ``codex`` (the npm launcher is node)."""
+    executable is named ``codex`` (the npm launcher is node), even if the
+    file was replaced or deleted since it started."""
     for pid in [root, *descendants(root)]:
         with contextlib.suppress(OSError):
-            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "codex":
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")).removesuffix(" (deleted)") == "codex":
                 return pid
     return None
 
@@ -304,9 +305,10 @@ class Session:
     app-server (the sidecar, or codex itself), one thread, driven a turn at
     a time so the configurations can take turns."""
 
-    def __init__(self, name: str, script: Sequence[Turn], root: Path, site: Path, codex_bin: str, home: Path | None, window: int) -> None:
+    def __init__(self, name: str, script: Sequence[Turn], root: Path, site: Path, codex_bin: str, home: Path | None, opts: "Options") -> None:
         self.result = ConfigResult(name, CONFIGS[name])
-        self.script, self.site, self.codex_bin, self.home, self.window = script, site, codex_bin, home, window
+        self.script, self.site, self.codex_bin, self.home = script, site, codex_bin, home
+        self.window, self.settings = opts.window, opts.settings
         self.dir = root / "runs" / name
         self.dir.mkdir(parents=True)
         self.state = self.dir / "state"
@@ -339,6 +341,7 @@ class Session:
                 "CODEX_SIDECAR_CONFIG": str(config),
                 "CODEX_SIDECAR_LOG_LEVEL": "warning",
                 "CODEX_SIDECAR_PROJECTION_MODE": "delta",
+                **{f"CODEX_SIDECAR_{k.upper()}": v for k, v in self.settings.items()},
                 "PYTHONPATH": os.pathsep.join([str(self.site), REPO] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
             }
         )
@@ -528,6 +531,8 @@ class Options:
     sample_every: int = DEFAULT_SAMPLE_EVERY
     window: int = DEFAULT_WINDOW
     py_spy: Path | None = None
+    settings: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Sidecar settings for both sidecar configurations (``--sidecar-setting``)."""
 
 
 async def run_sessions(sessions: Sequence[Session], opts: Options) -> None:
@@ -585,7 +590,7 @@ def run_configs(names: Sequence[str], script: Sequence[Turn], root: Path, codex_
     work = root / "work"
     work.mkdir(parents=True, exist_ok=True)
     (work / "README.md").write_text("# notes\n\nA scratch folder for the scale benchmark.\n")
-    sessions = [Session(n, script, root, site, codex_bin, home, opts.window) for n in names]
+    sessions = [Session(n, script, root, site, codex_bin, home, opts) for n in names]
     try:
         trio.run(run_sessions, sessions, opts)
     except (ServerGone, RpcError, TimeoutError, OSError) as exc:
@@ -646,6 +651,34 @@ async def _measure_starts(result: StartResult, codex_bin: str, root: Path, home:
                 result.snapshot_ms.append(seen)
                 if cpu0 and cpu1:
                     result.cpu_ms.append((cpu1[0] + cpu1[1] - cpu0[0] - cpu0[1]) * 1000)
+
+
+async def _legacy_rss(out: dict[str, int | None], codex_bin: str, root: Path, home: Path | None) -> None:
+    folder = root / "legacy"
+    with FakeModel() as model:
+        codex_home = make_codex_home(folder / "codex-home", model.base_url)
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+        base.update({"XDG_CONFIG_HOME": str(folder / "xdg-config"), "CODEX_SIDECAR_CODEX_BIN": codex_bin, "CODEX_SIDECAR_ENGINE": "legacy",
+                     "CODEX_SIDECAR_STATE_DIR": str(folder / "state"), "CODEX_SIDECAR_LOG_LEVEL": "warning"})
+        if home is not None:
+            base["HOME"] = str(home)
+        argv = [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"]
+        async with AppServerClient.spawn(argv, env=codex_env(codex_home, base), cwd=str(root / "work")) as client:
+            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar scale bench")
+            await client.start_thread(cwd=str(root / "work"))
+            await trio.sleep(0.5)
+            out["VmRSS"] = proc_status_kb(client.process.pid, "VmRSS")
+            out["VmHWM"] = proc_status_kb(client.process.pid, "VmHWM")
+
+
+def measure_legacy_rss(codex_bin: str, root: Path, home: Path | None) -> dict[str, int | None]:
+    """The sidecar's own memory, no engine loaded (``legacy``), once a
+    thread is started: what the bench engines' share of the peak is measured
+    against (they load the o200k tokenizer)."""
+    out: dict[str, int | None] = {"VmRSS": None, "VmHWM": None}
+    with contextlib.suppress(ServerGone, RpcError, TimeoutError, OSError):
+        trio.run(_legacy_rss, out, codex_bin, root, home)
+    return out
 
 
 def measure_session_starts(codex_bin: str, root: Path, real_home: Path | None, empty_home: Path, starts: int) -> list[StartResult]:
@@ -910,6 +943,14 @@ def report(results: Sequence[ConfigResult], starts: Sequence[StartResult], opts:
         grow = growing_files(r.samples)
         if grow:
             lines.append("grows most: " + "; ".join(f"{p} {x:,} -> {y:,} B ({v:,.0f} B/turn)" for p, x, y, v in grow[:4]))
+    legacy = meta.get("legacySidecarKb") or {}
+    if legacy.get("VmHWM"):
+        starts_at = {r.name: r.samples[0].sidecar_rss_kb for r in results if r.engine and r.samples}
+        lines.append(
+            f"sidecar memory: with no engine (legacy) {_mb(legacy['VmHWM'])} MB peak after thread/start; with the bench engines at turn 0: "
+            + ", ".join(f"{k} {_mb(v)} MB" for k, v in starts_at.items())
+            + " (the difference is the engine's: they load the o200k tokenizer)."
+        )
     native_samples = [r for r in results if r.engine is None and r.samples]
     for r in native_samples:
         lines.append(f"{r.name}: codex RSS MB at " + ", ".join(f"turn {s.turn}: {_mb(s.codex_rss_kb)}" for s in r.samples))
@@ -931,7 +972,7 @@ def report(results: Sequence[ConfigResult], starts: Sequence[StartResult], opts:
             "(Codex runs the user's login shell in the background); codex CPU: the codex tree's CPU over the start and the snapshot."
         )
     lines += ["", f"{opts.turns} turns a configuration on one thread each, blocks of {opts.block} turns rotating between configurations; "
-              f"home: {meta.get('home')}; load average at start {meta.get('loadStart')}, at end {meta.get('loadEnd')}; {meta.get('seconds', 0):.0f} s."]
+              f"home: {meta.get('home')}; sidecar settings: {', '.join(f'{k}={v}' for k, v in opts.settings.items()) or 'defaults'}; load average at start {meta.get('loadStart')}, at end {meta.get('loadEnd')}; {meta.get('seconds', 0):.0f} s."]
     return {"configs": configs, "sessionStarts": start_data, "edge": edge, "options": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(opts).items()},
             **meta, "text": "\n".join(lines)}
 
@@ -1000,6 +1041,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tool-every", type=int, default=DEFAULT_TOOL_EVERY, help="a shell tool call every N turns, 0 = none (default %(default)s)")
     ap.add_argument("--home", choices=["real", "empty"], default="real", help="codex's HOME: the machine's (its login shell is snapshotted at every Codex session start) or an empty folder (default %(default)s)")
     ap.add_argument("--session-starts", type=int, default=6, help="thread/starts timed per HOME (real, empty) before the run; 0 = skip (default %(default)s)")
+    ap.add_argument(
+        "--sidecar-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for both sidecars (as CODEX_SIDECAR_<NAME>), e.g. stale_slack=0 to rebuild on every drop; repeatable",
+    )
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure (per turn) to FILE")
@@ -1015,11 +1063,17 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.tool_every < 0 or args.session_starts < 0:
         ap.error("--tool-every and --session-starts must be >= 0")
+    settings: dict[str, str] = {}
+    for item in args.sidecar_setting:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            ap.error(f"--sidecar-setting {item!r}: expected NAME=VALUE")
+        settings[key.strip()] = value
     codex_bin = args.codex_bin or find_codex_bin()
     if not codex_bin:
         print("real codex not found: run `make setup` or pass --codex-bin", file=sys.stderr)
         return 2
-    opts = Options(turns=args.turns, edge=args.edge, block=args.block, sample_every=args.sample_every, window=args.window,
+    opts = Options(settings=settings, turns=args.turns, edge=args.edge, block=args.block, sample_every=args.sample_every, window=args.window,
                    py_spy=Path(args.py_spy).resolve() if args.py_spy else None)
     if opts.py_spy:
         opts.py_spy.mkdir(parents=True, exist_ok=True)
@@ -1043,8 +1097,10 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"session starts: {args.session_starts} per HOME")
             starts = measure_session_starts(codex_bin, root, None, empty_home, args.session_starts)
         progress(f"{args.turns} turns x {', '.join(names)}; home {args.home} ({os.environ.get('HOME') if home is None else home}); load {load_start}")
+        legacy = measure_legacy_rss(codex_bin, root, home) if any(CONFIGS[n] for n in names) else {}
         results = run_configs(names, script, root, codex_bin, home, opts)
         meta = {
+            "legacySidecarKb": legacy,
             "home": f"{args.home} ({os.environ.get('HOME') if home is None else 'empty folder'})",
             "loadStart": load_start,
             "loadEnd": " ".join(f"{x:.2f}" for x in os.getloadavg()),
