@@ -265,6 +265,8 @@ class Sample:
     sidecar_rss_kb: int | None
     sidecar_hwm_kb: int | None
     codex_rss_kb: int | None
+    codex_home_bytes: int | None = None  # CODEX_HOME: Codex's own rollouts, logs and state databases
+    rollouts: int | None = None  # rollout files under CODEX_HOME/sessions (a Codex thread each)
 
     @property
     def state_bytes(self) -> int:
@@ -294,6 +296,7 @@ class ConfigResult:
     error: str | None = None
     startup: float | None = None
     profiles: dict[str, str] = dataclasses.field(default_factory=dict)  # "early"/"late" -> py-spy raw file
+    restart: dict[str, float | None] = dataclasses.field(default_factory=dict)  # after the run: a new process resumes the thread
 
     @property
     def ok(self) -> bool:
@@ -434,6 +437,7 @@ class Session:
         assert self.client is not None
         pid = self.client.process.pid
         codex = codex_pid(pid)
+        home = dir_sizes(self.dir / "codex-home")
         self.result.samples.append(
             Sample(
                 turn=turns_done,
@@ -441,6 +445,8 @@ class Session:
                 sidecar_rss_kb=proc_status_kb(pid, "VmRSS") if self.sidecar else None,
                 sidecar_hwm_kb=proc_status_kb(pid, "VmHWM") if self.sidecar else None,
                 codex_rss_kb=None if codex is None else proc_status_kb(codex, "VmRSS"),
+                codex_home_bytes=sum(home.values()),
+                rollouts=sum(1 for k in home if k.startswith("sessions" + os.sep) and k.endswith(".jsonl")),
             )
         )
 
@@ -463,6 +469,41 @@ class Session:
         result.backing = lc.get("backingThreads") if isinstance(lc.get("backingThreads"), dict) else None
         result.sidecar_hwm_kb = proc_status_kb(pid, "VmHWM")
         result.hold_ms, result.rebuilt = read_inspect(self.state / "inspect")
+
+
+async def restart(session: Session) -> None:
+    """After the run: a new app-server process (the sidecar on the same
+    state dir, or codex alone) on the same CODEX_HOME resumes the thread and
+    runs one more turn, as OpenClaw does for every ``--local`` turn (it
+    kills the process tree after each). Times: spawn -> ``initialize``
+    answered, ``thread/resume`` -> its answer, and the turn."""
+    result = session.result
+    if session.thread_id is None or not result.ok:
+        return
+    turn = len(session.script) - 1
+    with ScaleModel(session.router) as model:
+        codex_home = make_codex_home(session.dir / "codex-home", model.base_url)  # the new model's port; the rest is kept
+        argv, env = session.env(codex_home)
+        t0 = time.perf_counter()
+        async with AppServerClient.spawn(argv, env=env, cwd=str(session.work), request_timeout=TURN_TIMEOUT) as client:
+            await client.initialize(experimental=True, name="codex_sidecar_bench", title="codex-sidecar scale bench")
+            t1 = time.perf_counter()
+            await client.request("thread/resume", {"threadId": session.thread_id})
+            t2 = time.perf_counter()
+            session.router.begin(turn)
+            done = await client.run_turn(session.thread_id, session.script[turn].prompt, timeout=TURN_TIMEOUT)
+            t3 = time.perf_counter()
+            ok = (done.get("turn") or {}).get("status") == "completed"
+            (session.dir / "restart-stderr.log").write_bytes(bytes(client.stderr_bytes))
+    result.restart = {"initializeMs": (t1 - t0) * 1000, "resumeMs": (t2 - t1) * 1000, "turnMs": (t3 - t2) * 1000 if ok else None}
+
+
+async def restart_all(sessions: Sequence[Session]) -> None:
+    for s in sessions:
+        try:
+            await restart(s)
+        except (ServerGone, RpcError, TimeoutError, OSError) as exc:
+            s.result.restart = {"error": f"{type(exc).__name__}: {exc}"}  # type: ignore[dict-item]
 
 
 def read_inspect(folder: Path) -> tuple[list[float | None], list[bool]]:
@@ -533,6 +574,7 @@ class Options:
     py_spy: Path | None = None
     settings: dict[str, str] = dataclasses.field(default_factory=dict)
     """Sidecar settings for both sidecar configurations (``--sidecar-setting``)."""
+    restart: bool = True
 
 
 async def run_sessions(sessions: Sequence[Session], opts: Options) -> None:
@@ -593,6 +635,9 @@ def run_configs(names: Sequence[str], script: Sequence[Turn], root: Path, codex_
     sessions = [Session(n, script, root, site, codex_bin, home, opts) for n in names]
     try:
         trio.run(run_sessions, sessions, opts)
+        if opts.restart:
+            progress("restart: a new process resumes each thread for one more turn")
+            trio.run(restart_all, sessions)
     except (ServerGone, RpcError, TimeoutError, OSError) as exc:
         for s in sessions:
             s.result.error = s.result.error or f"{type(exc).__name__}: {exc}"
@@ -840,6 +885,7 @@ def report(results: Sequence[ConfigResult], starts: Sequence[StartResult], opts:
             "cpuBlocks": [{"firstTurn": a, "turns": n, "sidecarSeconds": s, "codexSeconds": x} for a, n, s, x in r.cpu_blocks],
             "checks": [dataclasses.asdict(ch) for ch in checks],
             "profiles": r.profiles,
+            "restart": r.restart,
         }
         configs[r.name] = c
         result_cell = ", ".join(f"{ch.name} {'-' if ch.passed is None else 'PASS' if ch.passed else 'FAIL'} ({ch.detail})" for ch in checks) or "-"
@@ -922,6 +968,22 @@ def report(results: Sequence[ConfigResult], starts: Sequence[StartResult], opts:
                 f"second half {_fmt(rt['secondHalf']['rebuildMs'])} / {_fmt(rt['secondHalf']['otherMs'])} ms (rebuild / other)."
             )
 
+    # A restart at the end.
+    if any(r.restart for r in results):
+        native_restart = next((r.restart for r in results if r.engine is None and r.restart), {})
+        rrows = []
+        for r in results:
+            rs = r.restart or {}
+            if "error" in rs:
+                rrows.append([r.name, "-", "-", "-", "-", f"ERROR: {rs['error']}"[:120]])
+                continue
+            resume, turn = rs.get("resumeMs"), rs.get("turnMs")
+            nat = (native_restart.get("resumeMs") or 0) + (native_restart.get("turnMs") or 0)
+            total = (resume or 0) + (turn or 0)
+            rrows.append([r.name, _fmt(rs.get("initializeMs")), _fmt(resume), _fmt(turn), f"{total / nat:.2f}x" if nat and turn else "-", ""])
+        lines += ["", f"Restart after turn {opts.turns} (a new process on the same state: OpenClaw's --local pattern, one process a turn):"]
+        lines += _table(["config", "initialize ms", "thread/resume ms", "next turn ms", "resume+turn vs native", ""], rrows)
+
     # The state dir.
     for r in results:
         if r.engine is None or not r.samples:
@@ -936,10 +998,10 @@ def report(results: Sequence[ConfigResult], starts: Sequence[StartResult], opts:
             turns = s.turn - prev.turn if prev else 0
             cells = [str(s.turn), f"{s.state_bytes:,}", f"{(s.state_bytes - prev.state_bytes) / turns:,.0f}" if prev and turns else "-"]
             cells += [f"{f.get(k, 0):,} ({(f.get(k, 0) - pf.get(k, 0)) / turns:,.0f})" if prev and turns else f"{f.get(k, 0):,}" for k in folders]
-            cells += [str(len(s.files)), _mb(s.sidecar_rss_kb), _mb(s.codex_rss_kb)]
+            cells += [str(len(s.files)), _mb(s.sidecar_rss_kb), _mb(s.codex_rss_kb), _mb(None if s.codex_home_bytes is None else s.codex_home_bytes // 1024), str(s.rollouts)]
             srows.append(cells)
             prev = s
-        lines += _table(["turn", "total", "B/turn", *folders, "files", "sidecar RSS MB", "codex RSS MB"], srows)
+        lines += _table(["turn", "total", "B/turn", *folders, "files", "sidecar RSS MB", "codex RSS MB", "CODEX_HOME MB", "rollouts"], srows)
         grow = growing_files(r.samples)
         if grow:
             lines.append("grows most: " + "; ".join(f"{p} {x:,} -> {y:,} B ({v:,.0f} B/turn)" for p, x, y, v in grow[:4]))
@@ -953,7 +1015,8 @@ def report(results: Sequence[ConfigResult], starts: Sequence[StartResult], opts:
         )
     native_samples = [r for r in results if r.engine is None and r.samples]
     for r in native_samples:
-        lines.append(f"{r.name}: codex RSS MB at " + ", ".join(f"turn {s.turn}: {_mb(s.codex_rss_kb)}" for s in r.samples))
+        lines.append(f"{r.name}: codex RSS MB / CODEX_HOME MB at " + ", ".join(
+            f"turn {s.turn}: {_mb(s.codex_rss_kb)} / {_mb(None if s.codex_home_bytes is None else s.codex_home_bytes // 1024)}" for s in r.samples))
 
     # Session starts.
     start_data = []
@@ -1010,6 +1073,10 @@ def summarize_raw(text: str, top: int = 12) -> tuple[int, list[tuple[str, int]],
     return total, by(own), by(incl)
 
 
+_ROOT_FRAMES = ("click/", "runpy", "sidecar/cli.py", "sidecar/__main__", "trio/_core/_run.py", "<module>", "outcome/")
+"""Frames every sample has (the process's entry, the event loop): left out of the inclusive list."""
+
+
 def profile_text(results: Sequence[ConfigResult]) -> str:
     lines = []
     for r in results:
@@ -1017,12 +1084,14 @@ def profile_text(results: Sequence[ConfigResult]) -> str:
             p = Path(path)
             if not p.exists():
                 continue
-            total, own, incl = summarize_raw(p.read_text(errors="replace"))
+            total, own, incl = summarize_raw(p.read_text(errors="replace"), top=60)
             if not total:
                 continue
-            lines.append(f"{r.name} {phase} turns: {total} py-spy samples (250/s, active only) -> {p}")
-            lines += [f"  own  {n / total:6.1%}  {f}" for f, n in own[:8]]
-            lines += [f"  incl {n / total:6.1%}  {f}" for f, n in incl[:12]]
+            turns = min(len(r.walls), DEFAULT_EDGE) or 1
+            lines.append(f"{r.name} {phase} turns: {total} py-spy samples (250/s, active only; ~{total * 4 / turns:.1f} ms a turn) -> {p}")
+            lines += [f"  own  {n * 4 / turns:5.2f} ms/turn  {f}" for f, n in own[:8]]
+            inner = [(f, n) for f, n in incl if not any(x in f for x in _ROOT_FRAMES)]
+            lines += [f"  incl {n * 4 / turns:5.2f} ms/turn  {f}" for f, n in inner[:10]]
     return "\n".join(lines)
 
 
@@ -1048,6 +1117,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="a setting for both sidecars (as CODEX_SIDECAR_<NAME>), e.g. stale_slack=0 to rebuild on every drop; repeatable",
     )
+    ap.add_argument("--no-restart", action="store_true", help="skip the restart at the end (a new process resumes each thread for one more turn)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure (per turn) to FILE")
@@ -1073,7 +1143,7 @@ def main(argv: list[str] | None = None) -> int:
     if not codex_bin:
         print("real codex not found: run `make setup` or pass --codex-bin", file=sys.stderr)
         return 2
-    opts = Options(settings=settings, turns=args.turns, edge=args.edge, block=args.block, sample_every=args.sample_every, window=args.window,
+    opts = Options(settings=settings, restart=not args.no_restart, turns=args.turns, edge=args.edge, block=args.block, sample_every=args.sample_every, window=args.window,
                    py_spy=Path(args.py_spy).resolve() if args.py_spy else None)
     if opts.py_spy:
         opts.py_spy.mkdir(parents=True, exist_ok=True)

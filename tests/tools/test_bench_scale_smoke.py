@@ -168,6 +168,7 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
             assert a > 0 and b > 0 and a + b + d == pytest.approx(w)
         assert c["modelRequests"] == len(script) + sum(1 for t in script if t.command)
         assert c["codexRssEndKb"] > 10_000
+        assert c["restart"]["resumeMs"] > 0 and c["restart"]["turnMs"] > 0, "a new process resumed the thread and ran a turn"
         assert f"\n{name} " in text
     for name in ("identity", "window"):
         c = data["configs"][name]
@@ -175,6 +176,7 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
         assert c["sidecarPeakRssKb"] > 10_000
         assert len(c["holdMs"]) == 6, "one inspect record a turn"
         assert [s["turn"] for s in c["samples"]] == [0, 2, 4, 6]
+        assert all(s["rollouts"] >= 1 and s["codex_home_bytes"] > 0 for s in c["samples"][1:])
         state = keep / "runs" / name / "state"
         last = c["samples"][-1]["files"]
         assert last and last == {k: v for k, v in last.items() if (state / k).exists()}
