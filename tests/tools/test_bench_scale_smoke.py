@@ -12,7 +12,6 @@ the profile summary) without processes. No timing is asserted anywhere.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 
 import pytest
