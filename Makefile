@@ -6,6 +6,7 @@
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
+#   make bench-scale    600 turns on one thread: does a turn cost the same late as early (issue 17)
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -32,7 +33,7 @@ OPENCLAW_BIN      := $(OPENCLAW_DIR)/openclaw
 OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
-.PHONY: all setup openclaw test-openclaw demo test bench bench-context bench-rebuild fixtures clean
+.PHONY: all setup openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale fixtures clean
 
 all: test
 
@@ -96,6 +97,9 @@ bench-context: setup
 
 bench-rebuild: setup
 	$(PY) -m tools.bench_rebuild --rounds 6
+
+bench-scale: setup
+	$(PY) -m tools.bench_scale $(BENCH_SCALE_ARGS)
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures

@@ -23,6 +23,11 @@
   does: new message objects with the mirror's content, its own timestamps
   and no provider metadata, every turn. Content identity must keep the
   sidecar from rebuilding for it.
+* ``bench-window`` (``make bench-scale``) keeps the newest ``window``
+  messages (40 by default) and drops everything older, every turn, never
+  separating a tool call from its result: the simplest engine that drops
+  old content all the time. It is registered only by
+  ``write_dist_info(..., window=True)``.
 
 Every engine is a pure function of what ``assemble`` receives (the budget
 engine's boundary is recomputed from the messages alone, never from state
@@ -88,6 +93,9 @@ __all__ = [
     "RECALL_ID",
     "BudgetEngine",
     "IdentityEngine",
+    "WINDOW_ID",
+    "WindowEngine",
+    "window_start",
     "RecallEngine",
     "budget_boundary",
     "extractive_summary",
@@ -104,6 +112,7 @@ IDENTITY_ID = "bench-identity"
 BUDGET_ID = "bench-budget"
 RECALL_ID = "bench-recall"
 STORE_ID = "bench-store"
+WINDOW_ID = "bench-window"
 
 #: Short name (as the benchmark shows it) -> engine id.
 ENGINES: dict[str, str] = {"identity": IDENTITY_ID, "budget": BUDGET_ID, "recall": RECALL_ID, "store": STORE_ID}
@@ -197,6 +206,50 @@ class StoreEngine(_BenchEngine):
         now = int(time.time() * 1000)
         messages = [restamped(m, now) for m in params.messages]
         return AssembleResult(messages=messages, estimated_tokens=_estimate(messages))
+
+
+# ------------------------------------------------------------------ window
+
+
+def window_start(messages: Sequence[Any], window: int) -> int:
+    """Index of the first message a sliding window of ``window`` messages
+    keeps: the earliest cut at or after ``len(messages) - window`` that
+    separates no tool call from its result, so the window never holds an
+    orphaned call or result and usually at most ``window`` messages (when
+    no such cut exists, a tool exchange longer than the window, the latest
+    cut before it: more messages rather than none)."""
+    n = len(messages)
+    if n <= window:
+        return 0
+    cuts = _valid_cuts(messages)
+    for c in range(n - window, n):
+        if cuts[c]:
+            return c
+    return next((c for c in range(n - window - 1, 0, -1) if cuts[c]), 0)
+
+
+class WindowEngine(_BenchEngine):
+    """The newest ``window`` messages (config key, default 40), nothing older.
+
+    Every turn the window slides, so the engine drops held content on every
+    turn: what makes the sidecar rebuild (once the dropped part exceeds its
+    stale slack). Pure and deterministic: the same messages give the same
+    window.
+    """
+
+    engine_id = WINDOW_ID
+    engine_name = "Bench: sliding window"
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.window = int(self.config.get("window", 40))
+        if self.window < 2:
+            raise ValueError("window must keep at least 2 messages")
+
+    async def assemble(self, params: AssembleParams) -> AssembleResult:
+        messages = list(params.messages)
+        kept = messages[window_start(messages, self.window):]
+        return AssembleResult(messages=kept, estimated_tokens=_estimate(kept))
 
 
 # ------------------------------------------------------------------ budget
@@ -568,11 +621,12 @@ class RecallEngine(_BenchEngine):
 # --------------------------------------------------------------- packaging
 
 
-def write_dist_info(site_dir: str | os.PathLike[str]) -> Path:
+def write_dist_info(site_dir: str | os.PathLike[str], *, window: bool = False) -> Path:
     """Write the metadata-only ``*.dist-info`` that registers the bench engines.
 
     Put ``site_dir`` (and the repository, for the code) on the sidecar's
     ``PYTHONPATH`` and name :data:`DIST_NAME` in its engine allowlist.
+    ``window`` also registers ``bench-window`` (``make bench-scale``).
     Returns the dist-info folder.
     """
     folder = Path(site_dir) / f"{DIST_NAME.replace('-', '_')}-{DIST_VERSION}.dist-info"
@@ -587,6 +641,7 @@ def write_dist_info(site_dir: str | os.PathLike[str]) -> Path:
         f"{BUDGET_ID} = tools.context_engines:BudgetEngine\n"
         f"{RECALL_ID} = tools.context_engines:RecallEngine\n"
         f"{STORE_ID} = tools.context_engines:StoreEngine\n"
+        + (f"{WINDOW_ID} = tools.context_engines:WindowEngine\n" if window else "")
     )
     (folder / "top_level.txt").write_text("tools\n")
     return folder
