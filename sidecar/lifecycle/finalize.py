@@ -24,8 +24,6 @@ from .calls import EngineCalls
 log = logging.getLogger("codex_sidecar.lifecycle")
 
 FINALIZED_CUSTOM_TYPE = "openclaw-codex-sidecar/turn-finalized"
-INSPECT_MESSAGES = 64
-"""Assembled messages an inspection record lists (the newest)."""
 
 
 class Finalizer:
@@ -200,7 +198,7 @@ class Finalizer:
                 base = state.held_plan
                 if base is None:
                     base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
-                session.held = base + fingerprints(session.sizes, snapshot[state.pre_prompt_count :])
+                session.held = base + fingerprints(session.sizes, snapshot[state.pre_prompt_count :], session.fingerprints)
                 if state.rebuilt:
                     session.turns_since_rebuild = [turn_id]
                 elif session.turns_since_rebuild is not None:
@@ -268,8 +266,8 @@ class Finalizer:
             "assembled": {
                 "count": state.assembled_count,
                 "estimatedTokens": state.estimated_tokens,
-                "messages": state.assembled_roles[-INSPECT_MESSAGES:],
-                **({"omitted": len(state.assembled_roles) - INSPECT_MESSAGES} if len(state.assembled_roles) > INSPECT_MESSAGES else {}),
+                "messages": state.assembled_roles,
+                **({"omitted": state.assembled_count - len(state.assembled_roles)} if (state.assembled_count or 0) > len(state.assembled_roles) else {}),
             },
             "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
             # The turn's contribution to model input, before and after projection.

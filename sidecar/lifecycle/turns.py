@@ -29,6 +29,9 @@ from .sessions import Sessions
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
+INSPECT_MESSAGES = 64
+"""Assembled messages an inspection record lists (the newest)."""
+
 
 class Turns:
     def __init__(
@@ -187,7 +190,8 @@ class Turns:
             return line
         state.assembled_count = len(result.messages)
         state.estimated_tokens = result.estimated_tokens
-        state.assembled_roles = [[m.role, message_chars(m)] for m in result.messages]
+        # The newest only: an inspection record costs the same late as early.
+        state.assembled_roles = [[m.role, message_chars(m)] for m in result.messages[-INSPECT_MESSAGES:]]
         mode, epoch = self._mode_for(result)
         state.mode, state.epoch = mode, epoch
         messages = result.messages
@@ -274,8 +278,8 @@ class Turns:
         """What to project so that the model sees the engine's assembly
         (delta and epoch modes): the planner decides, this carries it out.
         Returns None to forward the original request (no rebuild possible)."""
-        fps = fingerprints(session.sizes, result.messages)
-        held = session.held if session.held is not None else fingerprints(session.sizes, history)
+        fps = fingerprints(session.sizes, result.messages, session.fingerprints)
+        held = session.held if session.held is not None else fingerprints(session.sizes, history, session.fingerprints)
         if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
             self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         plan = plan_turn(

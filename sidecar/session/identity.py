@@ -72,11 +72,46 @@ def message_chars(message: AgentMessage) -> int:
     return len(summary) if isinstance(summary, str) else 0
 
 
-def fingerprints(sizes: dict[str, int], messages: list[AgentMessage]) -> list[str]:
+def fingerprints(sizes: dict[str, int], messages: list[AgentMessage], cache: FingerprintCache | None = None) -> list[str]:
     """The messages' fingerprints, noting each one's size in ``sizes``."""
     out = []
+    if cache is not None:
+        cache.expect(len(messages))
     for m in messages:
-        f = fingerprint(m)
-        sizes.setdefault(f, message_chars(m))
+        f = cache.get(m) if cache is not None else fingerprint(m)
+        if f not in sizes:
+            sizes[f] = message_chars(m)
         out.append(f)
     return out
+
+
+class FingerprintCache:
+    """Fingerprints of message objects seen before, so a turn hashes only
+    the messages it has not met: the mirror hands the same objects every
+    turn, and an engine that assembles from them hands them back. Keyed by
+    object but holding the object, so a key is never reused; an entry no
+    call has asked for in a while is let go (the cache stays about the size
+    of what one turn assembles). The fingerprint itself is still the
+    content's."""
+
+    def __init__(self) -> None:
+        self._by_object: dict[int, tuple[AgentMessage, str]] = {}
+        self._previous: dict[int, tuple[AgentMessage, str]] = {}
+        self._limit = 1024
+
+    def get(self, message: AgentMessage) -> str:
+        key = id(message)
+        hit = self._by_object.get(key) or self._previous.get(key)
+        if hit is not None and hit[0] is message:
+            self._by_object[key] = hit
+            return hit[1]
+        f = fingerprint(message)
+        self._by_object[key] = (message, f)
+        if len(self._by_object) > self._limit:
+            # Two generations: what was used since the last swap survives it.
+            self._previous, self._by_object = self._by_object, {}
+        return f
+
+    def expect(self, count: int) -> None:
+        """A call is about to ask for ``count`` messages: room for twice that."""
+        self._limit = max(1024, 2 * count)

@@ -19,6 +19,7 @@ from engines import AgentMessage, PromptCacheInfo, Usage
 
 from ..store.inspect import InspectLog
 from ..store.injected import Injection
+from .identity import FingerprintCache
 from ..store.ledger import Ledger
 from ..store.mirror import TranscriptMirror
 
@@ -125,6 +126,7 @@ class ThreadSession:
     """Characters of each fingerprinted message (for the stale slack)."""
     inspect: InspectLog | None = None
     ledger: Ledger | None = None
+    fingerprints: FingerprintCache = field(default_factory=FingerprintCache)
     injected: list[Injection] = field(default_factory=list)
     """What the client injected into the thread outside turn/start, in order."""
     injected_framing: int = 0

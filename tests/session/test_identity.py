@@ -93,3 +93,23 @@ def test_fingerprints_note_each_message_s_size():
     msgs = [UserMessage(content="abc", timestamp=1), AssistantMessage(content=[TextBlock(text="hello")], timestamp=2)]
     fps = fingerprints(sizes, msgs)
     assert [sizes[f] for f in fps] == [3, 5] == [message_chars(m) for m in msgs]
+
+
+def test_the_cache_hashes_a_message_object_once_and_stays_bounded(monkeypatch):
+    import sidecar.session.identity as identity
+
+    calls = []
+    real = identity.fingerprint
+    monkeypatch.setattr(identity, "fingerprint", lambda m: calls.append(m) or real(m))
+    cache = identity.FingerprintCache()
+    msgs = [UserMessage(content=f"m{i}", timestamp=i) for i in range(100)]
+    sizes: dict[str, int] = {}
+    first = fingerprints(sizes, msgs, cache)
+    again = fingerprints(sizes, msgs, cache)
+    assert first == again == [real(m) for m in msgs]
+    assert len(calls) == 100, "the second turn hashed nothing"
+    # An equal message in a new object is hashed, and gets the same fingerprint.
+    assert fingerprints(sizes, [UserMessage(content="m5", timestamp=99)], cache) == [first[5]]
+    for n in range(20):  # many turns of fresh objects: the cache does not keep them all
+        fingerprints(sizes, [UserMessage(content=f"x{n}-{i}", timestamp=i) for i in range(500)], cache)
+    assert len(cache._by_object) + len(cache._previous) <= 4 * 1024
