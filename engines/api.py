@@ -45,18 +45,31 @@ can use :func:`after_turn_with_fallback` for the whole post-turn rule.  The
 base defaults are still safe to call directly: ``ingest_batch`` ingests one by
 one and ``after_turn`` performs the same ingest fallback, so a caller that
 forgets to check cannot silently lose messages.
+
+Engine tools and the host
+-------------------------
+Three more optional methods (:data:`EXTENSION_METHODS`) give an engine tools
+the model can call and a handle on the host: ``tools()`` (synchronous; the
+:class:`ToolSpec` list, fixed for the engine's lifetime), ``call_tool()``
+(answers one call with a :class:`ToolCallResult`) and ``bind(host)`` (called
+once, after load and before any session, with an :class:`EngineHost`: the
+engine's own ``state_dir``, exact offline ``count_tokens`` and ``complete``
+for one model call, which raises :class:`EngineHostError` when it cannot
+answer).  :func:`optional_method` and :func:`implements` recognise them like
+the lifecycle's optional methods.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
 __all__ = [
     "AGENT_MESSAGE_ROLES",
+    "EXTENSION_METHODS",
     "OPTIONAL_METHODS",
     "REQUIRED_METHODS",
     "AfterTurnParams",
@@ -72,10 +85,15 @@ __all__ = [
     "CompactResult",
     "CompactionDetails",
     "CompactionSummaryMessage",
+    "CompleteParams",
+    "CompleteResult",
     "ContentBlock",
     "ContextEngine",
     "ContextEngineWithOptionals",
+    "ContextEngineWithTools",
     "ContextProjection",
+    "EngineHost",
+    "EngineHostError",
     "EngineInfo",
     "ImageBlock",
     "IngestBatchParams",
@@ -89,7 +107,10 @@ __all__ = [
     "TextBlock",
     "ThinkingBlock",
     "ToolCallBlock",
+    "ToolCallParams",
+    "ToolCallResult",
     "ToolResultMessage",
+    "ToolSpec",
     "Usage",
     "UserContent",
     "UserMessage",
@@ -426,6 +447,77 @@ class CompactResult(_Model, kw_only=True):
 
 
 # --------------------------------------------------------------------------
+# Engine tools and the host
+# --------------------------------------------------------------------------
+
+
+class ToolSpec(_Model, kw_only=True):
+    """A tool the engine offers the model: its name, what it does, and the
+    JSON Schema of its arguments (an ``object`` schema)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ToolCallParams(_Model, kw_only=True):
+    """One call by the model to one of the engine's tools."""
+
+    session_id: str
+    session_key: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    runtime_context: RuntimeContext = msgspec.field(default_factory=RuntimeContext)
+
+
+class ToolCallResult(_Model, kw_only=True):
+    """What the model reads back; ``is_error`` marks a failed call."""
+
+    text: str
+    is_error: bool = False
+
+
+class CompleteParams(_Model, kw_only=True):
+    """One model call the engine asks the host for (e.g. to write a summary)."""
+
+    system: str
+    prompt: str
+    max_output_tokens: int | None = None
+    model: str | None = None
+
+
+class CompleteResult(_Model, kw_only=True):
+    """The model's text answer to a :class:`CompleteParams`."""
+
+    text: str
+    usage: Usage | None = None
+
+
+class EngineHostError(Exception):
+    """The host cannot answer a :meth:`EngineHost.complete` call (no
+    app-server, deadline, model error).  An engine must fall back on its own."""
+
+
+@runtime_checkable
+class EngineHost(Protocol):
+    """What the sidecar gives an engine through ``bind(host)``.
+
+    ``state_dir`` is a folder (mode 0700) of the engine's own that survives
+    restarts; ``count_tokens`` is exact for the model's tokenizer (o200k for
+    current OpenAI models) and works offline; ``complete`` runs one model
+    call invisibly to the client and raises :class:`EngineHostError` when it
+    cannot answer.
+    """
+
+    state_dir: str
+
+    def count_tokens(self, text: str, model: str | None = None) -> int: ...
+
+    async def complete(self, params: CompleteParams) -> CompleteResult: ...
+
+
+# --------------------------------------------------------------------------
 # OpenClaw JSON conversion
 # --------------------------------------------------------------------------
 
@@ -494,6 +586,9 @@ OPTIONAL_METHODS: tuple[str, ...] = (
     "maintain",
     "dispose",
 )
+#: Optional methods outside the turn lifecycle: engine tools and the host.
+#: ``tools`` is synchronous; ``call_tool`` and ``bind`` are async.
+EXTENSION_METHODS: tuple[str, ...] = ("tools", "call_tool", "bind")
 
 # Attribute set on the functions BaseContextEngine supplies as stand-ins.
 _DEFAULT_MARKER = "__context_engine_default__"
@@ -534,6 +629,17 @@ class ContextEngineWithOptionals(ContextEngine, Protocol):
     async def dispose(self) -> None: ...
 
 
+@runtime_checkable
+class ContextEngineWithTools(ContextEngine, Protocol):
+    """An engine with tools and a host binding (the contract's additions)."""
+
+    def tools(self) -> list[ToolSpec]: ...
+
+    async def call_tool(self, params: ToolCallParams) -> ToolCallResult: ...
+
+    async def bind(self, host: EngineHost) -> None: ...
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -548,16 +654,20 @@ def engine_default(fn: _F) -> _F:
     return fn
 
 
-def optional_method(engine: object, name: str) -> Callable[..., Awaitable[Any]] | None:
+def optional_method(engine: object, name: str) -> Callable[..., Any] | None:
     """Return ``engine.<name>`` if the engine really implements it, else ``None``.
 
     Absent means: no attribute, an attribute that is ``None`` or not callable,
     or a :func:`engine_default` stand-in (the :class:`BaseContextEngine`
-    defaults).  Only names in :data:`OPTIONAL_METHODS` are accepted, so a typo
-    fails loudly instead of looking like "not implemented".
+    defaults).  Only names in :data:`OPTIONAL_METHODS` and
+    :data:`EXTENSION_METHODS` are accepted, so a typo fails loudly instead of
+    looking like "not implemented".  (``tools`` is returned as the plain
+    method it is: call it without ``await``.)
     """
-    if name not in OPTIONAL_METHODS:
-        raise ValueError(f"{name!r} is not an optional engine method; expected one of {OPTIONAL_METHODS}")
+    if name not in OPTIONAL_METHODS and name not in EXTENSION_METHODS:
+        raise ValueError(
+            f"{name!r} is not an optional engine method; expected one of {OPTIONAL_METHODS + EXTENSION_METHODS}"
+        )
     method = getattr(engine, name, None)
     if method is None or not callable(method):
         return None
@@ -688,4 +798,19 @@ class BaseContextEngine(abc.ABC):
     @engine_default
     async def dispose(self) -> None:
         """Stand-in: nothing to release."""
+        return None
+
+    @engine_default
+    def tools(self) -> list[ToolSpec]:
+        """Stand-in: no tools."""
+        return []
+
+    @engine_default
+    async def call_tool(self, params: ToolCallParams) -> ToolCallResult:
+        """Stand-in: there are no tools, so every call is an error result."""
+        return ToolCallResult(text=f"this engine has no tool named {params.name!r}", is_error=True)
+
+    @engine_default
+    async def bind(self, host: EngineHost) -> None:
+        """Stand-in: the engine needs nothing from the host."""
         return None

@@ -45,7 +45,7 @@ from typing import Any
 
 import msgspec
 
-from .api import OPTIONAL_METHODS, REQUIRED_METHODS, ContextEngine
+from .api import EXTENSION_METHODS, OPTIONAL_METHODS, REQUIRED_METHODS, ContextEngine
 from .legacy import BUILTIN_DISTRIBUTION, LEGACY_ENGINE_ID, LegacyEngine, _builtin_version
 
 __all__ = [
@@ -68,6 +68,7 @@ ENTRY_POINT_GROUP = "openclaw.context_engines"
 BUILTIN_ENGINES: Mapping[str, str] = {
     LEGACY_ENGINE_ID: "engines.legacy:LegacyEngine",
     "transcript-budget": "engines.budget:TranscriptBudgetEngine",
+    "lossless": "engines.lossless:LosslessEngine",
 }
 
 _TURN_MAINTENANCE_MODES = ("foreground", "background")
@@ -206,9 +207,14 @@ def validate_engine(engine: object, expected_id: str | None = None) -> ContextEn
             problems.append(f"required method {name}() is missing")
         elif not _is_async_callable(method):
             problems.append(f"{name}() must be an async method (async def)")
-    for name in OPTIONAL_METHODS:
+    for name in OPTIONAL_METHODS + EXTENSION_METHODS:
         method = getattr(engine, name, None)
-        if method is not None and not _is_async_callable(method):
+        if method is None:
+            continue
+        if name == "tools":  # the one synchronous optional method
+            if not callable(method) or _is_async_callable(method):
+                problems.append("optional method tools() must be a plain (not async) method or absent")
+        elif not _is_async_callable(method):
             problems.append(f"optional method {name}() must be async (async def) or absent")
     if problems:
         raise EngineLoadError(

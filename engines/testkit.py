@@ -1,4 +1,4 @@
-"""A scriptable engine for lifecycle tests: ``RecordingEngine``.
+"""Test helpers: a scriptable engine (``RecordingEngine``) and host (``FakeHost``).
 
 It records every call (method name and params, in call order), answers with
 configurable results, and can be told to fail or hang in any method, or to
@@ -16,11 +16,20 @@ overrides one is refused at class creation.  Setting a lifecycle method to
 
 The engine is also a valid entry-point factory (its constructor takes the
 config mapping); see :class:`RecordingEngine` for the keys it reads.
+
+:class:`FakeHost` is an :class:`~engines.api.EngineHost` for testing engines
+without a sidecar: a private temporary ``state_dir``, exact ``count_tokens``
+(:mod:`engines.tokens`), and a ``complete`` whose answers are scripted (a
+text, an :class:`~engines.api.EngineHostError`, or a hang).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import shutil
+import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -37,6 +46,9 @@ from .api import (
     BootstrapResult,
     CompactParams,
     CompactResult,
+    CompleteParams,
+    CompleteResult,
+    EngineHostError,
     EngineInfo,
     IngestBatchParams,
     IngestBatchResult,
@@ -46,7 +58,7 @@ from .api import (
     MaintainResult,
 )
 
-__all__ = ["LIFECYCLE_METHODS", "Call", "RecordingEngine"]
+__all__ = ["HANG", "LIFECYCLE_METHODS", "Call", "FakeHost", "RecordingEngine"]
 
 LIFECYCLE_METHODS: tuple[str, ...] = REQUIRED_METHODS + OPTIONAL_METHODS
 
@@ -298,3 +310,115 @@ class RecordingEngine(BaseContextEngine):
 
 
 _LIFECYCLE_SET = frozenset(LIFECYCLE_METHODS)
+
+
+# --------------------------------------------------------------------------
+# FakeHost
+# --------------------------------------------------------------------------
+
+
+class _Hang:
+    """The :data:`HANG` marker's type."""
+
+    def __repr__(self) -> str:
+        return "HANG"
+
+
+#: Script a :meth:`FakeHost.complete` call to block (cancellably) until the
+#: caller's own deadline cancels it, or until :meth:`FakeHost.release_hangs`.
+HANG: Any = _Hang()
+
+#: What a scripted answer may be: a text, a :class:`CompleteResult`, an
+#: exception (instance or class) to raise, :data:`HANG`, or a callable taking
+#: the :class:`CompleteParams` and returning one of those (awaited if needed).
+Answer = Any
+
+
+class FakeHost:
+    """An :class:`~engines.api.EngineHost` for tests.
+
+    * ``state_dir``: the folder given, or a fresh 0700 temporary folder that
+      :meth:`close` (or leaving the ``with`` block) removes;
+    * ``count_tokens``: exact o200k counts from :mod:`engines.tokens` (the
+      ``model`` argument is accepted and ignored, as every current model uses
+      o200k);
+    * ``complete``: answers from :meth:`push` (one call each, in order), else
+      from :meth:`answer_with` (every call), else ``default_text``. Every call
+      is recorded in ``calls`` before it is answered.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None, *, default_text: str = "fake summary") -> None:
+        self._owned = state_dir is None
+        self.state_dir: str = tempfile.mkdtemp(prefix="engine-state-") if state_dir is None else os.fspath(state_dir)
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        self.default_text = default_text
+        self.calls: list[CompleteParams] = []
+        self._queue: deque[Answer] = deque()
+        self._always: Answer | None = None
+        self._release = trio.Event()
+
+    # -- scripting ---------------------------------------------------------
+
+    def push(self, *answers: Answer) -> None:
+        """Answer the next calls with these, one each, before anything else."""
+        self._queue.extend(answers)
+
+    def answer_with(self, answer: Answer | None) -> None:
+        """Answer every call (after the pushed ones) with ``answer``; None resets."""
+        self._always = answer
+
+    def fail_all(self, exc: BaseException | type[BaseException] = EngineHostError) -> None:
+        """Make every later call raise ``exc`` (default :class:`EngineHostError`)."""
+        self._always = exc
+
+    def hang_all(self) -> None:
+        """Make every later call hang until cancelled or released."""
+        self._always = HANG
+
+    def release_hangs(self) -> None:
+        """Let the calls hanging now go on (they then answer ``default_text``)."""
+        self._release.set()
+        self._release = trio.Event()
+
+    # -- the EngineHost interface -----------------------------------------
+
+    def count_tokens(self, text: str, model: str | None = None) -> int:
+        from .tokens import count_tokens
+
+        return count_tokens(text)
+
+    async def complete(self, params: CompleteParams) -> CompleteResult:
+        self.calls.append(params)
+        if self._queue:
+            answer = self._queue.popleft()
+        elif self._always is not None:
+            answer = self._always
+        else:
+            answer = self.default_text
+        if callable(answer) and not isinstance(answer, type):
+            answer = answer(params)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        if answer is HANG:
+            await self._release.wait()
+            answer = self.default_text
+        if isinstance(answer, BaseException) or (isinstance(answer, type) and issubclass(answer, BaseException)):
+            raise answer("scripted failure") if isinstance(answer, type) else answer
+        if isinstance(answer, CompleteResult):
+            return answer
+        if not isinstance(answer, str):
+            raise TypeError(f"a scripted answer must be a str, CompleteResult, exception or HANG, not {type(answer).__name__}")
+        return CompleteResult(text=answer)
+
+    # -- clean-up ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Remove the temporary ``state_dir`` (a folder given by the caller is kept)."""
+        if self._owned:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> "FakeHost":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,26 +1,27 @@
 """Token counting for engines: the real ``o200k_base`` tokenizer, offline.
 
-Which counter is used
----------------------
-* **o200k_base** (the tokenizer of the GPT-4o / GPT-5 / Codex model family),
-  from the PyPI package ``bpe-openai``, which ships the vocabulary inside its
-  wheel and so works with no network (``tiktoken`` downloads its vocabulary on
-  first use and fails offline).  This is used whenever ``bpe_openai`` imports
-  and builds the encoding.
-* **chars/4** otherwise: ``ceil(len(text) / 4)``.  It is the usual rule of
-  thumb and what OpenClaw itself estimates with, but measured against real
-  o200k counts it is off by -41% to +22% (worst on CJK text and JSON), so it
-  is only a fallback.
+The counter
+-----------
+**o200k_base** (the tokenizer of the GPT-4o / GPT-5 / Codex model family),
+from the PyPI package ``bpe-openai``, a runtime dependency, which ships the
+vocabulary inside its wheel and so works with no network (``tiktoken``
+downloads its vocabulary on first use and fails offline).  When it cannot be
+loaded, counting raises :class:`TokenizerUnavailable` with the reason and the
+fix: an engine that budgets a model's context with a silent chars/4 guess
+(off by -41% to +22% against real o200k counts, worst on CJK text and JSON)
+would overrun or waste the budget without anyone knowing.  :func:`approx_tokens`
+keeps the chars/4 rule of thumb for callers that explicitly want an estimate.
 
-:func:`tokenizer_name` reports which one is in use (``"o200k_base"`` or
-``"chars/4"``), so a caller can log it once.  The tokenizer is loaded lazily
-on first use (about 0.05 s on a 2-core VM: the Rust tokenizer alone, not the
-package's tiktoken-compatible tables, which took 0.6 s), once per process,
-under a lock; :func:`preload` starts that load in a background thread, so an engine
-can have it ready before its first ``assemble`` instead of holding the first
-turn for it.
+:func:`tokenizer_name` reports the counter (``"o200k_base"``; it raises like
+counting when there is none), so a caller can log it once.  The tokenizer is
+loaded lazily on first use (about 0.05 s on a 2-core VM: the Rust tokenizer
+alone, not the package's tiktoken-compatible tables, which took 0.6 s), once
+per process, under a lock; :func:`preload` starts that load in a background
+thread, so an engine can have it ready before its first ``assemble`` instead
+of holding the first turn for it.
 
-Counting never raises.  ``bpe-openai`` refuses a single text of 1,000,000
+Apart from a missing tokenizer, counting never raises.  ``bpe-openai`` refuses
+a single text of 1,000,000
 characters or more and more than 200,000 tokens per call, so long texts are
 counted in chunks cut just before a space or newline; because the tokenizer
 splits text into words that start with their leading space, such cuts change
@@ -69,6 +70,7 @@ __all__ = [
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD_TOKENS",
     "TokenizerName",
+    "TokenizerUnavailable",
     "approx_tokens",
     "count_tokens",
     "estimate_message_tokens",
@@ -77,9 +79,14 @@ __all__ = [
     "tokenizer_name",
 ]
 
-TokenizerName = Literal["o200k_base", "chars/4"]
+TokenizerName = Literal["o200k_base"]
 
-#: Characters per token of the fallback estimate.
+
+class TokenizerUnavailable(RuntimeError):
+    """The o200k tokenizer (package ``bpe-openai``) cannot be loaded."""
+
+
+#: Characters per token of the :func:`approx_tokens` estimate.
 CHARS_PER_TOKEN = 4
 
 #: Tokens charged per image block (OpenClaw estimates an image as 4,800 chars).
@@ -98,6 +105,7 @@ _CUT_SEARCH_CHARS = 2_000
 _lock = threading.Lock()
 _loaded = False
 _encoding: Any = None
+_load_error: str | None = None
 
 
 _BACKEND_MODULE = "bpe_openai._bindings"
@@ -168,19 +176,26 @@ def _load_encoding() -> Any:
 
 
 def _get_encoding() -> Any:
-    """The o200k encoding, or ``None`` when ``bpe_openai`` is unusable."""
-    global _loaded, _encoding
-    if _loaded:
-        return _encoding
-    with _lock:
-        if not _loaded:
-            try:
-                encoding = _load_encoding()
-                encoding.encode_ordinary("probe")  # fail here, not mid-count
-            except Exception:  # ImportError, missing backend, bad wheel, ...
-                encoding = None
-            _encoding = encoding
-            _loaded = True
+    """The o200k encoding; raises :class:`TokenizerUnavailable` when
+    ``bpe_openai`` is unusable (the reason is kept, so every later call
+    raises the same clear error without retrying the import)."""
+    global _loaded, _encoding, _load_error
+    if not _loaded:
+        with _lock:
+            if not _loaded:
+                try:
+                    encoding = _load_encoding()
+                    encoding.encode_ordinary("probe")  # fail here, not mid-count
+                except Exception as exc:  # ImportError, missing backend, bad wheel, ...
+                    encoding = None
+                    _load_error = f"{type(exc).__name__}: {exc}"
+                _encoding = encoding
+                _loaded = True
+    if _encoding is None:
+        raise TokenizerUnavailable(
+            "the o200k_base tokenizer is unavailable, so tokens cannot be counted exactly "
+            f"({_load_error}); install the runtime dependency with `pip install 'bpe-openai>=0.1.4'`"
+        )
     return _encoding
 
 
@@ -188,15 +203,23 @@ _preloading: threading.Thread | None = None
 _preload_lock = threading.Lock()  # not _lock: a load under way must not block the caller
 
 
+def _preload_quietly() -> None:
+    try:
+        _get_encoding()
+    except TokenizerUnavailable:  # the first count reports it
+        pass
+
+
 def preload() -> None:
     """Start loading the tokenizer in a daemon thread (once; a no-op when it
     is loaded or loading). Never blocks and never raises: counting loads it
-    anyway, waiting for a load under way as it would have done it itself."""
+    anyway, waiting for a load under way as it would have done it itself,
+    and raises :class:`TokenizerUnavailable` if it failed."""
     global _preloading
     with _preload_lock:
         if _loaded or _preloading is not None:
             return
-        _preloading = threading.Thread(target=_get_encoding, name="tokenizer-preload", daemon=True)
+        _preloading = threading.Thread(target=_preload_quietly, name="tokenizer-preload", daemon=True)
         try:
             _preloading.start()
         except RuntimeError:  # no thread to be had: the first count loads it
@@ -204,12 +227,15 @@ def preload() -> None:
 
 
 def tokenizer_name() -> TokenizerName:
-    """Which counter :func:`count_tokens` uses: ``"o200k_base"`` or ``"chars/4"``."""
-    return "o200k_base" if _get_encoding() is not None else "chars/4"
+    """The counter :func:`count_tokens` uses (``"o200k_base"``); raises
+    :class:`TokenizerUnavailable` when there is none."""
+    _get_encoding()
+    return "o200k_base"
 
 
 def approx_tokens(text: str) -> int:
-    """The chars/4 estimate: ``ceil(len(text) / 4)`` (0 for empty text)."""
+    """The chars/4 rule of thumb: ``ceil(len(text) / 4)`` (0 for empty text).
+    Never used by :func:`count_tokens`; for callers that want a rough guess."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
@@ -243,12 +269,11 @@ def _count_chunk(encoding: Any, text: str) -> int:
 
 
 def count_tokens(text: str) -> int:
-    """Number of o200k tokens in ``text`` (chars/4 when the tokenizer is unavailable)."""
+    """Number of o200k tokens in ``text``; raises :class:`TokenizerUnavailable`
+    when the tokenizer cannot be loaded."""
     if not text:
         return 0
     encoding = _get_encoding()
-    if encoding is None:
-        return approx_tokens(text)
     return sum(_count_chunk(encoding, piece) for piece in _chunks(text))
 
 

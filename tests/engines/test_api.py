@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import msgspec
 import pytest
@@ -843,3 +844,91 @@ async def test_recording_engine_subclassing():
     assert engine.method_names == ["assemble"]
     assert not engines.implements(engine, "after_turn")
     assert await engines.after_turn_with_fallback(engine, _after_turn_params(_history(3), 1)) == "ingest_batch"
+
+
+# --------------------------------------------------------------------------
+# Engine tools and the host (the contract's additions)
+# --------------------------------------------------------------------------
+
+
+def test_tool_and_host_types_are_exported_and_use_openclaw_field_names():
+    for name in ("ToolSpec", "ToolCallParams", "ToolCallResult", "CompleteParams", "CompleteResult", "EngineHost", "EngineHostError"):
+        assert name in engines.__all__ and hasattr(engines, name), name
+    spec = engines.ToolSpec(name="t", description="d", input_schema={"type": "object"})
+    assert engines.to_openclaw(spec) == {"name": "t", "description": "d", "inputSchema": {"type": "object"}}
+    assert engines.to_openclaw(engines.ToolCallResult(text="x")) == {"text": "x", "isError": False}
+    params = msgspec.convert(
+        {"sessionId": "s", "sessionKey": "k", "callId": "c", "name": "t", "arguments": {"a": 1}}, engines.ToolCallParams
+    )
+    assert params.call_id == "c" and params.runtime_context == engines.RuntimeContext()
+    assert engines.CompleteParams(system="s", prompt="p").max_output_tokens is None
+
+
+class ToolEngine(MinimalEngine):
+    def tools(self):
+        return [engines.ToolSpec(name="t", description="d", input_schema={"type": "object"})]
+
+    async def call_tool(self, params):
+        return engines.ToolCallResult(text="ok")
+
+    async def bind(self, host):
+        self.host = host
+
+
+def test_tool_methods_are_optional_methods_and_base_defaults_count_as_absent():
+    for name in engines.EXTENSION_METHODS:
+        assert engines.optional_method(MinimalEngine(), name) is None, name
+        assert engines.implements(ToolEngine(), name), name
+    assert engines.validate_engine(ToolEngine()) is not None
+
+
+def test_the_loader_refuses_an_async_tools_or_a_sync_call_tool():
+    class AsyncTools(MinimalEngine):
+        async def tools(self):
+            return []
+
+    class SyncCall(MinimalEngine):
+        def call_tool(self, params):
+            return None
+
+    with pytest.raises(engines.EngineLoadError, match="tools\\(\\) must be a plain"):
+        engines.validate_engine(AsyncTools())
+    with pytest.raises(engines.EngineLoadError, match="call_tool\\(\\) must be async"):
+        engines.validate_engine(SyncCall())
+
+
+async def test_the_base_call_tool_stand_in_answers_with_an_error_result():
+    result = await MinimalEngine().call_tool(
+        engines.ToolCallParams(session_id="s", session_key="k", call_id="c", name="x", arguments={})
+    )
+    assert result.is_error and "'x'" in result.text
+
+
+async def test_fake_host_answers_as_scripted_and_counts_tokens_exactly(autojump_clock):
+    import trio
+
+    from engines.testkit import HANG, FakeHost
+    from engines.tokens import count_tokens
+
+    with FakeHost(default_text="default") as host:
+        assert isinstance(host, engines.EngineHost)
+        assert os.path.isdir(host.state_dir)
+        assert host.count_tokens("hello world") == count_tokens("hello world") == 2
+        host.push("first", engines.EngineHostError("down"), HANG, engines.CompleteResult(text="fourth"))
+        ask = engines.CompleteParams(system="s", prompt="p")
+        assert (await host.complete(ask)).text == "first"
+        with pytest.raises(engines.EngineHostError, match="down"):
+            await host.complete(ask)
+        with trio.move_on_after(30) as scope:
+            await host.complete(ask)
+        assert scope.cancelled_caught
+        assert (await host.complete(ask)).text == "fourth"
+        assert (await host.complete(ask)).text == "default"
+        host.answer_with(lambda p: p.prompt.upper())
+        assert (await host.complete(ask)).text == "P"
+        host.fail_all()
+        with pytest.raises(engines.EngineHostError):
+            await host.complete(ask)
+        assert len(host.calls) == 7
+        folder = host.state_dir
+    assert not os.path.exists(folder)

@@ -115,12 +115,25 @@ def test_an_unknown_bpe_openai_layout_falls_back_to_its_public_api(monkeypatch):
     assert not isinstance(tokens._load_encoding(), tokens._RustO200k)
 
 
-def test_chars_over_4_fallback(monkeypatch):
-    monkeypatch.setattr(tokens, "_get_encoding", lambda: None)
-    assert tokenizer_name() == "chars/4"
-    assert count_tokens("abcdefghi") == 3
-    assert count_tokens("") == 0
-    assert approx_tokens("abcd") == 1 and approx_tokens("abcde") == 2
+def test_a_missing_tokenizer_is_a_clear_error_not_a_chars_over_4_guess(monkeypatch):
+    def missing() -> object:
+        raise ImportError("No module named 'bpe_openai'")
+
+    monkeypatch.setattr(tokens, "_load_encoding", missing)
+    monkeypatch.setattr(tokens, "_loaded", False)
+    monkeypatch.setattr(tokens, "_encoding", None)
+    with pytest.raises(tokens.TokenizerUnavailable, match="bpe-openai") as caught:
+        count_tokens("abcdefghi")
+    assert "No module named 'bpe_openai'" in str(caught.value)
+    with pytest.raises(tokens.TokenizerUnavailable):
+        tokenizer_name()
+    with pytest.raises(tokens.TokenizerUnavailable):
+        estimate_message_tokens(UserMessage(content="hello", timestamp=0))
+    assert count_tokens("") == 0  # nothing to count needs no tokenizer
+
+
+def test_approx_tokens_is_the_explicit_chars_over_4_estimate():
+    assert approx_tokens("abcd") == 1 and approx_tokens("abcde") == 2 and approx_tokens("") == 0
 
 
 def test_estimate_message_tokens():

@@ -1,0 +1,311 @@
+"""Compaction steps: leaf summaries, condensed summaries, a new frame.
+
+A step, run by ``maintain`` (when the assembly has outgrown
+``compact_threshold`` of the budget, or a step was left unfinished) or by
+``compact``:
+
+1. the *fresh tail* (the newest ``fresh_tail_tokens``, at least
+   ``fresh_tail_messages``, never starting between a tool call and its
+   result) stays raw; the raw messages before it that no summary covers yet
+   are cut into chunks of about ``leaf_chunk_tokens`` (at cuts that split no
+   tool pair) and each chunk gets a leaf summary. A last, short chunk waits
+   for the next step unless it is the only one (so a step always makes
+   progress) or the step is forced;
+2. while a depth holds more than ``condense_fanout`` summaries not yet
+   condensed, its oldest ``condense_fanout`` get a condensed summary one
+   depth up;
+3. a new frame is installed: the newest summaries that fit
+   ``compact_target`` of the budget beside the raw messages after them.
+
+Each summary is written in its own transaction as soon as it exists (with the
+pointer to how far leaf summaries reach), and the frame in one more, so a kill
+mid-step loses at most the summary being written and the next step goes on
+from there. A summary's text comes from the host when it answers within
+``summary_timeout`` (and the step's ``step_deadline`` is not spent); otherwise
+it is the extractive stand-in, marked ``fallback`` and retried later by
+:func:`retry_fallbacks`, so a summariser that fails or hangs never stops
+compaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from engines.api import AgentMessage, EngineHost, encode_openclaw
+
+from .assemble import select_frame
+from .config import LosslessConfig
+from .messages import valid_cuts
+from .store import NewSummary, Store, SummaryRow
+from .summarize import Source, extractive_summary, model_summary, summary_id, summary_prompt
+
+log = logging.getLogger("engines.lossless.compaction")
+
+__all__ = ["condense_groups", "fresh_tail_start", "leaf_chunks", "retry_fallbacks", "run_step", "step_needed"]
+
+
+# --------------------------------------------------------------- pure planning
+
+
+def fresh_tail_start(tokens: Sequence[int], cuts: Sequence[bool], fresh_tokens: int, min_messages: int) -> int:
+    """Index where the fresh tail starts: the newest messages within
+    ``fresh_tokens`` (but at least ``min_messages``), moved earlier to the
+    nearest cut that splits no tool pair."""
+    n = len(tokens)
+    start, total = n, 0
+    while start > 0:
+        t = tokens[start - 1]
+        if n - start >= min_messages and total + t > fresh_tokens:
+            break
+        total += t
+        start -= 1
+    while start > 0 and not cuts[start]:
+        start -= 1
+    return start
+
+
+def leaf_chunks(tokens: Sequence[int], cuts: Sequence[bool], end: int, chunk_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, stop)`` ranges covering ``[0, end)``, each cut
+    where no tool pair is split and holding at most ``chunk_tokens`` unless
+    its first possible cut already holds more. ``cuts[end]`` must be True."""
+    chunks: list[tuple[int, int]] = []
+    a = 0
+    while a < end:
+        best: int | None = None
+        total = 0
+        i = a
+        while i < end:
+            total += tokens[i]
+            i += 1
+            if cuts[i] or i == end:
+                if best is None or total <= chunk_tokens:
+                    best = i
+                if total >= chunk_tokens:
+                    break
+        assert best is not None
+        chunks.append((a, best))
+        a = best
+    return chunks
+
+
+def condense_groups(active: Sequence[SummaryRow], fanout: int) -> list[SummaryRow] | None:
+    """The next group to condense: the oldest ``fanout`` active summaries of
+    the shallowest depth that holds more than ``fanout``, if they are
+    consecutive; else None."""
+    by_depth: dict[int, list[SummaryRow]] = {}
+    for s in sorted(active, key=lambda s: s.seq_lo):
+        by_depth.setdefault(s.depth, []).append(s)
+    for depth in sorted(by_depth):
+        group = by_depth[depth]
+        if len(group) > fanout:
+            chosen = group[:fanout]
+            if all(b.seq_lo == a.seq_hi + 1 for a, b in zip(chosen, chosen[1:])):
+                return chosen
+            log.warning("summaries of one depth are not consecutive; not condensing them", extra={"fields": {"depth": depth}})
+    return None
+
+
+def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool) -> bool:
+    """Whether maintenance should run a compaction step now."""
+    return unfinished or frame_tokens + tail_tokens > cfg.compact_threshold * budget
+
+
+# --------------------------------------------------------------- the step
+
+
+class StepContext:
+    """What a step needs: the store, the host (may be None), config and counters."""
+
+    def __init__(
+        self,
+        store: Store,
+        host: EngineHost | None,
+        cfg: LosslessConfig,
+        count_text: Callable[[str], int],
+        estimate: Callable[[AgentMessage], int],
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.cfg = cfg
+        self.count_text = count_text
+        self.estimate = estimate
+
+    async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+async def _summary_text(
+    ctx: StepContext, depth: int, turns: tuple[int, int], times: tuple[int, int], sources: Sequence[Source], deadline: float
+) -> tuple[str, bool, str]:
+    """``(text, fallback, outcome)`` for one summary."""
+    target = ctx.cfg.leaf_summary_tokens if depth == 0 else ctx.cfg.condensed_summary_tokens
+    timeout = min(ctx.cfg.summary_timeout, deadline - trio.current_time())
+    text, outcome = await model_summary(
+        ctx.host, summary_prompt(depth, turns, times, sources, target), target, timeout, ctx.count_text
+    )
+    if text is None:
+        return extractive_summary(depth, turns, sources, target, ctx.count_text), True, outcome
+    return text, False, outcome
+
+
+def _message_sources(rows: Sequence[Any]) -> list[Source]:
+    return [Source(r.id, f"{r.id} turn {r.turn} {r.role}", r.text) for r in rows]
+
+
+def _summary_sources(rows: Sequence[SummaryRow]) -> list[Source]:
+    return [Source(s.id, f"{s.id} depth {s.depth} turns {s.turn_lo}-{s.turn_hi}", s.text) for s in rows]
+
+
+async def run_step(ctx: StepContext, session_id: str, *, budget: int, force: bool, reason: str) -> dict[str, Any]:
+    """One compaction step (see the module notes); returns its report, which
+    is also stored as the session's last compaction."""
+    cfg, store = ctx.cfg, ctx.store
+    deadline = trio.current_time() + cfg.step_deadline
+    session = await ctx.db(store.session, session_id)
+    rows = await ctx.db(store.messages_between, session_id, session.summarized_seq + 1)
+    before_tail = await ctx.db(store.messages_between, session_id, session.frame_seq + 1)
+    tokens_before = session.frame_tokens + sum(r.tokens for r in before_tail)
+    messages = await ctx.db(store.decode, rows)
+    tokens = [r.tokens for r in rows]
+    cuts = valid_cuts(messages)
+    tail_start = fresh_tail_start(tokens, cuts, cfg.fresh_tail_tokens, cfg.fresh_tail_messages)
+    chunks = leaf_chunks(tokens, cuts, tail_start, cfg.leaf_chunk_tokens)
+    if len(chunks) > 1 and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < cfg.leaf_chunk_tokens:
+        chunks.pop()  # a short last chunk waits for more messages
+    outcomes: dict[str, int] = {}
+    made_leaves = made_condensed = fallbacks = 0
+    for a, b in chunks:
+        part = rows[a:b]
+        turns = (part[0].turn, part[-1].turn)
+        times = (min(r.timestamp for r in part), max(r.timestamp for r in part))
+        sources = _message_sources(part)
+        text, fallback, outcome = await _summary_text(ctx, 0, turns, times, sources, deadline)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        summary = NewSummary(
+            id=summary_id(session_id, 0, [r.id for r in part]),
+            depth=0,
+            source_ids=[r.id for r in part],
+            seq_lo=part[0].seq,
+            seq_hi=part[-1].seq,
+            turn_lo=turns[0],
+            turn_hi=turns[1],
+            time_lo=times[0],
+            time_hi=times[1],
+            text=text,
+            tokens=ctx.count_text(text),
+            source_tokens=sum(r.tokens for r in part),
+            fallback=fallback,
+        )
+        if not await ctx.db(store.add_leaf, session_id, summary):
+            log.info("leaf summary already made elsewhere; step stops here", extra={"fields": {"sessionId": session_id}})
+            break
+        made_leaves += 1
+        fallbacks += fallback
+    while True:
+        active = await ctx.db(store.summaries, session_id, active_only=True)
+        group = condense_groups(active, cfg.condense_fanout)
+        if group is None:
+            break
+        depth = group[0].depth + 1
+        turns = (group[0].turn_lo, group[-1].turn_hi)
+        times = (min(s.time_lo for s in group), max(s.time_hi for s in group))
+        text, fallback, outcome = await _summary_text(ctx, depth, turns, times, _summary_sources(group), deadline)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        summary = NewSummary(
+            id=summary_id(session_id, depth, [s.id for s in group]),
+            depth=depth,
+            source_ids=[s.id for s in group],
+            seq_lo=group[0].seq_lo,
+            seq_hi=group[-1].seq_hi,
+            turn_lo=turns[0],
+            turn_hi=turns[1],
+            time_lo=times[0],
+            time_hi=times[1],
+            text=text,
+            tokens=ctx.count_text(text),
+            source_tokens=sum(s.source_tokens for s in group),
+            fallback=fallback,
+        )
+        if not await ctx.db(store.add_condensed, session_id, summary):
+            break
+        made_condensed += 1
+        fallbacks += fallback
+    session = await ctx.db(store.session, session_id)
+    report: dict[str, Any] = {
+        "reason": reason,
+        "leafSummaries": made_leaves,
+        "condensedSummaries": made_condensed,
+        "fallbackSummaries": fallbacks,
+        "summaryOutcomes": outcomes,
+        "tokensBefore": tokens_before,
+    }
+    if not made_leaves and not made_condensed and session.summarized_seq == session.frame_seq and not force:
+        report.update(changed=False, tokensAfter=tokens_before)
+        return report
+    active = await ctx.db(store.summaries, session_id, active_only=True)
+    tail = await ctx.db(store.messages_between, session_id, session.summarized_seq + 1)
+    tail_tokens = sum(r.tokens for r in tail)
+    room = max(0, int(cfg.compact_target * budget) - tail_tokens)
+    chosen, rendered, frame_tokens = select_frame(active, room, ctx.estimate)
+    frame_ids = [s.id for s in chosen]
+    frame = encode_openclaw(rendered)
+    if session.summarized_seq == session.frame_seq and frame == session.frame:
+        report.update(changed=False, tokensAfter=tokens_before)
+        return report
+    report.update(
+        changed=True,
+        frameSeq=session.summarized_seq,
+        frameSummaries=len(frame_ids),
+        tokensAfter=frame_tokens + tail_tokens,
+        at=int(time.time() * 1000),
+        step=session.steps + 1,
+    )
+    await ctx.db(
+        store.set_frame,
+        session_id,
+        frame_seq=session.summarized_seq,
+        frame=frame,
+        frame_ids=frame_ids,
+        frame_tokens=frame_tokens,
+        compaction=report,
+    )
+    log.info(
+        "lossless compaction step",
+        extra={"fields": {"sessionId": session_id, **{k: v for k, v in report.items() if k != "summaryOutcomes"}}},
+    )
+    return report
+
+
+async def retry_fallbacks(ctx: StepContext, session_id: str, limit: int, deadline: float) -> int:
+    """Ask the host again for up to ``limit`` extractive summaries; returns
+    how many got a model text. The frame keeps the text it was built with
+    until the next step, so the assembly does not change here."""
+    if ctx.host is None or limit <= 0:
+        return 0
+    done = 0
+    for s in await ctx.db(ctx.store.fallback_summaries, session_id, limit):
+        if trio.current_time() >= deadline:
+            break
+        source_ids = await ctx.db(ctx.store.summary_sources, s.id)
+        if s.depth == 0:
+            rows = await ctx.db(ctx.store.messages_between, session_id, s.seq_lo, s.seq_hi)
+            sources = _message_sources(rows)
+        else:
+            children = [await ctx.db(ctx.store.summary, session_id, i) for i in source_ids]
+            sources = _summary_sources([c for c in children if c is not None])
+        target = ctx.cfg.leaf_summary_tokens if s.depth == 0 else ctx.cfg.condensed_summary_tokens
+        timeout = min(ctx.cfg.summary_timeout, deadline - trio.current_time())
+        text, _ = await model_summary(
+            ctx.host, summary_prompt(s.depth, (s.turn_lo, s.turn_hi), (s.time_lo, s.time_hi), sources, target), target, timeout, ctx.count_text
+        )
+        if text is None:
+            await ctx.db(ctx.store.count_attempt, session_id, s.id)
+            continue
+        await ctx.db(ctx.store.replace_summary_text, session_id, s.id, text, ctx.count_text(text), False)
+        done += 1
+    return done

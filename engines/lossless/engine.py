@@ -1,0 +1,361 @@
+"""``LosslessEngine``: the lifecycle methods, tools and status, on the store.
+
+Thin: every decision lives in :mod:`.assemble`, :mod:`.compaction`,
+:mod:`.messages` and :mod:`.tools`; this class finds the store, moves blocking
+work to worker threads and keeps per-session locks and caches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+
+from engines.api import (
+    AfterTurnParams,
+    AgentMessage,
+    AssembleParams,
+    AssembleResult,
+    BaseContextEngine,
+    BootstrapParams,
+    BootstrapResult,
+    CompactionDetails,
+    CompactParams,
+    CompactResult,
+    EngineHost,
+    EngineInfo,
+    IngestBatchParams,
+    IngestBatchResult,
+    IngestParams,
+    IngestResult,
+    MaintainParams,
+    MaintainResult,
+    ToolCallParams,
+    ToolCallResult,
+    ToolSpec,
+    decode_openclaw,
+    from_openclaw,
+)
+from engines.legacy import _builtin_version
+from engines.tokens import count_tokens, estimate_message_tokens, preload
+
+from .assemble import fit_budget
+from .compaction import StepContext, retry_fallbacks, run_step, step_needed
+from .config import LosslessConfig, parse_config
+from .messages import content_identity, identities
+from .store import DB_NAME, Store
+from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
+
+log = logging.getLogger("engines.lossless")
+
+__all__ = ["LOSSLESS_ENGINE_ID", "LosslessEngine", "LosslessNotReady"]
+
+LOSSLESS_ENGINE_ID = "lossless"
+
+
+class LosslessNotReady(RuntimeError):
+    """The engine has no store: it was neither bound to a host nor given ``state_dir``."""
+
+
+class LosslessEngine(BaseContextEngine):
+    """Keeps every message, summarises in a hierarchy, recalls with tools.
+
+    See ``docs/engines/lossless.md``. The store opens on :meth:`bind` (in the
+    host's ``state_dir``) or, unbound, on first use in the configured
+    ``state_dir``; without either every method raises :class:`LosslessNotReady`
+    (the sidecar then falls back to the client's own request).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.cfg: LosslessConfig = parse_config(self.config)
+        self.info = EngineInfo(
+            id=LOSSLESS_ENGINE_ID,
+            name="Lossless (hierarchical summaries, recall tools)",
+            version=_builtin_version(),
+            owns_compaction=True,
+            turn_maintenance_mode="background",
+        )
+        preload()
+        self._host: EngineHost | None = None
+        self._store: Store | None = None
+        self._step_locks: dict[str, trio.Lock] = {}
+        self._known: dict[str, set[str]] = {}
+        # id(message) -> (message, content identity): the sidecar hands over
+        # the same message objects turn after turn; holding the object keeps
+        # its id from being reused.
+        self._content_ids: dict[int, tuple[AgentMessage, str]] = {}
+
+    # ------------------------------------------------------------ store
+
+    async def bind(self, host: EngineHost) -> None:
+        """Remember the host and open the store in its ``state_dir``."""
+        self._host = host
+        if self._store is None:
+            self._store = await trio.to_thread.run_sync(Store.open, host.state_dir, DB_NAME)
+
+    def _store_now(self) -> Store:
+        if self._store is None:
+            folder = self.cfg.state_dir
+            if not folder:
+                raise LosslessNotReady(
+                    "the lossless engine has no state folder: the sidecar did not bind it to a host "
+                    "and [engines.lossless] sets no state_dir"
+                )
+            self._store = Store.open(os.path.expanduser(folder), DB_NAME)
+        return self._store
+
+    async def _db(self, fn_name: str, *args: Any, **kwargs: Any) -> Any:
+        def call() -> Any:
+            return getattr(self._store_now(), fn_name)(*args, **kwargs)
+
+        return await trio.to_thread.run_sync(call)
+
+    @property
+    def store(self) -> Store:
+        """The open store (opened on first access when unbound)."""
+        return self._store_now()
+
+    def _context(self) -> StepContext:
+        return StepContext(self._store_now(), self._host, self.cfg, count_tokens, estimate_message_tokens)
+
+    def _lock(self, session_id: str) -> trio.Lock:
+        lock = self._step_locks.get(session_id)
+        if lock is None:
+            lock = self._step_locks[session_id] = trio.Lock()
+        return lock
+
+    def _budget(self, given: int | None) -> int:
+        return min(self.cfg.token_budget, given) if given else self.cfg.token_budget
+
+    # ------------------------------------------------------------ ingestion
+
+    def _identities(self, messages: Sequence[AgentMessage]) -> list[str]:
+        cache = self._content_ids
+        if len(cache) > 200_000:
+            cache.clear()
+        bases: list[str] = []
+        for m in messages:
+            hit = cache.get(id(m))
+            if hit is None or hit[0] is not m:
+                hit = (m, content_identity(m))
+                cache[id(m)] = hit
+            bases.append(hit[1])
+        return identities(messages, bases)
+
+    def _ingest_sync(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str]) -> int:
+        store = self._store_now()
+        known = self._known.get(session_id)
+        if known is None:
+            known = self._known[session_id] = store.known_idents(session_id)
+        todo = [(m, i) for m, i in zip(messages, idents) if i not in known]
+        if not todo:
+            return 0
+        stored = store.ingest(session_id, session_key, [m for m, _ in todo], [i for _, i in todo], estimate_message_tokens)
+        known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
+        return len(stored)
+
+    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage]) -> int:
+        if not messages:
+            return 0
+        idents = self._identities(messages)
+        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents)
+
+    async def ingest(self, params: IngestParams) -> IngestResult:
+        count = await self._ingest(params.session_id, params.session_key, [params.message])
+        return IngestResult(ingested=count > 0)
+
+    async def ingest_batch(self, params: IngestBatchParams) -> IngestBatchResult:
+        return IngestBatchResult(ingested_count=await self._ingest(params.session_id, params.session_key, params.messages))
+
+    async def after_turn(self, params: AfterTurnParams) -> None:
+        """Store whatever of the whole snapshot is not stored yet (replays and
+        earlier failures included); remember the budget for maintenance."""
+        await self._ingest(params.session_id, params.session_key, params.messages)
+        if params.token_budget:
+            await self._db("note", params.session_id, budget=params.token_budget)
+
+    async def bootstrap(self, params: BootstrapParams) -> BootstrapResult:
+        """Import the session file's messages (OpenClaw JSONL) not stored yet."""
+        try:
+            messages = await trio.to_thread.run_sync(_read_session_file, params.session_file)
+        except FileNotFoundError:
+            return BootstrapResult(bootstrapped=False, reason="no session file")
+        except OSError as exc:
+            return BootstrapResult(bootstrapped=False, reason=f"session file unreadable: {type(exc).__name__}")
+        count = await self._ingest(params.session_id, params.session_key, messages)
+        return BootstrapResult(bootstrapped=True, imported_messages=count)
+
+    # ------------------------------------------------------------ assembly
+
+    def _assemble_sync(self, session_id: str, budget: int, addition_tokens: int) -> tuple[list[AgentMessage], int, dict[str, Any]]:
+        store = self._store_now()
+        session = store.session(session_id)
+        frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
+        frame_tokens = [estimate_message_tokens(m) for m in frame]
+        rows = store.messages_between(session_id, session.frame_seq + 1)
+        tail = store.decode(rows)
+        # The addition goes with a frame, and the model reads it too.
+        reserved = addition_tokens if frame else 0
+        messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
+        held = {
+            "frameSummaries": len(frame) - info.get("droppedSummaries", 0),
+            "frameSummaryIds": session.frame_ids[info.get("droppedSummaries", 0) :],
+            "rawMessages": len(tail) - info.get("droppedMessages", 0),
+            "firstRawSeq": rows[info.get("droppedMessages", 0)].seq if len(rows) > info.get("droppedMessages", 0) else None,
+            "tokens": tokens,
+            "budget": budget,
+            "step": session.steps,
+            **info,
+        }
+        store.note(session_id, budget=None, last_assembly=held)
+        return messages, tokens, held
+
+    async def assemble(self, params: AssembleParams) -> AssembleResult:
+        """The frame's summaries, then every raw message after them, within
+        the budget; the history handed over is stored first if it is not."""
+        await self._ingest(params.session_id, params.session_key, params.messages)
+        budget = self._budget(params.token_budget)
+        addition = self.cfg.system_prompt_addition.strip() or None
+        addition_tokens = count_tokens(addition) if addition else 0
+        messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens)
+        has_summary = held["frameSummaries"] > 0
+        if addition is not None and has_summary:
+            tokens += addition_tokens
+        return AssembleResult(
+            messages=messages,
+            estimated_tokens=tokens,
+            system_prompt_addition=addition if has_summary else None,
+        )
+
+    # ------------------------------------------------------------ compaction
+
+    async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None) -> dict[str, Any]:
+        ctx = self._context()
+        async with self._lock(session_id):
+            session = await self._db("session", session_id)
+            effective = self._budget(budget or session.budget)
+            if not force:
+                tail = await self._db("messages_between", session_id, session.frame_seq + 1)
+                unfinished = session.summarized_seq != session.frame_seq
+                if not step_needed(session.frame_tokens, sum(r.tokens for r in tail), effective, self.cfg, unfinished):
+                    return {"reason": reason, "changed": False, "needed": False}
+            return await run_step(ctx, session_id, budget=effective, force=force, reason=reason)
+
+    async def maintain(self, params: MaintainParams) -> MaintainResult:
+        """A compaction step when the assembly has outgrown its threshold (or
+        one was left unfinished), then retries of extractive summaries."""
+        start = trio.current_time()
+        report = await self._step(params.session_id, force=False, reason=f"maintain:{params.reason}", budget=params.runtime_context.token_budget)
+        retried = 0
+        if self._host is not None and self.cfg.retries_per_maintain:
+            async with self._lock(params.session_id):
+                retried = await retry_fallbacks(
+                    self._context(), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
+                )
+        changed = bool(report.get("changed")) or retried > 0
+        reason = "compaction step" if report.get("changed") else "no compaction needed"
+        if retried:
+            reason += f"; {retried} extractive summar{'y' if retried == 1 else 'ies'} rewritten by the model"
+        return MaintainResult(changed=changed, reason=reason)
+
+    async def compact(self, params: CompactParams) -> CompactResult:
+        """A compaction step now (``thread/compact/start``, ``sidecar/compact``).
+
+        The result carries no summary text on purpose: the engine keeps its
+        own summaries, and a summary in the result would make the sidecar's
+        transcript mirror hide the history before it.
+        """
+        report = await self._step(params.session_id, force=True, reason="compact", budget=params.token_budget)
+        if not report.get("changed"):
+            return CompactResult(
+                ok=True,
+                compacted=False,
+                reason="nothing to compact: every message outside the fresh tail is already summarised",
+                result=CompactionDetails(tokens_before=report.get("tokensBefore", 0), tokens_after=report.get("tokensAfter"), details=report),
+            )
+        return CompactResult(
+            ok=True,
+            compacted=True,
+            result=CompactionDetails(
+                summary=None,
+                tokens_before=report["tokensBefore"],
+                tokens_after=report["tokensAfter"],
+                details=report,
+            ),
+        )
+
+    # ------------------------------------------------------------ tools
+
+    def tools(self) -> list[ToolSpec]:
+        return list(TOOL_SPECS)
+
+    async def call_tool(self, params: ToolCallParams) -> ToolCallResult:
+        """Answer one recall-tool call; bad arguments give an error result
+        that says what is wrong."""
+        if params.name not in TOOL_NAMES:
+            return ToolCallResult(text=f"unknown tool {params.name!r}; this engine offers {', '.join(TOOL_NAMES)}", is_error=True)
+        try:
+            store = await trio.to_thread.run_sync(self._store_now)
+            text = await trio.to_thread.run_sync(
+                run_tool, store, self.cfg, params.session_id, params.name, params.arguments, count_tokens
+            )
+        except ToolArgumentError as exc:
+            return ToolCallResult(text=str(exc), is_error=True)
+        return ToolCallResult(text=text)
+
+    # ------------------------------------------------------------ status
+
+    def status(self, session_id: str) -> dict[str, Any]:
+        """Per-session figures for an operator: stored messages and tokens,
+        summaries per depth, fallback summaries pending, the last compaction
+        and what the last assembly held."""
+        return self._store_now().status(session_id)
+
+    def sessions(self) -> list[str]:
+        return self._store_now().session_ids()
+
+    async def dispose(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            await trio.to_thread.run_sync(store.close)
+
+
+def _read_session_file(path: str) -> list[AgentMessage]:
+    """The messages on the leaf path of an OpenClaw session file (JSONL tree):
+    every ``message`` entry from the root to the last entry, compacted or not
+    (the engine keeps everything). Lines that do not parse are skipped."""
+    entries: dict[str, dict[str, Any]] = {}
+    leaf: str | None = None
+    with open(path, "rb") as f:
+        for raw in f:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or entry.get("type") == "session":
+                continue
+            entries[entry["id"]] = entry
+            leaf = entry["id"]
+    path_entries: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    current = entries.get(leaf) if leaf else None
+    while current is not None and current["id"] not in seen:
+        seen.add(current["id"])
+        path_entries.append(current)
+        parent = current.get("parentId")
+        current = entries.get(parent) if isinstance(parent, str) else None
+    out: list[AgentMessage] = []
+    for entry in reversed(path_entries):
+        if entry.get("type") != "message":
+            continue
+        try:
+            out.append(from_openclaw(entry.get("message")))
+        except Exception:  # a role outside the contract or a bad shape: not context
+            continue
+    return out
+

@@ -1,0 +1,143 @@
+"""Summary texts: the model's (through ``host.complete``) or a deterministic
+extractive stand-in when the model cannot answer.
+
+The prompts and the stand-in are pure functions of the sources, so the same
+sources always ask the same question and always give the same stand-in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from engines.api import CompleteParams, EngineHost
+
+from .messages import iso_minute
+
+log = logging.getLogger("engines.lossless.summarize")
+
+__all__ = [
+    "Source",
+    "extractive_summary",
+    "model_summary",
+    "summary_id",
+    "summary_prompt",
+]
+
+#: The longest text one source contributes to a summary prompt, in characters.
+SOURCE_PROMPT_CHARS = 12_000
+
+SYSTEM_PROMPT = (
+    "You write the memory of a long conversation between a user and a coding assistant. "
+    "Summarise the excerpt you are given so the assistant can carry on without it: keep "
+    "facts, names, numbers, identifiers, file paths, commands and their outcomes, decisions "
+    "and their reasons, and open questions. Do not invent anything and do not address the "
+    "user. Plain text, terse, no preamble."
+)
+
+
+class Source:
+    """One thing a summary is made from: a raw message or a lower summary."""
+
+    __slots__ = ("id", "label", "text")
+
+    def __init__(self, id: str, label: str, text: str) -> None:  # noqa: A002
+        self.id = id
+        self.label = label
+        self.text = text
+
+
+def summary_id(session_id: str, depth: int, source_ids: Sequence[str]) -> str:
+    """A summary's id, derived from what it summarises (``sum_`` + 16 hex digits)."""
+    key = "\n".join([session_id, str(depth), *source_ids])
+    return "sum_" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f" […{len(text) - limit} chars cut]"
+
+
+def summary_prompt(depth: int, turns: tuple[int, int], time_range: tuple[int, int], sources: Sequence[Source], target_tokens: int) -> str:
+    """The prompt for one summary over ``sources``."""
+    what = "messages" if depth == 0 else "summaries of earlier parts"
+    head = (
+        f"Summarise these {len(sources)} {what} (turns {turns[0]}-{turns[1]}, "
+        f"{iso_minute(time_range[0])} to {iso_minute(time_range[1])}) in at most {target_tokens} tokens.\n"
+    )
+    body = "\n\n".join(f"[{s.label}]\n{_clip(s.text, SOURCE_PROMPT_CHARS)}" for s in sources)
+    return head + "\n" + body
+
+
+def _first_words(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text`` on one line, cut at a word."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat.rfind(" ", 0, limit)
+    if cut < limit // 2:
+        cut = limit
+    return flat[:cut].rstrip() + " …"
+
+
+def extractive_summary(
+    depth: int, turns: tuple[int, int], sources: Sequence[Source], target_tokens: int, count_tokens: Callable[[str], int]
+) -> str:
+    """The deterministic stand-in: the head of every source, one line each,
+    shortened evenly until the whole fits ``target_tokens``."""
+    header = f"(extractive summary, the summariser was unavailable; turns {turns[0]}-{turns[1]})"
+    if not sources:
+        return header
+    per_source = max(24, (target_tokens * 4) // len(sources))
+    while True:
+        lines = [header]
+        for s in sources:
+            text = s.text
+            if text.startswith("(extractive summary"):  # a lower stand-in: skip its header
+                text = text.split(")", 1)[-1]
+            lines.append(f"- {s.label}: {_first_words(text, per_source)}")
+        out = "\n".join(lines)
+        if per_source <= 24 or count_tokens(out) <= target_tokens:
+            return out
+        per_source = max(24, per_source * 3 // 4)
+
+
+async def model_summary(
+    host: EngineHost | None, prompt: str, target_tokens: int, timeout: float, count_tokens: Callable[[str], int]
+) -> tuple[str | None, str]:
+    """Ask the host for a summary. Returns ``(text, outcome)``; ``text`` is
+    None when the model gave nothing usable (outcome says why: ``unbound``,
+    ``timeout``, ``error:<type>``, ``empty``). Never raises (but lets the
+    caller's cancellation through)."""
+    if host is None:
+        return None, "unbound"
+    if timeout <= 0:
+        return None, "timeout"
+    result: Any = None
+    try:
+        with trio.move_on_after(timeout):
+            result = await host.complete(
+                CompleteParams(system=SYSTEM_PROMPT, prompt=prompt, max_output_tokens=target_tokens * 2)
+            )
+    except Exception as exc:  # EngineHostError, or anything a host lets slip: the stand-in applies
+        log.warning("summary call failed; using the extractive stand-in", extra={"fields": {"error": type(exc).__name__}})
+        return None, f"error:{type(exc).__name__}"
+    if result is None:
+        log.warning("summary call timed out; using the extractive stand-in", extra={"fields": {"timeoutSeconds": timeout}})
+        return None, "timeout"
+    text = getattr(result, "text", None)
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty"
+    text = text.strip()
+    limit = target_tokens * 2
+    if count_tokens(text) > limit:  # an answer far over its length: keep its head
+        text = _first_words(text, limit * 4)
+        while count_tokens(text) > limit and len(text) > 16:
+            text = _first_words(text, len(text) * 3 // 4)
+    return text, "model"

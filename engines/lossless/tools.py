@@ -1,0 +1,250 @@
+"""The recall tools the model can call: ``lcm_grep``, ``lcm_describe``, ``lcm_expand``.
+
+Each handler is a synchronous function of the store and the parsed
+arguments (the engine runs it in a worker thread) and returns the text the
+model reads. Bad arguments raise :class:`ToolArgumentError`, which the engine
+turns into an error result with its message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engines.api import ToolSpec
+
+from .config import LosslessConfig
+from .messages import iso_minute
+from .store import MessageRow, Store
+
+__all__ = ["TOOL_NAMES", "TOOL_SPECS", "ToolArgumentError", "run_tool"]
+
+
+class ToolArgumentError(ValueError):
+    """A tool call's arguments are unusable; the message says how."""
+
+
+TOOL_SPECS: list[ToolSpec] = [
+    ToolSpec(
+        name="lcm_grep",
+        description=(
+            "Full-text search over every message and summary of this conversation, including "
+            "parts no longer shown in full. Newest hits first; each with its id (msg_... or "
+            "sum_...), role, turn and a snippet. Use it to recall a detail before answering "
+            "from memory."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words to look for (all of them; any of them if nothing has all)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Most hits to return."},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        name="lcm_describe",
+        description=(
+            "What a summary (sum_...) covers: its text, depth, turns, time range and source ids. "
+            "Given a message id (msg_...), its role, turn, time and the summary that covers it."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "A sum_... or msg_... id."}},
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        name="lcm_expand",
+        description=(
+            "The original messages under a summary (sum_...), oldest first, up to max_tokens; "
+            "or one message (msg_...) in full, up to max_tokens."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "A sum_... or msg_... id."},
+                "max_tokens": {"type": "integer", "minimum": 1, "description": "Largest answer, in tokens."},
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+    ),
+]
+
+TOOL_NAMES: tuple[str, ...] = tuple(spec.name for spec in TOOL_SPECS)
+
+_ID = re.compile(r"(msg|sum)_[0-9a-f]{16}")
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _check_keys(args: Mapping[str, Any], allowed: set[str], name: str) -> None:
+    extra = sorted(set(args) - allowed)
+    if extra:
+        raise ToolArgumentError(f"{name} takes {', '.join(sorted(allowed))}; unknown argument(s): {', '.join(extra)}")
+
+
+def _int_arg(args: Mapping[str, Any], key: str, default: int, maximum: int, name: str) -> int:
+    value = args.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ToolArgumentError(f"{name}: {key} must be a positive integer, got {value!r}")
+    return min(value, maximum)
+
+
+def _id_arg(args: Mapping[str, Any], name: str) -> str:
+    value = args.get("id")
+    if not isinstance(value, str) or not value.strip():
+        raise ToolArgumentError(f"{name}: id must be a non-empty string such as sum_0123456789abcdef")
+    value = value.strip()
+    if not _ID.fullmatch(value):
+        raise ToolArgumentError(f"{name}: {value!r} is not an id; ids look like sum_0123456789abcdef or msg_0123456789abcdef")
+    return value
+
+
+def fts_queries(query: str) -> list[str]:
+    """FTS5 queries for free text: all words (each quoted, so no word is read
+    as an operator), then any of them. Empty when there is no word."""
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+    if not words:
+        return []
+    quoted = ['"' + w.replace('"', '""') + '"' for w in words[:32]]
+    all_of = " AND ".join(quoted)
+    return [all_of] if len(quoted) == 1 else [all_of, " OR ".join(quoted)]
+
+
+def _render_message(row: MessageRow) -> str:
+    return f"[{row.id} turn {row.turn} {row.role} {iso_minute(row.timestamp)}]\n{row.text}"
+
+
+def _grep(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any]) -> str:
+    _check_keys(args, {"query", "limit"}, "lcm_grep")
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ToolArgumentError("lcm_grep: query must be a non-empty string")
+    limit = _int_arg(args, "limit", cfg.grep_default_limit, cfg.grep_max_limit, "lcm_grep")
+    queries = fts_queries(query)
+    if not queries:
+        raise ToolArgumentError(f"lcm_grep: the query {query!r} has no word to search for")
+    hits: list[dict[str, Any]] = []
+    mode = "all words"
+    for i, match in enumerate(queries):
+        hits = store.grep(session_id, match, limit, exclude_tools=TOOL_NAMES)
+        if hits:
+            mode = "all words" if i == 0 else "any word"
+            break
+    if not hits:
+        return f"No match for {query!r} in this conversation."
+    lines = [f"{len(hits)} hit{'s' if len(hits) != 1 else ''} for {query!r} ({mode}), newest first:"]
+    for h in hits:
+        turns = h["turns"]
+        where = f"turn {turns[0]}" if turns[0] == turns[1] else f"turns {turns[0]}-{turns[1]}"
+        snippet = " ".join(str(h["snippet"]).split())
+        lines.append(f"- {h['id']} · {h['role']} · {where} · {iso_minute(h['time'])}: {snippet}")
+    return "\n".join(lines)
+
+
+def _describe(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any]) -> str:
+    _check_keys(args, {"id"}, "lcm_describe")
+    ident = _id_arg(args, "lcm_describe")
+    if ident.startswith("msg_"):
+        row = store.message(session_id, ident)
+        if row is None:
+            raise ToolArgumentError(f"lcm_describe: no message {ident} in this conversation")
+        cover = store.covering_summary(session_id, row.seq)
+        covered = f"covered by summary {cover.id}" if cover else "not summarised yet (still shown in full)"
+        return (
+            f"{row.id}: {row.role} message, turn {row.turn}, {iso_minute(row.timestamp)}, {row.tokens} tokens, {covered}.\n"
+            f"Use lcm_expand with this id for its full text."
+        )
+    s = store.summary(session_id, ident)
+    if s is None:
+        raise ToolArgumentError(f"lcm_describe: no summary {ident} in this conversation")
+    sources = store.summary_sources(s.id)
+    kind = "leaf summary of messages" if s.depth == 0 else f"condensed summary of depth-{s.depth - 1} summaries"
+    parent = f"condensed into {s.parent_id}" if s.parent_id else "not condensed further"
+    lines = [
+        f"{s.id}: {kind}, depth {s.depth}, turns {s.turn_lo}-{s.turn_hi}, "
+        f"{iso_minute(s.time_lo)} to {iso_minute(s.time_hi)}",
+        f"{len(sources)} sources ({s.source_tokens} tokens) summarised in {s.tokens} tokens; "
+        f"{'extractive stand-in (the summariser was unavailable)' if s.fallback else 'written by the model'}; {parent}.",
+        "sources: " + ", ".join(sources),
+        "",
+        s.text,
+    ]
+    return "\n".join(lines)
+
+
+def _expand(
+    store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any], count_tokens: Callable[[str], int]
+) -> str:
+    _check_keys(args, {"id", "max_tokens"}, "lcm_expand")
+    ident = _id_arg(args, "lcm_expand")
+    cap = _int_arg(args, "max_tokens", cfg.expand_default_tokens, cfg.expand_max_tokens, "lcm_expand")
+    if ident.startswith("msg_"):
+        row = store.message(session_id, ident)
+        if row is None:
+            raise ToolArgumentError(f"lcm_expand: no message {ident} in this conversation")
+        text = _render_message(row)
+        if count_tokens(text) <= cap:
+            return text
+        return _cut_to(text, cap, count_tokens) + f"\n[… message cut at {cap} tokens; pass a larger max_tokens (at most {cfg.expand_max_tokens}) for more]"
+    s = store.summary(session_id, ident)
+    if s is None:
+        raise ToolArgumentError(f"lcm_expand: no summary {ident} in this conversation")
+    rows = store.messages_between(session_id, s.seq_lo, s.seq_hi)
+    header = f"{len(rows)} messages under {s.id} (turns {s.turn_lo}-{s.turn_hi}), oldest first:"
+    used = count_tokens(header)
+    parts = [header]
+    shown = 0
+    for row in rows:
+        text = _render_message(row)
+        tokens = count_tokens(text) + 1
+        if used + tokens > cap:
+            break
+        parts.append(text)
+        used += tokens
+        shown += 1
+    if shown < len(rows):
+        rest = rows[shown:]
+        hint = (
+            f"expand its sources ({', '.join(store.summary_sources(s.id))}) one at a time"
+            if s.depth > 0
+            else f"pass a larger max_tokens (at most {cfg.expand_max_tokens}) or lcm_expand single messages such as {rest[0].id}"
+        )
+        parts.append(
+            f"[… {len(rest)} more message{'s' if len(rest) != 1 else ''} (turns {rest[0].turn}-{rest[-1].turn}, "
+            f"{sum(r.tokens for r in rest)} tokens) not shown within {cap} tokens; {hint}]"
+        )
+    return "\n\n".join(parts)
+
+
+def _cut_to(text: str, cap: int, count_tokens: Callable[[str], int]) -> str:
+    """The longest head of ``text`` (by characters, found by halving) within ``cap`` tokens."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(text[:mid]) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+def run_tool(
+    store: Store, cfg: LosslessConfig, session_id: str, name: str, args: Mapping[str, Any], count_tokens: Callable[[str], int]
+) -> str:
+    """Run one tool call; raises :class:`ToolArgumentError` on bad input."""
+    if not isinstance(args, Mapping):
+        raise ToolArgumentError(f"{name}: arguments must be a JSON object")
+    if name == "lcm_grep":
+        return _grep(store, cfg, session_id, args)
+    if name == "lcm_describe":
+        return _describe(store, cfg, session_id, args)
+    if name == "lcm_expand":
+        return _expand(store, cfg, session_id, args, count_tokens)
+    raise ToolArgumentError(f"unknown tool {name!r}; this engine offers {', '.join(TOOL_NAMES)}")

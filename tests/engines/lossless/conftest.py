@@ -1,0 +1,95 @@
+"""Helpers for the lossless engine's tests: a fake host and conversations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from engines import (
+    AfterTurnParams,
+    AgentMessage,
+    AssembleParams,
+    AssistantMessage,
+    MaintainParams,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+from engines.lossless import LosslessEngine
+from engines.testkit import FakeHost
+
+SESSION = "thread-1"
+T0 = 1_700_000_000_000
+
+# Small sizes so that a few turns are enough to compact.
+SMALL = {
+    "token_budget": 2_000,
+    "fresh_tail_tokens": 300,
+    "fresh_tail_messages": 2,
+    "leaf_chunk_tokens": 300,
+    "leaf_summary_tokens": 40,
+    "condensed_summary_tokens": 60,
+    "condense_fanout": 3,
+    "summary_timeout": 5.0,
+    "step_deadline": 30.0,
+}
+
+
+@pytest.fixture
+def host(tmp_path) -> Iterator[FakeHost]:
+    with FakeHost(tmp_path / "state") as h:
+        yield h
+
+
+def words(n: int, seed: int) -> str:
+    vocab = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima"]
+    return " ".join(vocab[(seed * 7 + i * 3) % len(vocab)] for i in range(n))
+
+
+def turn(n: int, *, tool: bool = True, say: str | None = None, size: int = 40) -> list[AgentMessage]:
+    """One turn: the user's prompt, optionally a tool call and its result, a reply."""
+    ts = T0 + n * 10_000
+    out: list[AgentMessage] = [UserMessage(content=say or f"turn {n}: {words(size, n)}", timestamp=ts)]
+    if tool:
+        call_id = f"call_{n}"
+        out.append(AssistantMessage(content=[ToolCallBlock(id=call_id, name="bash", arguments={"command": f"echo {n}"})], timestamp=ts + 1))
+        out.append(
+            ToolResultMessage(
+                tool_call_id=call_id, tool_name="bash", content=[TextBlock(text=f"output {n} {words(size, n + 1)}")], is_error=False, timestamp=ts + 2
+            )
+        )
+    out.append(AssistantMessage(content=[TextBlock(text=f"reply {n}: {words(size // 2, n + 2)}")], timestamp=ts + 3))
+    return out
+
+
+def conversation(turns: int, **kwargs) -> list[AgentMessage]:
+    out: list[AgentMessage] = []
+    for n in range(1, turns + 1):
+        out.extend(turn(n, **kwargs))
+    return out
+
+
+async def make_engine(host: FakeHost, config: dict | None = None) -> LosslessEngine:
+    engine = LosslessEngine(dict(SMALL if config is None else config))
+    await engine.bind(host)
+    return engine
+
+
+async def run_turn(engine: LosslessEngine, history: list[AgentMessage], new: list[AgentMessage], *, maintain: bool = True, budget: int | None = None):
+    """assemble (before the turn), after_turn with the full snapshot, maintain; returns the assembly."""
+    result = await engine.assemble(AssembleParams(session_id=SESSION, session_key=SESSION, messages=list(history), token_budget=budget))
+    history.extend(new)
+    await engine.after_turn(
+        AfterTurnParams(
+            session_id=SESSION, session_key=SESSION, session_file="", messages=list(history), pre_prompt_message_count=len(history) - len(new), token_budget=budget
+        )
+    )
+    if maintain:
+        await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
+    return result
+
+
+async def assemble(engine: LosslessEngine, history: list[AgentMessage] | None = None, budget: int | None = None):
+    return await engine.assemble(AssembleParams(session_id=SESSION, session_key=SESSION, messages=list(history or []), token_budget=budget))
