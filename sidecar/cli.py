@@ -286,9 +286,12 @@ def _serve_started(
             recorder=recorder,
             child=Child(popen),
         )
-        # With no engine (legacy, or one that failed to load) the lifecycle
+        # The engine's host, bound before the relay reads the client's first
+        # line; an engine whose bind fails runs as legacy.
+        bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
+        # With no engine (legacy, or one that failed to load or bind) the lifecycle
         # keeps only the history earlier rebuilds moved: the thread stays whole.
-        lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)
+        lifecycle = Lifecycle(proxy, bound, state_dir, lifecycle_options, host=host)
         lifecycle.install(proxy.hooks)
         try:
             return await proxy.run()
@@ -300,6 +303,24 @@ def _serve_started(
     finally:
         if recorder is not None:
             recorder.close()
+
+
+async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]:
+    """(the engine, its host) once bound; (None, None) when there is no
+    engine or it could not be bound (logged: the sidecar runs legacy)."""
+    if engine is None:
+        return None, None
+    from .host import SidecarHost, bind_engine, engine_state_dir
+
+    try:
+        folder = engine_state_dir(state_dir, engine.info.id)
+    except OSError as exc:
+        log.error("engine state folder unusable; running legacy", extra={"fields": {"engineId": engine.info.id, "error": type(exc).__name__}})
+        return None, None
+    host = SidecarHost(str(folder))
+    if not await bind_engine(engine, host, deadline):
+        return None, None
+    return engine, host
 
 
 def freeze_startup_heap() -> int:
