@@ -276,6 +276,9 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
         for line in lines:
             thread_ids_in(json.loads(line), named)
         assert named == {tid}
+        # Nor what a thread/start sends that names no thread (one start: the client's).
+        unattributed = [n for n in (json.loads(line) for line in lines) if n.get("method") in ("configWarning", "remoteControl/status/changed")]
+        assert len(unattributed) <= 2, unattributed
         assert not [line for line in lines if b"COMPLETION-ANSWER" in line or b"PROMPT-MARK" in line or b"SYS-MARK" in line]
         assert [t["id"] for t in listed["data"]] == [tid]
         assert loaded["data"] == [tid]
