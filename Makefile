@@ -1,5 +1,6 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
+#                 (make demo ENGINE=lossless: summaries and a recall tool call)
 #   make test     the whole test suite (real-codex tests included)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
@@ -32,7 +33,7 @@ $(CODEX_BIN):
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
-	$(PY) -m tools.demo --codex-bin $(CODEX_BIN)
+	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE))
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
