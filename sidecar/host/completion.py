@@ -114,11 +114,12 @@ class Collector:
                     total_tokens=int(last.get("totalTokens") or 0),
                 )
         elif method == "turn/started":
-            turn = params.get("turn")
-            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-                self.turn_id = turn["id"]
+            started = params.get("turn")
+            if isinstance(started, dict) and isinstance(started.get("id"), str):
+                self.turn_id = started["id"]
         elif method == "turn/completed":
-            turn = params.get("turn") if isinstance(params.get("turn"), dict) else {}
+            done = params.get("turn")
+            turn: dict[str, Any] = done if isinstance(done, dict) else {}
             status = turn.get("status")
             if status != "completed":
                 error = turn.get("error") if isinstance(turn.get("error"), dict) else {}
@@ -146,7 +147,7 @@ class Completions:
     async def complete(self, params: CompleteParams) -> CompleteResult:
         if not isinstance(params, CompleteParams):
             raise EngineHostError("complete takes a CompleteParams")
-        if self.proxy.router.child_gone or self.proxy._nursery is None:
+        if not self.proxy.running:
             raise EngineHostError("the codex app-server is not running")
         self.stats["calls"] += 1
         started = trio.current_time()

@@ -32,14 +32,15 @@ from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from .offered import NONE, OfferedTools
-from .tools import call_arguments, engine_call, failed_answer, is_engine_item, merge_tools, mentions_tool_call, tool_answer, usable_specs, without_engine_items
+from .tools import call_arguments, engine_call, failed_answer, is_engine_item, mentions_tool_call, merge_tools, tool_answer, usable_specs, without_engine_items
 
 log = logging.getLogger("codex_sidecar.host")
 
 READS = ("thread/read", "thread/resume", "thread/fork", "thread/turns/list", "thread/items/list")
 """Client reads whose answers may hold the engine's tool call items."""
 ANSWERED_KEPT = 1024
-"""Ids of answered tool calls remembered for their ``serverRequest/resolved``."""
+"""Ids of answered tool calls remembered for their ``serverRequest/resolved``
+(and listings remembered for their answers)."""
 
 
 def engine_specs(engine: Any) -> list[ToolSpec]:
@@ -163,7 +164,8 @@ class EngineTools:
     async def answer(self, request_id: Any, params: dict[str, Any]) -> None:
         """Answer one call through the engine; never raises."""
         thread_id, name = params["threadId"], params["tool"]
-        call_id = params.get("callId") if isinstance(params.get("callId"), str) else ""
+        given = params.get("callId")
+        call_id = given if isinstance(given, str) else ""
         session = self.sessions.get(thread_id)
         started = trio.current_time()
         arguments = call_arguments(params.get("arguments"))
@@ -227,6 +229,8 @@ class EngineTools:
         params = msg.params()
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
             self._lists[msg.id] = params["threadId"]
+            while len(self._lists) > ANSWERED_KEPT:  # pages the sidecar answered itself never come back here
+                del self._lists[next(iter(self._lists))]
         return None
 
     def on_read_response(self, msg: Message, pending: PendingRequest) -> Decision:

@@ -22,7 +22,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 import trio
 
 from engines.lossless import status as lossless_status
