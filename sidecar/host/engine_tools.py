@@ -130,8 +130,13 @@ class EngineTools:
 
     def on_started(self, msg: Message, pending: PendingRequest) -> Decision:
         names = self._starts.pop(pending.client_id, None)
-        if names:
-            self._record(_thread_id(msg.result()), frozenset(names))
+        thread_id = _thread_id(msg.result())
+        if names and thread_id is not None:
+            self._record(thread_id, frozenset(names))
+            session = self.sessions.get(thread_id)
+            if session is not None:
+                # assemble's available_tools are the client's own dynamic tools.
+                session.tools = session.tools - frozenset(names)
         return None
 
     def on_fork(self, msg: Message) -> Decision:

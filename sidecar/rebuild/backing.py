@@ -18,6 +18,10 @@ translates at the child edge, on bytes:
 * ``thread/list`` and ``thread/loaded/list`` answers lose their retired and
   spare entries before that.
 
+Threads the sidecar runs for itself (the engine's model calls,
+``sidecar.host.completion``) are hidden the same way (:meth:`BackingThreads.own`),
+and each frame about one goes to its listener instead of the client.
+
 Only thread-id members are translated or looked at (``threadId``, ``id``,
 ``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
 ``conversationId`` whose value is a UUID): a regex and a dict lookup, and
