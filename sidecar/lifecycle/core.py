@@ -208,7 +208,8 @@ class Lifecycle:
         if self.host is not None and self.host.completions is not None:
             host["completions"] = dict(self.host.completions.stats)
         return {
-            "engine": {"id": self.engine_id, "ownsCompaction": self.calls.owns_compaction, **host},
+            "engine": {"id": self.engine_id, "ownsCompaction": self.calls.owns_compaction},
+            **({"host": host} if host else {}),
             "projectionMode": self.options.projection_mode,
             "rebuilds": released["rebuilds"] + sum(s.rebuilds for s in self.sessions.values()),
             "releasedThreads": released["threads"],

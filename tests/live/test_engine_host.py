@@ -213,8 +213,8 @@ async def test_engine_tool_calls_are_answered_by_the_sidecar_and_never_reach_the
         assert not [line for line in lines if b"call_note" in line or b"call_broken" in line]
         assert not [line for line in lines if b"broken_tool" in line]
         assert [i["tool"] for a in answers for i in dynamic_items(a)] == ["get_weather"] * 3
-        assert status["lifecycle"]["engine"]["engineTools"]["calls"] == 2
-        assert status["lifecycle"]["engine"]["engineTools"]["errors"] == 1
+        assert status["lifecycle"]["host"]["engineTools"]["calls"] == 2
+        assert status["lifecycle"]["host"]["engineTools"]["errors"] == 1
         # The transcript mirror has the client's tool call, not the engine's.
         mirrors = b"".join(p.read_bytes() for p in (tmp_path / "state").rglob(f"*{tid}*.jsonl"))
         assert b"call_weather" in mirrors and b"call_note" not in mirrors
@@ -281,7 +281,7 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
         assert not [line for line in lines if b"COMPLETION-ANSWER" in line or b"PROMPT-MARK" in line or b"SYS-MARK" in line]
         assert [t["id"] for t in listed["data"]] == [tid]
         assert loaded["data"] == [tid]
-        assert status["lifecycle"]["engine"]["completions"]["calls"] >= 2
+        assert status["lifecycle"]["host"]["completions"]["calls"] >= 2
         assert len([n for n in (json.loads(line) for line in lines) if n.get("method") == "turn/completed"]) == 2
 
 
