@@ -37,6 +37,8 @@ pytestmark = needs_codex
 DIST = "live-host-engines"
 TOOLS_ID = "live-host-tools"
 COMPLETE_ID = "live-host-complete"
+UNBOUND_ID = "live-host-unbindable"
+SLOW_ID = "live-host-slow"
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -90,6 +92,28 @@ class Complete(RecordingEngine):
         with open(os.path.join(self.host.state_dir, "answers.jsonl"), "a") as f:
             f.write(json.dumps(record) + "\\n")
         return MaintainResult(changed=False)
+
+
+class Unbindable(Tools):
+    """Its bind fails: the sidecar must run legacy, offering no tools."""
+
+    def __init__(self, config=None):
+        RecordingEngine.__init__(self, config, info=EngineInfo(id="{UNBOUND_ID}", name="unbindable", version="0"))
+
+    async def bind(self, host):
+        raise OSError("cannot open my store")
+
+
+class Slow(Tools):
+    """Its tool never answers."""
+
+    def __init__(self, config=None):
+        RecordingEngine.__init__(self, config, info=EngineInfo(id="{SLOW_ID}", name="slow", version="0"))
+
+    async def call_tool(self, params):
+        import trio
+
+        await trio.sleep_forever()
 '''
 
 
@@ -101,6 +125,7 @@ def install(site: Path) -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST}\nVersion: 0.0.1\n")
     (info / "entry_points.txt").write_text(
         f"[openclaw.context_engines]\n{TOOLS_ID} = live_host_engines:Tools\n{COMPLETE_ID} = live_host_engines:Complete\n"
+        f"{UNBOUND_ID} = live_host_engines:Unbindable\n{SLOW_ID} = live_host_engines:Slow\n"
     )
 
 
@@ -232,6 +257,45 @@ async def test_engine_tool_calls_are_answered_by_the_sidecar_and_never_reach_the
         assert again.server_requests == []
         assert not [line for line in lines if b"call_again" in line or b"call_note" in line]
         assert [i["tool"] for a in answers for i in dynamic_items(a)] == ["get_weather"] * 3
+
+
+async def test_an_engine_whose_bind_fails_runs_as_legacy_and_offers_no_tools(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    install(tmp_path / "site")
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, UNBOUND_ID)
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work), dynamicTools=[WEATHER])
+            done = await client.run_turn(tid, "hello", timeout=TURN_TIMEOUT)
+            assert done["turn"]["status"] == "completed", done
+            status = await client.request("sidecar/status")
+    assert tool_names(model.requests[0]).count("note_lookup") == 0
+    assert "get_weather" in tool_names(model.requests[0])
+    assert "lifecycle" not in status  # legacy: the lifecycle does not run
+    assert "bind failed; running legacy" in client.stderr_text
+    assert "cannot open my store" not in client.stderr_text
+
+
+async def test_an_engine_tool_that_never_answers_gives_the_model_an_error_result(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    install(tmp_path / "site")
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, SLOW_ID)
+        env["CODEX_SIDECAR_ENGINE_DEADLINE"] = "1"
+        model.script(FunctionCall("note_lookup", {"key": "k"}, call_id="call_slow"), Text("gave up"))
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            done = await client.run_turn(tid, "look it up", timeout=TURN_TIMEOUT)
+            assert done["turn"]["status"] == "completed", done
+            lines = client_lines(client)
+    answer = outputs(model.requests[1])["call_slow"]
+    assert "note_lookup" in answer and "no answer within 1 seconds" in answer
+    assert client.server_requests == []
+    assert not [line for line in lines if b"call_slow" in line]
 
 
 async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_path):
