@@ -134,3 +134,16 @@ async def test_the_engines_items_are_dropped_and_stripped_from_reads(tmp_path):
     assert [e["item"]["id"] for e in json.loads(stripped)["result"]["data"]] == ["c2"]  # type: ignore[arg-type]
     plain = encode_response(12, {"thread": {"id": THREAD, "turns": [{"id": "t", "items": [theirs]}]}})
     assert tools.on_read_response(msg(plain), PendingRequest(12, "thread/read", 12)) is None
+
+
+async def test_a_fork_inherits_its_parents_engine_tools(tmp_path):
+    tools, relay, _, sessions = make(tmp_path)
+    await _start(tools, relay, sessions, [])
+    child = "01a20132-7ebc-77b0-b0eb-acc03048d214"
+    mine = {"type": "dynamicToolCall", "id": "c1", "namespace": None, "tool": "lcm_grep", "arguments": {}}
+    assert tools.on_fork(msg(encode_request(20, "thread/fork", {"threadId": THREAD}))) is None
+    forked = encode_response(20, {"thread": {"id": child, "turns": [{"id": "t", "items": [mine]}]}})
+    stripped = tools.on_read_response(msg(forked), PendingRequest(20, "thread/fork", 20))
+    assert json.loads(stripped)["result"]["thread"]["turns"][0]["items"] == []  # type: ignore[arg-type]
+    await relay.run_spawned()
+    assert OfferedTools(tmp_path).get(child) == {"lcm_grep"}
