@@ -1,5 +1,6 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
+#                 (make demo ENGINE=lossless: summaries and a recall tool call)
 #   make test     the whole test suite (real-codex tests included)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~2 min fresh)
 #   make test-openclaw  OpenClaw's whole agent through the sidecar (slow; see docs/testing.md)
@@ -81,7 +82,7 @@ openclaw: $(OPENCLAW_TEMPLATE)/.installed
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
-	$(PY) -m tools.demo --codex-bin $(CODEX_BIN)
+	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE))
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

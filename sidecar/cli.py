@@ -133,10 +133,17 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
     sys.exit(_serve(settings, [codex, *codex_args], ctx.meta.get("engines_config", {})))
 
 
-@cli.command("engines")
+@cli.group("engines", invoke_without_command=True)
 @click.pass_context
 def engines_cmd(ctx: click.Context) -> None:
-    """List the context engines installed, where they come from, and which is selected."""
+    """List the context engines installed, where they come from, and which is selected.
+
+    \b
+    Per-engine views:
+      codex-sidecar engines lossless status [THREAD] [--json]
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     from engines import list_engines
 
     settings = ctx.obj
@@ -148,6 +155,41 @@ def engines_cmd(ctx: click.Context) -> None:
         click.echo(f"{mark} {e.id:<24} {e.distribution or '-'} {e.version or '-':<10} {e.value}{'' if trusted else '  (not in allowlist)'}")
     if not any(e.id == settings["engine"] for e in rows):
         click.echo(f"selected engine {settings['engine']!r} is not installed; the sidecar would run legacy", err=True)
+
+
+@engines_cmd.group("lossless")
+def lossless_cmd() -> None:
+    """The built-in lossless engine's store."""
+
+
+@lossless_cmd.command("status")
+@click.argument("thread", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a session instead of a table.")
+@click.pass_context
+def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -> None:
+    """Per session (THREAD: that one only): stored messages and tokens,
+    summaries per depth, extractive summaries pending, the last compaction
+    and what the last assembly held.
+
+    Reads the engine's store under the state directory (read-only), so it
+    works while the sidecar runs or after.
+    """
+    from .store.lossless_view import StoreMissing, lossless_rows, render_lossless
+
+    settings = ctx.obj
+    state_dir = settings.get("state_dir") or str(default_state_dir())
+    try:
+        rows = lossless_rows(state_dir, thread)
+    except StoreMissing as exc:
+        raise click.ClickException(str(exc)) from None
+    if not rows:
+        raise click.ClickException(f"the lossless store under {state_dir} holds no session{' ' + thread if thread else ''}")
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, sort_keys=True))
+        return
+    for line in render_lossless(rows):
+        click.echo(line)
 
 
 def _normalise(name: str | None) -> str:
@@ -314,9 +356,12 @@ def _serve_started(
             recorder=recorder,
             child=Child(popen),
         )
-        # With no engine (legacy, or one that failed to load) the lifecycle
+        # The engine's host, bound before the relay reads the client's first
+        # line; an engine whose bind fails runs as legacy.
+        bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
+        # With no engine (legacy, or one that failed to load or bind) the lifecycle
         # keeps only the history earlier rebuilds moved: the thread stays whole.
-        lifecycle = Lifecycle(proxy, engine, state_dir, lifecycle_options)
+        lifecycle = Lifecycle(proxy, bound, state_dir, lifecycle_options, host=host)
         lifecycle.install(proxy.hooks)
         try:
             return await proxy.run()
@@ -328,6 +373,24 @@ def _serve_started(
     finally:
         if recorder is not None:
             recorder.close()
+
+
+async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]:
+    """(the engine, its host) once bound; (None, None) when there is no
+    engine or it could not be bound (logged: the sidecar runs legacy)."""
+    if engine is None:
+        return None, None
+    from .host import SidecarHost, bind_engine, engine_state_dir
+
+    try:
+        folder = engine_state_dir(state_dir, engine.info.id)
+    except OSError as exc:
+        log.error("engine state folder unusable; running legacy", extra={"fields": {"engineId": engine.info.id, "error": type(exc).__name__}})
+        return None, None
+    host = SidecarHost(str(folder))
+    if not await bind_engine(engine, host, deadline):
+        return None, None
+    return engine, host
 
 
 def freeze_startup_heap() -> int:

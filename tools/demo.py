@@ -18,6 +18,10 @@ conversation. For every turn it prints:
 At the end it prints the ``lifecycle`` section of ``sidecar/status`` and
 where the transcript mirror (an OpenClaw JSONL session file) lives.
 
+``make demo ENGINE=lossless`` (``--engine lossless``) shows the built-in
+``lossless`` engine instead: its summaries, written through the host, and a
+recall tool call the sidecar answers (:mod:`tools.demo_lossless`).
+
 With the default engine (``legacy``) the sidecar is a transparent relay
 instead; ``tests/test_live_transparency.py`` checks that byte for byte.
 No account, no network beyond 127.0.0.1.
@@ -268,9 +272,19 @@ async def run(codex_bin: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--codex-bin", default=find_codex_bin())
+    ap.add_argument(
+        "--engine",
+        choices=(ENGINE, "lossless"),
+        default=ENGINE,
+        help="lossless: summaries through the host and a recall tool call (tools/demo_lossless.py)",
+    )
     args = ap.parse_args()
     if not args.codex_bin:
         sys.exit("codex binary not found: run `make setup` or pass --codex-bin")
+    if args.engine == "lossless":
+        from tools import demo_lossless
+
+        sys.exit(trio.run(demo_lossless.run, os.path.abspath(args.codex_bin)))
     sys.exit(trio.run(run, os.path.abspath(args.codex_bin)))
 
 

@@ -20,6 +20,10 @@ from typing import Any
 
 import trio
 
+from ..host import Completions, EngineTools, SidecarHost
+from ..host.completion import START_KEYS
+from ..host.engine_tools import engine_specs
+from ..host.offered import OfferedTools
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..rebuild import InPlace, Rebuilder, Strategy
 from ..rebuild.backing import BackingThreads
@@ -43,7 +47,14 @@ log = logging.getLogger("codex_sidecar.lifecycle")
 class Lifecycle:
     """Installs the hooks that run ``engine`` around the turns ``proxy`` relays."""
 
-    def __init__(self, proxy: Proxy, engine: Any | None, state_dir: str | Path, options: LifecycleOptions | None = None) -> None:
+    def __init__(
+        self,
+        proxy: Proxy,
+        engine: Any | None,
+        state_dir: str | Path,
+        options: LifecycleOptions | None = None,
+        host: SidecarHost | None = None,
+    ) -> None:
         self.proxy = proxy
         self.engine = engine
         """None: history only (no engine, or ``legacy``)."""
@@ -90,6 +101,19 @@ class Lifecycle:
         )
         self.turns = Turns(proxy, self.sessions, self.state_dir, requests, self.options, self.calls, self.opening, self.reverts, self.rebuilder, self.spares)
         self.finalizer = Finalizer(proxy, self.sessions, self.state_dir, self.calls, self.spares)
+        self.host = host
+        """The engine's host (``sidecar.host``), given to it by ``bind``."""
+        self.client_thread: dict[str, Any] = {}
+        """The client's last opened thread's settings a completion thread takes."""
+        if engine is not None and host is not None:
+            host.completions = Completions(proxy, self.backing, self.options.engine_deadline, lambda: self.client_thread)
+        specs = engine_specs(engine) if engine is not None else []
+        self.tools: EngineTools | None = None
+        """The engine's tools on the client's threads (None: it has none)."""
+        if specs:
+            self.tools = EngineTools(proxy, engine, specs, OfferedTools(state_dir), self.sessions, self.options, lambda s: self.calls.runtime(s, {}))
+            self.archived.visible = self.tools.visible_page
+            self.opening.visible_turns = self.tools.visible_turns
 
     @property
     def reverting(self) -> dict[str, Any]:
@@ -100,6 +124,8 @@ class Lifecycle:
         if self.engine is None:
             self._install_history(hooks)
             return
+        if self.tools is not None:
+            self.tools.install_front(hooks)
         # (client request, its response): the request hook sees it on the way
         # in, the response hook on the way back.
         pairs = [
@@ -128,6 +154,10 @@ class Lifecycle:
             hooks.on_server_notification(method, self.inplace.swallow_noise)
         self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
+        for method in ("thread/start", "thread/resume", "thread/fork"):
+            hooks.on_response(method, self._note_client_thread)
+        if self.tools is not None:
+            self.tools.install_back(hooks)
         self.proxy.add_status_provider("lifecycle", self.status)
 
     def _install_history(self, hooks: Hooks) -> None:
@@ -167,6 +197,18 @@ class Lifecycle:
             self.archived.seed_fork(thread["id"], parent, params)
         return None if params.get("excludeTurns") else self.archived.splice_thread(msg, result, thread)
 
+    def _note_client_thread(self, msg: Message, pending: PendingRequest) -> Decision:
+        """The settings of the client's newest thread (what the engine's own
+        model calls run with): its cwd, model and provider as Codex answered."""
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if isinstance(thread, dict):
+            merged = {**thread, **result}
+            noted = {k: merged[k] for k in START_KEYS if isinstance(merged.get(k), str)}
+            if noted:
+                self.client_thread = noted
+        return None
+
     async def dispose(self) -> None:
         """The engine's ``dispose`` (best effort) and the mirrors closed, on a clean stop."""
         await self.calls.dispose()
@@ -176,8 +218,14 @@ class Lifecycle:
 
     def status(self) -> dict[str, Any]:
         released = self.opening.released
+        host: dict[str, Any] = {}
+        if self.tools is not None:
+            host["engineTools"] = self.tools.status()
+        if self.host is not None and self.host.completions is not None:
+            host["completions"] = dict(self.host.completions.stats)
         return {
             "engine": {"id": self.engine_id, "ownsCompaction": self.calls.owns_compaction},
+            **({"host": host} if host else {}),
             "projectionMode": self.options.projection_mode,
             "rebuilds": released["rebuilds"] + sum(s.rebuilds for s in self.sessions.values()),
             "releasedThreads": released["threads"],

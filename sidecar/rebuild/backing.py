@@ -18,6 +18,10 @@ translates at the child edge, on bytes:
 * ``thread/list`` and ``thread/loaded/list`` answers lose their retired and
   spare entries before that.
 
+Threads the sidecar runs for itself (the engine's model calls,
+``sidecar.host.completion``) are hidden the same way (:meth:`BackingThreads.own`),
+and each frame about one goes to its listener instead of the client.
+
 Only thread-id members are translated or looked at (``threadId``, ``id``,
 ``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
 ``conversationId`` whose value is a UUID): a regex and a dict lookup, and
@@ -41,7 +45,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +170,9 @@ class BackingThreads:
         """Retired and spare ids: a notification naming one is not the client's."""
         self.spare_starts = 0
         """Spares being started: their unattributed notifications are dropped."""
+        self._owned: dict[str, Callable[[bytes], None]] = {}
+        """Threads the sidecar runs for itself (``sidecar.host.completion``):
+        hidden like a spare, and each frame about one goes to its listener."""
         self.dropped = 0
         self.rolled_back: set[str] = set()
         """Client threads moved back from a pending switch: their ledger is unknown."""
@@ -287,6 +294,16 @@ class BackingThreads:
         alias.retired.append(thread_id)
         self._index(alias)
 
+    def own(self, thread_id: str, listener: Callable[[bytes], None]) -> None:
+        """A thread the sidecar started for itself: hidden from the client
+        for the life of the process, its frames handed to ``listener``."""
+        self._hidden.add(thread_id.encode())
+        self._owned[thread_id] = listener
+
+    def disown(self, thread_id: str) -> None:
+        """No one listens any more; the thread stays hidden."""
+        self._owned.pop(thread_id, None)
+
     def note_spare(self, client: str, spare: str) -> None:
         """Hide the spare at once (its ``thread/started`` follows the answer)."""
         self._hidden.add(spare.encode())
@@ -365,9 +382,17 @@ class BackingThreads:
         members = list(_KEYED.finditer(line))  # one scan: it decides, then it splices
         if not members:
             return line
-        if any(m[2] in self._hidden for m in members) and any(r.encode() in self._hidden for r in routing_ids(line)):
-            self.dropped += 1
-            return None
+        if any(m[2] in self._hidden for m in members):
+            routed = [r for r in routing_ids(line) if r.encode() in self._hidden]
+            if routed:
+                self.dropped += 1
+                listener = self._owned.get(routed[0]) if self._owned else None
+                if listener is not None:
+                    try:
+                        listener(line)
+                    except Exception:
+                        log.exception("listener of a sidecar-owned thread failed")
+                return None
         return _splice(line, members, self._to_client)
 
     def response(self, line: bytes, method: str | None) -> bytes:

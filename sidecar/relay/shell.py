@@ -193,6 +193,11 @@ class Proxy:
             raise call.error
         return call.result
 
+    @property
+    def running(self) -> bool:
+        """Relaying, with the child alive: the sidecar's own requests can be answered."""
+        return self._nursery is not None and not self.router.child_gone
+
     def pending_methods(self) -> set[str]:
         """Methods of the client requests Codex has not answered yet."""
         return self.router.pending.methods()

@@ -22,6 +22,7 @@ process has not opened.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -65,6 +66,9 @@ class ArchivedTurns:
         survive a rebuild (set by the lifecycle in modes that rebuild)."""
         self._wraps: dict[Any, str] = {}
         """client id -> space (turns, items) of a listing whose cursors to wrap."""
+        self.visible: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+        """A page the sidecar answers itself, as the client may see it
+        (``sidecar.host``: without the engine's tool call items)."""
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -443,7 +447,11 @@ class ArchivedTurns:
         return HANDLED
 
     def _answer(self, msg: Message, page: list[dict[str, Any]], after: str | None, back: str | None) -> None:
-        self.proxy.answer_client_request(msg.id, encode_response(msg.id, {"data": page, "nextCursor": after, "backwardsCursor": back}))
+        result: dict[str, Any] = {"data": page, "nextCursor": after, "backwardsCursor": back}
+        params = msg.params()
+        if self.visible is not None and isinstance(params, dict) and isinstance(params.get("threadId"), str):
+            result = self.visible(params["threadId"], result)
+        self.proxy.answer_client_request(msg.id, encode_response(msg.id, result))
 
 
 def _unit_key(space: str, unit: dict[str, Any]) -> Any:
