@@ -1,7 +1,7 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
 #                 (make demo ENGINE=lossless: summaries and a recall tool call)
-#   make test     the whole test suite (real-codex tests included)
+#   make test     lint and type checks, then the whole test suite (real-codex tests included)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~2 min fresh)
 #   make test-openclaw  OpenClaw's whole agent through the sidecar (slow; see docs/testing.md)
 #   make bench    relay benchmark (ratios against a direct connection)
@@ -34,7 +34,7 @@ OPENCLAW_BIN      := $(OPENCLAW_DIR)/openclaw
 OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
-.PHONY: all setup openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale fixtures clean
+.PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale fixtures clean
 
 all: test
 
@@ -84,7 +84,11 @@ setup: $(VENV)/.installed $(CODEX_BIN)
 demo: setup
 	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE))
 
-test: setup
+lint: setup
+	$(PY) -m ruff check sidecar protocol engines
+	$(PY) -m mypy
+
+test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-openclaw: setup openclaw

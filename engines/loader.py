@@ -169,7 +169,7 @@ def _is_async_callable(obj: Any) -> bool:
     """True for ``async def`` functions/methods and objects with an async ``__call__``."""
     if inspect.iscoroutinefunction(obj):
         return True
-    call = getattr(type(obj), "__call__", None)
+    call = getattr(type(obj), "__call__", None)  # noqa: B004 - the class's __call__, to see whether it is async
     return call is not None and inspect.iscoroutinefunction(call)
 
 
@@ -184,7 +184,7 @@ def validate_engine(engine: object, expected_id: str | None = None) -> ContextEn
     """
     problems: list[str] = []
     try:
-        info = getattr(engine, "info")
+        info = engine.info  # type: ignore[attr-defined]  # an object of unknown shape, being checked
     except Exception as exc:  # a missing attribute or a failing property
         info = None
         problems.append(f"has no usable 'info' attribute ({type(exc).__name__}: {exc})")

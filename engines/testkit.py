@@ -417,7 +417,7 @@ class FakeHost:
         if self._owned:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def __enter__(self) -> "FakeHost":
+    def __enter__(self) -> FakeHost:
         return self
 
     def __exit__(self, *exc: Any) -> None:

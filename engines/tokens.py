@@ -282,7 +282,7 @@ def _canonical_json(value: Any) -> str:
 
     def fallback(obj: Any) -> Any:
         if isinstance(obj, (set, frozenset)):
-            return sorted((_canonical_json(v) for v in obj))
+            return sorted(_canonical_json(v) for v in obj)
         return f"<{type(obj).__name__}>"
 
     try:

@@ -35,7 +35,7 @@ e.g. ``Envelope.params``) or already decoded builtins.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, cast
 
 import msgspec
 
@@ -196,7 +196,7 @@ class UnknownInput(_Codex, kw_only=True):
     raw: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-UserInput = Union[TextInput, ImageInput, LocalImageInput, SkillInput, MentionInput, UnknownInput]
+UserInput = TextInput | ImageInput | LocalImageInput | SkillInput | MentionInput | UnknownInput
 
 USER_INPUT_TYPES: dict[str, type[_Input]] = {
     str(cls.__struct_config__.tag): cls
@@ -346,19 +346,19 @@ class UnknownItem(_Codex, kw_only=True):
     raw: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-ThreadItem = Union[
-    UserMessageItem,
-    AgentMessageItem,
-    ReasoningItem,
-    CommandExecutionItem,
-    FileChangeItem,
-    McpToolCallItem,
-    DynamicToolCallItem,
-    WebSearchItem,
-    ContextCompactionItem,
-    PlanItem,
-    UnknownItem,
-]
+ThreadItem = (
+    UserMessageItem
+    | AgentMessageItem
+    | ReasoningItem
+    | CommandExecutionItem
+    | FileChangeItem
+    | McpToolCallItem
+    | DynamicToolCallItem
+    | WebSearchItem
+    | ContextCompactionItem
+    | PlanItem
+    | UnknownItem
+)
 
 ITEM_TYPES: dict[str, type[_Item]] = {
     str(cls.__struct_config__.tag): cls
@@ -392,7 +392,7 @@ def thread_item(data: Any) -> ThreadItem:
     :class:`UnknownItem` holding the raw dict.
     """
     if isinstance(data, (_Item, UnknownItem)):
-        return data
+        return cast(ThreadItem, data)
     try:
         data = _as_builtins(data)
     except (msgspec.DecodeError, UnicodeDecodeError):
@@ -409,19 +409,19 @@ def thread_item(data: Any) -> ThreadItem:
         log.debug("unknown thread item type", extra={"fields": {"type": str(kind)[:64], "itemId": item_id}})
         return UnknownItem(type=kind if isinstance(kind, str) else "", id=item_id, raw=data)
     try:
-        return msgspec.convert(data, cls)
+        return cast(ThreadItem, msgspec.convert(data, cls))
     except msgspec.ValidationError as exc:
         log.debug(
             "thread item does not fit its type; kept as unknown",
             extra={"fields": {"type": kind, "itemId": item_id, "error": str(exc)[:200]}},
         )
-        return UnknownItem(type=kind, id=item_id, raw=data)
+        return UnknownItem(type=str(kind), id=item_id, raw=data)
 
 
 def user_input(data: Any) -> UserInput:
     """One user-input item from its dict (or JSON); never raises."""
     if isinstance(data, (_Input, UnknownInput)):
-        return data
+        return cast(UserInput, data)
     try:
         data = _as_builtins(data)
     except (msgspec.DecodeError, UnicodeDecodeError):
@@ -434,13 +434,13 @@ def user_input(data: Any) -> UserInput:
         log.debug("unknown user input type", extra={"fields": {"type": str(kind)[:64]}})
         return UnknownInput(type=kind if isinstance(kind, str) else "", raw=data)
     try:
-        return msgspec.convert(data, cls)
+        return cast(UserInput, msgspec.convert(data, cls))
     except msgspec.ValidationError as exc:
         log.debug(
             "user input does not fit its type; kept as unknown",
             extra={"fields": {"type": kind, "error": str(exc)[:200]}},
         )
-        return UnknownInput(type=kind, raw=data)
+        return UnknownInput(type=str(kind), raw=data)
 
 
 def user_inputs(items: Any) -> list[UserInput]:

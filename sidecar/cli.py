@@ -317,9 +317,9 @@ def _serve_started(
     import trio
 
     from .child import Child
-    from .relay import Proxy, ProxyOptions
     from .lifecycle import Lifecycle, LifecycleOptions
     from .record import Recorder
+    from .relay import Proxy, ProxyOptions
 
     recorder = None
     if settings.get("record"):

@@ -109,7 +109,9 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
 def check_tokenizer(name: Callable[[], str] | None = None) -> Finding:
     """Exact o200k counts need bpe-openai; without it budgets are chars/4 guesses."""
     if name is None:
-        from engines.tokens import tokenizer_name as name
+        from engines.tokens import tokenizer_name
+
+        name = tokenizer_name
     which = name()
     if which == "o200k_base":
         return Finding("tokenizer", True, "o200k_base (bpe-openai)")

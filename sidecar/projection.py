@@ -416,7 +416,7 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_canonical(child) for child in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((_canonical_json(_canonical(child)) for child in value))
+        return sorted(_canonical_json(_canonical(child)) for child in value)
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     return f"<{type(value).__name__}>"  # never repr(): it may hold an address

@@ -29,6 +29,7 @@ compaction.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -104,7 +105,7 @@ def condense_groups(active: Sequence[SummaryRow], fanout: int) -> list[SummaryRo
         group = by_depth[depth]
         if len(group) > fanout:
             chosen = group[:fanout]
-            if all(b.seq_lo == a.seq_hi + 1 for a, b in zip(chosen, chosen[1:])):
+            if all(b.seq_lo == a.seq_hi + 1 for a, b in itertools.pairwise(chosen)):
                 return chosen
             log.warning("summaries of one depth are not consecutive; not condensing them", extra={"fields": {"depth": depth}})
     return None

@@ -152,7 +152,7 @@ class LosslessEngine(BaseContextEngine):
         known = self._known.get(session_id)
         if known is None:
             known = self._known[session_id] = store.known_idents(session_id)
-        todo = [(m, i) for m, i in zip(messages, idents) if i not in known]
+        todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in known]
         if not todo:
             return 0
         stored = store.ingest(session_id, session_key, [m for m, _ in todo], [i for _, i in todo], estimate_message_tokens)

@@ -192,5 +192,5 @@ def valid_cuts(messages: Sequence[AgentMessage]) -> list[bool]:
 
 def iso_minute(ms: int) -> str:
     """``2025-01-31T12:34Z`` for a time in ms since the epoch (UTC)."""
-    moment = _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
+    moment = _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%MZ")

@@ -265,7 +265,7 @@ class Store:
     # ------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, state_dir: str | os.PathLike[str], name: str = DB_NAME) -> "Store":
+    def open(cls, state_dir: str | os.PathLike[str], name: str = DB_NAME) -> Store:
         """Open (creating and migrating as needed) ``<state_dir>/<name>``."""
         folder = Path(state_dir)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -376,7 +376,7 @@ class Store:
         if len(messages) != len(idents):
             raise ValueError("one identity per message is needed")
         present = self.known_idents(session_id, idents)
-        todo = [(m, i) for m, i in zip(messages, idents) if i not in present]
+        todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in present]
         if not todo:
             return []
         prepared = [(m, i, count_tokens(m), message_text(m), encode_openclaw(m)) for m, i in todo]

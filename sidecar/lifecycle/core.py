@@ -24,11 +24,11 @@ from ..host import Completions, EngineTools, SidecarHost
 from ..host.completion import START_KEYS
 from ..host.engine_tools import engine_specs
 from ..host.offered import OfferedTools
-from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..rebuild import InPlace, Rebuilder, Strategy
 from ..rebuild.backing import BackingThreads
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import REVERT_NOTIFICATIONS
+from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
 from ..store.inspect import InspectLog, inspect_path

@@ -12,8 +12,8 @@ import trio
 
 from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after_turn_with_fallback
 
-from ..relay import Decision, Message, Proxy
 from ..rebuild.fresh import Spares
+from ..relay import Decision, Message, Proxy
 from ..session.identity import fingerprint, fingerprints
 from ..session.state import ThreadSession, TurnState, now_ms
 from ..store.archive import TurnArchive, archive_path, archived_turn
@@ -267,7 +267,7 @@ class Finalizer:
                 "count": state.assembled_count,
                 "estimatedTokens": state.estimated_tokens,
                 "messages": state.assembled_roles,
-                **({"omitted": state.assembled_count - len(state.assembled_roles)} if (state.assembled_count or 0) > len(state.assembled_roles) else {}),
+                **({"omitted": (state.assembled_count or 0) - len(state.assembled_roles)} if (state.assembled_count or 0) > len(state.assembled_roles) else {}),
             },
             "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
             # The turn's contribution to model input, before and after projection.

@@ -68,7 +68,11 @@ class Injections:
         session.injected = [placed if i is injection else i for i in session.injected]
         framing = session.injected_framing
         journal = self.journal(session)
-        await trio.to_thread.run_sync(lambda: (journal.append(placed), journal.framing(framing)))
+        def write() -> None:
+            journal.append(placed)
+            journal.framing(framing)
+
+        await trio.to_thread.run_sync(write)
 
     async def load(self, session: ThreadSession, last_turn: str | None) -> None:
         """At the session's opening: the journal, then what came meanwhile."""

@@ -13,9 +13,9 @@ import trio
 
 from protocol import parse, rewrite
 
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession, Unfollowed
 from ..store.archive import TurnArchive, archive_path
@@ -94,12 +94,12 @@ class ClientReverts:
                 session.reverts_answered = trio.Event()
                 self._unanswered[msg.id] = session
         decision = self._redirect_if_archived(msg, ("beforeTurnId",), self.archive_reverts)
-        if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):  # type: ignore[union-attr]
+        if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):
             # Before it goes: a kill after Codex carried it out but before its
             # answer is read must not leave the reverted turns in the mirror.
             with contextlib.suppress(ValueError):
                 TurnArchive(archive_path(self.state_dir, session.thread_id)).begin_revert(
-                    params["beforeTurnId"], sorted(self.in_flight(session))  # type: ignore[index]
+                    params["beforeTurnId"], sorted(self.in_flight(session))
                 )
         return decision
 

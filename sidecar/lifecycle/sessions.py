@@ -11,9 +11,9 @@ from typing import Any
 
 import trio
 
-from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
+from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
 from ..session.identity import fingerprints
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms

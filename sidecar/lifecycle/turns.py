@@ -15,9 +15,9 @@ from engines import AgentMessage, AssembleParams
 from protocol import parse, rewrite
 
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..session.identity import fingerprints, message_chars
 from ..session.options import LifecycleOptions
 from ..session.planner import Ledger, Slack, plan_turn

@@ -5,6 +5,7 @@ from the client, which did not ask for it."""
 from __future__ import annotations
 
 import logging
+
 import trio
 
 from ..relay import HANDLED, Decision, Message, Proxy, RpcError

@@ -26,8 +26,8 @@ import msgspec
 
 from protocol import (
     CHILD_EXITED,
-    OUTCOME_UNKNOWN,
     DEFAULT_MAX_LINE,
+    OUTCOME_UNKNOWN,
     Envelope,
     Fragment,
     IdSpace,

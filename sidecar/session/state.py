@@ -17,11 +17,11 @@ import trio
 
 from engines import AgentMessage, PromptCacheInfo, Usage
 
-from ..store.inspect import InspectLog
 from ..store.injected import Injection
-from .identity import FingerprintCache
+from ..store.inspect import InspectLog
 from ..store.ledger import Ledger
 from ..store.mirror import TranscriptMirror
+from .identity import FingerprintCache
 
 
 @dataclass

@@ -167,7 +167,7 @@ class TurnArchive:
                 pending = None  # the thread went on: too late to follow
         return pending
 
-    def copy_from(self, parent: "TurnArchive", *, before: str | None = None, last: str | None = None) -> None:
+    def copy_from(self, parent: TurnArchive, *, before: str | None = None, last: str | None = None) -> None:
         """A fork's archive: the parent's, cut like the fork itself (the turns
         before ``before``, or up to and including ``last``)."""
         turns, dropped, forgotten = parent._read()

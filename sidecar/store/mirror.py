@@ -69,7 +69,7 @@ def _ms(iso: Any, default: int = 0) -> int:
     except ValueError:
         return default
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
+        moment = moment.replace(tzinfo=_dt.UTC)
     return int(round(moment.timestamp() * 1000))
 
 
@@ -191,7 +191,7 @@ class TranscriptMirror(SessionFile):
             return None
         return list(view.messages)
 
-    def _extended(self, view: "_View") -> list[AgentMessage] | None:
+    def _extended(self, view: _View) -> list[AgentMessage] | None:
         """The last view plus the message entries appended after its leaf, when
         the new leaf descends from it through new entries only, none of them a
         compaction (the common case: a turn appended); else None."""

@@ -29,6 +29,7 @@ import trio
 
 from protocol import encode_response, rewrite
 
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from .archive import (
     CURSOR_PREFIX,
     TurnArchive,
@@ -46,7 +47,6 @@ from .archive import (
     unwrap_cursor,
     wrap_cursor,
 )
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 
 
 class ArchivedTurns:
@@ -277,7 +277,7 @@ class ArchivedTurns:
                 out["thread"] = {**thread, "turns": spliced}
         asked = params.get("initialTurnsPage")
         if isinstance(asked, dict) and isinstance(result.get("initialTurnsPage"), dict):
-            direction = asked.get("sortDirection") if asked.get("sortDirection") in ("asc", "desc") else "desc"
+            direction: str = asked["sortDirection"] if asked.get("sortDirection") in ("asc", "desc") else "desc"
             page = result["initialTurnsPage"]
             if direction == "asc" and isinstance(asked.get("limit"), int) and 0 < asked["limit"] <= len(self._units("turns", thread["id"], asked)):
                 # The archived turns alone fill more than the page: the page is
@@ -313,8 +313,8 @@ class ArchivedTurns:
         if not self.wrap_cursors or live_turns is None:
             return None
         hidden = self.hidden_for(thread_id)
-        archived = {t.get("id"): t for t in hidden if isinstance(t.get("id"), str)}
-        order = [*archived, *(t for t in live_turns if t not in archived)]
+        archived: dict[str, dict[str, Any]] = {t["id"]: t for t in hidden if isinstance(t.get("id"), str)}
+        order: list[str] = [*archived, *(t for t in live_turns if t not in archived)]
         if before not in order:
             return None
         kept = order[: order.index(before)]
@@ -355,7 +355,7 @@ class ArchivedTurns:
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
         thread_id, cursor, limit = params["threadId"], params.get("cursor"), params.get("limit")
-        direction = params.get("sortDirection") if params.get("sortDirection") in ("asc", "desc") else default
+        direction: str = params["sortDirection"] if params.get("sortDirection") in ("asc", "desc") else default
         original = params
         wrapped = unwrap_cursor(cursor, space)
         if wrapped is not None:

@@ -98,7 +98,7 @@ def entry_id_for_key(key: str) -> str:
 
 def iso_timestamp(ms: int | float) -> str:
     """JavaScript's ``Date.toISOString()`` form, which OpenClaw writes."""
-    moment = _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
+    moment = _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
