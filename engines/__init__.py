@@ -10,6 +10,8 @@ here: ``from engines import AssembleParams, BaseContextEngine, load_engine``.
 
 from .api import *  # noqa: F403 - the contract is re-exported wholesale
 from .api import __all__ as _api_all
+from .engine import *  # noqa: F403
+from .engine import __all__ as _engine_all
 from .legacy import BUILTIN_DISTRIBUTION, LEGACY_ENGINE_ID, LegacyEngine, is_legacy
 from .loader import (
     BUILTIN_ENGINES,
@@ -24,6 +26,7 @@ from .loader import (
 
 __all__ = [
     *_api_all,
+    *_engine_all,
     "BUILTIN_DISTRIBUTION",
     "BUILTIN_ENGINES",
     "ENTRY_POINT_GROUP",

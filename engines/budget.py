@@ -51,7 +51,6 @@ from .api import (
     AssembleParams,
     AssembleResult,
     AssistantMessage,
-    BaseContextEngine,
     CompactParams,
     CompactResult,
     EngineInfo,
@@ -62,6 +61,7 @@ from .api import (
     ToolCallBlock,
     ToolResultMessage,
 )
+from .engine import BaseContextEngine
 from .legacy import _builtin_version
 from .tokens import count_tokens, estimate_message_tokens, preload
 

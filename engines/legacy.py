@@ -19,16 +19,8 @@ import importlib.metadata
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .api import (
-    AssembleParams,
-    AssembleResult,
-    BaseContextEngine,
-    CompactParams,
-    CompactResult,
-    EngineInfo,
-    IngestParams,
-    IngestResult,
-)
+from .api import AssembleParams, AssembleResult, CompactParams, CompactResult, EngineInfo, IngestParams, IngestResult
+from .engine import BaseContextEngine
 
 __all__ = ["BUILTIN_DISTRIBUTION", "LEGACY_ENGINE_ID", "LegacyEngine", "is_legacy"]
 

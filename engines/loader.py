@@ -45,7 +45,7 @@ from typing import Any, cast
 
 import msgspec
 
-from .api import EXTENSION_METHODS, OPTIONAL_METHODS, REQUIRED_METHODS, ContextEngine
+from .engine import EXTENSION_METHODS, OPTIONAL_METHODS, REQUIRED_METHODS, ContextEngine
 from .legacy import BUILTIN_DISTRIBUTION, LEGACY_ENGINE_ID, LegacyEngine, _builtin_version
 
 __all__ = [

@@ -36,12 +36,9 @@ from typing import Any, NamedTuple
 import trio
 
 from .api import (
-    OPTIONAL_METHODS,
-    REQUIRED_METHODS,
     AfterTurnParams,
     AssembleParams,
     AssembleResult,
-    BaseContextEngine,
     BootstrapParams,
     BootstrapResult,
     CompactParams,
@@ -57,6 +54,7 @@ from .api import (
     MaintainParams,
     MaintainResult,
 )
+from .engine import OPTIONAL_METHODS, REQUIRED_METHODS, BaseContextEngine
 
 __all__ = ["HANG", "LIFECYCLE_METHODS", "Call", "FakeHost", "RecordingEngine"]
 

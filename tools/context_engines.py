@@ -48,9 +48,9 @@ shows them as ``identity``, ``budget``, ``recall`` and ``store``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import functools
 import os
 import re
 import time

@@ -35,6 +35,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
 import trio
 
 from sidecar.projection import CONTEXT_HEADER

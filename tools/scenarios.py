@@ -34,8 +34,8 @@ from typing import Any, AsyncContextManager
 from tools.client import AppServerClient
 from tools.codex_home import codex_env, make_codex_home
 from tools.fake_model import (
-    FakeModel,
     Failed,
+    FakeModel,
     FunctionCall,
     Hang,
     ShellCall,

@@ -20,7 +20,6 @@ from engines.api import (
     AgentMessage,
     AssembleParams,
     AssembleResult,
-    BaseContextEngine,
     BootstrapParams,
     BootstrapResult,
     CompactionDetails,
@@ -40,6 +39,7 @@ from engines.api import (
     decode_openclaw,
     from_openclaw,
 )
+from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
 from engines.tokens import count_tokens, estimate_message_tokens, preload
 

@@ -24,9 +24,9 @@ from engines import (
     ToolResultMessage,
     UserMessage,
     implements,
+    tokens,
     validate_engine,
 )
-from engines import tokens
 from engines.budget import TRANSCRIPT_BUDGET_ENGINE_ID, TranscriptBudgetEngine, select_within_budget
 from engines.tokens import (
     IMAGE_TOKENS,

@@ -726,7 +726,8 @@ def test_apply_keeps_every_field_and_merges_additional_context():
     assert null_context["additionalContext"] == projection.additional_context
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 from sidecar.projection import CONTEXT_KEY, CONTEXT_PART_BYTES, split_utf8  # noqa: E402
 

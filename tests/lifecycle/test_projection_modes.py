@@ -22,8 +22,6 @@ No codex binary, no timing assertions.
 
 from __future__ import annotations
 
-from sidecar.store.ledger import Ledger, ledger_path
-
 import json
 import os
 import subprocess
@@ -34,6 +32,7 @@ from typing import Any
 from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, UserMessage
 from sidecar.lifecycle import LifecycleOptions
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, CONTEXT_KEY
+from sidecar.store.ledger import Ledger, ledger_path
 from tests.support.harness import ROOT
 from tests.support.lifecycle import calls_for, fields, frame, records_with, roles_texts, wait_until
 from tests.support.modes import (
@@ -52,7 +51,6 @@ from tests.support.modes import (
     summarising,
     summary_text,
 )
-
 
 # --------------------------------------------------------------------------
 # delta

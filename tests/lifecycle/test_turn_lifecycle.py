@@ -34,8 +34,8 @@ from engines import (
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import LifecycleOptions
 from sidecar.logs import JsonFormatter, TextFormatter
-from sidecar.store.mirror import session_path
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, REQUEST_HEADER
+from sidecar.store.mirror import session_path
 from tests.support.lifecycle import (
     Run,
     breakable_mirror_disk,

@@ -35,11 +35,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.normalise import Normaliser
 from tools.codex_home import find_codex_bin
 from tools.fake_model import FakeModel, ShellCall, Text, input_texts
 from tools.openclaw_home import FAKE_API_KEY, AgentFailed, OpenClawHome, find_openclaw, make_openclaw_home, sidecar_command
-
-from tests.support.normalise import Normaliser
 
 OPENCLAW = find_openclaw()  # raises when make said it is installed and it is not
 CODEX_BIN = find_codex_bin()

@@ -32,7 +32,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol import codex
-
 from tests.support import codex_samples as samples
 from tests.support.codex import CODEX_BIN
 from tests.support.harness import ROOT

@@ -10,7 +10,6 @@ rebuild), the later ones switch threads once a spare is ready.
 
 from __future__ import annotations
 
-
 import json
 
 import trio

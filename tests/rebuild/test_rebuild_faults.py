@@ -9,8 +9,6 @@ fake app-server (tests/support/children/fake_codex.py) reverts like Codex.
 
 from __future__ import annotations
 
-from sidecar.store.ledger import Ledger, ledger_path
-
 import json
 import os
 from typing import Any
@@ -21,6 +19,7 @@ import trio
 from engines import AssembleResult, CompactionSummaryMessage
 from sidecar.store.archive import TurnArchive, archive_path
 from sidecar.store.inspect import inspect_path
+from sidecar.store.ledger import Ledger, ledger_path
 from tests.support.lifecycle import breakable_mirror_disk, calls_for, frame, roles_texts, wait_until
 from tests.support.modes import (
     four_turns_rebuilt_at_the_third,

@@ -14,7 +14,6 @@ import pytest
 from sidecar.cli import split_drop_in
 from sidecar.config import ConfigError, resolve_codex_bin
 from sidecar.record import read_recording
-
 from tests.support.harness import CHILDREN
 
 SIDECAR = [sys.executable, "-m", "sidecar"]

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, parse
 from protocol.ids import PREFIX
-from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
 from sidecar.record import Recorder, read_recording
-
+from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
 from tests.support.harness import child, proxied
 
 

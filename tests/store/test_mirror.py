@@ -32,7 +32,6 @@ from engines.api import (
 )
 from sidecar import translate as tr
 from sidecar.store.mirror import MirrorError, TranscriptMirror, entry_id_for_key, session_path
-
 from tests.support import codex_samples as samples
 from tests.support.harness import ROOT
 

@@ -31,7 +31,6 @@ from protocol import codex
 from sidecar import translate as tr
 from sidecar.projection import strip_projected_context
 from sidecar.translate import MirrorMessage, NativeCompaction
-
 from tests.support import codex_samples as samples
 
 T, U, TS = "thread-1", "turn-1", 1_700_000_000_000

@@ -11,11 +11,11 @@ No timing is asserted anywhere.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
 import time
-import json
 
 import pytest
 
@@ -39,7 +39,6 @@ from tools.context_engines import (
     snippet_text,
     write_dist_info,
 )
-
 
 # ---------------------------------------------------------------- the script
 

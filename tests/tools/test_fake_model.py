@@ -18,11 +18,12 @@ import time
 
 import pytest
 
+from tests.support.harness import ROOT
 from tools.fake_model import (
     SHELL_TOOL_NAME,
     Delay,
-    FakeModel,
     Failed,
+    FakeModel,
     FunctionCall,
     Hang,
     HttpError,
@@ -32,9 +33,6 @@ from tools.fake_model import (
     input_texts,
     tool_names,
 )
-
-from tests.support.harness import ROOT
-
 
 
 def _body(text: str = "hello", **extra) -> dict:

@@ -14,9 +14,8 @@ import sys
 
 import pytest
 
-from tools.replay import replay_plan
-
 from tests.support.harness import ROOT, proxied
+from tools.replay import replay_plan
 
 FIXTURES = sorted((ROOT / "fixtures").glob("*.jsonl"))
 EXPECTED = {

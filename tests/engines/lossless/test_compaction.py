@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from engines import (
-    CompactParams,
     CompactionSummaryMessage,
+    CompactParams,
     EngineHostError,
     IngestBatchParams,
     MaintainParams,

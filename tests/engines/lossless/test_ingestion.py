@@ -6,12 +6,12 @@ import json
 
 from engines import (
     AssistantMessage,
+    BootstrapParams,
     CompactionSummaryMessage,
     IngestBatchParams,
     IngestParams,
     TextBlock,
     UserMessage,
-    BootstrapParams,
     encode_openclaw,
     from_openclaw,
     to_openclaw,

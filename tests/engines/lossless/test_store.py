@@ -13,7 +13,6 @@ import pytest
 from engines import AssembleParams, IngestBatchParams, load_engine
 from engines.lossless import DB_NAME, SCHEMA_VERSION, LosslessEngine, LosslessNotReady, Store, StoreError, parse_config, status
 from engines.lossless.store import MIGRATIONS
-
 from engines.testkit import FakeHost
 
 from .conftest import SESSION, SMALL, make_engine, run_turn, turn
