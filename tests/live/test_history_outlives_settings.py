@@ -9,17 +9,14 @@ Real codex 0.169.0 and the fake model; engines loaded by entry point.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import trio
 
 from tests.support.codex import CODEX_BIN, needs_codex
 from tests.support.harness import ROOT
+from tests.support.live import finalized, sidecar
 from tools.client import AppServerClient
 from tools.codex_home import codex_env, make_codex_home
 from tools.fake_model import FakeModel, Text, input_texts
@@ -90,24 +87,6 @@ def env_for(tmp: Path, home: Path, engine: str, rebuild: str) -> dict[str, str]:
     return codex_env(home, base)
 
 
-@contextlib.asynccontextmanager
-async def sidecar(env: dict[str, str], work: Path) -> AsyncIterator[AppServerClient]:
-    argv = [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"]
-    async with AppServerClient.spawn(argv, env=env, cwd=str(work)) as client:
-        await client.initialize()
-        yield client
-
-
-async def settled(client: AppServerClient, thread_id: str, turn_id: str) -> dict:
-    with trio.fail_after(TURN_TIMEOUT):
-        while True:
-            status = await client.request("sidecar/status")
-            thread = status["lifecycle"]["threads"].get(thread_id) or {}
-            if (thread.get("lastFinalize") or {}).get("turnId") == turn_id and not thread.get("busy"):
-                return status
-            await trio.sleep(0.05)
-
-
 async def all_turns(client: AppServerClient, tid: str, direction: str) -> list[str]:
     ids: list[str] = []
     cursor = None
@@ -148,7 +127,7 @@ async def test_a_rebuilt_thread_keeps_every_turn_whatever_the_next_run_s_setting
                 done = await client.run_turn(tid, prompt, timeout=TURN_TIMEOUT)
                 assert done["turn"]["status"] == "completed", done
                 turn_ids.append(done["turn"]["id"])
-            status = await settled(client, tid, turn_ids[-1])
+            status = await finalized(client, tid, turn_ids[-1])
         # Rebuilt both ways: turn 4 in place (no spare yet), turn 6 onto a fresh thread.
         assert status["lifecycle"]["rebuilds"] == 2
         assert status["lifecycle"]["backingThreads"]["switched"] == 1
