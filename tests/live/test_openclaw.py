@@ -42,7 +42,7 @@ from tools.openclaw_home import FAKE_API_KEY, AgentFailed, OpenClawHome, find_op
 
 OPENCLAW = find_openclaw()  # raises when make said it is installed and it is not
 CODEX_BIN = find_codex_bin()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.openclaw,
