@@ -306,12 +306,6 @@ def test_the_rebuilding_engine_makes_the_sidecar_rebuild_under_openclaw(runs):
     assert later and all(SUMMARY_MARK in _texts(r) for r in later), "the engine's summary reached the model: the sidecar rebuilt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 20: a rebuild reverts away what OpenClaw added with thread/inject_items (its instruction "
-    "policy), so model requests after a rebuild lack it; nothing in the sidecar handles thread/inject_items yet",
-)
 def test_openclaw_policy_is_in_every_model_request_after_it_was_injected_despite_rebuilds(runs):
     run = runs("local", REBUILD_ID)
     later = [run.requests[i] for turn in run.turns[1:] for i in turn]
