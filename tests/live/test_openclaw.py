@@ -223,7 +223,17 @@ CURRENT_DATE = re.compile(r"Current date: \d{4}-\d{2}-\d{2}")
 
 def model_view(run: Run) -> list:
     norm = Normaliser(run.root)
-    return [norm.value(json.loads(CURRENT_DATE.sub("Current date: <date>", json.dumps(r)))) for r in run.requests]
+    return [_without_clock(norm.value(json.loads(CURRENT_DATE.sub("Current date: <date>", json.dumps(r))))) for r in run.requests]
+
+
+def _without_clock(value):
+    """Codex stamps items it carries with ``create_time`` (wall seconds): the
+    same request sent at another moment differs there and nowhere else."""
+    if isinstance(value, dict):
+        return {k: ("<time>" if k == "create_time" else _without_clock(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_clock(v) for v in value]
+    return value
 
 
 def _texts(request: dict) -> str:
