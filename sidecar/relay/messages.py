@@ -6,11 +6,12 @@ builds on them.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol import Envelope, RpcId, decode
+from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Envelope, RpcId, decode
 
 
 class _Handled:
@@ -104,3 +105,31 @@ class Hooks:
 
     def on_server_request(self, method: str, hook: ServerMessageHook) -> None:
         self.server_requests.setdefault(method, []).append(hook)
+
+
+def exit_text(rc: int | None) -> str:
+    if rc is None:
+        return "codex app-server exited before answering"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"codex app-server was killed by {name} before answering"
+    return f"codex app-server exited with status {rc} before answering"
+
+
+def dead_child_error(pending: PendingRequest, rc: int | None) -> tuple[int, str, dict[str, Any]]:
+    """Code, message and data for a request codex will never answer.
+
+    -32001 tells Codex's and OpenClaw's clients "rejected before it was
+    enqueued, safe to retry": true only of a request the sidecar never handed
+    to codex. One codex had may have run, so it gets -32603 with
+    ``outcome: "unknown"``, which no client retries on its own
+    (docs/errors.md).
+    """
+    if pending.forwarded:
+        text = exit_text(rc) + "; the request was delivered and may have taken effect"
+        return OUTCOME_UNKNOWN, text, {"method": pending.method, "outcome": "unknown", "reason": "appServerExited"}
+    text = exit_text(rc) + "; the request was not delivered"
+    return CHILD_EXITED, text, {"method": pending.method, "outcome": "notDelivered", "reason": "appServerExited"}
