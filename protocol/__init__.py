@@ -1,11 +1,13 @@
-"""The wire: framing, JSON-RPC envelope, id space and typed Codex messages.
+"""The wire: JSON-RPC lines (framing and envelope), id space and typed Codex messages.
 
 Nothing in this package does I/O: it turns bytes into events and values into
 bytes, so it can be tested exhaustively and reused by any transport.
 """
 
-from .envelope import (
+from .ids import IdSpace
+from .jsonrpc import (
     CHILD_EXITED,
+    DEFAULT_MAX_LINE,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -13,8 +15,11 @@ from .envelope import (
     OUTCOME_UNKNOWN,
     PARSE_ERROR,
     Envelope,
+    Fragment,
     InvalidMessage,
     Kind,
+    LineSplitter,
+    Oversized,
     RpcId,
     decode,
     encode,
@@ -25,8 +30,6 @@ from .envelope import (
     parse,
     rewrite,
 )
-from .framing import DEFAULT_MAX_LINE, Fragment, LineSplitter, Oversized
-from .ids import IdSpace
 
 __all__ = [
     "CHILD_EXITED",

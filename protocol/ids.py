@@ -11,7 +11,7 @@ with one id and the client never notices.
 
 from __future__ import annotations
 
-from .envelope import RpcId
+from .jsonrpc import RpcId
 
 PREFIX = "codex-sidecar:"
 

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.framing import Fragment, LineSplitter, Oversized
+from protocol.jsonrpc import Fragment, LineSplitter, Oversized
 
 
 def run(chunks: list[bytes], max_line: int):
