@@ -28,8 +28,8 @@ turn when it differs from the last one delivered on that thread, so an
 unchanged addition is not stacked up in history turn after turn.
 """
 
-from ..session.identity import fingerprint
 from ..session.options import PROJECTION_MODES, LifecycleOptions
+from ..session.planner import fingerprint
 from ..session.state import ThreadSession, TurnState
 from .core import Lifecycle
 

@@ -14,7 +14,7 @@ from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after
 
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message, Proxy
-from ..session.identity import fingerprint, fingerprints
+from ..session.planner import fingerprint, fingerprints
 from ..session.state import ThreadSession, TurnState, now_ms
 from ..store.archive import TurnArchive, archive_path, archived_turn
 from ..store.mirror import MirrorError, TranscriptMirror

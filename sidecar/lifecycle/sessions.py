@@ -14,8 +14,8 @@ import trio
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
 from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
-from ..session.identity import fingerprints
 from ..session.options import LifecycleOptions
+from ..session.planner import fingerprints
 from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms
 from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path

@@ -18,9 +18,8 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
-from ..session.identity import fingerprints, message_chars
 from ..session.options import LifecycleOptions
-from ..session.planner import Ledger, Slack, plan_turn
+from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls

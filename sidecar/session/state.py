@@ -21,7 +21,7 @@ from ..store.injected import Injection
 from ..store.inspect import InspectLog
 from ..store.ledger import Ledger
 from ..store.mirror import TranscriptMirror
-from .identity import FingerprintCache
+from .planner import FingerprintCache
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""sidecar.session.identity: a message is what the model sees of it."""
+"""sidecar.session.planner: a message is what the model sees of it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from engines import (
     Usage,
     UserMessage,
 )
-from sidecar.session.identity import fingerprint, fingerprints, message_chars
+from sidecar.session.planner import fingerprint, fingerprints, message_chars
 
 USAGE = Usage(input=10, output=2, cache_read=0, cache_write=0, total_tokens=12)
 
@@ -96,12 +96,12 @@ def test_fingerprints_note_each_message_s_size():
 
 
 def test_the_cache_hashes_a_message_object_once_and_stays_bounded(monkeypatch):
-    import sidecar.session.identity as identity
+    import sidecar.session.planner as planner
 
     calls = []
-    real = identity.fingerprint
-    monkeypatch.setattr(identity, "fingerprint", lambda m: calls.append(m) or real(m))
-    cache = identity.FingerprintCache()
+    real = planner.fingerprint
+    monkeypatch.setattr(planner, "fingerprint", lambda m: calls.append(m) or real(m))
+    cache = planner.FingerprintCache()
     msgs = [UserMessage(content=f"m{i}", timestamp=i) for i in range(100)]
     sizes: dict[str, int] = {}
     first = fingerprints(sizes, msgs, cache)
