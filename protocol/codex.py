@@ -11,7 +11,7 @@ releases; a message that the protocol allows must always decode:
 
 * unknown fields are ignored (msgspec's default);
 * every field the schema does not require has a default, and the schema's
-  ``null`` is accepted wherever the schema allows it (``tests/test_codex_types.py``
+  ``null`` is accepted wherever the schema allows it (``tests/protocol/test_codex_types.py``
   checks both against ``codex app-server generate-json-schema``);
 * statuses, phases and kinds are plain ``str``, never ``Literal``: a new
   status value must not break decoding (constants for the known values are
@@ -40,74 +40,6 @@ from typing import Any, ClassVar, TypeVar, cast
 import msgspec
 
 log = logging.getLogger("codex_sidecar.protocol.codex")
-
-__all__ = [
-    "ITEM_TYPES",
-    "NOTIFICATIONS",
-    "REQUEST_PARAMS",
-    "RESULTS",
-    "STATUS_COMPLETED",
-    "STATUS_DECLINED",
-    "STATUS_FAILED",
-    "TURN_COMPLETED",
-    "TURN_FAILED",
-    "TURN_INTERRUPTED",
-    "TURN_IN_PROGRESS",
-    "USER_INPUT_TYPES",
-    "AdditionalContextEntry",
-    "AgentMessageItem",
-    "ByteRange",
-    "CodexDecodeError",
-    "CommandExecutionItem",
-    "ContextCompactionItem",
-    "DynamicToolCallItem",
-    "DynamicToolNamespaceTool",
-    "DynamicToolSpec",
-    "FileChangeItem",
-    "FileUpdateChange",
-    "ImageInput",
-    "ItemCompletedNotification",
-    "ItemStartedNotification",
-    "LocalImageInput",
-    "McpToolCallError",
-    "McpToolCallItem",
-    "McpToolCallResult",
-    "MentionInput",
-    "PlanItem",
-    "ReasoningItem",
-    "SkillInput",
-    "TextElement",
-    "TextInput",
-    "Thread",
-    "ThreadCompactStartParams",
-    "ThreadForkParams",
-    "ThreadItem",
-    "ThreadResult",
-    "ThreadResumeParams",
-    "ThreadStartParams",
-    "ThreadStartedNotification",
-    "ThreadTokenUsage",
-    "ThreadTokenUsageUpdatedNotification",
-    "TokenUsageBreakdown",
-    "Turn",
-    "TurnCompletedNotification",
-    "TurnError",
-    "TurnStartParams",
-    "TurnStartResult",
-    "TurnStartedNotification",
-    "UnknownInput",
-    "UnknownItem",
-    "UserInput",
-    "UserMessageItem",
-    "WebSearchItem",
-    "decode",
-    "decode_notification",
-    "decode_params",
-    "decode_result",
-    "thread_item",
-    "user_input",
-    "user_inputs",
-]
 
 # Known values of the string enums (kept open: new values must decode).
 TURN_COMPLETED = "completed"
