@@ -28,12 +28,21 @@ Decision = None | bytes | _Handled
 """A hook returns None (forward unchanged), new bytes (forward these), or HANDLED."""
 
 
+_UNDECODED: Any = object()
+
+
 @dataclass(slots=True)
 class Message:
-    """One parsed frame: its routing envelope and its exact bytes."""
+    """One parsed frame: its routing envelope and its exact bytes.
+
+    ``params()`` decodes the params once, however many hooks read them, and
+    hands every caller the same object: hooks read it and never modify it
+    (a change goes out as new bytes, built from a copy).
+    """
 
     env: Envelope
     line: bytes
+    _params: Any = field(default=_UNDECODED, repr=False, compare=False)
 
     @property
     def id(self) -> RpcId:
@@ -44,7 +53,9 @@ class Message:
         return self.env.method  # type: ignore[return-value]
 
     def params(self) -> Any:
-        return decode(self.env.params) if self.env.params else None
+        if self._params is _UNDECODED:
+            self._params = decode(self.env.params) if self.env.params else None
+        return self._params
 
     def result(self) -> Any:
         return decode(self.env.result) if self.env.result else None

@@ -171,6 +171,21 @@ def test_hooks_chain_rewrites_and_the_first_handled_stops_the_chain(wire):
     assert w.client.take() == [] and seen == [{"flag": 1}]
 
 
+def test_every_hook_on_a_message_shares_one_decode_of_its_params(wire, monkeypatch):
+    import sidecar.relay.messages as messages
+
+    decodes = []
+    real = messages.decode
+    monkeypatch.setattr(messages, "decode", lambda raw: decodes.append(raw) or real(raw))
+    w = wire()
+    seen = []
+    for _ in range(3):
+        w.router.hooks.on_client_request("turn/start", lambda msg: seen.append(msg.params()) and None)
+    w.router.from_client(b'{"id":1,"method":"turn/start","params":{"threadId":"t","input":[]}}')
+    assert seen == [{"threadId": "t", "input": []}] * 3
+    assert len(decodes) == 1, "the params were decoded once for all three hooks"
+
+
 def test_a_raising_hook_fails_open_and_the_chain_goes_on(wire, caplog):
     w = wire()
     later = []
