@@ -1,0 +1,352 @@
+"""The ``lossless`` engine across restarts, live: real codex 0.169.0, the fake
+model, the sidecar as a process on a state folder that outlives it.
+
+* A sidecar SIGKILLed (with its codex) while a compaction step's summary
+  call is in flight: the next sidecar on the same state folder redoes the
+  interrupted summary once, loses and repeats no message, the client's
+  thread history is whole, and the next model request fits the budget.
+* The same thread served by restarted sidecars and resumed twice by one
+  client (bootstrap imports the session file, every ``after_turn`` hands
+  over the whole snapshot again): every message is stored once, and
+  ``lcm_grep`` finds each planted fact once.
+
+The store is read with the engine's own :class:`~engines.lossless.Store`
+once the sidecar is gone. No assertion depends on timing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from engines.lossless import DB_NAME, Store
+from engines.lossless.summarize import SYSTEM_PROMPT
+from engines.tokens import count_tokens
+from tests.support.codex import CODEX_BIN, needs_codex
+from tests.support.harness import ROOT
+from tests.support.live import TURN_TIMEOUT, finalized, sidecar
+from tools.client import AppServerClient
+from tools.codex_home import codex_env, make_codex_home
+from tools.fake_model import FakeModel, FunctionCall, Hang, Text, input_texts
+
+pytestmark = needs_codex
+
+BUDGET = 2000
+# stale_slack = 0: the turn after a compaction step sends the model the
+# engine's assembly and nothing older, so the request can be held to the budget.
+COMPACTING = f"""\
+stale_slack = 0
+
+[engines.lossless]
+token_budget = {BUDGET}
+fresh_tail_tokens = 200
+fresh_tail_messages = 2
+leaf_chunk_tokens = 300
+leaf_summary_tokens = 60
+condensed_summary_tokens = 80
+summary_timeout = 100.0
+step_deadline = 110.0
+"""
+# The summary call must still be in flight when the kill comes: the engine's
+# deadline (and with it host.complete's) is far longer than the test needs.
+ENGINE_DEADLINE = "120"
+LABEL = re.compile(r"^\[((?:msg|sum)_[0-9a-f]{16}) ", re.MULTILINE)
+# Codex's own framing items: not the conversation the engine assembles.
+FRAMING = ("<environment_context>", "<skills_instructions>", "<permissions", "<collaboration_mode>", "<user_instructions>")
+
+
+def env_for(tmp: Path, home: Path, config: str) -> dict[str, str]:
+    (tmp / "sidecar.toml").write_text(config)  # never the developer's own config file
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    base.update(
+        {
+            "CODEX_SIDECAR_CODEX_BIN": CODEX_BIN or "",
+            "CODEX_SIDECAR_ENGINE": "lossless",
+            "CODEX_SIDECAR_ENGINE_DEADLINE": ENGINE_DEADLINE,
+            "CODEX_SIDECAR_STATE_DIR": str(tmp / "state"),
+            "CODEX_SIDECAR_CONFIG": str(tmp / "sidecar.toml"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        }
+    )
+    return codex_env(home, base)
+
+
+def is_summary_call(body: dict) -> bool:
+    return any(SYSTEM_PROMPT[:40] in t for t in input_texts(body, "developer"))
+
+
+def source_ids(body: dict) -> list[str]:
+    """The ids a summary request summarises, from its prompt's source labels."""
+    return LABEL.findall(input_texts(body, "user")[-1])
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL a process and every descendant (the sidecar, node, codex) at
+    one instant: all are stopped first, so none sees another die."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    tree, todo = [pid], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            tree.append(child)
+            todo.append(child)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in tree:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+    return tree
+
+
+def open_store(tmp: Path) -> Store:
+    return Store.open(tmp / "state" / "engines" / "lossless", DB_NAME)
+
+
+def stored(tmp: Path, tid: str) -> list[tuple[str, str]]:
+    """(role, text) of every message the engine stored for the thread, in order."""
+    store = open_store(tmp)
+    try:
+        return [(r.role, r.text) for r in store.messages_between(tid, 1)]
+    finally:
+        store.close()
+
+
+def summaries(tmp: Path, tid: str) -> list[tuple[Any, list[str]]]:
+    store = open_store(tmp)
+    try:
+        return [(s, store.summary_sources(s.id)) for s in store.summaries(tid)]
+    finally:
+        store.close()
+
+
+def last_assembly(tmp: Path, tid: str) -> dict[str, Any]:
+    store = open_store(tmp)
+    try:
+        held = store.session(tid).last_assembly
+    finally:
+        store.close()
+    assert held is not None
+    return held
+
+
+async def history(client: AppServerClient, tid: str) -> list[tuple[str, str]]:
+    """(role, text) of every user and agent message in the client's thread/read."""
+    read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+    out = []
+    for turn in read["thread"]["turns"]:
+        for item in turn["items"]:
+            if item["type"] == "userMessage":
+                out.append(("user", "".join(c.get("text", "") for c in item["content"])))
+            elif item["type"] == "agentMessage":
+                out.append(("assistant", item["text"]))
+    return out
+
+
+def conversation_tokens(request: dict) -> int:
+    """Tokens of what the model read besides Codex's own framing (its base
+    instructions, the first item, and the framing tags)."""
+    texts = []
+    for n, item in enumerate(request.get("input") or []):
+        if n == 0 or item.get("type", "message") != "message":
+            continue
+        texts += [t for t in input_texts({"input": [item]}) if not t.startswith(FRAMING)]
+    return sum(count_tokens(t) for t in texts)
+
+
+def codex_side(client: AppServerClient) -> list[bytes]:
+    """What the client got from Codex's side: everything but the answers to
+    its own ``sidecar/...`` requests (whose status names the engine's tools)."""
+    own = {json.loads(line).get("id") for line in client.sent if b'"sidecar/' in line}
+    return [line for line in client.received if json.loads(line).get("id") not in own or b'"method"' in line]
+
+
+def outputs(request: dict) -> dict[str, str]:
+    """call id -> the text of each function_call_output the model got."""
+    out = {}
+    for item in request.get("input") or []:
+        if item.get("type") == "function_call_output":
+            value = item.get("output")
+            if isinstance(value, list):
+                value = "".join(p.get("text", "") for p in value if isinstance(p, dict))
+            out[item["call_id"]] = value
+    return out
+
+
+def prompt(n: int, words: int = 25) -> str:
+    return f"[t{n}] topic {n}: " + " ".join(f"w{n}x{k}" for k in range(words))
+
+
+def reply_for(prompt_text: str) -> str:
+    return "ack " + prompt_text.split("]", 1)[0].lstrip("[")
+
+
+async def test_a_sidecar_killed_mid_summary_redoes_the_step_once_on_restart(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    summary_calls = itertools.count(1)
+    hang = {"on": True}
+
+    def model_reply(body: dict) -> Any:
+        if is_summary_call(body):
+            # The first summary of the step is written; the second hangs
+            # until the kill (its connection drops with codex).
+            if hang["on"] and next(summary_calls) >= 2:
+                return Hang()
+            ids = source_ids(body)
+            return Text(f"MODEL-SUMMARY {ids[0]}..{ids[-1]}")
+        return Text(reply_for(input_texts(body, "user")[-1]))
+
+    # Long enough that the step starts (at 80% of the budget) while turns
+    # go on, and the history passes the whole budget before the restart.
+    prompts = [prompt(n) for n in range(24)]
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, COMPACTING)
+        model.script(*[model_reply] * 500)
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            for text in prompts:
+                done = await client.run_turn(tid, text, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+                await finalized(client, tid, done["turn"]["id"])
+            # Maintenance runs in the background: wait for the step's second
+            # summary call to reach the model, then kill everything.
+            with trio.fail_after(TURN_TIMEOUT):
+                while len(calls := [r for r in model.requests if is_summary_call(r)]) < 2:
+                    await trio.sleep(0.05)
+            assert client.process is not None
+            killed = kill_tree(client.process.pid)
+        assert len(killed) >= 3  # the sidecar, codex's node launcher, codex
+        written, interrupted = source_ids(calls[0]), source_ids(calls[1])
+        assert interrupted and not set(written) & set(interrupted)
+
+        # The kill left the first summary written and the second not.
+        before = summaries(tmp_path, tid)
+        assert [sources for _, sources in before] == [written], before
+        assert stored(tmp_path, tid) == [m for text in prompts for m in (("user", text), ("assistant", reply_for(text)))]
+        assert sum(count_tokens(text) for _, text in stored(tmp_path, tid)) > BUDGET
+
+        hang["on"] = False
+        first_new = len(model.requests)
+        after = prompt(99, words=3)
+        async with sidecar(env, work) as client:
+            await client.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            done = await client.run_turn(tid, after, timeout=TURN_TIMEOUT)
+            assert done["turn"]["status"] == "completed", done
+            await finalized(client, tid, done["turn"]["id"])
+            seen = await history(client, tid)
+        requests = model.requests[first_new:]
+
+    conversation = [m for text in [*prompts, after] for m in (("user", text), ("assistant", reply_for(text)))]
+    # The client's history is whole, and the store holds each message once.
+    assert seen == conversation
+    assert stored(tmp_path, tid) == conversation
+    # The interrupted summary was made again, by the model this time, and no
+    # source is summarised twice.
+    made = summaries(tmp_path, tid)
+    redone = [s for s, sources in made if sources == interrupted]
+    assert len(redone) == 1 and not redone[0].fallback and redone[0].text.startswith("MODEL-SUMMARY"), made
+    assert len([s for s, sources in made if sources == written]) == 1
+    every_source = [i for _, sources in made for i in sources]
+    assert len(every_source) == len(set(every_source)), made
+    leaves = sorted((s.seq_lo, s.seq_hi) for s, _ in made if s.depth == 0)
+    assert leaves[0][0] == 1 and all(b[0] == a[1] + 1 for a, b in itertools.pairwise(leaves)), leaves
+    # Its summary calls came before the turn's model request (bootstrap
+    # maintenance runs before the assembly), and that request holds the
+    # summaries instead of the old messages, within the budget.
+    turn_requests = [r for r in requests if not is_summary_call(r)]
+    assert [is_summary_call(r) for r in requests] == [True] * (len(requests) - 1) + [False]
+    (request,) = turn_requests
+    texts = "\n".join(input_texts(request))
+    assert "[summary sum_" in texts and after in texts
+    assert prompts[0] not in texts
+    assert conversation_tokens(request) <= BUDGET, conversation_tokens(request)
+    assembled = last_assembly(tmp_path, tid)
+    assert assembled["frameSummaries"] >= 1 and not assembled["overflow"], assembled
+
+
+FACTS = {
+    "quinoaberry": "Remember this: the llama is called Quinoaberry.",
+    "marzipanfjord": "Remember this: the boat is moored at Marzipanfjord.",
+    "tungstenowl": "Remember this: the password hint is tungstenowl.",
+}
+RECALL = "Recall every planted fact now."
+
+
+async def test_replayed_ingestion_stores_each_message_once(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    words = list(FACTS)
+
+    def model_reply(body: dict) -> Any:
+        users = input_texts(body, "user")
+        if users and users[-1] == RECALL:
+            asked = len([i for i in body.get("input") or [] if i.get("type") == "function_call_output"])
+            if asked < len(words):
+                return FunctionCall("lcm_grep", {"query": words[asked]}, call_id=f"call_grep_{asked}")
+            return Text("recalled")
+        return Text(reply_for(users[-1]) if users[-1].startswith("[t") else "noted")
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, "")
+        model.script(*[model_reply] * 100)
+        turns: list[str] = []
+
+        async def run(client: AppServerClient, text: str) -> None:
+            done = await client.run_turn(tid, text, timeout=TURN_TIMEOUT)
+            assert done["turn"]["status"] == "completed", done
+            await finalized(client, tid, done["turn"]["id"])
+            turns.append(text)
+
+        # Sidecar 1: two facts, then SIGKILLed as OpenClaw does.
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            await run(client, f"[t0] {FACTS['quinoaberry']}")
+            await run(client, prompt(1, words=5))
+            await run(client, f"[t2] {FACTS['marzipanfjord']}")
+            assert client.process is not None
+            kill_tree(client.process.pid)
+        # Sidecar 2: the client resumes, runs a turn, resumes again, runs another.
+        async with sidecar(env, work) as client:
+            await client.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            await run(client, f"[t3] {FACTS['tungstenowl']}")
+            await client.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            await run(client, prompt(4, words=5))
+        # Sidecar 3: once more from the session file, and the model recalls.
+        async with sidecar(env, work) as client:
+            await client.request("thread/resume", {"threadId": tid, "cwd": str(work)})
+            await run(client, RECALL)
+            seen = await history(client, tid)
+            lines = codex_side(client)
+        recall = [r for r in model.requests if input_texts(r, "user")[-1] == RECALL]
+
+    def answer(text: str) -> str:
+        return "recalled" if text == RECALL else reply_for(text) if text.startswith("[t") else "noted"
+
+    conversation = [m for text in turns for m in (("user", text), ("assistant", answer(text)))]
+    assert seen == conversation
+    rows = stored(tmp_path, tid)
+    assert Counter(rows) == Counter(conversation) and rows == conversation
+    # The model's lcm_grep found each fact once (the message that planted it).
+    assert len(recall) == len(words) + 1
+    for n, word in enumerate(words):
+        found = outputs(recall[n + 1])[f"call_grep_{n}"]
+        assert found.startswith(f"1 hit for '{word}'"), found
+        assert found.lower().count(word) == 2, found  # the query echoed, then the one hit
+    assert not [line for line in lines if b"call_grep" in line or b"lcm_grep" in line]
