@@ -236,7 +236,10 @@ async def test_engine_tool_calls_are_answered_by_the_sidecar_and_never_reach_the
         assert outputs(requests[5])["call_theirs"] == "note_lookup: the client's answer"
         # No frame of the engine's calls reached the client, and no read shows them.
         assert not [line for line in lines if b"call_note" in line or b"call_broken" in line]
-        assert not [line for line in lines if b"broken_tool" in line]
+        assert not [line for line in lines if b"broken_tool" in line or b"NOTE[" in line]
+        # The tool-call items the client was told of are its own two calls.
+        told = [n["item"]["id"] for n in client.notifications_for("item/completed") if n["item"].get("type") == "dynamicToolCall"]
+        assert told == ["call_weather", "call_theirs"]
         assert [i["tool"] for a in answers for i in dynamic_items(a)] == ["get_weather"] * 3
         assert status["lifecycle"]["host"]["engineTools"]["calls"] == 2
         assert status["lifecycle"]["host"]["engineTools"]["errors"] == 1
@@ -325,8 +328,12 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
             await trio.sleep(0.5)  # anything trailing the last completion would have come by now
             listed = await client.request("thread/list", {})
             loaded = await client.request("thread/loaded/list", {})
-            lines = client_lines(client)
+            read_back = await reads(client, tid)
             status = await client.request("sidecar/status")
+        lines = client_lines(client)  # every frame, up to the sidecar's exit
+        # A restarted sidecar (Codex reading its sessions from disk) lists no completion thread either.
+        async with sidecar(env, work) as again:
+            relisted = await again.request("thread/list", {})
 
         records = [json.loads(line) for line in answers.read_text().splitlines()]
         assert records[:2] == [{"text": "COMPLETION-ANSWER", "usage": True}] * 2
@@ -344,7 +351,11 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
         assert len(unattributed) <= 2, unattributed
         assert not [line for line in lines if b"COMPLETION-ANSWER" in line or b"PROMPT-MARK" in line or b"SYS-MARK" in line]
         assert [t["id"] for t in listed["data"]] == [tid]
+        assert [t["id"] for t in relisted["data"]] == [tid]
         assert loaded["data"] == [tid]
+        # The client's thread holds its two turns and nothing of the completions.
+        assert len(read_back[0]["thread"]["turns"]) == len(read_back[1]["data"]) == 2
+        assert not [a for a in read_back if any(mark in json.dumps(a) for mark in ("COMPLETION-ANSWER", "PROMPT-MARK", "SYS-MARK"))]
         assert status["lifecycle"]["host"]["completions"]["calls"] >= 2
         assert len([n for n in (json.loads(line) for line in lines) if n.get("method") == "turn/completed"]) == 2
 
@@ -402,11 +413,15 @@ async def test_lossless_compacts_when_the_summariser_fails_and_recalls_with_lcm_
             done = await client.run_turn(tid, "Please recall the vault code.", timeout=TURN_TIMEOUT)
             assert done["turn"]["status"] == "completed", done
             await finalized(client, tid, done["turn"]["id"])
-            lines = client_lines(client)
             answers = await reads(client, tid)
+            listed = await client.request("thread/list", {})
+            loaded = await client.request("thread/loaded/list", {})
+        lines = client_lines(client)  # every frame, up to the sidecar's exit
 
         figures = lossless_status(store, tid)
         assert figures["fallbackPending"] >= 1
+        # The summariser never answered: every summary is the extractive stand-in.
+        assert all(d["fallback"] == d["total"] for d in figures["summariesByDepth"].values()), figures["summariesByDepth"]
         assert figures["summariesByDepth"]["0"]["fallback"] >= 1
         assert figures["lastCompaction"]["fallbackSummaries"] >= 1
         turn_requests = [r for r in model.requests if not any(SYSTEM_PROMPT[:40] in t for t in input_texts(r, "developer"))]
@@ -418,7 +433,10 @@ async def test_lossless_compacts_when_the_summariser_fails_and_recalls_with_lcm_
         assert "ZEBRA-4471" in outputs(asked[1])["call_recall"]
         assert not [line for line in lines if b"call_recall" in line or b"lcm_grep" in line]
         assert not [i for a in answers for i in dynamic_items(a)]
+        assert not [a for a in answers if SYSTEM_PROMPT[:40] in json.dumps(a)]
+        assert [t["id"] for t in listed["data"]] == [tid] and loaded["data"] == [tid]
         named: set[str] = set()
         for line in lines:
             thread_ids_in(json.loads(line), named)
         assert named == {tid}
+        assert not [line for line in lines if SYSTEM_PROMPT[:40].encode() in line]
