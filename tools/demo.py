@@ -23,7 +23,7 @@ where the transcript mirror (an OpenClaw JSONL session file) lives.
 recall tool call the sidecar answers (:mod:`tools.demo_lossless`).
 
 With the default engine (``legacy``) the sidecar is a transparent relay
-instead; ``tests/test_live_transparency.py`` checks that byte for byte.
+instead; ``tests/live/test_transparency.py`` checks that byte for byte.
 No account, no network beyond 127.0.0.1.
 """
 
@@ -67,6 +67,7 @@ CONVERSATION = [
 ]
 
 ADDITION_TAG = "<openclaw_system_prompt_addition>"
+ROOT = Path(__file__).resolve().parent.parent
 PREVIEW_LINES = 9
 
 
@@ -198,6 +199,8 @@ async def run(codex_bin: str) -> int:
             CODEX_SIDECAR_TOKEN_BUDGET=str(TOKEN_BUDGET),
             CODEX_SIDECAR_STATE_DIR=str(state_dir),
             CODEX_SIDECAR_CONFIG=str(config),
+            # The sidecar runs this checkout's code, whatever the interpreter has installed.
+            PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
         )
         env = codex_env(home, base)
         sidecar = [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"]
