@@ -6,9 +6,12 @@ talks long enough for the engine to summarise it away, then asks for it back.
 For every turn it prints the engine's assembly (summaries + raw messages,
 tokens against the budget) and any compaction step; the summaries are written
 by the model through ``host.complete`` on Codex threads the client never
-sees. The last turn makes the model call ``lcm_grep``: the sidecar answers
-it from the engine, and the client sees none of it. At the end: the
-summaries per depth, each summary's head, and the engine's status, as
+sees. The fake model refuses to summarise the messages of one turn (the
+Oceanarium): the engine writes an extractive stand-in, marked as such, and
+compacts all the same. The last turn makes the model call ``lcm_grep``: the
+sidecar answers it from the engine, and the client sees none of it. At the
+end: the summary headers the model read, the summaries per depth (each
+one's head, extractive ones marked), and the engine's status, as
 ``codex-sidecar engines lossless status`` shows it.
 """
 
@@ -29,7 +32,7 @@ from engines.lossless.summarize import SYSTEM_PROMPT
 from sidecar.store.lossless_view import render_lossless, store_dir
 from tools.client import AppServerClient
 from tools.codex_home import codex_env, make_codex_home
-from tools.fake_model import FakeModel, FunctionCall, Text, input_texts
+from tools.fake_model import Failed, FakeModel, FunctionCall, Text, input_texts
 
 CONFIG = """\
 [engines.lossless]
@@ -55,6 +58,9 @@ TOPICS = [
     "Time Out Market for lunch",
 ]
 RECALL = "Remind me: which hotel and room did I book?"
+REFUSED = "Oceanarium"
+"""Leaf summaries of messages naming this fail at the fake model (every retry too)."""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _is_summary_call(body: dict) -> bool:
@@ -78,6 +84,9 @@ def _outputs(body: dict) -> list[str]:
 
 def _reply(body: dict) -> Any:
     if _is_summary_call(body):
+        prompt = input_texts(body, "user")[-1]
+        if REFUSED in prompt and " messages (turns " in prompt.split("\n", 1)[0]:
+            return Failed("the summariser is unavailable")
         return _summary(body)
     prompt = input_texts(body, "user")[-1]
     if RECALL in prompt:
@@ -102,12 +111,38 @@ async def _settle(model: FakeModel, state_dir: Path, thread_id: str) -> None:
         await trio.sleep(0.8)
 
 
+def summaries_by_depth(state_dir: Path, thread_id: str) -> list[str]:
+    """The session's summaries, deepest first, each with its turns, who wrote
+    it (``model``, or ``EXTRACTIVE`` for a stand-in) and its head."""
+    from engines.lossless import DB_NAME, Store
+
+    store = Store.open(store_dir(state_dir), DB_NAME)
+    try:
+        rows = store.summaries(thread_id)
+    finally:
+        store.close()
+    lines: list[str] = []
+    for depth in sorted({s.depth for s in rows}, reverse=True):
+        group = [s for s in rows if s.depth == depth]
+        what = "leaf summaries of messages" if depth == 0 else f"condensed from depth {depth - 1}"
+        extractive = sum(s.fallback for s in group)
+        lines.append(f"depth {depth} ({what}): {len(group)}, {len(group) - extractive} by the model, {extractive} extractive")
+        for s in group:
+            kind = "EXTRACTIVE" if s.fallback else "model"
+            state = "condensed" if s.parent_id else "active"
+            turns = f"turns {s.turn_lo}-{s.turn_hi}"
+            lines.append(f"  {s.id} {turns:<11} {kind:<10} {state:<9} {' '.join(s.text.split())[:70]}")
+    return lines
+
+
 def rule(title: str) -> str:
     return f"── {title} " + "─" * max(4, 72 - len(title))
 
 
-async def run(codex_bin: str) -> int:
-    work = Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-lossless-"))
+async def run(codex_bin: str, work: Path | None = None) -> int:
+    """The demo, printed to stdout; its files go under ``work`` (a new
+    temporary folder by default, left for the reader to look into)."""
+    work = work or Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-lossless-"))
     state_dir = work / "state"
     config = work / "sidecar.toml"
     config.write_text(CONFIG)
@@ -117,9 +152,12 @@ async def run(codex_bin: str) -> int:
         home = make_codex_home(work / "codex-home", model.base_url)
         base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
         base.update(CODEX_SIDECAR_CODEX_BIN=codex_bin, CODEX_SIDECAR_ENGINE="lossless", CODEX_SIDECAR_STATE_DIR=str(state_dir), CODEX_SIDECAR_CONFIG=str(config))
+        # The sidecar runs this checkout's code, whatever the interpreter has installed.
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         env = codex_env(home, base)
         print("$ CODEX_SIDECAR_ENGINE=lossless codex-sidecar app-server --listen stdio://")
         print("  config: " + "; ".join(CONFIG.strip().splitlines()[1:]))
+        print(f"  the fake model refuses to summarise messages about the {REFUSED} (the engine falls back to extractive)")
         sidecar = [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"]
         steps = 0
         async with AppServerClient.spawn(sidecar, env=env, cwd=str(work)) as client:
@@ -148,11 +186,14 @@ async def run(codex_bin: str) -> int:
                 )
                 if figures["compactionSteps"] > steps:
                     last = figures.get("lastCompaction") or {}
+                    extractive = last.get("fallbackSummaries", 0)
                     print(
                         f"compacted: step {figures['compactionSteps']} after the turn: {last.get('leafSummaries', 0)} leaf + "
                         f"{last.get('condensedSummaries', 0)} condensed summaries ({summaries} model calls via host.complete, "
                         f"invisible to the client), tokens {last.get('tokensBefore')} -> {last.get('tokensAfter')}"
                     )
+                    if extractive:
+                        print(f"           {extractive} of them extractive: the summariser failed, the step went on with a stand-in")
                     steps = figures["compactionSteps"]
                 turn_requests = [r for r in model.requests[before:] if not _is_summary_call(r)]
                 calls = [i for r in turn_requests for i in r.get("input") or [] if i.get("type") == "function_call"]
@@ -163,20 +204,18 @@ async def run(codex_bin: str) -> int:
                         print(f"           | {line[:110]}")
             frames = [line for line in client.received if b"call_recall" in line or b'"dynamicToolCall"' in line]
             listed = await client.request("thread/list", {})
+        last_turn = [r for r in model.requests if not _is_summary_call(r)][-1]
+        headers = [line for t in input_texts(last_turn) for line in t.splitlines() if line.startswith("[summary sum_")]
+        print(rule("summaries the model read in the last turn"))
+        for line in headers:
+            print(f"  {line}")
         print(rule("what the client saw of the engine"))
         print(f"server requests for the recall tool: {len([r for r in client.server_requests if r.get('method') == 'item/tool/call'])}")
         print(f"frames naming the recall call:       {len(frames)}")
         print(f"threads in thread/list:              {len(listed['data'])} (the summariser's threads are not listed)")
-        print(rule("summaries in the store"))
-        from engines.lossless import DB_NAME, Store
-
-        store = Store.open(store_dir(state_dir), DB_NAME)
-        try:
-            for s in store.summaries(thread_id):
-                kind = "extractive" if s.fallback else "model"
-                print(f"{s.id} depth {s.depth} turns {s.turn_lo}-{s.turn_hi} ({kind}){' condensed' if s.parent_id else ''}: {' '.join(s.text.split())[:80]}")
-        finally:
-            store.close()
+        print(rule("summaries in the store, by depth"))
+        for line in summaries_by_depth(state_dir, thread_id):
+            print(line)
         print(rule("codex-sidecar engines lossless status"))
         for line in render_lossless([lossless_status(store_dir(state_dir), thread_id)]):  # type: ignore[list-item]
             print(line)
