@@ -2,7 +2,8 @@
 hierarchy and gives the model recall tools.
 
 Modules, one concept each: :mod:`.config` (the ``[engines.lossless]`` table),
-:mod:`.messages` (message identity, text, tool pairs), :mod:`.store` (SQLite),
+:mod:`.messages` (message identity, text, tool pairs), :mod:`.store` (SQLite) with
+:mod:`.schema` (its tables and migrations),
 :mod:`.summarize` (model and extractive summaries), :mod:`.compaction`
 (compaction steps), :mod:`.assemble` (the assembly within the budget),
 :mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``) and

@@ -1,0 +1,125 @@
+"""The lossless store's tables and the migrations that make them.
+
+Tables
+------
+``messages``
+    Every message of every session, verbatim (``body`` is
+    :func:`engines.api.encode_openclaw` of the message), with its identity
+    (``ident``, see :mod:`.messages`), its place in the session (``seq``, from
+    1, gap-free, in ingestion order), the user turn it belongs to (``turn``:
+    the number of user messages up to and including it), role, tool name,
+    timestamp, token count and plain text. ``(session_id, ident)`` is unique,
+    so ingestion is idempotent whoever replays it.
+``summaries`` / ``summary_sources``
+    Leaf summaries (depth 0, over consecutive raw messages) and condensed
+    summaries (depth d+1, over consecutive depth-d summaries), each with the
+    message range it covers (``seq_lo``..``seq_hi``, turns, times), its text,
+    whether the text is the extractive stand-in (``fallback``), and the
+    summary that later condensed it (``parent_id``). ``summary_sources`` lists
+    the source ids in order.
+``sessions``
+    Per session: how far leaf summaries reach (``summarized_seq``), the
+    current *frame* (the summary messages the assembly starts with, as
+    rendered JSON, and ``frame_seq``: raw messages after it follow verbatim),
+    the number of compaction steps, and the last compaction and assembly (for
+    the operator's status view).
+``messages_fts`` / ``summaries_fts``
+    FTS5 indexes over the texts, kept in step by triggers (external content).
+``schema_version``
+    The migrations applied; :data:`MIGRATIONS` brings an older file up to
+    date when :class:`~engines.lossless.store.Store` opens it, each
+    migration in its own transaction.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+# Each migration is a list of statements run in one transaction together with
+# its schema_version row. Never edit a released migration: add a new one.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            """CREATE TABLE messages (
+                pk INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                session_id TEXT NOT NULL,
+                ident TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                turn INTEGER NOT NULL,
+                role TEXT NOT NULL,
+                tool_name TEXT,
+                timestamp INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,
+                text TEXT NOT NULL,
+                body BLOB NOT NULL,
+                UNIQUE (session_id, ident),
+                UNIQUE (session_id, seq)
+            )""",
+            """CREATE TABLE summaries (
+                pk INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                session_id TEXT NOT NULL,
+                depth INTEGER NOT NULL,
+                seq_lo INTEGER NOT NULL,
+                seq_hi INTEGER NOT NULL,
+                turn_lo INTEGER NOT NULL,
+                turn_hi INTEGER NOT NULL,
+                time_lo INTEGER NOT NULL,
+                time_hi INTEGER NOT NULL,
+                text TEXT NOT NULL,
+                tokens INTEGER NOT NULL,
+                source_tokens INTEGER NOT NULL,
+                fallback INTEGER NOT NULL,
+                attempts INTEGER NOT NULL,
+                parent_id TEXT,
+                created_at INTEGER NOT NULL
+            )""",
+            "CREATE INDEX summaries_by_session ON summaries (session_id, parent_id, depth, seq_lo)",
+            """CREATE TABLE summary_sources (
+                summary_id TEXT NOT NULL,
+                ord INTEGER NOT NULL,
+                source_id TEXT NOT NULL,
+                PRIMARY KEY (summary_id, ord)
+            )""",
+            """CREATE TABLE sessions (
+                session_id TEXT PRIMARY KEY,
+                session_key TEXT,
+                summarized_seq INTEGER NOT NULL DEFAULT 0,
+                frame_seq INTEGER NOT NULL DEFAULT 0,
+                frame BLOB NOT NULL DEFAULT '[]',
+                frame_ids TEXT NOT NULL DEFAULT '[]',
+                frame_tokens INTEGER NOT NULL DEFAULT 0,
+                steps INTEGER NOT NULL DEFAULT 0,
+                budget INTEGER,
+                last_compaction TEXT,
+                last_assembly TEXT
+            )""",
+        ],
+    ),
+    (
+        2,
+        [
+            "CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='messages', content_rowid='pk', "
+            "tokenize='porter unicode61 remove_diacritics 2')",
+            "CREATE VIRTUAL TABLE summaries_fts USING fts5(text, content='summaries', content_rowid='pk', "
+            "tokenize='porter unicode61 remove_diacritics 2')",
+            """CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+                INSERT INTO messages_fts (rowid, text) VALUES (new.pk, new.text);
+            END""",
+            """CREATE TRIGGER summaries_fts_insert AFTER INSERT ON summaries BEGIN
+                INSERT INTO summaries_fts (rowid, text) VALUES (new.pk, new.text);
+            END""",
+            """CREATE TRIGGER summaries_fts_update AFTER UPDATE OF text ON summaries BEGIN
+                INSERT INTO summaries_fts (summaries_fts, rowid, text) VALUES ('delete', old.pk, old.text);
+                INSERT INTO summaries_fts (rowid, text) VALUES (new.pk, new.text);
+            END""",
+            # Rows written before the index existed (a version-1 file) are indexed now.
+            "INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')",
+            "INSERT INTO summaries_fts (summaries_fts) VALUES ('rebuild')",
+        ],
+    ),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
