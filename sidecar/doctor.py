@@ -170,8 +170,9 @@ def openclaw_snippet(sidecar: str, codex: str | None, engine_id: str, state_dir:
     """OpenClaw's config (JSON5) routing its Codex harness through the sidecar,
     and the environment the gateway service needs."""
     lines = [
-        "// ~/.openclaw/openclaw.json (JSON5): the Codex harness, started through the sidecar.",
-        "// Install the plugin from npm first: openclaw plugins install @openclaw/codex",
+        "// OpenClaw's Codex harness through the sidecar (the README's snippet). Install the plugin",
+        "// from npm first (openclaw plugins install @openclaw/codex), save this as codex-sidecar.json5",
+        "// and merge it: openclaw config patch --file codex-sidecar.json5",
         "{",
         "  plugins: {",
         "    entries: {",

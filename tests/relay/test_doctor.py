@@ -308,3 +308,19 @@ def test_doctor_exits_non_zero_on_each_broken_setting(tmp_path):
     assert p.returncode == 1
     assert _failed(p.stdout) == {"codex", "state", "engine", "config"}, p.stdout
     assert "plugins:" in p.stdout, "the snippet is printed even when something is wrong"
+
+
+def test_the_state_dir_an_engine_creates_passes_the_doctor(tmp_path):
+    """The first turn with an engine creates the state dir (binding the
+    engine's folder): it must be 0700, or doctor fails from then on."""
+    from sidecar.host import engine_state_dir
+
+    state = tmp_path / "fresh" / "codex-sidecar"
+    old = os.umask(0o022)
+    try:
+        engine_state_dir(state, "transcript-budget")
+    finally:
+        os.umask(old)
+    assert check_state_dir(state).ok, check_state_dir(state)
+    assert oct(state.stat().st_mode & 0o777) == oct(0o700)
+    assert oct((state / "engines").stat().st_mode & 0o777) == oct(0o700)
