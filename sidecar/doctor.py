@@ -8,6 +8,7 @@ snippet for the paths found, and exits non-zero on any problem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,17 +67,31 @@ def check_codex(configured: str | None, run_version: Callable[[str], str] = _run
     return Finding("codex", True, f"{path} (codex {shown})"), path
 
 
+def can_write(directory: Path) -> bool:
+    """Whether this user can create a file in ``directory``: tried for real
+    (a temporary file, removed at once), since permission bits say nothing
+    for root, on a read-only mount or under an ACL."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".codex-sidecar-doctor-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return True
+
+
 def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     """Writable and private (0700): it holds every mirrored prompt."""
     p = Path(path)
     if not p.exists():
         parent = next((a for a in p.parents if a.exists()), None)
-        if parent is not None and os.access(parent, os.W_OK | os.X_OK):
+        if parent is not None and parent.is_dir() and can_write(parent):
             return Finding("state dir", True, f"{p} (does not exist yet; will be created 0700)")
-        return Finding("state dir", False, f"{p} does not exist and cannot be created (no write access to {parent})")
+        return Finding("state dir", False, f"{p} does not exist and cannot be created (cannot write in {parent})")
     if not p.is_dir():
         return Finding("state dir", False, f"{p} is not a directory")
-    if not os.access(p, os.W_OK | os.X_OK):
+    if not can_write(p):
         return Finding("state dir", False, f"{p} is not writable by this user")
     mode = stat.S_IMODE(p.stat().st_mode)
     if mode & 0o077:
@@ -107,17 +123,18 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
 
 
 def check_tokenizer(name: Callable[[], str] | None = None) -> Finding:
-    """Exact o200k counts need bpe-openai; without it budgets are chars/4 guesses."""
+    """Exact o200k counts need bpe-openai: engines' budgets are in its tokens."""
     if name is None:
         from engines.tokens import tokenizer_name
 
         name = tokenizer_name
-    which = name()
+    try:
+        which = name()
+    except Exception as exc:  # TokenizerUnavailable, or a broken wheel
+        return Finding("tokenizer", False, f"{exc}")
     if which == "o200k_base":
-        return Finding("tokenizer", True, "o200k_base (bpe-openai)")
-    return Finding(
-        "tokenizer", False, f"{which}: token counts are estimates, off by up to 40%; install bpe-openai (pip install bpe-openai)"
-    )
+        return Finding("tokenizer", True, "o200k_base (bpe-openai): exact token counts")
+    return Finding("tokenizer", False, f"{which}: not the o200k_base tokenizer; reinstall bpe-openai (pip install 'bpe-openai>=0.1.4')")
 
 
 def check_config_file(path: str | os.PathLike[str] | None) -> Finding:
@@ -132,21 +149,30 @@ def check_config_file(path: str | os.PathLike[str] | None) -> Finding:
     return Finding("config file", True, str(shown))
 
 
-def sidecar_executable() -> str:
-    """How OpenClaw should start this sidecar: the console script on PATH,
-    else the one this process was started as."""
+def sidecar_executable(argv0: str | None = None) -> str:
+    """How OpenClaw should start this sidecar: the ``codex-sidecar`` script
+    this doctor runs as (its path as typed or found on PATH, so pipx's
+    ``~/.local/bin`` link stays a link), else the one beside this Python
+    (``python -m sidecar doctor``), else the one on PATH."""
+    argv0 = sys.argv[0] if argv0 is None and sys.argv else argv0
+    if argv0 and os.path.basename(argv0) == "codex-sidecar":
+        found = argv0 if os.sep in argv0 else shutil.which(argv0)
+        if found and os.path.isfile(found):
+            return os.path.abspath(found)
+    beside = Path(sys.executable).parent / "codex-sidecar"
+    if beside.is_file():
+        return str(beside)
     found = shutil.which("codex-sidecar")
-    if found:
-        return os.path.abspath(found)
-    return os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "codex-sidecar"
+    return os.path.abspath(found) if found else "codex-sidecar"
 
 
 def openclaw_snippet(sidecar: str, codex: str | None, engine_id: str, state_dir: str) -> str:
     """OpenClaw's config (JSON5) routing its Codex harness through the sidecar,
     and the environment the gateway service needs."""
     lines = [
-        "// ~/.openclaw/openclaw.json (JSON5): the Codex harness, started through the sidecar.",
-        "// Install the plugin from npm first: openclaw plugins install @openclaw/codex",
+        "// OpenClaw's Codex harness through the sidecar (the README's snippet). Install the plugin",
+        "// from npm first (openclaw plugins install @openclaw/codex), save this as codex-sidecar.json5",
+        "// and merge it: openclaw config patch --file codex-sidecar.json5",
         "{",
         "  plugins: {",
         "    entries: {",

@@ -41,8 +41,13 @@ def engine_state_dir(state_dir: str | os.PathLike[str], engine_id: str) -> Path:
     name), created with mode 0700."""
     name = _SAFE_ID.sub("_", engine_id).lstrip(".") or "_"
     path = Path(state_dir) / "engines" / name
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    # Each missing folder 0700, the state dir itself included: mkdir(parents=True)
+    # gives parents the umask's mode (0755), and the state dir holds prompts.
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+    os.chmod(path, 0o700)  # the engine's own folder stays private even if loosened
     return path
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from sidecar.doctor import (
+    can_write,
     check_codex,
     check_config_file,
     check_engine,
@@ -17,9 +19,50 @@ from sidecar.doctor import (
     check_tokenizer,
     openclaw_snippet,
     parse_codex_version,
+    sidecar_executable,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 SIDECAR = [sys.executable, "-m", "sidecar"]
+GROUP = "openclaw.context_engines"
+
+ENGINE_MODULE = """
+from engines import AssembleResult, BaseContextEngine, CompactResult, EngineInfo, IngestResult
+
+
+class Engine(BaseContextEngine):
+    def __init__(self, config):
+        super().__init__(config)
+        self.info = EngineInfo(id="{id}", name="Doctor test engine", version="1.0")
+
+    async def ingest(self, params):
+        return IngestResult(ingested=True)
+
+    async def assemble(self, params):
+        return AssembleResult(messages=params.messages, estimated_tokens=0)
+
+    async def compact(self, params):
+        return CompactResult(ok=True, compacted=False)
+
+
+def good(config):
+    return Engine(config)
+
+
+def broken(config):
+    raise RuntimeError("the database is missing")
+"""
+
+
+def install_engine(site: Path, dist: str, engine_id: str, factory: str) -> None:
+    """A third-party engine distribution on sys.path: a module and its
+    ``*.dist-info`` with the entry point."""
+    module = dist.replace("-", "_") + "_mod"
+    (site / f"{module}.py").write_text(ENGINE_MODULE.replace("{id}", engine_id))
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{GROUP}]\n{engine_id} = {module}:{factory}\n")
 
 
 def fake_codex(tmp_path, version_line: str) -> str:
@@ -78,6 +121,35 @@ def test_missing_state_dir_under_a_writable_parent_passes(tmp_path):
     assert finding.ok and "will be created" in finding.message
 
 
+def _unwritable_dir(tmp_path: Path) -> Path:
+    """A directory this user cannot create files in.  Mode 0500 does it for
+    anyone but root; root writes through mode bits, and for root Linux's
+    /proc/self is such a directory (procfs refuses new files)."""
+    d = tmp_path / "readonly"
+    d.mkdir()
+    d.chmod(0o500)
+    if can_write(d):
+        d = Path("/proc/self")
+        assert d.is_dir() and not can_write(d), "no unwritable directory to test with"
+    return d
+
+
+def test_state_dir_not_writable_fails(tmp_path):
+    d = _unwritable_dir(tmp_path)
+    finding = check_state_dir(d)
+    assert not finding.ok and "not writable" in finding.message, finding
+
+
+def test_missing_state_dir_under_an_unwritable_parent_fails(tmp_path):
+    finding = check_state_dir(_unwritable_dir(tmp_path) / "codex-sidecar")
+    assert not finding.ok and "cannot be created" in finding.message, finding
+
+
+def test_the_write_probe_leaves_nothing_behind(tmp_path):
+    assert can_write(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_legacy_and_builtin_engines_pass():
     assert check_engine("legacy", None, {}).ok
     assert check_engine("transcript-budget", (), {}).ok
@@ -93,17 +165,71 @@ def test_a_third_party_engine_without_an_allowlist_fails():
     assert not finding.ok and "allowlist" in finding.message
 
 
-def test_an_engine_whose_factory_fails_fails():
-    finding = check_engine("transcript-budget", (), {"no_such_option": 1})
-    # The built-in rejects unknown config keys; if it ever accepts them this
-    # still must not pass silently as a broken engine.
-    assert finding.ok or "transcript-budget" in finding.message
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A folder on sys.path for third-party engine distributions."""
+    d = tmp_path / "site"
+    d.mkdir()
+    monkeypatch.syspath_prepend(str(d))
+    return d
 
 
-def test_tokenizer_check():
-    assert check_tokenizer(lambda: "o200k_base").ok
-    finding = check_tokenizer(lambda: "chars/4")
-    assert not finding.ok and "bpe-openai" in finding.message
+def test_an_allowlisted_third_party_engine_passes(site):
+    install_engine(site, "doctor-good", "doctor-good", "good")
+    finding = check_engine("doctor-good", ("doctor-good",), {})
+    assert finding.ok, finding
+    assert "Doctor test engine" in finding.message
+
+
+def test_an_engine_whose_factory_raises_fails(site):
+    install_engine(site, "doctor-broken", "doctor-broken", "broken")
+    finding = check_engine("doctor-broken", ("doctor-broken",), {})
+    assert not finding.ok
+    assert "the database is missing" in finding.message
+
+
+def test_an_engine_outside_the_allowlist_fails(site):
+    install_engine(site, "doctor-good", "doctor-good", "good")
+    finding = check_engine("doctor-good", ("someone-else",), {})
+    assert not finding.ok
+    assert "allowlist" in finding.message and "doctor-good" in finding.message
+
+
+def test_an_installed_third_party_engine_with_no_allowlist_fails(site):
+    install_engine(site, "doctor-good", "doctor-good", "good")
+    finding = check_engine("doctor-good", None, {})
+    assert not finding.ok
+    assert "allowlist" in finding.message and "doctor-good" in finding.message
+
+
+def test_tokenizer_present_passes():
+    finding = check_tokenizer()
+    assert finding.ok, "bpe-openai is a dependency: " + finding.message
+
+
+def test_tokenizer_missing_fails_in_the_doctor(tmp_path):
+    """bpe-openai shadowed by a package that cannot be imported: the doctor
+    reports it (it used to die with a traceback)."""
+    shadow = tmp_path / "shadow" / "bpe_openai"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('bpe-openai removed for this test')\n")
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    state.chmod(0o700)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    p = _doctor(
+        {
+            "CODEX_SIDECAR_CODEX_BIN": fake_codex(tmp_path, "codex-cli 0.169.0"),
+            "CODEX_SIDECAR_STATE_DIR": str(state),
+            "CODEX_SIDECAR_CONFIG": str(config),
+            "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(ROOT)]),
+        }
+    )
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert _failed(p.stdout) == {"tokenizer"}, p.stdout
+    assert "bpe-openai" in p.stdout
 
 
 def test_config_file_checks(tmp_path):
@@ -128,25 +254,40 @@ def test_snippet_names_the_paths_found():
     assert "CODEX_SIDECAR_ENGINE=transcript-budget" in text
 
 
-def _doctor(env: dict[str, str]) -> subprocess.CompletedProcess:
+def _doctor(env: dict[str, str], argv0: list[str] | None = None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
     full.update(env)
-    return subprocess.run([*SIDECAR, "doctor"], capture_output=True, text=True, env=full, timeout=60)
+    return subprocess.run([*(argv0 or SIDECAR), "doctor"], capture_output=True, text=True, env=full, timeout=60)
 
 
-def test_doctor_exits_zero_when_all_is_well_and_prints_the_snippet(tmp_path):
+def _failed(stdout: str) -> set[str]:
+    return {line.split()[1] for line in stdout.splitlines() if line.startswith("FAIL")}
+
+
+def test_doctor_exits_zero_when_all_is_well_and_prints_the_snippet_for_what_it_found(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     state.chmod(0o700)
     config = tmp_path / "config.toml"
-    config.write_text("")
+    config.write_text('engine = "transcript-budget"\n')
     codex = fake_codex(tmp_path, "codex-cli 0.169.0")
     p = _doctor({"CODEX_SIDECAR_CODEX_BIN": codex, "CODEX_SIDECAR_STATE_DIR": str(state), "CODEX_SIDECAR_CONFIG": str(config)})
-    if "FAIL tokenizer" in p.stdout:
-        pytest.fail("bpe-openai is a test dependency: " + p.stdout)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert _failed(p.stdout) == set(), p.stdout
+    # python -m sidecar: the console script beside this interpreter.
+    command = str(Path(sys.executable).parent / "codex-sidecar")
+    assert f'command: "{command}"' in p.stdout
     assert f"CODEX_SIDECAR_CODEX_BIN={codex}" in p.stdout
-    assert "FAIL" not in p.stdout
+    assert f"CODEX_SIDECAR_STATE_DIR={state}" in p.stdout
+    assert "CODEX_SIDECAR_ENGINE=transcript-budget" in p.stdout
+
+
+def test_the_snippet_names_the_script_the_doctor_runs_as(tmp_path):
+    script = tmp_path / "bin" / "codex-sidecar"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert sidecar_executable(str(script)) == str(script)
 
 
 def test_doctor_exits_non_zero_on_each_broken_setting(tmp_path):
@@ -165,6 +306,21 @@ def test_doctor_exits_non_zero_on_each_broken_setting(tmp_path):
         }
     )
     assert p.returncode == 1
-    failed = {line.split()[1] for line in p.stdout.splitlines() if line.startswith("FAIL")}
-    assert failed == {"codex", "state", "engine", "config"}, p.stdout
+    assert _failed(p.stdout) == {"codex", "state", "engine", "config"}, p.stdout
     assert "plugins:" in p.stdout, "the snippet is printed even when something is wrong"
+
+
+def test_the_state_dir_an_engine_creates_passes_the_doctor(tmp_path):
+    """The first turn with an engine creates the state dir (binding the
+    engine's folder): it must be 0700, or doctor fails from then on."""
+    from sidecar.host import engine_state_dir
+
+    state = tmp_path / "fresh" / "codex-sidecar"
+    old = os.umask(0o022)
+    try:
+        engine_state_dir(state, "transcript-budget")
+    finally:
+        os.umask(old)
+    assert check_state_dir(state).ok, check_state_dir(state)
+    assert oct(state.stat().st_mode & 0o777) == oct(0o700)
+    assert oct((state / "engines").stat().st_mode & 0o777) == oct(0o700)
