@@ -29,6 +29,7 @@ import trio
 from engines import CompleteParams, CompleteResult, EngineHostError, optional_method
 from engines.tokens import count_tokens
 
+from ..store.private import private_dir
 from .completion import Completions
 
 log = logging.getLogger("codex_sidecar.host")
@@ -41,12 +42,7 @@ def engine_state_dir(state_dir: str | os.PathLike[str], engine_id: str) -> Path:
     name), created with mode 0700."""
     name = _SAFE_ID.sub("_", engine_id).lstrip(".") or "_"
     path = Path(state_dir) / "engines" / name
-    # Each missing folder 0700, the state dir itself included: mkdir(parents=True)
-    # gives parents the umask's mode (0755), and the state dir holds prompts.
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)
+    private_dir(path)  # each missing folder 0700, the state dir itself included
     os.chmod(path, 0o700)  # the engine's own folder stays private even if loosened
     return path
 

@@ -18,6 +18,8 @@ import os
 import re
 from pathlib import Path
 
+from ..store.private import private_dir
+
 log = logging.getLogger("codex_sidecar.host")
 
 _THREAD_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
@@ -62,7 +64,7 @@ class OfferedTools:
         path = self._path(thread_id)
         if path is None:
             return
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(self.dir)
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:

@@ -54,6 +54,8 @@ import msgspec
 
 from protocol import rewrite
 
+from ..store.private import private_dir
+
 log = logging.getLogger("codex_sidecar.backing")
 
 _UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -252,7 +254,7 @@ class BackingThreads:
         with self._write_lock:
             if version <= self._written.get(client, 0):
                 return
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self.dir)
             tmp = path.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from .mirror import session_path
+from .private import private_dir
 
 _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
@@ -40,7 +41,7 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         try:
             fd = os.open(path, flags, 0o600)
         except FileNotFoundError:  # the folder, once a thread (not a mkdir every turn)
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(path.parent)
             fd = os.open(path, flags, 0o600)
         try:
             size = os.fstat(fd).st_size

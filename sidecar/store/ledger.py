@@ -25,6 +25,7 @@ import msgspec
 
 from .inspect import append_record, decode_records
 from .mirror import session_path
+from .private import private_dir
 
 COMPACT_AFTER = 256
 """Journal entries after which the next write rewrites it as one snapshot."""
@@ -161,7 +162,7 @@ class Ledger:
         }
         tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 os.write(fd, _encode.encode({"snapshot": body}) + b"\n")

@@ -61,6 +61,8 @@ from typing import Any, Self
 
 import msgspec
 
+from .private import private_dir
+
 log = logging.getLogger("codex_sidecar.mirror")
 
 __all__ = [
@@ -77,7 +79,6 @@ __all__ = [
 
 SESSION_VERSION = 4
 FILE_MODE = 0o600
-DIR_MODE = 0o700
 ID_HEX_CHARS = 16
 
 Writer = Callable[[int, "bytes | memoryview"], int]
@@ -104,23 +105,6 @@ def iso_timestamp(ms: int | float) -> str:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _ensure_dir(path: Path) -> None:
-    """Create ``path`` and missing parents with mode 0700 (existing ones untouched)."""
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(directory, DIR_MODE)  # the umask may have removed bits; never adds any
 
 
 def session_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
@@ -190,7 +174,7 @@ class SessionFile:
         ``timestamp`` (ms) dates a new header; default now.
         """
         path = Path(path)
-        _ensure_dir(path.parent)
+        private_dir(path.parent)
         fd = cls._open_fd(path)
         file = cls(path, fd, writer=writer, fsync=fsync)
         header: dict[str, Any] = {
@@ -509,7 +493,7 @@ class SessionFile:
             extra={"fields": {"path": str(self.path), "deleted": current is None}},
         )
         if current is None:
-            _ensure_dir(self.path.parent)
+            private_dir(self.path.parent)
         fd = self._open_fd(self.path)
         os.close(self._fd)
         self._fd = fd
