@@ -280,6 +280,7 @@ class BenchModel(CountingFakeModel):
         self.recall_bodies: dict[int, list[tuple[str, dict]]] = {}  # recall turn -> (kind, body) of its requests
         self.recall_turns: set[int] = set()
         self.first_body: dict | None = None
+        self.summary_requests = 0
         self._pending_lock = threading.Lock()
 
     def _take(self, body: dict) -> tuple[int, Any]:
@@ -290,6 +291,7 @@ class BenchModel(CountingFakeModel):
             self._lock.notify_all()
         with self._pending_lock:
             self.pending.append((self.turn, kind, body))
+            self.summary_requests += kind == "summary"
         return index, step
 
     def drain(self) -> None:
@@ -330,8 +332,8 @@ class SideResult:
 
 
 class Session:
-    def __init__(self, name: str, script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int) -> None:
-        self.name, self.script, self.codex_bin, self.engine_config = name, script, codex_bin, engine_config
+    def __init__(self, name: str, script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str]) -> None:
+        self.name, self.script, self.codex_bin, self.engine_config, self.settings = name, script, codex_bin, engine_config, settings
         self.result = SideResult(name)
         self.dir = root / "runs" / name
         self.dir.mkdir(parents=True)
@@ -361,6 +363,7 @@ class Session:
                 "CODEX_SIDECAR_STATE_DIR": str(self.state),
                 "CODEX_SIDECAR_CONFIG": str(config),
                 "CODEX_SIDECAR_LOG_LEVEL": "warning",
+                **{f"CODEX_SIDECAR_{k.upper()}": v for k, v in self.settings.items()},
                 "PYTHONPATH": os.pathsep.join([REPO] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
             }
         )
@@ -393,19 +396,26 @@ class Session:
         if (i + 1) % 25 == 0 or i + 1 == len(self.script):
             progress(f"  {self.name}: turn {i + 1}/{len(self.script)}, last {self.result.walls[-1] * 1000:.0f} ms")
 
-    async def settle(self) -> None:
+    async def settle(self, quiet_polls: int = 1) -> None:
         """Until the sidecar has finalised the last turn and its background
-        maintenance is quiet (no model request in flight, the host's
-        completion count still), at most 60 s; then measure the bodies."""
+        maintenance is quiet: every completion call the host started has
+        reached the model and been answered, and nothing changed for
+        ``quiet_polls`` polls 0.1 s apart (at most 60 s); then measure the
+        bodies."""
         assert self.client is not None and self.model is not None
         if self.sidecar:
             seen: Any = None
+            still = 0
             for _ in range(600):
                 status = await self.client.request("sidecar/status")
                 lc = (status or {}).get("lifecycle") or {}
                 busy = ((lc.get("threads") or {}).get(self.thread_id) or {}).get("busy")
-                now = (((lc.get("host") or {}).get("completions") or {}).get("calls"), len(self.model.pending))
-                if not busy and self.model.in_flight == 0 and now == seen:
+                calls = ((lc.get("host") or {}).get("completions") or {})
+                started = int(calls.get("calls") or 0) - int(calls.get("failed") or 0)
+                now = (calls.get("calls"), calls.get("failed"), self.model.summary_requests)
+                quiet = not busy and self.model.in_flight == 0 and self.model.summary_requests >= started and now == seen
+                still = still + 1 if quiet else 0
+                if still >= quiet_polls:
                     break
                 seen = now
                 await trio.sleep(0.1)
@@ -415,7 +425,7 @@ class Session:
 
     async def close(self) -> None:
         assert self.client is not None and self.model is not None
-        await self.settle()
+        await self.settle(quiet_polls=10)
         result = self.result
         for params in self.client.notifications_for("thread/tokenUsage/updated"):
             window = (params.get("tokenUsage") or {}).get("modelContextWindow")
@@ -531,9 +541,9 @@ async def run_sessions(sessions: Sequence[Session], turns: int) -> None:
             await s.close()
 
 
-def run(script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int) -> list[SideResult]:
+def run(script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str] | None = None) -> list[SideResult]:
     make_workspace(root / "work", seed)
-    sessions = [Session(name, script, root, codex_bin, engine_config, seed) for name in CONFIGS]
+    sessions = [Session(name, script, root, codex_bin, engine_config, seed, settings or {}) for name in CONFIGS]
     try:
         trio.run(run_sessions, sessions, len(script))
     except (ServerGone, RpcError, TimeoutError, OSError) as exc:
@@ -580,6 +590,30 @@ def _sums(requests: Sequence[Request], kinds: set[str] | None = None, exclude: s
     }
 
 
+def breakdown(requests: Sequence[Request]) -> dict[str, dict[str, Any]]:
+    """Requests by why they cost what they cost: summary calls (and Codex's
+    own compactions), the first request on a cache key (cold: a new thread,
+    a fresh rebuild's spare), a request whose prefix broke on a known key,
+    and the rest (the previous request's prefix reused)."""
+    seen: set[str] = set()
+    parts: dict[str, list[Request]] = {"summary calls": [], "compactions": [], "first on a key": [], "prefix broken": [], "prefix reused": []}
+    for r in requests:
+        if r.kind in ("summary", "compaction"):
+            part = "summary calls" if r.kind == "summary" else "compactions"
+        elif r.key not in seen:
+            part = "first on a key"
+        elif r.cached < 0.5 * r.tokens:
+            part = "prefix broken"
+        else:
+            part = "prefix reused"
+        seen.add(r.key)
+        parts[part].append(r)
+    return {
+        k: {"requests": len(v), "cacheWeightedInput": round(sum(r.weighted for r in v), 1), "meanTokens": statistics.fmean(r.tokens for r in v) if v else 0.0}
+        for k, v in parts.items()
+    }
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "-"
 
@@ -589,8 +623,8 @@ def _ms(v: float | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) if k == 0 else str(c).rjust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()  # noqa: E731
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) if k == 0 else str(c).rjust(w) for k, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()  # noqa: E731
     return [fmt(header), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows]]
 
 
@@ -620,6 +654,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
             "host": r.host,
             "cacheKeys": len({q.key for q in r.requests}),
             "requests": [dataclasses.asdict(q) for q in r.requests],
+            "breakdown": breakdown(r.requests),
         }
     n, lo = sides["native"], sides["lossless"]
     cache_ratio = lo["all"]["cacheWeightedInput"] / n["all"]["cacheWeightedInput"] if n["all"]["cacheWeightedInput"] else None
@@ -655,6 +690,10 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"{_ratio(lo['turnRequests']['cacheWeightedInput'], n['turnRequests']['cacheWeightedInput'])}; "
         f"the engine's summary calls {lo['summaryCalls']['cacheWeightedInput']:,.0f} of it ({lo['summaryCalls']['requests']} calls)",
         f"cache keys: native {n['cacheKeys']}, lossless {lo['cacheKeys']} (a fresh rebuild moves the thread to a new Codex thread; every summary call has its own)",
+        "where the cache-weighted input goes: " + "; ".join(
+            f"{r.name}: " + ", ".join(f"{part} {v['cacheWeightedInput']:,.0f} ({v['requests']} reqs, mean {v['meanTokens']:,.0f} tok)" for part, v in sides[r.name]["breakdown"].items() if v["requests"])
+            for r in results
+        ),
         "",
         "summaries per depth: " + (", ".join(f"d{d}: {v.get('total', 0)} ({v.get('fallback', 0)} extractive)" for d, v in sorted(depths.items(), key=lambda kv: int(kv[0]))) or "none")
         + f"; extractive pending {store.get('fallbackPending', '-')}; compaction steps {store.get('compactionSteps', '-')}; "
@@ -684,7 +723,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "turn/completed over native's mean, the two sessions taking turns ABBA; a hand-over waits until the sidecar's background summaries are done.",
         f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'} (token_budget {cfg.token_budget}, fresh_tail_tokens {cfg.fresh_tail_tokens}, "
         f"leaf_chunk_tokens {cfg.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}); "
-        f"sidecar defaults; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
+        f"sidecar {meta.get('sidecarSettings') or 'defaults'}; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
         f"mean tokens a turn {meta.get('tokensPerTurn')}.",
     ]
     return {
@@ -725,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--engine-setting", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of [engines.lossless] (TOML value), e.g. token_budget=16000; repeatable; default: the engine's defaults")
+    ap.add_argument("--sidecar-setting", action="append", default=[], metavar="NAME=VALUE",
+                    help="a sidecar setting (as CODEX_SIDECAR_<NAME>), e.g. rebuild=revert; repeatable; default: the sidecar's defaults")
     ap.add_argument("--codex-bin", help="the real codex (default: $CODEX_SIDECAR_TEST_CODEX_BIN or .tools/)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
     ap.add_argument("--keep", metavar="DIR", help="run in DIR (empty or new) and keep the state dirs, CODEX_HOMEs and stderr logs")
@@ -738,6 +779,12 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--engine-setting {item!r}: expected KEY=VALUE")
         table.append(f"{key.strip()} = {value.strip()}")
     engine_config = "\n".join(table) + "\n"
+    settings: dict[str, str] = {}
+    for item in args.sidecar_setting:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            ap.error(f"--sidecar-setting {item!r}: expected NAME=VALUE")
+        settings[key.strip()] = value
     import tomllib
 
     try:
@@ -760,9 +807,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-lossless-")))
         progress(f"{args.turns} turns, native + lossless; HOME {os.environ.get('HOME')}; load {load_start}")
-        results = run(script, root, codex_bin, engine_config, args.seed)
+        results = run(script, root, codex_bin, engine_config, args.seed, settings)
     meta = {
         "engineSettings": ", ".join(args.engine_setting),
+        "sidecarSettings": ", ".join(args.sidecar_setting),
         "home": f"real ({os.environ.get('HOME')})",
         "loadStart": load_start,
         "loadEnd": " ".join(f"{x:.2f}" for x in os.getloadavg()),
