@@ -614,6 +614,14 @@ def breakdown(requests: Sequence[Request]) -> dict[str, dict[str, Any]]:
     }
 
 
+def by_window(a: Sequence[Request], b: Sequence[Request], turns: int, window: int) -> list[tuple[int, float, float]]:
+    """``(first turn index, a's, b's)`` cache-weighted input per ``window`` turns."""
+    return [
+        (start, sum(r.weighted for r in a if start <= r.turn < start + window), sum(r.weighted for r in b if start <= r.turn < start + window))
+        for start in range(0, turns, window)
+    ]
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "-"
 
@@ -667,6 +675,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "cacheWeightedAtMostHalf": cache_ratio is not None and cache_ratio <= TARGET_CACHE_RATIO,
         "everyFactFound": bool(facts) and all(f["toolCalled"] and f["inToolOutput"] and f["inInputAfterCall"] for f in facts),
     }
+    window = max(10, len(script) // 6)
     lines = [f"bench-lossless: {len(script)} turns, native codex and the sidecar with lossless, paired ABBA, one run", ""]
     rows = []
     for r in results:
@@ -693,6 +702,9 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "where the cache-weighted input goes: " + "; ".join(
             f"{r.name}: " + ", ".join(f"{part} {v['cacheWeightedInput']:,.0f} ({v['requests']} reqs, mean {v['meanTokens']:,.0f} tok)" for part, v in sides[r.name]["breakdown"].items() if v["requests"])
             for r in results
+        ),
+        "cache-weighted input by turns (lossless / native): " + ", ".join(
+            f"{a + 1}-{min(a + window, len(script))}: {_ratio(w_lo, w_n)}" for a, w_lo, w_n in by_window(lossless.requests, native.requests, len(script), window)
         ),
         "",
         "summaries per depth: " + (", ".join(f"d{d}: {v.get('total', 0)} ({v.get('fallback', 0)} extractive)" for d, v in sorted(depths.items(), key=lambda kv: int(kv[0]))) or "none")
