@@ -370,9 +370,11 @@ class Session:
         return [sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"], codex_env(codex_home, base)
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
-        self.model = stack.enter_context(BenchModel(self.rules))
-        self.model.recall_turns = {i for i, t in enumerate(self.script) if t.kind == "recall"}
-        codex_home = make_codex_home(self.dir / "codex-home", self.model.base_url)
+        model = BenchModel(self.rules)
+        stack.enter_context(model)
+        self.model = model
+        model.recall_turns = {i for i, t in enumerate(self.script) if t.kind == "recall"}
+        codex_home = make_codex_home(self.dir / "codex-home", model.base_url)
         argv, env = self.env(codex_home)
         self.client = client = await stack.enter_async_context(
             AppServerClient.spawn(argv, env=env, cwd=str(self.work), request_timeout=TURN_TIMEOUT)
@@ -457,15 +459,24 @@ class Session:
 _HIT = re.compile(r"^- (?P<id>(?:msg|sum)_[0-9a-f]{16}) · (?P<role>[^·]+) · turns? (?P<lo>\d+)(?:-(?P<hi>\d+))? · ", re.M)
 
 
+def _output_text(item: dict) -> str:
+    value = item.get("output")
+    if isinstance(value, list):
+        value = "\n".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
+    return str(value)
+
+
 def _outputs(body: dict) -> list[str]:
-    out = []
-    for item in body.get("input") or []:
-        if item.get("type") == "function_call_output":
-            value = item.get("output")
-            if isinstance(value, list):
-                value = "\n".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
-            out.append(str(value))
-    return out
+    return [_output_text(i) for i in body.get("input") or [] if i.get("type") == "function_call_output"]
+
+
+def _call_output(body: dict, name: str) -> str:
+    """The output of the request's newest call of ``name`` ("" if none)."""
+    calls = _calls(body, name)
+    if not calls:
+        return ""
+    call_id = calls[-1].get("call_id")
+    return next((_output_text(i) for i in body.get("input") or [] if i.get("type") == "function_call_output" and i.get("call_id") == call_id), "")
 
 
 def _calls(body: dict, name: str) -> list[dict]:
@@ -493,9 +504,10 @@ def fact_checks(script: Sequence[Turn], bodies: dict[int, list[tuple[str, dict]]
         fact = FACTS[t.fact]
         reqs = bodies.get(i, [])
         first = reqs[0][1] if reqs else {}
-        after = [b for _, b in reqs if _calls(b, RECALL_TOOL)]
-        answer = after[-1] if after else None
-        output = next((o for o in reversed(_outputs(answer)) if fact.query in o or "hit" in o), "") if answer else ""
+        called = any(kind == "tool-call" for kind, _ in reqs)
+        answers = [b for kind, b in reqs if kind == "tool-answer"]
+        answer = answers[-1] if answers else None
+        output = _call_output(answer, RECALL_TOOL) if answer is not None else ""
         hit_turns = []
         for line in output.splitlines():
             m = _HIT.match(line)
@@ -508,11 +520,11 @@ def fact_checks(script: Sequence[Turn], bodies: dict[int, list[tuple[str, dict]]
                 "plantedTurn": planted.get(t.fact),
                 "askedTurn": i + 1,
                 "requests": len(reqs),
-                "toolCalled": bool(after),
+                "toolCalled": called,
                 "inToolOutput": fact.key in output,
                 "hitTurns": hit_turns,
                 "hitCoversPlantedTurn": any(lo <= (planted.get(t.fact) or -1) <= hi for lo, hi in hit_turns),
-                "inInputAfterCall": bool(answer) and fact.key in _visible(answer),
+                "inInputAfterCall": answer is not None and fact.key in _visible(answer),
                 "inInputWhenAsked": fact.key in _visible(first) if reqs else False,
                 "inInputAnswer": fact.key in _visible(reqs[-1][1]) if reqs else False,
             }

@@ -114,6 +114,25 @@ def test_the_script_plants_facts_early_and_asks_for_every_one_at_the_end():
     assert [t.kind for t in small].count("plant") == 2 and [t.kind for t in small][-2:] == ["recall", "recall"]
 
 
+def test_a_fact_counts_as_found_only_through_this_turns_own_lcm_grep_call():
+    script = [bl.Turn("x " + bl.FACTS[0].text, "plant", 0), bl.Turn("talk", "talk"), bl.Turn("Use lcm_grep to find it.", "recall", 0)]
+    key = bl.FACTS[0].key
+    old_call = {"type": "function_call", "name": "lcm_grep", "arguments": "{}", "call_id": "old"}
+    old_out = {"type": "function_call_output", "call_id": "old", "output": f"- msg_0123456789abcdef · user · turn 1 · t: {key}"}
+    ask = _msg("user", "Use lcm_grep to find it.")
+    # An earlier turn's call and output still in the thread's history: not this turn's recall.
+    (fact,) = bl.fact_checks(script, {2: [("no-tool", _req(old_call, old_out, ask))]}, sidecar=True)
+    assert not fact["toolCalled"] and not fact["inToolOutput"] and fact["inInputWhenAsked"]
+    call = {"type": "function_call", "name": "lcm_grep", "arguments": "{}", "call_id": "new"}
+    out = {"type": "function_call_output", "call_id": "new", "output": f"1 hit:\n- msg_0123456789abcdef · user · turn 1 · t: {key} etc"}
+    (fact,) = bl.fact_checks(script, {2: [("tool-call", _req(ask)), ("tool-answer", _req(ask, call, out))]}, sidecar=True)
+    assert fact["toolCalled"] and fact["inToolOutput"] and fact["inInputAfterCall"] and not fact["inInputWhenAsked"]
+    assert fact["hitTurns"] == [(1, 1)] and fact["hitCoversPlantedTurn"] and fact["plantedTurn"] == 1
+    miss = {"type": "function_call_output", "call_id": "new", "output": "No match for 'it' in this conversation."}
+    (fact,) = bl.fact_checks(script, {2: [("tool-call", _req(ask)), ("tool-answer", _req(ask, call, miss))]}, sidecar=True)
+    assert fact["toolCalled"] and not fact["inToolOutput"] and not fact["inInputAfterCall"]
+
+
 # ------------------------------------------------------------ the live bench
 
 
