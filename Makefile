@@ -8,6 +8,8 @@
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
 #   make bench-scale    600 turns on one thread: does a turn cost the same late as early (issue 17)
+#   make bench-lossless 300 turns, native codex against the lossless engine: input, cache-weighted
+#                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -34,7 +36,7 @@ OPENCLAW_BIN      := $(OPENCLAW_DIR)/openclaw
 OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
-.PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale fixtures clean
+.PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
 
 all: test
 
@@ -105,6 +107,9 @@ bench-rebuild: setup
 
 bench-scale: setup
 	$(PY) -m tools.bench_scale $(BENCH_SCALE_ARGS)
+
+bench-lossless: setup
+	$(PY) -m tools.bench_lossless $(ARGS)
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures

@@ -16,9 +16,12 @@ import argparse
 import collections
 import dataclasses
 import gzip
+import hashlib
 import itertools
 import json
 import logging
+import random
+import re
 import select
 import signal
 import socket
@@ -540,6 +543,141 @@ def tool_names(request: dict) -> list[str]:
             if "name" in sub:
                 names.append(sub["name"])
     return names
+
+
+# --------------------------------------------------------------------------
+# Rule-driven replies: what the newest user prompt asks for decides the step.
+
+
+_WORDS = (
+    "the service keeps its state in one place so a restart resumes where it stopped and nothing is counted twice "
+    "we measured the queue under load and the slow path was the retry loop which waited longer than it needed "
+    "a small change to the parser made the error messages name the field and the line that failed "
+    "the release notes should say what changed for operators and what they have to do before upgrading "
+    "tests pin the behaviour at the boundary where the cache hands over to the database and back "
+    "the log line carries the request id the account and the outcome but never the payload itself"
+).split()
+
+
+def request_prompt(request: dict) -> tuple[str, list[dict]]:
+    """The newest user prompt of a request (its text, Codex's tagged context
+    blocks such as ``<environment_context>`` skipped) and the input items
+    after it (the turn's tool calls and their outputs so far)."""
+    items = request.get("input") or []
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if item.get("type", "message") != "message" or item.get("role") != "user":
+            continue
+        text = "\n".join(input_texts({"input": [item]}))
+        if text.lstrip().startswith("<") and text.rstrip().endswith(">"):
+            continue
+        return text, items[index + 1 :]
+    return "", list(items)
+
+
+class Rules:
+    """A reply step for every request, from rules on the newest user prompt.
+
+    * ``Use <tool> to find <query>.``: a function call of that tool with
+      ``{"query": <query>}`` if the request offers the tool (a top-level
+      function of that name); once its output is back, a text quoting it.
+      Without the tool, a text saying so.
+    * ``Run `<command>```: Codex's shell tool runs the command; once its
+      output is back, a text quoting its head.
+    * ``Summarise ...`` (the prompt of a summary call) and Codex's own
+      compaction prompt: a summary made of the first words of each block of
+      the prompt, within the ``at most N tokens`` it asks for.
+    * anything else: ``reply_words`` words of text, drawn with a generator
+      seeded with ``seed`` and the prompt, so the same prompt always gets the
+      same reply, whichever session or request order asks.
+
+    Deterministic; keeps no state between requests (everything is read from
+    the request), so it may answer several sessions at once.
+    """
+
+    USE_TOOL = re.compile(r"\bUse (?P<tool>[A-Za-z_][\w.-]*) to find (?P<query>[^\n]+?)[.?!]?\s*$", re.M)
+    RUN = re.compile(r"\bRun `(?P<cmd>[^`]+)`")
+    SUMMARISE = re.compile(r"^\s*Summari[sz]e\b")
+    COMPACTION_MARK = "CONTEXT CHECKPOINT COMPACTION"
+    AT_MOST = re.compile(r"at most (\d+) tokens")
+
+    def __init__(self, seed: int = 0, reply_words: tuple[int, int] = (180, 320), quote_chars: int = 1200) -> None:
+        self.seed = seed
+        self.reply_words = reply_words
+        self.quote_chars = quote_chars
+
+    def kind(self, request: dict) -> str:
+        """Which rule answers ``request``: ``tool-call``, ``tool-answer``,
+        ``no-tool``, ``shell-call``, ``shell-answer``, ``summary``,
+        ``compaction`` or ``reply``."""
+        return self.decide(request)[0]
+
+    def __call__(self, request: dict) -> Step:
+        return self.decide(request)[1]
+
+    def _call_id(self, prompt: str, n: int) -> str:
+        digest = hashlib.sha256(f"{self.seed}\x00{prompt}".encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return f"call_rule_{digest}_{n}"
+
+    def decide(self, request: dict) -> tuple[str, Step]:
+        prompt, after = request_prompt(request)
+        if self.COMPACTION_MARK in prompt:
+            return "compaction", Text(self.summary(prompt))
+        if self.SUMMARISE.match(prompt):
+            return "summary", Text(self.summary(prompt))
+        outputs = [i for i in after if i.get("type") in ("function_call_output", "custom_tool_call_output")]
+        calls = [i for i in after if i.get("type") in ("function_call", "custom_tool_call")]
+        use = self.USE_TOOL.search(prompt)
+        if use is not None:
+            tool, query = use.group("tool"), use.group("query").strip()
+            if outputs:
+                return "tool-answer", Text(f"{tool} answered:\n{self._quote(outputs[-1])}")
+            if tool not in tool_names(request):
+                return "no-tool", Text(f"I have no {tool} tool here, so from memory about {query}: " + self.filler(prompt))
+            return "tool-call", FunctionCall(tool, {"query": query}, self._call_id(prompt, len(calls)))
+        run = self.RUN.search(prompt)
+        if run is not None:
+            if outputs:
+                return "shell-answer", Text("The command printed this:\n" + self._quote(outputs[-1]) + "\n\n" + self.filler(prompt, 0.4))
+            return "shell-call", ShellCall(run.group("cmd"), call_id=self._call_id(prompt, len(calls)), login=False)
+        return "reply", Text(self.filler(prompt))
+
+    def _quote(self, output_item: dict) -> str:
+        value = output_item.get("output")
+        if isinstance(value, list):  # content items
+            value = "\n".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
+        text = str(value if value is not None else "")
+        return text[: self.quote_chars] + (" …" if len(text) > self.quote_chars else "")
+
+    def filler(self, prompt: str, share: float = 1.0) -> str:
+        """Seeded prose of ``reply_words`` words (times ``share``)."""
+        rng = random.Random(f"{self.seed}\x00{prompt}")
+        lo, hi = self.reply_words
+        n = max(8, int(rng.randint(lo, hi) * share))
+        words = [rng.choice(_WORDS) for _ in range(n)]
+        sentences, i = [], 0
+        while i < len(words):
+            k = rng.randint(8, 18)
+            sentence = " ".join(words[i : i + k])
+            sentences.append(sentence[:1].upper() + sentence[1:] + ".")
+            i += k
+        return " ".join(sentences)
+
+    def summary(self, prompt: str) -> str:
+        """The first words of each block of ``prompt`` (blocks are separated by
+        blank lines; a block's ``[label]`` line is skipped), within the
+        prompt's ``at most N tokens`` (about 3/4 of a word a token)."""
+        limit = self.AT_MOST.search(prompt)
+        budget_words = int(int(limit.group(1)) * 0.7) if limit else 200
+        blocks = [b for b in prompt.split("\n\n")[1:] if b.strip()] or [prompt]
+        per = max(6, budget_words // max(1, len(blocks)))
+        heads = []
+        for block in blocks:
+            lines = [ln for ln in block.splitlines() if ln.strip()]
+            if lines and lines[0].startswith("[") and lines[0].rstrip().endswith("]") and len(lines) > 1:
+                lines = lines[1:]
+            heads.append(" ".join(" ".join(lines).split()[:per]))
+        return "Summary: " + "; ".join(h for h in heads if h)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -530,7 +530,7 @@ class Store:
             hits: list[dict[str, Any]] = []
             for row in self._conn.execute(
                 "SELECT m.id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body, "
-                "snippet(messages_fts, 0, '[', ']', '…', 16) FROM messages_fts "
+                "snippet(messages_fts, 0, '', '', '…', 16) FROM messages_fts "
                 "JOIN messages m ON m.pk = messages_fts.rowid "
                 "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY m.seq DESC LIMIT ?",
                 (match, session_id, limit + 64),
@@ -541,7 +541,7 @@ class Store:
                 hits.append({"id": mid, "kind": "message", "role": role, "turn": turn, "turns": [turn, turn], "seq": seq, "time": ts, "snippet": snippet})
             for row in self._conn.execute(
                 "SELECT s.id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi, "
-                "snippet(summaries_fts, 0, '[', ']', '…', 16) FROM summaries_fts "
+                "snippet(summaries_fts, 0, '', '', '…', 16) FROM summaries_fts "
                 "JOIN summaries s ON s.pk = summaries_fts.rowid "
                 "WHERE summaries_fts MATCH ? AND s.session_id = ? ORDER BY s.seq_hi DESC LIMIT ?",
                 (match, session_id, limit),

@@ -76,6 +76,17 @@ async def test_grep_searches_summaries_too(host):
     assert "sum_" in result.text and "msg_" in result.text
 
 
+async def test_grep_snippets_quote_identifiers_verbatim(host):
+    # FTS5 splits checkout_v3_rollout and pg-kestrel-07 into words; a snippet
+    # that marked the matched word would hand the model "[checkout]_v3_rollout".
+    engine = await make_engine(host)
+    said = "The new checkout flow: flag checkout_v3_rollout on host pg-kestrel-07."
+    await engine.ingest_batch(IngestBatchParams(session_id=SESSION, session_key=SESSION, messages=[UserMessage(content=said, timestamp=T0)]))
+    result = await call(engine, "lcm_grep", query="checkout flow kestrel")
+    assert not result.is_error
+    assert "checkout_v3_rollout" in result.text and "pg-kestrel-07" in result.text
+
+
 async def test_grep_leaves_out_its_own_earlier_calls(host):
     engine = await make_engine(host)
     messages = [

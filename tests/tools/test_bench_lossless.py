@@ -1,0 +1,188 @@
+"""``make bench-lossless`` at a tiny size, and its pure pieces.
+
+The live test runs the benchmark for a few turns through the real codex
+(native, and the sidecar with the ``lossless`` engine) and checks that the
+report's figures are derived from what happened: the planted facts come back
+through a real ``lcm_grep`` call answered by the sidecar, the totals add up
+from the per-request figures, the framing and the bound come from native's
+first request. The other tests pin the fake model's rules, the
+cache-weighted arithmetic and the script without processes. No timing is
+asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools import bench_lossless as bl
+from tools.codex_home import find_codex_bin
+from tools.fake_model import FunctionCall, Rules, ShellCall, Text, request_prompt
+
+CODEX_BIN = find_codex_bin()
+
+_GREP_TOOL = {"type": "function", "name": "lcm_grep", "parameters": {"type": "object"}}
+
+
+def _msg(role: str, text: str) -> dict:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def _req(*items: dict, tools: list | None = None, key: str = "k") -> dict:
+    return {"input": list(items), "tools": tools if tools is not None else [], "prompt_cache_key": key}
+
+
+# ------------------------------------------------------------ the fake model's rules
+
+
+def test_a_use_tool_prompt_calls_the_named_tool_only_when_offered_then_quotes_its_output():
+    rules = Rules(seed=3)
+    env = _msg("user", "<environment_context>\n  <cwd>/x</cwd>\n</environment_context>")
+    ask = _msg("user", "Earlier I said something. Use lcm_grep to find the staging host.")
+    kind, step = rules.decide(_req(env, ask, tools=[_GREP_TOOL]))
+    assert kind == "tool-call" and isinstance(step, FunctionCall)
+    assert step.name == "lcm_grep" and step.arguments == {"query": "the staging host"}
+    again = rules.decide(_req(env, ask, tools=[_GREP_TOOL]))[1]
+    assert again == step, "deterministic call id"
+    call = {"type": "function_call", "name": "lcm_grep", "arguments": "{}", "call_id": step.call_id}
+    out = {"type": "function_call_output", "call_id": step.call_id, "output": "1 hit: host pg-kestrel-07"}
+    kind, answer = rules.decide(_req(env, ask, call, out, tools=[_GREP_TOOL]))
+    assert kind == "tool-answer" and isinstance(answer, Text) and "pg-kestrel-07" in answer.text
+    kind, native = rules.decide(_req(env, ask, tools=[{"type": "function", "name": "exec_command"}]))
+    assert kind == "no-tool" and isinstance(native, Text) and "lcm_grep" in native.text
+
+
+def test_a_run_prompt_runs_the_shell_and_other_prompts_get_seeded_prose():
+    rules = Rules(seed=3, reply_words=(50, 60))
+    run = _msg("user", "Run `cat logs/job-01.log` and tell me what stands out.")
+    kind, step = rules.decide(_req(run))
+    assert kind == "shell-call" and isinstance(step, FunctionCall) and step.arguments["cmd"] == "cat logs/job-01.log"
+    assert step == ShellCall("cat logs/job-01.log", call_id=step.call_id, login=False)
+    out = {"type": "function_call_output", "call_id": step.call_id, "output": "ERROR job=1 step=3"}
+    kind, answer = rules.decide(_req(run, {"type": "function_call", "call_id": step.call_id}, out))
+    assert kind == "shell-answer" and "ERROR job=1 step=3" in answer.text
+    a = rules.decide(_req(_msg("user", "Tell me about caches.")))[1]
+    b = rules.decide(_req(_msg("user", "Tell me about queues.")))[1]
+    assert isinstance(a, Text) and 50 <= len(a.text.split()) <= 60
+    assert a.text != b.text and rules.decide(_req(_msg("user", "Tell me about caches.")))[1] == a
+    assert Rules(seed=4, reply_words=(50, 60)).decide(_req(_msg("user", "Tell me about caches.")))[1] != a
+
+
+def test_a_summary_prompt_gets_the_head_of_each_block_within_its_length():
+    prompt = "Summarise these 2 messages (turns 1-2) in at most 40 tokens.\n\n[msg_1 turn 1 user]\nalpha beta gamma\n\n[msg_2 turn 2 assistant]\ndelta epsilon"
+    kind, step = Rules().decide(_req(_msg("developer", "You write the memory"), _msg("user", prompt)))
+    assert kind == "summary" and step.text == "Summary: alpha beta gamma; delta epsilon"
+    assert "msg_1" not in step.text
+    assert request_prompt(_req(_msg("user", "q"), _msg("assistant", "a")))[0] == "q"
+
+
+# ------------------------------------------------------------ cache-weighted input
+
+
+def test_the_cached_prefix_is_what_the_previous_request_of_the_same_key_shares():
+    ledger = bl.Ledger()
+    tools = [{"type": "function", "name": "exec_command", "description": "run a command"}]
+    a, b, c = _msg("user", "first prompt here"), _msg("assistant", "a reply of some words"), _msg("user", "second prompt")
+    first = ledger.add(0, "reply", _req(a, tools=tools))
+    assert first.cached == 0 and first.tokens > 0
+    second = ledger.add(1, "reply", _req(dict(a, id="msg_1"), b, c, tools=tools))
+    assert second.cached == first.tokens, "ids are not content: the whole first request is the prefix"
+    assert second.weighted == pytest.approx(second.tokens - first.tokens + 0.1 * first.tokens)
+    other = ledger.add(1, "summary", _req(a, b, c, tools=tools, key="other"))
+    assert other.cached == 0, "another cache key starts cold"
+    changed = ledger.add(2, "reply", _req(_msg("user", "a different head"), b, c, tools=tools))
+    assert 0 < changed.cached < changed.tokens, "only the tools survive a changed first item"
+    assert ledger.add(3, "reply", _req(a, tools=[])).cached == 0
+
+
+def test_the_script_plants_facts_early_and_asks_for_every_one_at_the_end():
+    script = bl.build_script(300)
+    assert script == bl.build_script(300)
+    plants = [i for i, t in enumerate(script) if t.kind == "plant"]
+    recalls = [i for i, t in enumerate(script) if t.kind == "recall"]
+    assert len(plants) == len(bl.FACTS) and max(plants) < 20
+    assert {script[i].fact for i in recalls[-len(bl.FACTS):]} == set(range(len(bl.FACTS)))
+    assert recalls[-len(bl.FACTS)] == 300 - len(bl.FACTS) and recalls[0] == 150
+    for i in plants:
+        assert bl.FACTS[script[i].fact].text in script[i].prompt
+    for i in recalls:
+        assert f"Use lcm_grep to find {bl.FACTS[script[i].fact].query}." in script[i].prompt
+    assert sum(t.kind == "shell" for t in script) > 80
+    small = bl.build_script(8)
+    assert [t.kind for t in small].count("plant") == 2 and [t.kind for t in small][-2:] == ["recall", "recall"]
+
+
+def test_a_fact_counts_as_found_only_through_this_turns_own_lcm_grep_call():
+    script = [bl.Turn("x " + bl.FACTS[0].text, "plant", 0), bl.Turn("talk", "talk"), bl.Turn("Use lcm_grep to find it.", "recall", 0)]
+    key = bl.FACTS[0].key
+    old_call = {"type": "function_call", "name": "lcm_grep", "arguments": "{}", "call_id": "old"}
+    old_out = {"type": "function_call_output", "call_id": "old", "output": f"- msg_0123456789abcdef · user · turn 1 · t: {key}"}
+    ask = _msg("user", "Use lcm_grep to find it.")
+    # An earlier turn's call and output still in the thread's history: not this turn's recall.
+    (fact,) = bl.fact_checks(script, {2: [("no-tool", _req(old_call, old_out, ask))]}, sidecar=True)
+    assert not fact["toolCalled"] and not fact["inToolOutput"] and fact["inInputWhenAsked"]
+    call = {"type": "function_call", "name": "lcm_grep", "arguments": "{}", "call_id": "new"}
+    out = {"type": "function_call_output", "call_id": "new", "output": f"1 hit:\n- msg_0123456789abcdef · user · turn 1 · t: {key} etc"}
+    (fact,) = bl.fact_checks(script, {2: [("tool-call", _req(ask)), ("tool-answer", _req(ask, call, out))]}, sidecar=True)
+    assert fact["toolCalled"] and fact["inToolOutput"] and fact["inInputAfterCall"] and not fact["inInputWhenAsked"]
+    assert fact["hitTurns"] == [(1, 1)] and fact["hitCoversPlantedTurn"] and fact["plantedTurn"] == 1
+    miss = {"type": "function_call_output", "call_id": "new", "output": "No match for 'it' in this conversation."}
+    (fact,) = bl.fact_checks(script, {2: [("tool-call", _req(ask)), ("tool-answer", _req(ask, call, miss))]}, sidecar=True)
+    assert fact["toolCalled"] and not fact["inToolOutput"] and not fact["inInputAfterCall"]
+
+
+# ------------------------------------------------------------ the live bench
+
+
+SMALL = ["token_budget=5000", "fresh_tail_tokens=1200", "leaf_chunk_tokens=1200", "leaf_summary_tokens=100", "condensed_summary_tokens=150", "condense_fanout=2"]
+"""A budget ten turns outgrow, so the run summarises and rebuilds."""
+
+
+@pytest.mark.codex
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
+def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    args = ["--turns", "10", "--json", str(out), "--keep", str(tmp_path / "run")]
+    for setting in SMALL:
+        args += ["--engine-setting", setting]
+    code = bl.main(args)
+    text = capsys.readouterr().out
+    assert code == 0, text
+    data = json.loads(out.read_text())
+    assert data["budget"] == 5000 and "token_budget=5000" in data["engineSettings"]
+    native, lossless = data["sides"]["native"], data["sides"]["lossless"]
+    for side in (native, lossless):
+        assert side["error"] is None and side["turns"] == 10 and len(side["walls"]) == 10
+        reqs = side["requests"]
+        assert side["all"]["inputTokens"] == sum(r["tokens"] for r in reqs)
+        weighted = sum(r["tokens"] - r["cached"] + 0.1 * r["cached"] for r in reqs)
+        assert side["all"]["cacheWeightedInput"] == pytest.approx(weighted, abs=0.1)
+        assert sum(v["cacheWeightedInput"] for v in side["breakdown"].values()) == pytest.approx(weighted, abs=1)
+        assert any(r["cached"] > 0 for r in reqs), "later requests of one thread reuse the earlier ones"
+    # The recall turns: the sidecar's lcm_grep answered, the fact came back into the model's input.
+    assert len(lossless["facts"]) == 2
+    for fact in lossless["facts"]:
+        assert fact["toolCalled"] and fact["inToolOutput"] and fact["inInputAfterCall"], fact
+        assert fact["hitCoversPlantedTurn"] and fact["plantedTurn"] < fact["askedTurn"]
+    kinds = [r["kind"] for r in lossless["requests"]]
+    assert kinds.count("tool-call") == 2 and kinds.count("tool-answer") == 2
+    assert "tool-call" not in [r["kind"] for r in native["requests"]] and [r["kind"] for r in native["requests"]].count("no-tool") == 2
+    assert not any(f["toolCalled"] for f in native["facts"])
+    assert data["checks"]["everyFactFound"] is True
+    # Summaries and rebuilds happened, and the report counts them from the store, the host and the records.
+    completions = lossless["host"]["completions"]
+    assert kinds.count("summary") == completions["calls"] - completions["failed"] > 0
+    depths = data["summariesByDepth"]
+    assert sum(d["total"] for d in depths.values()) >= completions["calls"] - completions["failed"]
+    assert data["fallbackSummaries"] == sum(d["fallback"] for d in depths.values())
+    assert lossless["store"]["compactionSteps"] >= 1
+    assert lossless["rebuilds"] == len(lossless["rebuiltTurns"]) >= 1
+    assert lossless["cacheKeys"] > native["cacheKeys"] == 1
+    # The bound comes from native's first request; the largest request is a measured one.
+    assert data["framingTokens"] > 1000
+    assert data["largestBound"] == int((5000 + data["framingTokens"]) * 1.05)
+    assert data["largestTurnRequest"] == max(r["tokens"] for r in lossless["requests"] if r["kind"] not in ("summary", "compaction"))
+    assert data["cacheWeightedRatio"] == pytest.approx(lossless["all"]["cacheWeightedInput"] / native["all"]["cacheWeightedInput"])
+    assert "pg-kestrel-07" in text and "BLUE HERON" in text
