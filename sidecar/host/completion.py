@@ -8,7 +8,14 @@ it uses the user's model, provider and credentials:
    ``thread/list``), the client's last ``cwd``, ``model`` and
    ``modelProvider`` (the call's ``model`` wins), the engine's ``system``
    as ``developerInstructions``, no dynamic tools, ``approvalPolicy:
-   "never"`` and a read-only sandbox (nothing to approve, nothing written);
+   "never"`` and a read-only sandbox (nothing to approve, nothing written).
+   It is *lean*: short ``baseInstructions`` in place of Codex's coding-agent
+   prompt, and ``config`` overrides that leave out the tools a text-only
+   call cannot use (sub-agents, web search, goals, the shell). That cuts
+   Codex's framing of each call from about 8.9k tokens to about 1.4k
+   (codex 0.169.0), and none of it would be cached: each call is a thread
+   of its own. A Codex that refuses those params gets the plain start from
+   then on;
 2. from the moment Codex answers, the thread is *owned*: the edge
    (:class:`~sidecar.rebuild.backing.BackingThreads`) drops every frame
    naming it before any hook or the client sees it, hands it to this call's
@@ -49,9 +56,13 @@ CONCURRENCY = 2
 START_KEYS = ("cwd", "model", "modelProvider")
 """What a completion thread takes from the client's last thread."""
 CLIENT_OPENING = frozenset({"thread/start", "thread/resume", "thread/fork"})
+LEAN_BASE_INSTRUCTIONS = "You are called by a program, not a person. Follow the developer instructions and answer with text only."
+"""Codex's base instructions on a completion thread (its own are a coding agent's)."""
+LEAN_CONFIG = {"agents.enabled": False, "web_search": "disabled", "features.goals": False, "features.shell_tool": False}
+"""Config overrides of a completion thread: no tools a text-only call could use."""
 
 
-def start_params(client: dict[str, Any], params: CompleteParams) -> dict[str, Any]:
+def start_params(client: dict[str, Any], params: CompleteParams, *, lean: bool = True) -> dict[str, Any]:
     """The ``thread/start`` params of one completion thread."""
     out: dict[str, Any] = {k: client[k] for k in START_KEYS if isinstance(client.get(k), str)}
     if params.model:
@@ -64,6 +75,9 @@ def start_params(client: dict[str, Any], params: CompleteParams) -> dict[str, An
             "sandbox": "read-only",
         }
     )
+    if lean:
+        out["baseInstructions"] = LEAN_BASE_INSTRUCTIONS
+        out["config"] = dict(LEAN_CONFIG)
     return out
 
 
@@ -142,6 +156,8 @@ class Completions:
         self.deadline = deadline
         self.client_params = client_params
         self.limiter = trio.CapacityLimiter(CONCURRENCY)
+        self.lean = True
+        """Start completion threads lean until Codex refuses it once."""
         self.stats = {"calls": 0, "failed": 0, "threads": 0}
 
     async def complete(self, params: CompleteParams) -> CompleteResult:
@@ -198,7 +214,7 @@ class Completions:
         await self._quiet()
         self.backing.spare_starts += 1  # its unattributed notifications are not the client's
         try:
-            await self.proxy.request("thread/start", start_params(self.client_params(), params), raw=True, on_result=owned)
+            await self._start(params, owned)
             collector: Collector | None = state["collector"]
             if collector is None:
                 raise EngineHostError("codex started no thread")
@@ -211,6 +227,18 @@ class Completions:
                 self.proxy.spawn(self._release, state["collector"])
             else:
                 state["abandoned"] = True  # a late answer to the start releases it
+
+    async def _start(self, params: CompleteParams, owned: Callable[[Any], None]) -> None:
+        """``thread/start`` the lean way; once, the plain way, if Codex refuses it."""
+        client = self.client_params()
+        if self.lean:
+            try:
+                await self.proxy.request("thread/start", start_params(client, params), raw=True, on_result=owned)
+                return
+            except RpcError as exc:
+                self.lean = True
+                log.warning("codex refused a lean completion thread; using plain ones", extra={"fields": {"code": exc.code}})
+        await self.proxy.request("thread/start", start_params(client, params, lean=False), raw=True, on_result=owned)
 
     async def _quiet(self) -> None:
         """Wait until no client thread/start, resume or fork is unanswered:

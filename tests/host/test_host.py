@@ -15,8 +15,9 @@ from engines import CompleteParams, EngineHostError
 from engines.tokens import count_tokens
 from protocol import encode_notification, encode_response
 from sidecar.host import SidecarHost, bind_engine, engine_state_dir
-from sidecar.host.completion import Collector, start_params, turn_params
+from sidecar.host.completion import LEAN_BASE_INSTRUCTIONS, LEAN_CONFIG, Collector, Completions, start_params, turn_params
 from sidecar.rebuild.backing import BackingThreads
+from sidecar.relay import RpcError
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNED = "01a20132-6799-70b2-9e11-b6afa40528ac"
@@ -85,8 +86,8 @@ async def test_an_engine_without_bind_needs_none():
 
 def test_a_completion_thread_is_ephemeral_with_the_engines_instructions_and_the_clients_model():
     client = {"cwd": "/work", "model": "gpt-5.5", "modelProvider": "openai", "sandbox": "danger-full-access"}
-    params = start_params(client, CompleteParams(system="You summarise.", prompt="text"))
-    assert params == {
+    plain = start_params(client, CompleteParams(system="You summarise.", prompt="text"), lean=False)
+    assert plain == {
         "cwd": "/work",
         "model": "gpt-5.5",
         "modelProvider": "openai",
@@ -95,13 +96,33 @@ def test_a_completion_thread_is_ephemeral_with_the_engines_instructions_and_the_
         "approvalPolicy": "never",
         "sandbox": "read-only",
     }
-    assert "dynamicTools" not in params
+    lean = start_params(client, CompleteParams(system="You summarise.", prompt="text"))
+    assert lean == {**plain, "baseInstructions": LEAN_BASE_INSTRUCTIONS, "config": LEAN_CONFIG}
+    assert "dynamicTools" not in lean
     assert start_params(client, CompleteParams(system="s", prompt="p", model="small"))["model"] == "small"
-    assert start_params({}, CompleteParams(system="s", prompt="p")).keys() == {"ephemeral", "developerInstructions", "approvalPolicy", "sandbox"}
+    assert start_params({}, CompleteParams(system="s", prompt="p"), lean=False).keys() == {"ephemeral", "developerInstructions", "approvalPolicy", "sandbox"}
     assert turn_params(OWNED, CompleteParams(system="s", prompt="Summarise this.")) == {
         "threadId": OWNED,
         "input": [{"type": "text", "text": "Summarise this.", "text_elements": []}],
     }
+
+
+async def test_a_codex_that_refuses_a_lean_completion_thread_gets_plain_ones_from_then_on():
+    starts: list[dict] = []
+
+    class Refusing:
+        async def request(self, method, params, raw=False, on_result=None):
+            starts.append(params)
+            if "baseInstructions" in params:
+                raise RpcError(-32602, "unknown field baseInstructions")
+            on_result({"thread": {"id": OWNED}})
+
+    completions = Completions(Refusing(), None, 5.0, lambda: {"cwd": "/work"})
+    got: list = []
+    await completions._start(CompleteParams(system="s", prompt="p"), got.append)
+    await completions._start(CompleteParams(system="s", prompt="p"), got.append)
+    assert ["baseInstructions" in s for s in starts] == [True, False, False]
+    assert got == [{"thread": {"id": OWNED}}] * 2 and completions.lean is False
 
 
 def test_the_answer_is_the_turns_last_agent_message():

@@ -341,6 +341,11 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
         assert len(asked) >= 2
         assert all(any("PROMPT-MARK" in t for t in input_texts(r, "user")) for r in asked)
         assert all(not {"note_lookup", "get_weather"} & set(tool_names(r)) for r in asked)
+        # Lean: none of the tools a text-only call cannot use, nor Codex's coding-agent prompt.
+        turns = [r for r in model.requests if r not in asked]
+        assert "exec_command" in tool_names(turns[0])
+        assert all(not {"exec_command", "web_search", "multi_agent_v1", "create_goal"} & set(tool_names(r)) for r in asked)
+        assert all(len(json.dumps(r)) < len(json.dumps(turns[0])) / 3 for r in asked)
         # Nothing about the completion threads reached the client.
         named: set[str] = set()
         for line in lines:
