@@ -1,9 +1,10 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
 #                 (make demo ENGINE=lossless: summaries and a recall tool call)
-#   make test     lint and type checks, then the whole test suite (real-codex tests included)
-#   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~2 min fresh)
-#   make test-openclaw  OpenClaw's whole agent through the sidecar (slow; see docs/testing.md)
+#   make test     lint and type checks, then the whole test suite: real-codex tests and
+#                 OpenClaw's whole agent through the sidecar included (installs both first)
+#   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
+#   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
@@ -31,9 +32,11 @@ OPENCLAW_DIR      := .tools/openclaw-$(OPENCLAW_VER)
 # A wrapper that runs openclaw on the pinned Node, whatever node is on PATH.
 OPENCLAW_BIN      := $(OPENCLAW_DIR)/openclaw
 # A state folder with the Codex plugin installed from npm and the plugin
-# registry built (~50 s); tests copy its small SQLite state instead of
+# registry built (~2 min); tests copy its small SQLite state instead of
 # installing the plugin again.
-OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)
+OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODEX_VER)-nobin
+# Exported to pytest by `make test` and `make test-openclaw`: with them set,
+# a missing install fails the OpenClaw tests instead of skipping them.
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
 .PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
@@ -70,12 +73,19 @@ $(OPENCLAW_DIR)/.installed: $(NODE_BIN)
 
 # The plugin must come from npm into the state folder: one loaded from a
 # path is untrusted and does not register the codex agent harness.
+# OpenClaw copies an npm plugin with all its dependencies into a private
+# capture folder each time it loads it (three times a turn); the plugin's
+# own codex binary (@openai/codex-linux-x64, 324 MB) is one of them, and
+# the tests never run it (the harness runs the pinned codex or the sidecar),
+# so it is removed before the registry is built.
 $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
 	rm -rf $(OPENCLAW_TEMPLATE)
 	mkdir -p $(OPENCLAW_TEMPLATE)/home $(OPENCLAW_TEMPLATE)/state
 	env HOME=$(abspath $(OPENCLAW_TEMPLATE))/home OPENCLAW_STATE_DIR=$(abspath $(OPENCLAW_TEMPLATE))/state \
 		OPENCLAW_CONFIG_PATH=$(abspath $(OPENCLAW_TEMPLATE))/state/openclaw.json \
-		sh -c '$(OPENCLAW_BIN) plugins install @openclaw/codex@$(OPENCLAW_CODEX_VER) && $(OPENCLAW_BIN) plugins registry --refresh'
+		sh -c '$(OPENCLAW_BIN) plugins install @openclaw/codex@$(OPENCLAW_CODEX_VER) && \
+		rm -rf $(abspath $(OPENCLAW_TEMPLATE))/state/npm/projects/*/node_modules/@openai/codex-linux-x64 && \
+		$(OPENCLAW_BIN) plugins registry --refresh'
 	rm -rf $(OPENCLAW_TEMPLATE)/home/.npm
 	touch $@
 
@@ -90,8 +100,8 @@ lint: setup
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: setup lint openclaw
+	$(OPENCLAW_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-openclaw: setup openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)

@@ -105,7 +105,7 @@ class OpenClawHome:
         except json.JSONDecodeError:
             raise AgentFailed(argv, proc.returncode, proc.stderr, proc.stdout) from None
 
-    def start_gateway(self, port: int, log_path: Path) -> "Gateway":
+    def start_gateway(self, port: int, log_path: Path) -> Gateway:
         """`openclaw gateway run` on loopback without auth; returns once it
         accepts connections on `port`."""
         self.env["OPENCLAW_GATEWAY_PORT"] = str(port)
@@ -189,6 +189,22 @@ def copy_template_state(template: Path, state: Path) -> None:
             shutil.copy2(entry, state / entry.name)
 
 
+#: Workspace bootstrap files.  With them OpenClaw wraps each prompt in its
+#: runtime context (one text input ``OpenClaw runtime context for this turn:
+#: ... Current user request:\n<prompt>``) while its own transcript keeps the
+#: bare prompt: the shape the sidecar's mirror must reduce to the same text.
+BOOTSTRAP_FILES = {
+    "AGENTS.md": "# Agents\n\nAnswer briefly. This workspace is a test fixture.\n",
+    "BOOTSTRAP.md": "# Bootstrap\n\nNothing to set up: this workspace is a test fixture.\n",
+}
+RUNTIME_CONTEXT_HEADER = "OpenClaw runtime context for this turn:"
+
+
+def write_bootstrap_files(workspace: Path) -> None:
+    for name, text in BOOTSTRAP_FILES.items():
+        (workspace / name).write_text(text)
+
+
 def openclaw_config(app_server_command: str, workspace: Path) -> dict[str, Any]:
     """OpenClaw's config (JSON is valid JSON5) routing the agent through codex."""
     return {
@@ -260,6 +276,7 @@ def make_openclaw_home(
     for d in (home, workspace):
         d.mkdir(parents=True, exist_ok=True)
     copy_template_state(template, state)
+    write_bootstrap_files(workspace)
     config_path = state / "openclaw.json"
     config_path.write_text(json.dumps(openclaw_config(app_server_command, workspace), indent=2) + "\n")
     codex_home = state / "agents" / "main" / "agent" / "codex-home"
@@ -267,3 +284,41 @@ def make_openclaw_home(
     (codex_home / "config.toml").write_text(f"openai_base_url = {json.dumps(base_url)}\n")
     full_env = openclaw_env(home=home, state=state, config_path=config_path, api_key=api_key, extra=env, base=base_env)
     return OpenClawHome(root, openclaw_bin, home, state, config_path, workspace, codex_home, full_env)
+
+
+def transcript_user_texts(state: Path, session_id: str) -> list[str]:
+    """The user messages of OpenClaw's own transcript of ``session_id`` (its
+    per-agent SQLite database, ``transcript_events``), oldest first.
+
+    OpenClaw stores large events zstd-compressed, which Python cannot read
+    without a dependency; those are left out.  The prompts of these tests are
+    far below that size, and tests compare the result with the prompts they
+    sent, so a prompt left out would still fail them."""
+    import sqlite3
+
+    db = state / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT event_json FROM transcript_events WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall()
+    finally:
+        conn.close()
+    texts: list[str] = []
+    for (event_json,) in rows:
+        if event_json is None:
+            continue
+        event = json.loads(event_json)
+        message = event.get("message") if event.get("type") == "message" else None
+        if isinstance(message, dict) and message.get("role") == "user":
+            texts.append(message_text(message.get("content")))
+    return texts
+
+
+def message_text(content: Any) -> str:
+    """An OpenClaw message's content as text: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+    return ""

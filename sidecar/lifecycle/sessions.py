@@ -11,6 +11,8 @@ from typing import Any
 
 import trio
 
+from protocol.codex import CodexDecodeError, DynamicToolSpec, decode
+
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
 from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
@@ -106,7 +108,7 @@ class Sessions:
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         tools = params.get("dynamicTools")
         if isinstance(tools, list):
-            session.tools = frozenset(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+            session.tools = client_tool_names(tools)
         if pending.method == "thread/fork":
             parent = self.sessions.get(params.get("threadId", ""))
             if parent is not None and parent.tools and not session.tools:
@@ -438,3 +440,19 @@ def _restore_ledger(session: ThreadSession) -> None:
         # Killed between a rebuild and the turn that carried the projection:
         # the thread may hold only its framing.
         session.held, session.force_rebuild = [], True
+
+
+def client_tool_names(tools: list[Any]) -> frozenset[str]:
+    """The names the model can call among a client's ``dynamicTools``: a
+    function's name, a namespace's members (OpenClaw declares most of its
+    tools in the namespaces ``openclaw`` and ``openclaw_direct``); an entry
+    of an unknown shape is skipped."""
+    names: set[str] = set()
+    for entry in tools:
+        if not isinstance(entry, dict):
+            continue
+        try:
+            names.update(decode(DynamicToolSpec, entry).tool_names())
+        except CodexDecodeError:
+            continue
+    return frozenset(names)

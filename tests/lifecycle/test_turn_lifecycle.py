@@ -94,6 +94,33 @@ async def test_assemble_gets_mirrored_messages_budget_tools_citations_model_and_
     assert second.runtime_context.context_window == 258400
 
 
+async def test_available_tools_name_the_members_of_a_clients_namespaced_dynamic_tools(tmp_path, sidecar):
+    """OpenClaw declares most of its tools in namespaces (``openclaw``,
+    ``openclaw_direct``): the model calls the members, so those are the
+    available tools, not the namespace's own name."""
+    engine = make_engine()
+    async with sidecar(tmp_path, engine) as run:
+        tools = [
+            {"type": "function", "name": "message", "description": "d", "inputSchema": {"type": "object"}},
+            {
+                "type": "namespace",
+                "name": "openclaw",
+                "description": "d",
+                "tools": [
+                    {"type": "function", "name": "memory_search", "description": "d", "inputSchema": {"type": "object"}},
+                    {"type": "function", "name": "web_fetch", "description": "d", "inputSchema": {"type": "object"}},
+                ],
+            },
+            "not a tool",
+            {"type": "namespace", "name": "broken", "tools": "not a list"},
+        ]
+        tid = await run.start_thread(dynamicTools=tools)
+        await run.turn(tid, "First prompt")
+
+    (params,) = calls_for(engine, "assemble", tid)
+    assert params.available_tools == frozenset({"message", "memory_search", "web_fetch"})
+
+
 @pytest.mark.only_mode("per_turn", reason="in delta the thread already holds the history, so nothing is prepended to the input")
 async def test_projected_context_in_turn_input_prompt_last_without_duplicate(tmp_path, sidecar):
     engine = make_engine()
