@@ -236,7 +236,7 @@ class Completions:
                 await self.proxy.request("thread/start", start_params(client, params), raw=True, on_result=owned)
                 return
             except RpcError as exc:
-                self.lean = True
+                self.lean = False
                 log.warning("codex refused a lean completion thread; using plain ones", extra={"fields": {"code": exc.code}})
         await self.proxy.request("thread/start", start_params(client, params, lean=False), raw=True, on_result=owned)
 
