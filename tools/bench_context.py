@@ -1425,6 +1425,18 @@ def _names(value: str, allowed: Sequence[str], what: str) -> list[str]:
     return names
 
 
+
+def work_root(stack: contextlib.ExitStack, keep: str | None, prefix: str, error: Any) -> Path:
+    """The run's folder: ``--keep DIR`` (made if missing, refused unless
+    empty) or a temporary one removed with ``stack``."""
+    if not keep:
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    root = Path(keep).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        error(f"--keep {root}: folder must be empty")
+    return root
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_context", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="scripted turns per session (default %(default)s)")
@@ -1518,13 +1530,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        if args.keep:
-            root = Path(args.keep).resolve()
-            root.mkdir(parents=True, exist_ok=True)
-            if any(root.iterdir()):
-                ap.error(f"--keep {root}: folder must be empty")
-        else:
-            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-context-")))
+        root = work_root(stack, args.keep, "bench-context-", ap.error)
         paths = prepare(root, user_home=args.user_home)
         paired = args.wall == "paired" and not args.no_control
         plan: list[list[tuple[str, str | None, str | None]]] = [[("native", None, None)]]

@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -62,7 +63,6 @@ import random
 import re
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -75,9 +75,9 @@ from engines.lossless import status as lossless_status
 from engines.lossless.config import LosslessConfig, parse_config
 from engines.tokens import count_tokens
 from sidecar.store.lossless_view import store_dir
-from tools.bench_context import CountingFakeModel, item_tokens, normalise_item, reported_rebuilds, turn_schedule
-from tools.bench_scale import read_inspect
-from tools.client import AppServerClient, RpcError, ServerGone
+from tools.bench_context import CountingFakeModel, work_root, item_tokens, normalise_item, reported_rebuilds, turn_schedule
+from tools.bench_scale import drive, read_inspect
+from tools.client import AppServerClient, RpcError
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
 from tools.fake_model import Rules, input_texts
 
@@ -556,22 +556,7 @@ async def run_sessions(sessions: Sequence[Session], turns: int) -> None:
 def run(script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str] | None = None) -> list[SideResult]:
     make_workspace(root / "work", seed)
     sessions = [Session(name, script, root, codex_bin, engine_config, seed, settings or {}) for name in CONFIGS]
-    try:
-        trio.run(run_sessions, sessions, len(script))
-    except (ServerGone, RpcError, TimeoutError, OSError) as exc:
-        for s in sessions:
-            s.result.error = s.result.error or f"{type(exc).__name__}: {exc}"
-            if s.client is not None:
-                tail = " | ".join(s.client.stderr_text.strip().splitlines()[-3:])[-300:]
-                if tail:
-                    s.result.error += f" [stderr: {tail}]"
-    finally:
-        for s in sessions:
-            if s.client is not None:
-                (s.dir / "stderr.log").write_bytes(bytes(s.client.stderr_bytes))
-    for s in sessions:
-        if s.result.failed_turns:
-            s.result.error = (s.result.error + "; " if s.result.error else "") + f"turns not completed: {s.result.failed_turns[:10]}"
+    drive(sessions, functools.partial(run_sessions, sessions, len(script)))
     return [s.result for s in sessions]
 
 
@@ -823,13 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with contextlib.ExitStack() as stack:
-        if args.keep:
-            root = Path(args.keep).resolve()
-            root.mkdir(parents=True, exist_ok=True)
-            if any(root.iterdir()):
-                ap.error(f"--keep {root}: folder must be empty")
-        else:
-            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-lossless-")))
+        root = work_root(stack, args.keep, "bench-lossless-", ap.error)
         progress(f"{args.turns} turns, native + lossless; HOME {os.environ.get('HOME')}; load {load_start}")
         results = run(script, root, codex_bin, engine_config, args.seed, settings)
     meta = {

@@ -633,11 +633,23 @@ def run_configs(names: Sequence[str], script: Sequence[Turn], root: Path, codex_
     work.mkdir(parents=True, exist_ok=True)
     (work / "README.md").write_text("# notes\n\nA scratch folder for the scale benchmark.\n")
     sessions = [Session(n, script, root, site, codex_bin, home, opts) for n in names]
-    try:
-        trio.run(run_sessions, sessions, opts)
+
+    async def everything() -> None:
+        await run_sessions(sessions, opts)
         if opts.restart:
             progress("restart: a new process resumes each thread for one more turn")
-            trio.run(restart_all, sessions)
+            await restart_all(sessions)
+
+    drive(sessions, everything)
+    return [s.result for s in sessions]
+
+
+def drive(sessions: Sequence[Any], main: Any) -> None:
+    """``trio.run(main)``; a failure is every session's error (with its
+    stderr's last lines), each session's stderr goes to its folder, and
+    turns that did not complete are named in its error."""
+    try:
+        trio.run(main)
     except (ServerGone, RpcError, TimeoutError, OSError) as exc:
         for s in sessions:
             s.result.error = s.result.error or f"{type(exc).__name__}: {exc}"
@@ -652,7 +664,6 @@ def run_configs(names: Sequence[str], script: Sequence[Turn], root: Path, codex_
     for s in sessions:
         if s.result.failed_turns:
             s.result.error = (s.result.error + "; " if s.result.error else "") + f"turns not completed: {s.result.failed_turns[:10]}"
-    return [s.result for s in sessions]
 
 
 # ======================================================================

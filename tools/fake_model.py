@@ -533,6 +533,18 @@ def input_texts(request: dict, role: str | None = None) -> list[str]:
     return out
 
 
+def tool_outputs(request: dict) -> dict[str, str]:
+    """call id -> the text of each ``function_call_output`` the request carries."""
+    out = {}
+    for item in request.get("input") or []:
+        if item.get("type") == "function_call_output":
+            value = item.get("output")
+            if isinstance(value, list):
+                value = "".join(p.get("text", "") for p in value if isinstance(p, dict))
+            out[item["call_id"]] = value
+    return out
+
+
 def tool_names(request: dict) -> list[str]:
     """Names of the tools a request advertised, including namespaced ones."""
     names: list[str] = []

@@ -30,7 +30,7 @@ from tests.support.codex import CODEX_BIN, needs_codex
 from tests.support.harness import ROOT
 from tests.support.live import TURN_TIMEOUT, finalized, sidecar, thread_ids_in
 from tools.codex_home import codex_env, make_codex_home
-from tools.fake_model import Failed, FakeModel, FunctionCall, Text, input_texts, tool_names
+from tools.fake_model import Failed, FakeModel, FunctionCall, Text, input_texts, tool_names, tool_outputs
 
 pytestmark = needs_codex
 
@@ -145,18 +145,6 @@ def env_for(tmp: Path, home: Path, engine: str, config: str = "") -> dict[str, s
     return codex_env(home, base)
 
 
-def outputs(request: dict) -> dict[str, str]:
-    """call id -> output text of the function_call_output items the model got."""
-    out = {}
-    for item in request.get("input") or []:
-        if item.get("type") == "function_call_output":
-            value = item.get("output")
-            if isinstance(value, list):
-                value = "".join(p.get("text", "") for p in value if isinstance(p, dict))
-            out[item["call_id"]] = value
-    return out
-
-
 def dynamic_items(value: object) -> list[dict]:
     """Every dynamicToolCall item anywhere in a read's answer."""
     found: list[dict] = []
@@ -226,14 +214,14 @@ async def test_engine_tool_calls_are_answered_by_the_sidecar_and_never_reach_the
         # The model was offered the engine's tools next to the client's, and read the engine's answers.
         assert {"note_lookup", "broken_tool", "get_weather"} <= set(tool_names(requests[0]))
         assert tool_names(requests[4]).count("note_lookup") == 1  # thread B: the client's, once
-        got = outputs(requests[3])
+        got = tool_outputs(requests[3])
         assert got["call_note"] == f"NOTE[k1] on {tid}"
         assert "broken_tool" in got["call_broken"] and "RuntimeError" in got["call_broken"]
         assert "SECRET-DETAIL" not in got["call_broken"]
         assert got["call_weather"] == "get_weather: the client's answer"
         # The client answered its own calls only.
         assert [(c["tool"], c["callId"]) for c in client_calls] == [("get_weather", "call_weather"), ("note_lookup", "call_theirs")]
-        assert outputs(requests[5])["call_theirs"] == "note_lookup: the client's answer"
+        assert tool_outputs(requests[5])["call_theirs"] == "note_lookup: the client's answer"
         # No frame of the engine's calls reached the client, and no read shows them.
         assert not [line for line in lines if b"call_note" in line or b"call_broken" in line]
         assert not [line for line in lines if b"broken_tool" in line or b"NOTE[" in line]
@@ -256,7 +244,7 @@ async def test_engine_tool_calls_are_answered_by_the_sidecar_and_never_reach_the
             assert done["turn"]["status"] == "completed", done
             answers = await reads(again, tid)
             lines = client_lines(again)
-        assert outputs(model.requests[-1])["call_again"] == f"NOTE[k3] on {tid}"
+        assert tool_outputs(model.requests[-1])["call_again"] == f"NOTE[k3] on {tid}"
         assert again.server_requests == []
         assert not [line for line in lines if b"call_again" in line or b"call_note" in line]
         assert [i["tool"] for a in answers for i in dynamic_items(a)] == ["get_weather"] * 3
@@ -295,7 +283,7 @@ async def test_an_engine_tool_that_never_answers_gives_the_model_an_error_result
             done = await client.run_turn(tid, "look it up", timeout=TURN_TIMEOUT)
             assert done["turn"]["status"] == "completed", done
             lines = client_lines(client)
-    answer = outputs(model.requests[1])["call_slow"]
+    answer = tool_outputs(model.requests[1])["call_slow"]
     assert "note_lookup" in answer and "no answer within 1 seconds" in answer
     assert client.server_requests == []
     assert not [line for line in lines if b"call_slow" in line]
@@ -388,7 +376,7 @@ async def test_lossless_compacts_when_the_summariser_fails_and_recalls_with_lcm_
         if any(SYSTEM_PROMPT[:40] in t for t in input_texts(body, "developer")):
             return Failed("summariser down")
         users = input_texts(body, "user")
-        if users and "recall the vault code" in users[-1] and not outputs(body):
+        if users and "recall the vault code" in users[-1] and not tool_outputs(body):
             return FunctionCall("lcm_grep", {"query": "vault code"}, call_id="call_recall")
         return Text("noted")
 
@@ -435,7 +423,7 @@ async def test_lossless_compacts_when_the_summariser_fails_and_recalls_with_lcm_
         # The assembly the model got holds summaries; asked to recall, it called
         # lcm_grep, and the sidecar answered with the planted fact.
         assert "[summary sum_" in "\n".join(input_texts(asked[0]))
-        assert "ZEBRA-4471" in outputs(asked[1])["call_recall"]
+        assert "ZEBRA-4471" in tool_outputs(asked[1])["call_recall"]
         assert not [line for line in lines if b"call_recall" in line or b"lcm_grep" in line]
         assert not [i for a in answers for i in dynamic_items(a)]
         assert not [a for a in answers if SYSTEM_PROMPT[:40] in json.dumps(a)]

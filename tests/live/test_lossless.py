@@ -35,7 +35,7 @@ from tests.support.harness import ROOT
 from tests.support.live import TURN_TIMEOUT, finalized, sidecar
 from tools.client import AppServerClient
 from tools.codex_home import codex_env, make_codex_home
-from tools.fake_model import FakeModel, FunctionCall, Hang, Text, input_texts
+from tools.fake_model import FakeModel, FunctionCall, Hang, Text, input_texts, tool_outputs
 
 pytestmark = needs_codex
 
@@ -173,18 +173,6 @@ def codex_side(client: AppServerClient) -> list[bytes]:
     its own ``sidecar/...`` requests (whose status names the engine's tools)."""
     own = {json.loads(line).get("id") for line in client.sent if b'"sidecar/' in line}
     return [line for line in client.received if json.loads(line).get("id") not in own or b'"method"' in line]
-
-
-def outputs(request: dict) -> dict[str, str]:
-    """call id -> the text of each function_call_output the model got."""
-    out = {}
-    for item in request.get("input") or []:
-        if item.get("type") == "function_call_output":
-            value = item.get("output")
-            if isinstance(value, list):
-                value = "".join(p.get("text", "") for p in value if isinstance(p, dict))
-            out[item["call_id"]] = value
-    return out
 
 
 def prompt(n: int, words: int = 25) -> str:
@@ -346,7 +334,7 @@ async def test_replayed_ingestion_stores_each_message_once(tmp_path):
     # The model's lcm_grep found each fact once (the message that planted it).
     assert len(recall) == len(words) + 1
     for n, word in enumerate(words):
-        found = outputs(recall[n + 1])[f"call_grep_{n}"]
+        found = tool_outputs(recall[n + 1])[f"call_grep_{n}"]
         assert found.startswith(f"1 hit for '{word}'"), found
         assert found.lower().count(word) == 2, found  # the query echoed, then the one hit
     assert not [line for line in lines if b"call_grep" in line or b"lcm_grep" in line]
