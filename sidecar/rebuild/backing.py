@@ -67,15 +67,6 @@ _KEYED = re.compile(
 )
 
 
-class _RoutedThread(msgspec.Struct):
-    id: Any = None
-
-
-class _RoutedParams(msgspec.Struct):
-    threadId: Any = None
-    thread: Any = None
-
-
 class _Routed(msgspec.Struct):
     params: Any = None
 
