@@ -140,10 +140,6 @@ class Proxy:
     def ungate(self, thread_id: str, holder: Any) -> None:
         self.router.ungate(thread_id, holder)
 
-    def add_control(self, method: str, fn: Callable[..., Any]) -> None:
-        """A ``sidecar/...`` method answered at once: ``fn(**params)``."""
-        self.controls.add(method, fn)
-
     def add_async_control(self, method: str, fn: AsyncControl) -> None:
         """A ``sidecar/...`` method that needs to await (e.g. the child):
         ``fn(params)`` runs in a task; its return value is the result, an
