@@ -160,7 +160,6 @@ class Turns:
         )
         try:
             result = await self.calls.call(
-                "assemble",
                 self.calls.engine.assemble(
                     AssembleParams(
                         session_id=session.thread_id,
