@@ -19,7 +19,7 @@ from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..session.options import LifecycleOptions
-from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
+from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
@@ -281,7 +281,7 @@ class Turns:
         if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
             self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         plan = plan_turn(
-            Ledger(
+            ThreadHoldings(
                 held=held,
                 sizes=session.sizes,
                 force_rebuild=session.force_rebuild,
