@@ -25,7 +25,7 @@ Only a message that is not valid at all (not JSON, not an object, a required
 id of the wrong type, ...) raises :class:`CodexDecodeError`, whose text names
 the Struct and the JSON path, never a value.
 
-Entry points: :func:`decode` (by Struct), :func:`thread_item` and
+Entry points: :func:`decode_as` (by Struct), :func:`thread_item` and
 :func:`user_input` (one union member from a dict). Each accepts JSON (``bytes``/``str``/``msgspec.Raw``,
 e.g. ``Envelope.params``) or already decoded builtins.
 """
@@ -582,7 +582,7 @@ class ThreadTokenUsageUpdatedNotification(_Codex, kw_only=True):
 _S = TypeVar("_S", bound=msgspec.Struct)
 
 
-def decode(cls: type[_S], data: Any) -> _S:
+def decode_as(cls: type[_S], data: Any) -> _S:
     """Decode ``data`` (JSON bytes/str/Raw, or builtins) as ``cls``.
 
     Raises :class:`CodexDecodeError` for an invalid message; unknown fields,

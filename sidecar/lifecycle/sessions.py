@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from protocol.codex import CodexDecodeError, DynamicToolSpec, decode
+from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
@@ -452,7 +452,7 @@ def callable_tool_names(tools: list[Any]) -> frozenset[str]:
         if not isinstance(entry, dict):
             continue
         try:
-            names.update(decode(DynamicToolSpec, entry).tool_names())
+            names.update(decode_as(DynamicToolSpec, entry).tool_names())
         except CodexDecodeError:
             continue
     return frozenset(names)

@@ -37,7 +37,7 @@ from tests.support.codex import CODEX_BIN
 from tests.support.harness import ROOT
 
 # Which Struct types which method's params or result (the tests' own table:
-# the sidecar decodes by Struct, with codex.decode).
+# the sidecar decodes by Struct, with codex.decode_as).
 NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
     "thread/started": codex.ThreadStartedNotification,
     "turn/started": codex.TurnStartedNotification,
@@ -63,17 +63,17 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
 
 def decode_notification(method: str, params: Any) -> Any | None:
     cls = NOTIFICATIONS.get(method)
-    return None if cls is None else codex.decode(cls, params)
+    return None if cls is None else codex.decode_as(cls, params)
 
 
 def decode_params(method: str, params: Any) -> Any | None:
     cls = REQUEST_PARAMS.get(method)
-    return None if cls is None else codex.decode(cls, params)
+    return None if cls is None else codex.decode_as(cls, params)
 
 
 def decode_result(method: str, result: Any) -> Any | None:
     cls = RESULTS.get(method)
-    return None if cls is None else codex.decode(cls, result)
+    return None if cls is None else codex.decode_as(cls, result)
 
 FIXTURES = sorted((ROOT / "fixtures").glob("*.jsonl"))
 
