@@ -242,7 +242,7 @@ class SwappingEdge:
         return data.replace(b'"back"', b'"front"')
 
 
-def test_the_edge_translates_every_line_at_the_child_s_side(wire):
+def test_the_edge_maps_every_line_at_the_child_s_side(wire):
     w = wire()
     w.router.edge = edge = SwappingEdge()
     seen = []
@@ -252,7 +252,7 @@ def test_the_edge_translates_every_line_at_the_child_s_side(wire):
     assert w.child.take() == [
         b'{"id":1,"method":"thread/read","params":{"threadId":"back"}}',
         b'{"id":"x","method":"thread/unsubscribe","params":{"threadId":"front"}}',
-    ], "raw requests pass untranslated"
+    ], "raw requests pass unmapped"
     w.router.from_child(b'{"id":1,"result":{"thread":{"id":"back"}}}')
     w.router.from_child(b'{"method":"turn/started","params":{"threadId":"back"}}')
     w.router.from_child(b'{"method":"turn/started","params":{"threadId":"ghost"}}')
@@ -264,7 +264,7 @@ def test_the_edge_translates_every_line_at_the_child_s_side(wire):
     assert edge.responses == ["thread/read"]
 
 
-def test_the_edge_translates_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
+def test_the_edge_maps_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
     w = wire(max_line=64)
     w.router.edge = edge = SwappingEdge()
     call = w.router.call("thread/read", {"threadId": "front"})
