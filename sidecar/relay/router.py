@@ -278,7 +278,7 @@ class Router:
         pending = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
         if hooks:
-            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
+            line = self._run_chain(hooks, Message(env, line), request=pending)  # type: ignore[assignment]
             if line is None:
                 return
         if pending.wire_id is not client_id:
@@ -489,16 +489,20 @@ class Router:
 
     # ------------------------------------------------------------ hooks
 
-    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None) -> bytes | None:
+    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None, request: PendingRequest | None = None) -> bytes | None:
         """Run hooks in order; the line to forward, or None when one took it.
         A hook's returned bytes replace the message for the hooks after it.
-        A hook that raises fails open: the message goes on as it was."""
+        A hook that raises fails open: the message goes on as it was.
+        ``request``: a client request's pending entry, which keeps the params
+        the hooks read (the first message of the chain whose params were read)."""
         for hook in hooks:
             try:
                 decision = hook(msg) if pending is None else hook(msg, pending)
             except Exception:
                 log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
                 continue
+            if request is not None and request.params is None:
+                request.params = msg.params_if_read()
             if decision is HANDLED:
                 return None
             if decision is not None:
