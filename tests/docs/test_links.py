@@ -1,15 +1,17 @@
 """Every relative link in docs/ and the READMEs leads somewhere: the file
 exists, and an ``#anchor`` is a heading (GitHub's anchor rules) or an
-explicit anchor of the file it points into."""
+explicit anchor of the file it points into.  A repository file named in
+code (``tests/support/harness.py``) exists too."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from tests.support.markdown import ROOT, anchors, github_slug, link_targets
+from tests.support.markdown import ROOT, anchors, code_spans, github_slug, link_targets
 
 DOCUMENTS = sorted([ROOT / "README.md", ROOT / "tests" / "README.md", *(ROOT / "docs").rglob("*.md")])
 
@@ -41,6 +43,21 @@ def broken_links(document: Path) -> list[str]:
 def test_every_relative_link_resolves(document):
     broken = broken_links(document)
     assert not broken, f"{document.relative_to(ROOT)}: {broken}"
+
+
+_FILE_SPAN = re.compile(r"^(?:\.\./)?((?:tests|sidecar|engines|protocol|tools|docs|fixtures)/[\w./-]*\.(?:py|md|toml|json|jsonl))$")
+
+
+def missing_files(document: Path) -> list[str]:
+    """Repository files a code span names (``sidecar/relay/router.py``) that do not exist."""
+    found = (_FILE_SPAN.match(span) for span in code_spans(document.read_text(encoding="utf-8")))
+    return sorted({m.group(1) for m in found if m and not (ROOT / m.group(1)).exists()})
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_repository_file_named_in_code_exists(document):
+    missing = missing_files(document)
+    assert not missing, f"{document.relative_to(ROOT)} names files that do not exist: {missing}"
 
 
 @pytest.mark.parametrize(
