@@ -1,12 +1,16 @@
-"""The lossless engine's store: one SQLite file (stdlib ``sqlite3``, WAL).
+"""The lossless engine's store: every operation on its rows, in portable SQL,
+over a :class:`~engines.lossless.backends.Backend`: one SQLite file (stdlib
+``sqlite3``, WAL; the default) or a PostgreSQL database (psycopg 3,
+``[engines.lossless] database_url``).
 
 The tables and their migrations are in :mod:`.schema`.
 
-Durability: every write is one ``BEGIN IMMEDIATE`` transaction, so a kill at
-any instant leaves each write either wholly done or not at all; WAL with
-``synchronous=NORMAL`` keeps committed transactions across a process kill.
-All methods are synchronous and serialised by a lock; call them from trio
-through ``trio.to_thread.run_sync``.
+Durability: every write is one transaction that excludes the session's other
+writers (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a transaction holding an
+advisory lock on the session), so a kill at any instant leaves each write
+either wholly done or not at all, and two writers of one session, in two
+processes or on two hosts, take turns. All methods are synchronous and
+serialised by a lock; call them from trio through ``trio.to_thread.run_sync``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import msgspec
 
 from engines.api import AgentMessage, CompactionSummaryMessage, ToolResultMessage, UserMessage, decode_openclaw, encode_openclaw
 
+from .backends import Backend, BackendError, PostgresBackend, SqliteBackend
 from .messages import message_id, message_text
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -141,9 +146,13 @@ def _loads(text: str | None) -> Any:
 class Store:
     """One SQLite store file; see the module documentation."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self._conn = conn
+    def __init__(self, backend: Backend, path: Path | None = None) -> None:
+        #: The backend; its ``execute``/``executemany`` take portable SQL with ``?`` placeholders.
+        self._conn = backend
+        self.backend = backend
+        #: The SQLite file, or None for PostgreSQL.
         self.path = path
+        self.where = backend.where
         self._lock = threading.RLock()
         self._decoded: OrderedDict[str, AgentMessage] = OrderedDict()
         self._decoded_max = 20_000
@@ -159,21 +168,39 @@ class Store:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # 0600 from the start: it holds prompts
             os.close(fd)
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            backend = SqliteBackend.open(path)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"the lossless store {path} is unusable: {exc}") from exc
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the lossless store {path}: {exc}") from exc
+        return cls._ready(backend, path)
+
+    @classmethod
+    def connect(cls, database_url: str) -> Store:
+        """Open (creating the tables and migrating as needed) the store in the
+        PostgreSQL database ``database_url`` (``postgresql://...``)."""
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            store = cls(conn, path)
-            store._migrate()
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise StoreError(f"the lossless store {path} is unusable: {exc}") from exc
-        except StoreError:
-            conn.close()
-            raise
+            backend = PostgresBackend(database_url)
+        except BackendError as exc:
+            raise StoreError(str(exc)) from None
+        return cls._ready(backend, None)
+
+    @classmethod
+    def open_configured(cls, database_url: str | None, state_dir: str | os.PathLike[str], name: str = DB_NAME) -> Store:
+        """The PostgreSQL store when ``database_url`` is set, else the SQLite file in ``state_dir``."""
+        return cls.connect(database_url) if database_url else cls.open(state_dir, name)
+
+    @classmethod
+    def _ready(cls, backend: Backend, path: Path | None) -> Store:
+        try:
+            store = cls(backend, path)
+            backend.migrate(log)
+        except BackendError as exc:
+            backend.close()
+            raise StoreError(str(exc)) from None
+        except Exception as exc:  # sqlite3.DatabaseError, psycopg.Error: not a usable store
+            backend.close()
+            raise StoreError(f"the lossless store {backend.where} is unusable: {exc}") from exc
         return store
 
     def close(self) -> None:
@@ -182,48 +209,14 @@ class Store:
 
     def schema_version(self) -> int:
         with self._lock:
-            return self._version()
-
-    def _version(self) -> int:
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
-        )
-        row = self._conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return int(row[0] or 0)
-
-    def _migrate(self) -> None:
-        with self._tx() as conn:
-            current = self._version()
-        if current > SCHEMA_VERSION:
-            raise StoreError(
-                f"the lossless store {self.path} has schema version {current}, newer than this "
-                f"engine's {SCHEMA_VERSION}; upgrade the sidecar or use another state folder"
-            )
-        for version, statements in MIGRATIONS:
-            if version <= current:
-                continue
-            with self._tx() as conn:
-                if self._version() >= version:  # another process got there first
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, int(time.time() * 1000))
-                )
-            log.info("lossless store migrated", extra={"fields": {"path": str(self.path), "version": version}})
+            return self._conn.version()
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on any error."""
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+    def _tx(self, session_id: str = "") -> Iterator[Backend]:
+        """One write transaction, rolled back on any error, excluding the
+        session's other writers (SQLite: every writer)."""
+        with self._lock, self._conn.transaction(f"lossless:{session_id}"):
+            yield self._conn
 
     # ------------------------------------------------------------ messages
 
@@ -267,14 +260,14 @@ class Store:
             return []
         prepared = [(m, i, count_tokens(m), message_text(m), encode_openclaw(m)) for m, i in todo]
         stored: list[str] = []
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             row = conn.execute(
                 "SELECT seq, turn FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
             ).fetchone()
             seq, turn = (row[0], row[1]) if row else (0, 0)
             conn.execute(
                 "INSERT INTO sessions (session_id, session_key) VALUES (?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET session_key = COALESCE(excluded.session_key, session_key)",
+                "ON CONFLICT (session_id) DO UPDATE SET session_key = COALESCE(excluded.session_key, sessions.session_key)",
                 (session_id, session_key),
             )
             for message, ident, tokens, text, body in prepared:
@@ -283,8 +276,8 @@ class Store:
                 next_turn = turn + 1 if isinstance(message, UserMessage) else turn
                 mid = message_id(session_id, ident)
                 cursor = conn.execute(
-                    "INSERT OR IGNORE INTO messages (id, session_id, ident, seq, turn, role, tool_name, timestamp, "
-                    "tokens, text, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO messages (id, session_id, ident, seq, turn, role, tool_name, timestamp, "
+                    "tokens, text, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (
                         mid,
                         session_id,
@@ -392,7 +385,7 @@ class Store:
             )
             return [_summary_row(r) for r in rows]
 
-    def _insert_summary(self, conn: sqlite3.Connection, session_id: str, s: NewSummary) -> None:
+    def _insert_summary(self, conn: Backend, session_id: str, s: NewSummary) -> None:
         conn.execute(
             "INSERT INTO summaries (id, session_id, depth, seq_lo, seq_hi, turn_lo, turn_hi, time_lo, time_hi, text, "
             "tokens, source_tokens, fallback, attempts, parent_id, created_at) "
@@ -424,8 +417,8 @@ class Store:
         session's ``summarized_seq`` to ``seq_hi``, in one transaction. Refused
         (False) unless ``seq_lo`` follows ``summarized_seq`` exactly: another
         writer summarised those messages first."""
-        with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
+        with self._tx(session_id) as conn:
+            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
             (done,) = conn.execute("SELECT summarized_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
             if done != summary.seq_lo - 1 or conn.execute("SELECT 1 FROM summaries WHERE id = ?", (summary.id,)).fetchone():
                 return False
@@ -436,7 +429,7 @@ class Store:
     def add_condensed(self, session_id: str, summary: NewSummary) -> bool:
         """Store a condensed summary and mark its sources condensed, in one
         transaction; refused (False) when a source is gone or already condensed."""
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             marks = ",".join("?" * len(summary.source_ids))
             free = conn.execute(
                 f"SELECT COUNT(*) FROM summaries WHERE session_id = ? AND parent_id IS NULL AND id IN ({marks})",
@@ -453,7 +446,7 @@ class Store:
 
     def replace_summary_text(self, session_id: str, sid: str, text: str, tokens: int, fallback: bool) -> None:
         """A retried summary's new text (the search index follows by trigger)."""
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             conn.execute(
                 "UPDATE summaries SET text = ?, tokens = ?, fallback = ?, attempts = attempts + 1 "
                 "WHERE session_id = ? AND id = ?",
@@ -461,7 +454,7 @@ class Store:
             )
 
     def count_attempt(self, session_id: str, sid: str) -> None:
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             conn.execute("UPDATE summaries SET attempts = attempts + 1 WHERE session_id = ? AND id = ?", (session_id, sid))
 
     # ------------------------------------------------------------ sessions
@@ -493,8 +486,8 @@ class Store:
         self, session_id: str, *, frame_seq: int, frame: bytes, frame_ids: list[str], frame_tokens: int, compaction: dict[str, Any]
     ) -> None:
         """Install a new frame (the end of a compaction step), in one transaction."""
-        with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
+        with self._tx(session_id) as conn:
+            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
             conn.execute(
                 "UPDATE sessions SET frame_seq = ?, frame = ?, frame_ids = ?, frame_tokens = ?, steps = steps + 1, "
                 "last_compaction = ? WHERE session_id = ?",
@@ -503,8 +496,8 @@ class Store:
 
     def note(self, session_id: str, *, budget: int | None = None, last_assembly: dict[str, Any] | None = None) -> None:
         """Remember the budget last seen and/or what the last assembly held."""
-        with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
+        with self._tx(session_id) as conn:
+            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
             if budget is not None:
                 conn.execute("UPDATE sessions SET budget = ? WHERE session_id = ?", (budget, session_id))
             if last_assembly is not None:
@@ -524,28 +517,17 @@ class Store:
 
     def grep(self, session_id: str, match: str, limit: int, exclude_tools: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Full-text hits over the session's messages and summaries, newest
-        first (by the latest message each covers); ``match`` is an FTS5 query.
+        first (by the latest message each covers); ``match`` is an FTS5 query
+        of quoted words joined by AND or OR (what PostgreSQL understands too).
         Messages of the ``exclude_tools`` tools (calls and results) are left out."""
         with self._lock:
             hits: list[dict[str, Any]] = []
-            for row in self._conn.execute(
-                "SELECT m.id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body, "
-                "snippet(messages_fts, 0, '', '', '…', 16) FROM messages_fts "
-                "JOIN messages m ON m.pk = messages_fts.rowid "
-                "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY m.seq DESC LIMIT ?",
-                (match, session_id, limit + 64),
-            ):
+            for row in self._conn.grep("messages", session_id, match, limit + 64):
                 mid, role, turn, seq, ts, tool_name, body, snippet = row
                 if tool_name in exclude_tools or (role == "assistant" and _calls_only(body, exclude_tools)):
                     continue
                 hits.append({"id": mid, "kind": "message", "role": role, "turn": turn, "turns": [turn, turn], "seq": seq, "time": ts, "snippet": snippet})
-            for row in self._conn.execute(
-                "SELECT s.id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi, "
-                "snippet(summaries_fts, 0, '', '', '…', 16) FROM summaries_fts "
-                "JOIN summaries s ON s.pk = summaries_fts.rowid "
-                "WHERE summaries_fts MATCH ? AND s.session_id = ? ORDER BY s.seq_hi DESC LIMIT ?",
-                (match, session_id, limit),
-            ):
+            for row in self._conn.grep("summaries", session_id, match, limit):
                 sid, depth, turn_lo, turn_hi, seq_hi, ts, snippet = row
                 hits.append(
                     {"id": sid, "kind": "summary", "role": f"summary d{depth}", "turn": turn_hi, "turns": [turn_lo, turn_hi], "seq": seq_hi, "time": ts, "snippet": snippet}
@@ -563,9 +545,9 @@ class Store:
                 "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM messages WHERE session_id = ?", (session_id,)
             ).fetchone()
             by_depth = {
-                str(depth): {"total": total, "active": active, "fallback": fallback}
+                str(depth): {"total": int(total), "active": int(active), "fallback": int(fallback)}
                 for depth, total, active, fallback in self._conn.execute(
-                    "SELECT depth, COUNT(*), SUM(parent_id IS NULL), SUM(fallback) FROM summaries "
+                    "SELECT depth, COUNT(*), SUM(CASE WHEN parent_id IS NULL THEN 1 ELSE 0 END), SUM(fallback) FROM summaries "
                     "WHERE session_id = ? GROUP BY depth ORDER BY depth",
                     (session_id,),
                 )
@@ -573,8 +555,8 @@ class Store:
         return {
             "sessionId": session_id,
             "sessionKey": session.session_key,
-            "messages": count,
-            "messageTokens": tokens,
+            "messages": int(count),
+            "messageTokens": int(tokens),
             "summariesByDepth": by_depth,
             "fallbackPending": sum(d["fallback"] for d in by_depth.values()),
             "summarizedThroughSeq": session.summarized_seq,
