@@ -5,6 +5,8 @@
 #                 OpenClaw's whole agent through the sidecar included (installs both first)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
+#   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
+#                 lossless store's PostgreSQL tests (a throwaway server a run, on a Unix socket)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
@@ -39,7 +41,17 @@ OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODE
 # a missing install fails the OpenClaw tests instead of skipping them.
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
-.PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
+# PostgreSQL's server programs (initdb, pg_ctl, postgres) come from PyPI: the
+# pgserver wheel ships a relocatable PostgreSQL 16 build, installed with
+# --no-deps (only its binaries are used; no root, no system service).
+# Exported to pytest by `make test`: with it set, a server that does not
+# start fails the PostgreSQL tests instead of skipping them.
+PGSERVER_VER := 0.1.4
+PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
+PG_BIN       := $(PG_DIR)/pgserver/pginstall/bin
+PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$(abspath $(PG_BIN))
+
+.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
 
 all: test
 
@@ -91,6 +103,14 @@ $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
 
 openclaw: $(OPENCLAW_TEMPLATE)/.installed
 
+$(PG_DIR)/.installed: $(VENV)/.installed
+	rm -rf $(PG_DIR)
+	$(PY) -m pip install --quiet --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER)
+	$(PG_BIN)/postgres --version
+	touch $@
+
+postgres: $(PG_DIR)/.installed
+
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
@@ -100,8 +120,8 @@ lint: setup
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint openclaw
-	$(OPENCLAW_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+test: setup lint openclaw postgres
+	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-openclaw: setup openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)

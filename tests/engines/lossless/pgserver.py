@@ -17,6 +17,7 @@ import itertools
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -37,6 +38,11 @@ def find_pg_bin() -> tuple[Path | None, bool]:
     return (Path(debian[-1]).parent, False) if debian else (None, False)
 
 
+def _reachable_by_others(folder: Path) -> bool:
+    path = folder.resolve()
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
 class PgServer:
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
@@ -48,6 +54,14 @@ class PgServer:
             nobody = pwd.getpwnam("nobody")
             os.chown(self.root, nobody.pw_uid, nobody.pw_gid)
             self._run_as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+            if not _reachable_by_others(self.bindir):
+                # e.g. a clone under /root (0700): nobody cannot run the programs
+                # there, so a copy of the (relocatable) install goes to the temp folder.
+                # (pgserver's wheel keeps its shared libraries in pgserver.libs, three levels up.)
+                top = self.bindir.parents[2] if (self.bindir.parents[2] / "pgserver.libs").is_dir() else self.bindir.parent
+                copy = self.root / "install"
+                shutil.copytree(top, copy, symlinks=True)
+                self.bindir = copy / self.bindir.relative_to(top)
         self._names = itertools.count(1)
         self._admin: Any = None
 
