@@ -484,15 +484,18 @@ class Store:
 
     def set_frame(
         self, session_id: str, *, frame_seq: int, frame: bytes, frame_ids: list[str], frame_tokens: int, compaction: dict[str, Any]
-    ) -> None:
-        """Install a new frame (the end of a compaction step), in one transaction."""
+    ) -> bool:
+        """Install a new frame (the end of a compaction step), in one
+        transaction. Refused (False) when another writer installed a frame
+        reaching further (``frame_seq``) meanwhile: the newer one stays."""
         with self._tx(session_id) as conn:
             conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
-            conn.execute(
+            cursor = conn.execute(
                 "UPDATE sessions SET frame_seq = ?, frame = ?, frame_ids = ?, frame_tokens = ?, steps = steps + 1, "
-                "last_compaction = ? WHERE session_id = ?",
-                (frame_seq, frame, json.dumps(frame_ids), frame_tokens, json.dumps(compaction, sort_keys=True), session_id),
+                "last_compaction = ? WHERE session_id = ? AND frame_seq <= ?",
+                (frame_seq, frame, json.dumps(frame_ids), frame_tokens, json.dumps(compaction, sort_keys=True), session_id, frame_seq),
             )
+            return bool(cursor.rowcount)
 
     def note(self, session_id: str, *, budget: int | None = None, last_assembly: dict[str, Any] | None = None) -> None:
         """Remember the budget last seen and/or what the last assembly held."""
