@@ -221,6 +221,11 @@ class SqliteBackend:
                 self.conn.execute(f"INSERT INTO {table}_fts ({table}_fts, rank) VALUES ('integrity-check', 1)")
             except sqlite3.DatabaseError as exc:
                 problems.append(f"{table}_fts does not match the {table} table: {exc}")
+                continue
+            rows = self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            indexed = self.conn.execute(f"SELECT COUNT(*) FROM {table}_fts_docsize").fetchone()[0]
+            if rows != indexed:
+                problems.append(f"{table}_fts indexes {indexed} rows, the {table} table holds {rows}")
         return problems
 
     def backup(self, path: Path) -> None:

@@ -260,6 +260,8 @@ class LosslessEngine(BaseContextEngine):
                 retried = await retry_fallbacks(
                     self._context(), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
                 )
+        if self.cfg.max_store_mb:
+            await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))
         changed = bool(report.get("changed")) or retried > 0
         reason = "compaction step" if report.get("changed") else "no compaction needed"
         if retried:
