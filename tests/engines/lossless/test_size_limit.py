@@ -14,15 +14,16 @@ from engines.lossless.messages import message_text
 from engines.lossless.store import PRUNED_PREFIX
 from sidecar.cli import cli
 
-from .conftest import SESSION, SMALL, assemble, conversation, make_engine, run_turn
+from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
 
 
 async def _engine_with_history(host, turns: int = 30, config: dict | None = None):
     host.answer_with(lambda p: f"model summary of {len(p.prompt)} chars")
     engine = await make_engine(host, config)
     history: list = []
-    for n, _ in enumerate(range(turns), start=1):
-        await run_turn(engine, history, conversation(n, size=120)[-4:])
+    for n in range(1, turns + 1):
+        say = "turn 1: the heliotropium note, " + " ".join(["filler"] * 100) if n == 1 else None
+        await run_turn(engine, history, turn(n, size=120, say=say))
     return engine, history
 
 
@@ -63,9 +64,22 @@ async def test_the_size_limit_drops_only_condensed_text_behind_the_frame_and_kee
 
     expanded = await engine.call_tool(ToolCallParams(session_id=SESSION, session_key=SESSION, name="lcm_expand", arguments={"id": leaf.id}, call_id="c1"))
     assert not expanded.is_error and PRUNED_PREFIX in expanded.text and leaf.id in expanded.text
+    # The search index follows: the store is healthy, and a word only a pruned message held is gone.
+    assert store.doctor()["problems"] == []
+    assert not [h for h in store.grep(SESSION, '"heliotropium"', 5) if h["kind"] == "message"]
     # A second pass finds nothing more to prune, and the store is smaller or no larger.
     assert store.enforce_size_limit(1)["pruned"] == 0
     assert store.size_bytes() <= size * 1.5
+
+
+async def test_messages_past_the_frame_are_never_pruned(host):
+    # Another sidecar may have condensed summaries past this one's frame; the
+    # frame's raw messages are what the assembly shows, so they stay.
+    engine, _ = await _engine_with_history(host, turns=30)
+    store = engine.store
+    with store._tx(SESSION) as conn:
+        conn.execute("UPDATE sessions SET frame_seq = 0 WHERE session_id = ?", (SESSION,))
+    assert store.enforce_size_limit(1)["pruned"] == 0
 
 
 async def test_a_store_under_its_limit_is_left_alone(host):
