@@ -4,7 +4,10 @@ SQLite file): nothing lost, nothing doubled, no summary lost or made twice."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import trio
 
@@ -15,6 +18,8 @@ from engines.testkit import FakeHost
 from engines.tokens import estimate_message_tokens
 
 from .conftest import SESSION, conversation, make_engine
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _open(backend: str | None, folder) -> Store:
@@ -165,3 +170,46 @@ async def test_two_sidecars_compacting_one_session_at_once_lose_and_double_no_su
             await engine.dispose()
         for h in hosts:
             h.close()
+
+
+_SIDECAR = """
+import sys, trio
+sys.path.insert(0, {repo!r})
+from engines import AfterTurnParams, CompactParams, MaintainParams
+from engines.testkit import FakeHost
+from engines.lossless import LosslessEngine
+from tests.engines.lossless.conftest import SMALL, SESSION, conversation
+
+async def main():
+    host = FakeHost({state!r})
+    host.answer_with("a model summary")
+    config = dict(SMALL)
+    if {url!r}:
+        config["database_url"] = {url!r}
+    engine = LosslessEngine(config)
+    await engine.bind(host)
+    history = conversation(30)
+    for end in range(4, len(history) + 1, 4):
+        await engine.after_turn(AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=history[:end], pre_prompt_message_count=end - 4))
+        await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
+        if end % 12 == 0:
+            await engine.compact(CompactParams(session_id=SESSION, session_key=SESSION))
+    await engine.dispose()
+
+trio.run(main)
+"""
+
+
+def test_two_sidecar_processes_serving_one_session_lose_and_double_nothing(backend, tmp_path):
+    state = tmp_path / "state"
+    code = _SIDECAR.format(repo=str(REPO), state=str(state), url=backend or "")
+    children = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-3000:]
+    store = _open(backend, state)
+    try:
+        counts = check_store(store, len(conversation(30)))
+        assert counts["leaves"] >= 5 and counts["summaries"] > counts["leaves"], counts
+    finally:
+        store.close()
