@@ -106,3 +106,23 @@ def test_a_snippet_is_a_window_around_the_words_cut_at_token_boundaries():
     assert "pg-kestrel-07" in out and out.startswith("…") and out.endswith("…")
     assert len(out.split()) <= 16
     assert snippet("short text here", ["text"]) == "short text here"
+
+
+@pytest.mark.postgres
+def test_a_dropped_connection_is_reopened_for_the_next_call(pg_url):
+    from engines import UserMessage
+    from engines.lossless.messages import content_identity, identities
+    from engines.tokens import estimate_message_tokens
+
+    store = Store.connect(pg_url)
+    try:
+        pid = store.backend.conn.info.backend_pid
+        _execute(pg_url, f"SELECT pg_terminate_backend({pid})")
+        with pytest.raises(Exception):  # noqa: B017 - the call that meets the drop fails (and the engine fails open)
+            store.message_count(SESSION)
+        batch = [UserMessage(content="after the drop", timestamp=1)]
+        assert store.ingest(SESSION, SESSION, batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
+        assert store.message_count(SESSION) == 1
+        assert store.backend.conn.info.backend_pid != pid
+    finally:
+        store.close()
