@@ -545,7 +545,7 @@ class Store:
         with self._lock:
             return self._conn.size_bytes()
 
-    def prunable(self, limit: int = 200) -> list[tuple[int, str, str, int]]:
+    def prunable(self, limit: int = 200, after_pk: int = 0) -> list[tuple[int, str, str, int]]:
         """The messages the size limit may drop the raw text of, oldest stored
         first: ``(pk, session_id, leaf summary id, bytes)``. Only messages whose
         leaf summary is a model summary (not extractive) that was condensed
@@ -556,8 +556,8 @@ class Store:
                 "JOIN sessions ss ON ss.session_id = m.session_id "
                 "JOIN summaries s ON s.session_id = m.session_id AND s.depth = 0 AND m.seq BETWEEN s.seq_lo AND s.seq_hi "
                 "WHERE s.parent_id IS NOT NULL AND s.fallback = 0 AND m.seq <= ss.frame_seq "
-                "AND SUBSTR(m.text, 1, ?) <> ? ORDER BY m.pk LIMIT ?",
-                (len(PRUNED_PREFIX), PRUNED_PREFIX, limit),
+                "AND m.pk > ? AND SUBSTR(m.text, 1, ?) <> ? ORDER BY m.pk LIMIT ?",
+                (after_pk, len(PRUNED_PREFIX), PRUNED_PREFIX, limit),
             )
             return [(int(r[0]), r[1], r[2], int(r[3])) for r in rows]
 
@@ -589,12 +589,13 @@ class Store:
         if max_bytes <= 0 or size <= max_bytes:
             return report
         excess = size - int(max_bytes * 0.9)
-        freed = pruned = 0
+        freed = pruned = last = 0
         while freed < excess:
-            batch = self.prunable()
+            batch = self.prunable(after_pk=last)
             if not batch:
                 break
             for pk, session_id, leaf_id, _ in batch:
+                last = pk
                 got = self.prune_message(session_id, pk, leaf_id)
                 pruned += 1
                 freed += got
