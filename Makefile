@@ -43,13 +43,14 @@ OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) 
 
 # PostgreSQL's server programs (initdb, pg_ctl, postgres) come from PyPI: the
 # pgserver wheel ships a relocatable PostgreSQL 16 build, installed with
-# --no-deps (only its binaries are used; no root, no system service).
-# Exported to pytest by `make test`: with it set, a server that does not
-# start fails the PostgreSQL tests instead of skipping them.
+# --no-deps (only its binaries are used; no root, no system service).  For a
+# Python it has no wheel for (3.13+), Debian's postgresql package instead
+# (apt-get, as root).  The folder of the programs is written to
+# $(PG_DIR)/bindir (relative to it, or absolute) and exported to pytest by `make test`: with it set, a
+# server that does not start fails the PostgreSQL tests instead of skipping them.
 PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
-PG_BIN       := $(PG_DIR)/pgserver/pginstall/bin
-PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$(abspath $(PG_BIN))
+PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
 .PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
 
@@ -105,8 +106,16 @@ openclaw: $(OPENCLAW_TEMPLATE)/.installed
 
 $(PG_DIR)/.installed: $(VENV)/.installed
 	rm -rf $(PG_DIR)
-	$(PY) -m pip install --quiet --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER)
-	$(PG_BIN)/postgres --version
+	if $(PY) -m pip install --quiet --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER); then \
+		echo pgserver/pginstall/bin > $(PG_DIR)/bindir; \
+	else \
+		echo "no pgserver wheel for this Python: PostgreSQL from Debian's packages"; \
+		mkdir -p $(PG_DIR); \
+		ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; \
+		dirname "$$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -1)" > $(PG_DIR)/bindir; \
+	fi
+	cd $(PG_DIR) && "$$(realpath "$$(cat bindir)")/postgres" --version
 	touch $@
 
 postgres: $(PG_DIR)/.installed
