@@ -275,6 +275,9 @@ def snippet(text: str, words: Sequence[str], size: int = 16) -> str:
     return ("…" if start > 0 else "") + out + ("…" if end < len(tokens) else "")
 
 
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.IGNORECASE)
+
+
 class PostgresBackend:
     """One psycopg 3 connection (autocommit; explicit transactions for writes).
 
@@ -309,7 +312,11 @@ class PostgresBackend:
 
     @staticmethod
     def _sql(sql: str) -> str:
-        return sql.replace("%", "%%").replace("?", "%s")
+        """psycopg's placeholders; SQLite's ``INSERT OR IGNORE`` as ``ON CONFLICT DO NOTHING``."""
+        out = sql.replace("%", "%%").replace("?", "%s")
+        if _OR_IGNORE.match(out):
+            out = _OR_IGNORE.sub("INSERT INTO", out, count=1).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
+        return out
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         return self._live().execute(self._sql(sql), tuple(params))  # type: ignore[no-any-return,unused-ignore]

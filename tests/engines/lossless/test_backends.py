@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engines.lossless import SCHEMA_VERSION, Store, StoreError, parse_config
-from engines.lossless.backends import fts_words, redact_url, snippet
+from engines.lossless.backends import PostgresBackend, fts_words, redact_url, snippet
 from engines.lossless.schema import MIGRATIONS, PG_MIGRATIONS, pg_ddl
 
 from .conftest import SESSION
@@ -124,5 +124,22 @@ def test_a_dropped_connection_is_reopened_for_the_next_call(pg_url):
         assert store.ingest(SESSION, SESSION, batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
         assert len(store.messages_between(SESSION, 1)) == 1
         assert store.backend.conn.info.backend_pid != pid
+    finally:
+        store.close()
+
+
+def test_sqlite_only_insert_or_ignore_is_rewritten_for_postgresql():
+    # Store methods written against SQLite keep working on PostgreSQL.
+    assert PostgresBackend._sql("INSERT OR IGNORE INTO t (a, b) VALUES (?, ?)") == "INSERT INTO t (a, b) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+    assert PostgresBackend._sql("SELECT 1 WHERE a LIKE '5%' AND b = ?") == "SELECT 1 WHERE a LIKE '5%%' AND b = %s"
+
+
+@pytest.mark.postgres
+def test_an_insert_or_ignore_runs_on_postgresql(pg_url):
+    store = Store.connect(pg_url)
+    try:
+        for _ in range(2):
+            store.backend.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", ("s1",))
+        assert store.backend.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 1
     finally:
         store.close()
