@@ -249,9 +249,9 @@ def lossless_doctor_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.pass_context
 def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
-    """Copy the SQLite lossless store to PATH (a new file), consistently,
-    while the sidecar keeps writing. A PostgreSQL store is backed up with
-    pg_dump."""
+    """Copy the lossless store to PATH (a new SQLite file), consistently,
+    while the sidecar keeps writing: SQLite's online backup, or a logical
+    copy of a PostgreSQL store's rows (pg_dump backs up the whole database)."""
     from engines.lossless import StoreError
 
     store, _ = _open_lossless_store(ctx)

@@ -402,10 +402,41 @@ class PostgresBackend:
         return problems
 
     def backup(self, path: Path) -> None:
-        raise BackendError(
-            f"the lossless store is in PostgreSQL ({self.where}): back it up with the database's own tools, "
-            f"e.g. pg_dump --format=custom --file {path} '<database_url>'"
-        )
+        """A logical copy into a new SQLite store file at ``path`` (the same
+        rows, ids and ``pk`` values; its FTS5 index built as the rows go in),
+        read in one ``REPEATABLE READ`` transaction, so it is consistent while
+        other sidecars write. ``pg_dump`` remains the database-level backup."""
+        import logging
+
+        dest = SqliteBackend.open(path)
+        try:
+            dest.migrate(logging.getLogger("engines.lossless.store"))
+            tables = [
+                r[0]
+                for r in dest.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")
+                if r[0] != "schema_version" and not r[0].startswith(("sqlite_", "messages_fts", "summaries_fts"))
+            ]
+            conn = self._live()
+            with dest.transaction("backup"), conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                for table in tables:
+                    ours = [r[1] for r in dest.conn.execute(f"PRAGMA table_info({table})")]
+                    theirs = {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = %s",
+                            (table,),
+                        )
+                    }
+                    columns = [c for c in ours if c in theirs]
+                    names = ", ".join(columns)
+                    insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+                    with conn.cursor() as cur:
+                        cur.execute(f"SELECT {names} FROM {table}")
+                        while rows := cur.fetchmany(500):
+                            dest.conn.executemany(insert, [tuple(r) for r in rows])
+        finally:
+            dest.close()
 
     def close(self) -> None:
         if self.conn is not None:

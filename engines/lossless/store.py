@@ -669,9 +669,10 @@ class Store:
         }
 
     def backup(self, path: str | os.PathLike[str]) -> None:
-        """A consistent copy of a SQLite store at ``path`` while writers go on
-        (SQLite's online backup API); a :class:`StoreError` for PostgreSQL
-        (use ``pg_dump``)."""
+        """A consistent copy of the store in a new SQLite file at ``path``
+        while writers go on: SQLite's online backup API, or a logical copy of
+        a PostgreSQL store's rows (see :meth:`.PostgresBackend.backup`). The
+        copy is a complete SQLite store."""
         dest = Path(path)
         if dest.exists():
             raise StoreError(f"{dest} exists; give a new file name")
@@ -683,7 +684,7 @@ class Store:
         except BackendError as exc:
             dest.unlink(missing_ok=True)
             raise StoreError(str(exc)) from None
-        except (OSError, sqlite3.Error) as exc:
+        except Exception as exc:  # OSError, sqlite3.Error, psycopg.Error
             dest.unlink(missing_ok=True)
             raise StoreError(f"cannot back up the lossless store to {dest}: {exc}") from exc
 
