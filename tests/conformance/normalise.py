@@ -133,3 +133,28 @@ def per_thread(frames: Sequence[Mapping[str, Any]], roots: Sequence[str] = (), *
         else:
             groups.setdefault(thread, []).append(f)
     return [normalise(canonical(g), roots, mask=mask) for g in groups.values()] + [normalise(canonical(loose), roots, mask=mask)]
+
+
+def differences(a: Any, b: Any, limit: int = 8, path: str = "") -> list[str]:
+    """Where two normalised views differ (``path: a | b``), for a failure
+    message that names the field, not only the frame."""
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, p: str) -> None:
+        if len(out) >= limit:
+            return
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            for k in sorted(set(x) | set(y), key=str):
+                if x.get(k, "<missing>") != y.get(k, "<missing>"):
+                    walk(x.get(k, "<missing>"), y.get(k, "<missing>"), f"{p}/{k}")
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                out.append(f"{p}: {len(x)} items | {len(y)} items")
+            for i, (u, v) in enumerate(zip(x, y, strict=False)):
+                if u != v:
+                    walk(u, v, f"{p}[{i}]")
+        elif x != y:
+            out.append(f"{p}: {str(x)[:200]} | {str(y)[:200]}")
+
+    walk(a, b, path)
+    return out

@@ -53,12 +53,14 @@ class Ctx:
     work: Path
 
 
-REBUILT = frozenset({"tokenUsage", "firstUnread"})
+REBUILT = frozenset({"tokenUsage", "firstUnread", "path", "serviceTier"})
 """What a client sees differ once the sidecar rebuilt a thread's history
 (onto a fresh backing thread): the model reads other input, so Codex counts
-other tokens, and ``thread/readState/changed`` names the backing thread's
-first unread turn (the rebuild's), not the client thread's. The second is
-a known divergence (docs/testing.md), not Codex's meaning."""
+other tokens. The rest are known divergences (docs/testing.md), not Codex's
+meaning: ``readState.firstUnread`` names the backing thread's first unread
+turn (the rebuild's); a resumed or read thread's ``path`` is the backing
+thread's rollout file; ``thread/resume`` answers ``serviceTier: "default"``
+where codex alone answers null."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,10 @@ async def thread_admin(ctx: Ctx) -> None:
     await call(ctx.client, "thread/unarchive", {"threadId": thread})
     # Only this scenario's thread: threads of earlier scenarios can tie on recency.
     await call(ctx.client, "thread/list", {"searchTerm": "name me"})
+    await call(ctx.client, "thread/goal/set", {"threadId": thread, "objective": "finish the conformance run"})
     await call(ctx.client, "thread/goal/get", {"threadId": thread})
+    await call(ctx.client, "thread/goal/clear", {"threadId": thread})
+    await call(ctx.client, "thread/attachment/list", {"threadId": thread})
     await call(ctx.client, "thread/delete", {"threadId": thread})
 
 
@@ -321,6 +326,11 @@ async def catalog_reads(ctx: Ctx) -> None:
         ("modelProvider/list", {}),
         ("mcpServerStatus/list", {}),
         ("configRequirements/read", {}),
+        ("account/rateLimits/read", {}),
+        ("modelProvider/capabilities/read", {}),
+        ("externalAgentConfig/detect", {"cwds": [str(ctx.work)], "includeHome": True}),
+        ("externalAgentConfig/import/readHistories", {}),
+        ("threadSection/list", {}),
         ("no/such/method", {}),
     ):
         await call(ctx.client, method, params)
@@ -331,6 +341,8 @@ async def files_and_commands(ctx: Ctx) -> None:
     data = base64.b64encode(b"conformance\n").decode()
     for method, params in (
         ("fs/createDirectory", {"path": str(base), "recursive": True}),
+        ("fs/watch", {"path": str(base), "watchId": "conformance"}),
+        ("fs/unwatch", {"watchId": "conformance"}),  # before any change: no notification to time
         ("fs/writeFile", {"path": str(base / "a.txt"), "dataBase64": data}),
         ("fs/readFile", {"path": str(base / "a.txt")}),
         ("fs/copy", {"sourcePath": str(base / "a.txt"), "destinationPath": str(base / "b.txt"), "recursive": False}),
@@ -363,17 +375,47 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "thread_admin",
         thread_admin,
-        ("thread/start", "turn/start", "thread/name/set", "thread/metadata/update", "thread/loaded/list", "thread/archive", "thread/list", "thread/unarchive", "thread/goal/get", "thread/delete"),
+        (
+            "thread/start",
+            "turn/start",
+            "thread/name/set",
+            "thread/metadata/update",
+            "thread/loaded/list",
+            "thread/archive",
+            "thread/list",
+            "thread/unarchive",
+            "thread/goal/set",
+            "thread/goal/get",
+            "thread/goal/clear",
+            "thread/attachment/list",
+            "thread/delete",
+        ),
     ),
     Scenario(
         "catalog_reads",
         catalog_reads,
-        ("model/list", "config/read", "account/read", "skills/list", "hooks/list", "experimentalFeature/list", "permissionProfile/list", "modelProvider/list", "mcpServerStatus/list", "configRequirements/read"),
+        (
+            "model/list",
+            "config/read",
+            "account/read",
+            "skills/list",
+            "hooks/list",
+            "experimentalFeature/list",
+            "permissionProfile/list",
+            "modelProvider/list",
+            "mcpServerStatus/list",
+            "configRequirements/read",
+            "account/rateLimits/read",
+            "modelProvider/capabilities/read",
+            "externalAgentConfig/detect",
+            "externalAgentConfig/import/readHistories",
+            "threadSection/list",
+        ),
     ),
     Scenario(
         "files_and_commands",
         files_and_commands,
-        ("fs/createDirectory", "fs/writeFile", "fs/readFile", "fs/copy", "fs/readDirectory", "fs/getMetadata", "fs/remove", "command/exec", "fuzzyFileSearch"),
+        ("fs/createDirectory", "fs/watch", "fs/unwatch", "fs/writeFile", "fs/readFile", "fs/copy", "fs/readDirectory", "fs/getMetadata", "fs/remove", "command/exec", "fuzzyFileSearch"),
     ),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -11,11 +11,15 @@ the scenarios cover (``test_the_suite_covers_or_names_every_client_method``).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.support.codex import CODEX_BIN, needs_codex
 
 from .methods import NOT_COVERED, client_methods, coverage_table
+from .normalise import differences
 from .scenarios import BY_NAME, MODES, SCENARIOS, ModeRun, run_modes, view
 
 pytestmark = needs_codex
@@ -40,7 +44,8 @@ def test_the_client_sees_what_codex_alone_shows(runs, name, mode):
     assert r.error is None, f"the scenario failed through the sidecar ({mode}): {r.error}\n{_explain(direct, run)}"
     assert r.sent == d.sent
     scenario = BY_NAME.get(name)
-    assert view(scenario, mode, r, run.root) == view(scenario, mode, d, direct.root)
+    seen, expected = view(scenario, mode, r, run.root), view(scenario, mode, d, direct.root)
+    assert seen == expected, "\n".join(differences(seen, expected))
 
 
 def test_the_rebuilding_engine_did_rebuild_and_the_identity_engine_did_not(runs):
@@ -63,3 +68,25 @@ def test_the_suite_covers_or_names_every_client_method(runs, tmp_path):
     assert not uncovered - set(NOT_COVERED), f"codex has client methods no scenario covers and no reason names: {sorted(uncovered - set(NOT_COVERED))}"
     assert not set(NOT_COVERED) & covered, f"covered now, drop them from NOT_COVERED: {sorted(set(NOT_COVERED) & covered)}"
     assert not set(NOT_COVERED) - set(methods), f"no longer in codex's schema: {sorted(set(NOT_COVERED) - set(methods))}"
+
+
+def _mirrored_user_texts(state: Path, marker: str) -> list[str]:
+    """The user messages of the mirrored session holding ``marker``."""
+    for path in sorted((state / "sessions").glob("*.jsonl")):
+        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        users = []
+        for entry in entries:
+            message = entry.get("message") if entry.get("type") == "message" else None
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                users.append(content if isinstance(content, str) else "".join(b.get("text", "") for b in content if isinstance(b, dict)))
+        if marker in users:
+            return users
+    return []
+
+
+@pytest.mark.parametrize("mode", ["identity", "rebuild"])
+def test_a_joined_input_is_mirrored_once_with_the_running_turn(runs, mode):
+    state = Path(runs[mode].root) / "state"
+    assert _mirrored_user_texts(state, "first part") == ["first part", "second part"]
+    assert _mirrored_user_texts(state, "one") == ["one", "two"]  # back to back: joined too

@@ -3,7 +3,7 @@ as much, what it must not hide."""
 
 from __future__ import annotations
 
-from tests.conformance.normalise import canonical, normalise, per_thread
+from tests.conformance.normalise import canonical, differences, normalise, per_thread
 
 T1 = "01a21b43-2dd3-7503-8e70-32e28f60f1dc"
 T2 = "01a21b43-2de5-7f81-8d6c-630ade2e253a"
@@ -71,3 +71,10 @@ def test_per_thread_keeps_each_thread_s_order_whatever_the_interleaving():
     b1, b2 = started(T3, "01a21b43-4444-7e51-92e1-ae1ad0816163"), {"method": "turn/completed", "params": {"threadId": T3, "turn": {"id": "01a21b43-4444-7e51-92e1-ae1ad0816163"}}}
     assert per_thread([a1, b1, a2, b2]) == per_thread([a1, b1, b2, a2])
     assert per_thread([a1, b1, a2, b2]) != per_thread([a2, b1, a1, b2])
+
+
+def test_differences_name_the_field_that_differs():
+    a = normalise([started(T1, T2, 1)])
+    b = normalise([{"method": "turn/started", "params": {"threadId": T1, "turn": {"id": T2, "startedAt": 1, "status": "x"}}, "emittedAtMs": 1}])
+    assert differences(a, b) == ["[0]/params/turn/status: <missing> | x"]
+    assert differences(a, a) == []
