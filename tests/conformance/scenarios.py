@@ -53,13 +53,14 @@ class Ctx:
     work: Path
 
 
-REBUILT = frozenset({"tokenUsage", "firstUnread", "path", "serviceTier"})
+REBUILT = frozenset({"tokenUsage", "firstUnread", "path", "preview", "serviceTier"})
 """What a client sees differ once the sidecar rebuilt a thread's history
 (onto a fresh backing thread): the model reads other input, so Codex counts
 other tokens. The rest are known divergences (docs/testing.md), not Codex's
 meaning: ``readState.firstUnread`` names the backing thread's first unread
 turn (the rebuild's); a resumed or read thread's ``path`` is the backing
-thread's rollout file; ``thread/resume`` answers ``serviceTier: "default"``
+thread's rollout file and its ``preview`` the backing thread's first user
+message (the rebuild turn's); ``thread/resume`` answers ``serviceTier: "default"``
 where codex alone answers null."""
 
 
