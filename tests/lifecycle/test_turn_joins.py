@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import trio
 
-from tests.support.lifecycle import calls_for, make_engine, roles_texts, wait_until
+from tests.support.lifecycle import calls_for, frame, make_engine, roles_texts, wait_until
 
 JOIN_WAIT = 5.0
 """A join is answered at once; the old gate held it until the turn ended
@@ -105,3 +105,35 @@ async def test_a_turn_start_behind_a_finalising_turn_is_still_a_turn_of_its_own(
         second = await run.finish_turn(thread, rid)
         assert second["id"] != first["id"]
         await wait_until(lambda: len(engine.calls_to("assemble")) == 2, what="second assemble")
+
+
+async def test_a_join_codex_starts_as_a_turn_of_its_own_is_tracked_so_later_input_joins_it(tmp_path, sidecar):
+    """The first turn/start is refused by Codex after the second was sent
+    behind it as a join: Codex starts a turn for the second. The sidecar
+    tracks that turn, so a third turn/start joins it, and mirrors it."""
+    engine = make_engine()
+    release = trio.Event()
+    async with sidecar(tmp_path, engine) as run:
+        thread = await run.start_thread()
+        await run.settle_thread(thread)
+        engine.hang("assemble", release)
+        bad_rid = run.new_id()
+        bad = frame({"id": bad_rid, "method": "turn/start", "params": {"threadId": thread, "input": [{"type": "no-such-input"}]}})
+        await run.send(bad)
+        await engine.wait_for_call("assemble")
+        second_rid, second = run.turn_start_line(thread, "second HOLD")
+        await run.send(second)
+        release.set()
+        assert "error" in await run.wait_response(bad_rid)
+        turn_id = (await run.wait_response(second_rid))["result"]["turn"]["id"]
+        assert second in run.received_lines()  # unassembled: sent as a join
+        third_rid, third = run.turn_start_line(thread, "third RELEASE")
+        await run.send(third)
+        with trio.fail_after(JOIN_WAIT):
+            assert (await run.wait_response(third_rid))["result"]["turn"]["id"] == turn_id
+        assert third in run.received_lines()
+        await run.wait_frame(lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == turn_id)
+        await run.finalized(thread, turn_id)
+        assert len(engine.calls_to("assemble")) == 1
+        users = [text for role, text in roles_texts(run.mirror_messages(thread)) if role == "user"]
+        assert users == ["second HOLD", "third RELEASE"]
