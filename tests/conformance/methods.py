@@ -83,7 +83,6 @@ NOT_COVERED: dict[str, str] = {
     **dict.fromkeys(("windowsSandbox/setupStart", "windowsSandbox/readiness", "mcpServer/resource/read", "mcpServer/tool/call"), _PLATFORM),
     **dict.fromkeys(
         (
-            "thread/unsubscribe",
             "thread/attachment/add",
             "thread/attachmentOwner/list",
             "thread/attachment/remove",
@@ -92,7 +91,6 @@ NOT_COVERED: dict[str, str] = {
             "threadSection/update",
             "threadSection/delete",
             "thread/approveGuardianDeniedAction",
-            "review/start",
             "command/exec/write",
             "command/exec/terminate",
             "command/exec/resize",

@@ -356,6 +356,21 @@ async def files_and_commands(ctx: Ctx) -> None:
         await call(ctx.client, method, params)
 
 
+REVIEW = '{"findings": [], "overall_correctness": "patch is correct", "overall_explanation": "Nothing to change.", "overall_confidence_score": 0.9}'
+
+
+async def review_then_unsubscribe(ctx: Ctx) -> None:
+    """A review turn (Codex's own prompt; the fake model answers the review
+    JSON), then the client unsubscribes. Last: Codex unloads the thread
+    (``thread/closed``) only after a delay longer than the suite waits."""
+    ctx.model.script(Text("Ready."), Text(REVIEW))
+    thread = await new_thread(ctx)
+    await turn(ctx, thread, "hello")
+    reply = await call(ctx.client, "review/start", {"threadId": thread, "target": {"type": "uncommittedChanges"}})
+    await ctx.client.wait_turn_completed(thread, reply["result"]["turn"]["id"], timeout=TURN_TIMEOUT)
+    await call(ctx.client, "thread/unsubscribe", {"threadId": thread})
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("plain_turns", plain_turns, ("thread/start", "turn/start")),
     Scenario("reads", reads, ("thread/start", "turn/start", "thread/read", "thread/turns/list", "thread/items/list", "thread/resume")),
@@ -418,6 +433,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         files_and_commands,
         ("fs/createDirectory", "fs/watch", "fs/unwatch", "fs/writeFile", "fs/readFile", "fs/copy", "fs/readDirectory", "fs/getMetadata", "fs/remove", "command/exec", "fuzzyFileSearch"),
     ),
+    Scenario("review_then_unsubscribe", review_then_unsubscribe, ("thread/start", "turn/start", "review/start", "thread/unsubscribe")),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
 
