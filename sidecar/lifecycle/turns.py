@@ -19,7 +19,7 @@ from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..session.options import LifecycleOptions
-from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
+from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
@@ -180,7 +180,6 @@ class Turns:
         )
         try:
             result = await self.calls.call(
-                "assemble",
                 self.calls.engine.assemble(
                     AssembleParams(
                         session_id=session.thread_id,
@@ -302,7 +301,7 @@ class Turns:
         if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
             self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         plan = plan_turn(
-            Ledger(
+            ThreadHoldings(
                 held=held,
                 sizes=session.sizes,
                 force_rebuild=session.force_rebuild,
@@ -337,40 +336,41 @@ class Turns:
         return result.messages
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self.requests.pop(pending.client_id)  # noqa: F841  (kept symmetric with threads)
+        self.requests.pop(pending.client_id)
         joined = self._joins.pop(pending.client_id, None)
         if joined is not None:
             self._joined(joined, msg)
             return None
-        for session in self.sessions.values():
-            state = session.current
-            if state is None or state.client_id != pending.client_id or state.turn_id is not None:
-                continue
-            result = msg.result()
-            turn = result.get("turn") if isinstance(result, dict) else None
-            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-                state.turn_id = turn["id"]
-                known = session.turns.get(turn["id"])
-                if known is not None and known is not state:
-                    # Codex joined this turn/start to a turn the sidecar did not
-                    # start (one a join began, see _joined): keep what it collected.
-                    state.items = {**known.items, **state.items}
-                    state.item_times = {**known.item_times, **state.item_times}
-                    if known.forwarded:  # its first userMessage is the join's input, not this request's
-                        state.original_input = known.original_input
-                session.turns[turn["id"]] = state
-                self.spares.confirm(session)
-                if state.addition_pending is not None:
-                    session.addition_sent = state.addition_pending
-                if state.epoch_pending is not None:
-                    session.projected_epoch = state.epoch_pending
-            else:  # refused: no turn will complete, the thread is free again
-                if state.rebuilt:
-                    # The revert went through; the projection did not land.
-                    session.held, session.turns_since_rebuild = [], []
-                    session.projected_epoch = None
-                session.end_turn(state)
-            break
+        # The request carries its thread (on_turn_start read its params): one
+        # look-up, not a scan of every session.
+        session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
+        state = session.current if session is not None else None
+        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
+            return None
+        result = msg.result()
+        turn = result.get("turn") if isinstance(result, dict) else None
+        if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+            state.turn_id = turn["id"]
+            known = session.turns.get(turn["id"])
+            if known is not None and known is not state:
+                # Codex joined this turn/start to a turn the sidecar did not
+                # start (one a join began, see _joined): keep what it collected.
+                state.items = {**known.items, **state.items}
+                state.item_times = {**known.item_times, **state.item_times}
+                if known.forwarded:  # its first userMessage is the join's input, not this request's
+                    state.original_input = known.original_input
+            session.turns[turn["id"]] = state
+            self.spares.confirm(session)
+            if state.addition_pending is not None:
+                session.addition_sent = state.addition_pending
+            if state.epoch_pending is not None:
+                session.projected_epoch = state.epoch_pending
+        else:  # refused: no turn will complete, the thread is free again
+            if state.rebuilt:
+                # The revert went through; the projection did not land.
+                session.held, session.turns_since_rebuild = [], []
+                session.projected_epoch = None
+            session.end_turn(state)
         return None
 
     def _joined(self, session: ThreadSession, msg: Message) -> None:
