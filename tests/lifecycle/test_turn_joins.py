@@ -137,3 +137,29 @@ async def test_a_join_codex_starts_as_a_turn_of_its_own_is_tracked_so_later_inpu
         assert len(engine.calls_to("assemble")) == 1
         users = [text for role, text in roles_texts(run.mirror_messages(thread)) if role == "user"]
         assert users == ["second HOLD", "third RELEASE"]
+
+
+async def test_an_interrupt_sent_while_a_turn_start_is_held_reaches_codex_after_it(tmp_path, sidecar):
+    """turn/interrupt keeps Codex's meaning behind a held turn/start: Codex
+    sees the two in the client's order (it then answers the interrupt as it
+    would have without the sidecar)."""
+    engine = make_engine()
+    release = trio.Event()
+    async with sidecar(tmp_path, engine) as run:
+        thread = await run.start_thread()
+        first = await run.turn(thread, "warm up")
+        engine.hang("assemble", release)
+        rid, line = run.turn_start_line(thread, "stop me HOLD")
+        await run.send(line)
+        await engine.wait_for_call("assemble", 2)
+        irid = run.new_id()
+        await run.send(frame({"id": irid, "method": "turn/interrupt", "params": {"threadId": thread, "turnId": first["id"]}}))
+        await trio.sleep(0.2)
+        methods = [m.get("method") for m in run.received() if m.get("method") in ("turn/start", "turn/interrupt")]
+        assert methods == ["turn/start"]  # the held one has not gone yet, nor the interrupt behind it
+        release.set()
+        with trio.fail_after(JOIN_WAIT):
+            await run.wait_response(rid)
+            await run.wait_response(irid)
+        methods = [m.get("method") for m in run.received() if m.get("method") in ("turn/start", "turn/interrupt")]
+        assert methods == ["turn/start", "turn/start", "turn/interrupt"]
