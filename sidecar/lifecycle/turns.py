@@ -73,7 +73,8 @@ class Turns:
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
         current = session.current
         if current is not None and current.forwarded and current.turn_id not in session.completed_turns:
-            return self._join(session, msg, params)
+            return self._join(session, msg)
+        self._joins.pop(msg.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
         # it. From now when the thread is idle or only finalising its last
@@ -83,7 +84,7 @@ class Turns:
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
 
-    def _join(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> Decision:
+    def _join(self, session: ThreadSession, msg: Message) -> Decision:
         """A ``turn/start`` while Codex has a turn of this thread (running, or
         its ``turn/start`` sent and not answered yet): Codex makes the input
         part of that turn (the same turn id, a further ``userMessage`` item),
