@@ -104,6 +104,11 @@ class Finalizer:
         turn_id: str = turn["id"]
         status = turn.get("status")
         state = session.turns.pop(turn_id, None) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        if state.forwarded and state.client_id is None and session.current is not state:
+            # A joining turn/start that Codex made a turn of its own (the turn
+            # it was to join had ended): finalised after that turn, in order.
+            await session.slot.acquire()
+            session.current = state
         try:
             await session.ready.wait()
             if session.mirror is None:

@@ -56,6 +56,8 @@ class Turns:
         self.reverts = reverts
         self.rebuilder = rebuilder
         self.spares = spares
+        self._joins: dict[Any, ThreadSession] = {}
+        """Joining turn/starts sent to Codex and not answered yet, by client id."""
 
     def on_turn_start(self, msg: Message) -> Decision:
         params = msg.params()
@@ -69,15 +71,33 @@ class Turns:
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
+        current = session.current
+        if current is not None and current.forwarded and current.turn_id not in session.completed_turns:
+            return self._join(session, msg)
+        self._joins.pop(msg.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
-        # it. From now when the thread is idle; after the running turn ends
-        # otherwise, so that an interrupt of that turn is not stuck behind this.
-        current = session.current
+        # it. From now when the thread is idle or only finalising its last
+        # turn; from when the slot is free otherwise.
         if not session.busy or (current is not None and current.turn_id in session.completed_turns):
-            self.proxy.gate(session.thread_id, id(msg))  # idle, or only finalising the last turn
+            self.proxy.gate(session.thread_id, id(msg))
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
+
+    def _join(self, session: ThreadSession, msg: Message) -> Decision:
+        """A ``turn/start`` while Codex has a turn of this thread (running, or
+        its ``turn/start`` sent and not answered yet): Codex makes the input
+        part of that turn (the same turn id, a further ``userMessage`` item),
+        as it does without the sidecar. That meaning is kept: the request goes
+        to Codex at once, unchanged (no assemble, no projection, no gate). Its
+        input is mirrored and ingested with the running turn, from the turn's
+        own ``userMessage`` item (``translate_turn`` keeps the content of
+        every ``userMessage`` after the first). A ``turn/start`` that comes
+        while the thread's ``turn/start`` is still held (assembling) waits
+        behind the gate and arrives here once that one is forwarded."""
+        self._joins[msg.id] = session
+        log.info("turn/start joins the running turn; forwarded unchanged", extra={"fields": self.calls.fields(session)})
+        return None
 
     async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         try:
@@ -126,6 +146,7 @@ class Turns:
             "estimatedTokens": state.estimated_tokens,
             "fallback": state.fallback_reason,
         }
+        state.forwarded = True  # from now, a turn/start on the thread joins this turn
         if not self.proxy.forward_client_request(Message(parse(line), line)):
             session.end_turn(state)
 
@@ -317,6 +338,10 @@ class Turns:
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
         self.requests.pop(pending.client_id)
+        joined = self._joins.pop(pending.client_id, None)
+        if joined is not None:
+            self._joined(joined, msg)
+            return None
         # The request carries its thread (on_turn_start read its params): one
         # look-up, not a scan of every session.
         session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
@@ -327,6 +352,14 @@ class Turns:
         turn = result.get("turn") if isinstance(result, dict) else None
         if isinstance(turn, dict) and isinstance(turn.get("id"), str):
             state.turn_id = turn["id"]
+            known = session.turns.get(turn["id"])
+            if known is not None and known is not state:
+                # Codex joined this turn/start to a turn the sidecar did not
+                # start (one a join began, see _joined): keep what it collected.
+                state.items = {**known.items, **state.items}
+                state.item_times = {**known.item_times, **state.item_times}
+                if known.forwarded:  # its first userMessage is the join's input, not this request's
+                    state.original_input = known.original_input
             session.turns[turn["id"]] = state
             self.spares.confirm(session)
             if state.addition_pending is not None:
@@ -341,3 +374,31 @@ class Turns:
             session.end_turn(state)
         return None
 
+    def _joined(self, session: ThreadSession, msg: Message) -> None:
+        """Codex's answer to a joining ``turn/start``. Normally the running
+        turn's id. Another id means Codex had ended (or refused) that turn
+        before the join reached it and started a turn of its own: forwarded
+        unassembled (the client's request, with Codex's meaning). The session
+        then tracks it as its running turn when the slot is free, so that
+        later ``turn/start``s join it too, and it is mirrored with its input."""
+        result = msg.result()
+        turn = result.get("turn") if isinstance(result, dict) else None
+        if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+            return
+        turn_id = turn["id"]
+        current = session.current
+        if current is not None and current.turn_id in (None, turn_id):
+            return
+        log.info("a joining turn/start started a turn of its own in Codex (the running turn had ended)", extra={"fields": self.calls.fields(session, turnId=turn_id)})
+        # Untracked (client_id None), like a turn the sidecar did not hold:
+        # nothing was assembled for it, so finalisation counts its messages
+        # from the mirror, and its userMessage items carry the client's input.
+        state = session.turns.get(turn_id) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        state.forwarded = True
+        session.turns[turn_id] = state
+        if current is None and turn_id not in session.completed_turns:
+            try:
+                session.slot.acquire_nowait()
+            except trio.WouldBlock:
+                return
+            session.current = state

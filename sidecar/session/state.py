@@ -87,6 +87,9 @@ class TurnState:
     """Fingerprints of what the Codex thread holds once this turn's projection
     is in (before the turn's own messages); None when nothing was tracked."""
     rebuilt: bool = False
+    forwarded: bool = False
+    """Codex has been sent this turn's ``turn/start``: until its
+    ``turn/completed``, a ``turn/start`` on the thread joins it."""
 
 
 @dataclass
