@@ -42,7 +42,8 @@ from engines.api import AgentMessage, EngineHost, encode_openclaw
 from .assemble import select_frame
 from .config import LosslessConfig
 from .messages import valid_cuts
-from .store import NewSummary, Store, SummaryRow
+from .outofline import out_of_line_view
+from .store import MessageRow, NewSummary, Store, SummaryRow
 from .summarize import Source, extractive_summary, model_summary, summary_id, summary_prompt
 
 log = logging.getLogger("engines.lossless.compaction")
@@ -139,6 +140,16 @@ class StepContext:
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
+    async def view(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:
+        """Stored messages ``lo..hi`` as the assembly sees them: an
+        out-of-line message with its stand-in's tokens and text."""
+
+        def run() -> list[MessageRow]:
+            rows = self.store.messages_between(session_id, lo, hi)
+            return out_of_line_view(self.store, self.cfg, session_id, rows, self.count_text, self.estimate)[0]
+
+        return await trio.to_thread.run_sync(run)
+
 
 async def _summary_text(
     ctx: StepContext, depth: int, turns: tuple[int, int], times: tuple[int, int], sources: Sequence[Source], deadline: float
@@ -168,8 +179,8 @@ async def run_step(ctx: StepContext, session_id: str, *, budget: int, force: boo
     cfg, store = ctx.cfg, ctx.store
     deadline = trio.current_time() + cfg.step_deadline
     session = await ctx.db(store.session, session_id)
-    rows = await ctx.db(store.messages_between, session_id, session.summarized_seq + 1)
-    before_tail = await ctx.db(store.messages_between, session_id, session.frame_seq + 1)
+    rows = await ctx.view(session_id, session.summarized_seq + 1)
+    before_tail = await ctx.view(session_id, session.frame_seq + 1)
     tokens_before = session.frame_tokens + sum(r.tokens for r in before_tail)
     messages = await ctx.db(store.decode, rows)
     tokens = [r.tokens for r in rows]
@@ -249,7 +260,7 @@ async def run_step(ctx: StepContext, session_id: str, *, budget: int, force: boo
         report.update(changed=False, tokensAfter=tokens_before)
         return report
     active = await ctx.db(store.summaries, session_id, active_only=True)
-    tail = await ctx.db(store.messages_between, session_id, session.summarized_seq + 1)
+    tail = await ctx.view(session_id, session.summarized_seq + 1)
     tail_tokens = sum(r.tokens for r in tail)
     room = max(0, int(cfg.compact_target * budget) - tail_tokens)
     chosen, rendered, frame_tokens = select_frame(active, room, ctx.estimate)
@@ -294,7 +305,7 @@ async def retry_fallbacks(ctx: StepContext, session_id: str, limit: int, deadlin
             break
         source_ids = await ctx.db(ctx.store.summary_sources, s.id)
         if s.depth == 0:
-            rows = await ctx.db(ctx.store.messages_between, session_id, s.seq_lo, s.seq_hi)
+            rows = await ctx.view(session_id, s.seq_lo, s.seq_hi)
             sources = _message_sources(rows)
         else:
             children = [await ctx.db(ctx.store.summary, session_id, i) for i in source_ids]

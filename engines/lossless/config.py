@@ -13,7 +13,8 @@ DEFAULT_SYSTEM_PROMPT_ADDITION = (
     "Older parts of this conversation are condensed into summaries marked [summary sum_... ]; "
     "every original message is kept. When a detail matters, look it up: lcm_grep searches "
     "everything said so far, lcm_describe shows what a summary covers, lcm_expand returns the "
-    "original messages under a summary."
+    "original messages under a summary (or a large output kept out of line), lcm_expand_query "
+    "answers a question from the original messages without filling this context."
 )
 
 
@@ -53,6 +54,20 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: ``lcm_grep``'s hit count when the call gives none, and the most it returns.
     grep_default_limit: int = 10
     grep_max_limit: int = 50
+    #: ``lcm_expand_query``: the answer's cap when the call gives none, and the
+    #: largest cap it accepts (the tool's whole result stays within it) ...
+    expand_query_default_tokens: int = 1_000
+    expand_query_max_tokens: int = 4_000
+    #: ... the most source text it hands the model in one call, in tokens ...
+    expand_query_input_tokens: int = 16_000
+    #: ... and the seconds that call may take (keep it below the sidecar's
+    #: engine deadline, which bounds the whole tool call).
+    expand_query_timeout: float = 15.0
+    #: A tool result or user message over this many tokens is kept out of line:
+    #: stored whole, shown in the assembly as a reference and a short summary.
+    large_output_tokens: int = 25_000
+    #: Length of that short (extractive) summary, in tokens.
+    large_output_summary_tokens: int = 400
     #: Where the store lives when the host gives no state folder (unbound engine).
     state_dir: str | None = None
     #: Sent to the model as the system prompt addition once the assembly holds
@@ -70,6 +85,11 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             "expand_max_tokens",
             "grep_default_limit",
             "grep_max_limit",
+            "expand_query_default_tokens",
+            "expand_query_max_tokens",
+            "expand_query_input_tokens",
+            "large_output_tokens",
+            "large_output_summary_tokens",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -84,13 +104,17 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 "expected 0 < compact_target < compact_threshold <= 1, got "
                 f"compact_target={self.compact_target}, compact_threshold={self.compact_threshold}"
             )
-        for name in ("summary_timeout", "step_deadline"):
+        for name in ("summary_timeout", "step_deadline", "expand_query_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
         if self.expand_default_tokens > self.expand_max_tokens:
             raise ValueError("expand_default_tokens must not exceed expand_max_tokens")
         if self.grep_default_limit > self.grep_max_limit:
             raise ValueError("grep_default_limit must not exceed grep_max_limit")
+        if self.expand_query_default_tokens > self.expand_query_max_tokens:
+            raise ValueError("expand_query_default_tokens must not exceed expand_query_max_tokens")
+        if self.large_output_summary_tokens >= self.large_output_tokens:
+            raise ValueError("large_output_summary_tokens must be below large_output_tokens")
 
 
 def parse_config(config: Mapping[str, Any] | None) -> LosslessConfig:

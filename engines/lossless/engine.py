@@ -43,11 +43,13 @@ from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
 from engines.tokens import count_tokens, estimate_message_tokens, preload
 
+from . import expand_query
 from .assemble import fit_budget
 from .compaction import StepContext, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, parse_config
 from .messages import content_identity, identities
-from .store import DB_NAME, Store
+from .outofline import out_of_line_view
+from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
 
 log = logging.getLogger("engines.lossless")
@@ -197,8 +199,10 @@ class LosslessEngine(BaseContextEngine):
         session = store.session(session_id)
         frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
         frame_tokens = [estimate_message_tokens(m) for m in frame]
-        rows = store.messages_between(session_id, session.frame_seq + 1)
-        tail = store.decode(rows)
+        rows, stubs = out_of_line_view(
+            store, self.cfg, session_id, store.messages_between(session_id, session.frame_seq + 1), count_tokens, estimate_message_tokens
+        )
+        tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
         # The addition goes with a frame, and the model reads it too.
         reserved = addition_tokens if frame else 0
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
@@ -240,11 +244,16 @@ class LosslessEngine(BaseContextEngine):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)
             if not force:
-                tail = await self._db("messages_between", session_id, session.frame_seq + 1)
+                tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
                 if not step_needed(session.frame_tokens, sum(r.tokens for r in tail), effective, self.cfg, unfinished):
                     return {"reason": reason, "changed": False, "needed": False}
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason)
+
+    def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
+        store = self._store_now()
+        rows, _ = out_of_line_view(store, self.cfg, session_id, store.messages_between(session_id, lo), count_tokens, estimate_message_tokens)
+        return rows
 
     async def maintain(self, params: MaintainParams) -> MaintainResult:
         """A compaction step when the assembly has outgrown its threshold (or
@@ -301,11 +310,29 @@ class LosslessEngine(BaseContextEngine):
             return ToolCallResult(text=f"unknown tool {params.name!r}; this engine offers {', '.join(TOOL_NAMES)}", is_error=True)
         try:
             store = await trio.to_thread.run_sync(self._store_now)
+            if params.name == expand_query.NAME:
+                return await self._expand_query(store, params)
             text = await trio.to_thread.run_sync(
                 run_tool, store, self.cfg, params.session_id, params.name, params.arguments, count_tokens
             )
         except ToolArgumentError as exc:
             return ToolCallResult(text=str(exc), is_error=True)
+        return ToolCallResult(text=text)
+
+    async def _expand_query(self, store: Store, params: ToolCallParams) -> ToolCallResult:
+        """``lcm_expand_query``: sources found and expanded in a worker thread,
+        the question asked through ``host.complete``, the answer capped."""
+        if not isinstance(params.arguments, Mapping):
+            raise ToolArgumentError(f"{params.name}: arguments must be a JSON object")
+        plan = await trio.to_thread.run_sync(
+            expand_query.prepare, store, self.cfg, params.session_id, params.arguments, count_tokens
+        )
+        if isinstance(plan, str):
+            return ToolCallResult(text=plan)
+        answer, why = await expand_query.ask(self._host, plan, self.cfg.expand_query_timeout)
+        if answer is None:
+            return ToolCallResult(text=expand_query.failure_text(plan, why, self.cfg.expand_query_timeout), is_error=True)
+        text = await trio.to_thread.run_sync(expand_query.finish, plan, answer, count_tokens)
         return ToolCallResult(text=text)
 
     # ------------------------------------------------------------ status
