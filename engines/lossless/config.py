@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT_ADDITION", "LosslessConfig", "parse_config"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT_ADDITION", "Knobs", "LosslessConfig", "knobs", "parse_config"]
 
 DEFAULT_SYSTEM_PROMPT_ADDITION = (
     "Older parts of this conversation are condensed into summaries marked [summary sum_... ]; "
@@ -23,23 +23,34 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     #: The assembly's ceiling in tokens (the smaller of this and the sidecar's budget applies).
     token_budget: int = 32_000
-    #: The newest messages kept verbatim by a compaction step, in tokens ...
-    fresh_tail_tokens: int = 8_000
+    #: The newest messages kept verbatim by a compaction step, in tokens
+    #: (unset: a quarter of the budget) ...
+    fresh_tail_tokens: int | None = None
     #: ... and at least this many messages, whatever their size.
     fresh_tail_messages: int = 4
-    #: A leaf summary covers raw messages of about this many tokens.
-    leaf_chunk_tokens: int = 4_000
-    #: Target length of a leaf summary.
-    leaf_summary_tokens: int = 400
+    #: A leaf summary covers raw messages of about this many tokens (unset:
+    #: an eighth of the budget, 256 to 4,000).
+    leaf_chunk_tokens: int | None = None
+    #: Target length of a leaf summary (unset: budget / 80, 48 to 400).
+    leaf_summary_tokens: int | None = None
     #: A condensed summary is made over this many same-depth summaries, once a
     #: depth holds more than this many that are not yet condensed.
     condense_fanout: int = 4
-    #: Target length of a condensed summary.
-    condensed_summary_tokens: int = 600
-    #: A compaction step runs when the assembly exceeds this share of the budget ...
+    #: Target length of a condensed summary (unset: budget x 3 / 160, 64 to 600).
+    condensed_summary_tokens: int | None = None
+    #: Summaries are written when the assembly exceeds this share of the budget ...
     compact_threshold: float = 0.8
-    #: ... and leaves it at about this share (fresh tail plus the summaries shown).
+    #: ... and a new frame brings it back to about this share (fresh tail plus
+    #: the summaries shown).
     compact_target: float = 0.5
+    #: While the provider's prompt cache is warm (a request within
+    #: ``cache_ttl`` seconds), a new frame (which costs one uncached request)
+    #: waits until the assembly passes this share of the budget, or the next
+    #: turn as large as the last would pass the budget ...
+    warm_compact_threshold: float = 0.9
+    #: ... the cache's lifetime in seconds (0: no waiting, frames are
+    #: installed as soon as their summaries exist).
+    cache_ttl: float = 300.0
     #: Seconds one summary call to the host may take before the extractive stand-in is used.
     summary_timeout: float = 10.0
     #: Seconds one maintenance or compaction call may spend on summary calls in
@@ -75,12 +86,12 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     system_prompt_addition: str = DEFAULT_SYSTEM_PROMPT_ADDITION
 
     def __post_init__(self) -> None:
+        for name in ("fresh_tail_tokens", "leaf_chunk_tokens", "leaf_summary_tokens", "condensed_summary_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         positive = (
             "token_budget",
-            "fresh_tail_tokens",
-            "leaf_chunk_tokens",
-            "leaf_summary_tokens",
-            "condensed_summary_tokens",
             "expand_default_tokens",
             "expand_max_tokens",
             "grep_default_limit",
@@ -104,6 +115,13 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 "expected 0 < compact_target < compact_threshold <= 1, got "
                 f"compact_target={self.compact_target}, compact_threshold={self.compact_threshold}"
             )
+        if not self.compact_threshold <= self.warm_compact_threshold <= 1:
+            raise ValueError(
+                "expected compact_threshold <= warm_compact_threshold <= 1, got "
+                f"warm_compact_threshold={self.warm_compact_threshold}"
+            )
+        if not self.cache_ttl >= 0:
+            raise ValueError(f"cache_ttl must be a number of seconds >= 0, got {self.cache_ttl}")
         for name in ("summary_timeout", "step_deadline", "expand_query_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
@@ -115,6 +133,36 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError("expand_query_default_tokens must not exceed expand_query_max_tokens")
         if self.large_output_summary_tokens >= self.large_output_tokens:
             raise ValueError("large_output_summary_tokens must be below large_output_tokens")
+
+
+class Knobs(msgspec.Struct, frozen=True, kw_only=True):
+    """The sizes a compaction step works with, for one budget: the settings
+    where set, else derived from the budget (see :func:`knobs`)."""
+
+    fresh_tail_tokens: int
+    leaf_chunk_tokens: int
+    leaf_summary_tokens: int
+    condensed_summary_tokens: int
+
+
+def _clamp(value: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, value))
+
+
+def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
+    """The compaction sizes for ``budget``: what the config sets, else a
+    share of the budget (at the default 32,000-token budget the derived
+    values are 8,000 / 4,000 / 400 / 600, the fixed defaults of earlier
+    versions; at 6,000 they are 1,500 / 750 / 75 / 112)."""
+    budget = max(1, budget)
+    return Knobs(
+        fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget // 4),
+        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 8, 256, 4_000),
+        leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
+        condensed_summary_tokens=(
+            cfg.condensed_summary_tokens if cfg.condensed_summary_tokens is not None else _clamp(budget * 3 // 160, 64, 600)
+        ),
+    )
 
 
 def parse_config(config: Mapping[str, Any] | None) -> LosslessConfig:

@@ -7,10 +7,12 @@ work to worker threads and keeps per-session locks and caches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -45,8 +47,8 @@ from engines.tokens import count_tokens, estimate_message_tokens, preload
 
 from . import expand_query
 from .assemble import fit_budget
-from .compaction import StepContext, retry_fallbacks, run_step, step_needed
-from .config import LosslessConfig, parse_config
+from .compaction import StepContext, frame_due, install_frame, last_turn_tokens, retry_fallbacks, run_step, step_needed
+from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities
 from .outofline import out_of_line_view
 from .store import DB_NAME, MessageRow, Store
@@ -87,6 +89,9 @@ class LosslessEngine(BaseContextEngine):
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
         self._known: dict[str, set[str]] = {}
+        # session -> time.monotonic() of its last assembly (the last request
+        # the provider's prompt cache saw).
+        self._last_request: dict[str, float] = {}
         # id(message) -> (message, content identity): the sidecar hands over
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
@@ -122,8 +127,18 @@ class LosslessEngine(BaseContextEngine):
         """The open store (opened on first access when unbound)."""
         return self._store_now()
 
-    def _context(self) -> StepContext:
-        return StepContext(self._store_now(), self._host, self.cfg, count_tokens, estimate_message_tokens)
+    def _context(self, budget: int | None = None) -> StepContext:
+        sizes = knobs(self.cfg, budget if budget is not None else self.cfg.token_budget)
+        return StepContext(self._store_now(), self._host, self.cfg, count_tokens, estimate_message_tokens, sizes)
+
+    def _cache_warm(self, session_id: str) -> bool | None:
+        """Whether the provider's prompt cache for this session is likely
+        warm: a request (an assembly) less than ``cache_ttl`` seconds ago.
+        None when this process has assembled nothing for it yet."""
+        last = self._last_request.get(session_id)
+        if last is None:
+            return None
+        return self.cfg.cache_ttl > 0 and time.monotonic() - last < self.cfg.cache_ttl
 
     def _lock(self, session_id: str) -> trio.Lock:
         lock = self._step_locks.get(session_id)
@@ -194,9 +209,18 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
-    def _assemble_sync(self, session_id: str, budget: int, addition_tokens: int) -> tuple[list[AgentMessage], int, dict[str, Any]]:
+    def _assemble_sync(
+        self, session_id: str, budget: int, addition_tokens: int, cold: bool = False
+    ) -> tuple[list[AgentMessage], int, dict[str, Any]]:
         store = self._store_now()
         session = store.session(session_id)
+        if cold and session.summarized_seq > session.frame_seq:
+            # Summaries made while the cache was warm wait for their frame; the
+            # cache is gone now, so the new frame costs nothing extra.
+            before = session.frame_tokens + sum(r.tokens for r in self._view_sync(session_id, session.frame_seq + 1))
+            report = {"reason": "cache-cold", "tokensBefore": before}
+            install_frame(store, self.cfg, session_id, budget, count_tokens, estimate_message_tokens, report, before)
+            session = store.session(session_id)
         frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
         frame_tokens = [estimate_message_tokens(m) for m in frame]
         rows, stubs = out_of_line_view(
@@ -226,7 +250,10 @@ class LosslessEngine(BaseContextEngine):
         budget = self._budget(params.token_budget)
         addition = self.cfg.system_prompt_addition.strip() or None
         addition_tokens = count_tokens(addition) if addition else 0
-        messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens)
+        cold = self._cache_warm(params.session_id) is False
+        async with self._lock(params.session_id) if cold else _nothing():
+            messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens, cold)
+        self._last_request[params.session_id] = time.monotonic()
         has_summary = held["frameSummaries"] > 0
         if addition is not None and has_summary:
             tokens += addition_tokens
@@ -239,16 +266,20 @@ class LosslessEngine(BaseContextEngine):
     # ------------------------------------------------------------ compaction
 
     async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None) -> dict[str, Any]:
-        ctx = self._context()
         async with self._lock(session_id):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)
+            ctx = self._context(effective)
+            install = True
             if not force:
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
-                if not step_needed(session.frame_tokens, sum(r.tokens for r in tail), effective, self.cfg, unfinished):
+                assembly = session.frame_tokens + sum(r.tokens for r in tail)
+                if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished):
                     return {"reason": reason, "changed": False, "needed": False}
-            return await run_step(ctx, session_id, budget=effective, force=force, reason=reason)
+                warm = self._cache_warm(session_id) is True
+                install = frame_due(assembly, last_turn_tokens(tail), effective, self.cfg, warm=warm)
+            return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
         store = self._store_now()
@@ -263,8 +294,9 @@ class LosslessEngine(BaseContextEngine):
         retried = 0
         if self._host is not None and self.cfg.retries_per_maintain:
             async with self._lock(params.session_id):
+                session = await self._db("session", params.session_id)
                 retried = await retry_fallbacks(
-                    self._context(), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
+                    self._context(self._budget(params.runtime_context.token_budget or session.budget)), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
                 )
         changed = bool(report.get("changed")) or retried > 0
         reason = "compaction step" if report.get("changed") else "no compaction needed"
@@ -350,6 +382,11 @@ class LosslessEngine(BaseContextEngine):
         store, self._store = self._store, None
         if store is not None:
             await trio.to_thread.run_sync(store.close)
+
+
+@contextlib.asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
 
 
 def _read_session_file(path: str) -> list[AgentMessage]:

@@ -1,0 +1,101 @@
+"""Cache-aware maintenance: sizes that follow the budget, and new frames
+(each one uncached request) held back while the prompt cache is warm."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engines import encode_openclaw
+from engines.lossless.compaction import frame_due, last_turn_tokens
+from engines.lossless.config import knobs, parse_config
+from engines.lossless.store import MessageRow
+
+from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
+
+
+def test_sizes_follow_the_budget_unless_set():
+    cfg = parse_config({})
+    assert knobs(cfg, 32_000) == knobs(cfg, 32_000).__class__(
+        fresh_tail_tokens=8_000, leaf_chunk_tokens=4_000, leaf_summary_tokens=400, condensed_summary_tokens=600
+    )
+    small = knobs(cfg, 6_000)
+    assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (1_500, 750, 75, 112)
+    assert small.fresh_tail_tokens + small.leaf_chunk_tokens < 6_000 * 0.8  # they fit the budget they are given
+    set_ = knobs(parse_config({"fresh_tail_tokens": 5_000, "leaf_chunk_tokens": 900}), 6_000)
+    assert (set_.fresh_tail_tokens, set_.leaf_chunk_tokens) == (5_000, 900)
+
+
+def test_bad_cache_settings_are_refused():
+    with pytest.raises(ValueError, match="warm_compact_threshold"):
+        parse_config({"warm_compact_threshold": 0.7})
+    with pytest.raises(ValueError, match="cache_ttl"):
+        parse_config({"cache_ttl": -1})
+
+
+def _row(seq: int, turn: int, tokens: int) -> MessageRow:
+    return MessageRow(id=f"msg_{seq:016x}", seq=seq, turn=turn, role="user", tool_name=None, timestamp=0, tokens=tokens, text="")
+
+
+def test_a_frame_waits_while_the_cache_is_warm_until_the_budget_forces_it():
+    cfg = parse_config({})
+    assert frame_due(26_000, 500, 32_000, cfg, warm=False)  # cold: a new frame costs nothing extra
+    assert not frame_due(26_000, 500, 32_000, cfg, warm=True)
+    assert frame_due(29_000, 500, 32_000, cfg, warm=True)  # past 0.9 of the budget
+    assert frame_due(26_000, 6_500, 32_000, cfg, warm=True)  # a turn like the last would not fit
+    assert last_turn_tokens([_row(1, 1, 10), _row(2, 2, 20), _row(3, 2, 30)]) == 50
+
+
+async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_forced(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    previous = None
+    installed_at = None
+    written_early = False
+    for n in range(1, 40):
+        result = await run_turn(engine, history, turn(n))
+        if previous is not None and installed_at is None:
+            status = engine.status(SESSION)
+            if status["compactionSteps"]:
+                installed_at = n
+            else:  # no frame yet: the assembly only appended
+                assert encode_openclaw(result.messages[: len(previous.messages)]) == encode_openclaw(previous.messages)
+        previous = result
+        status = engine.status(SESSION)
+        if status["summariesByDepth"] and not status["compactionSteps"]:
+            written_early = True
+    assert written_early  # summaries were made before their frame was installed
+    assert installed_at is not None
+    last = engine.status(SESSION)["lastAssembly"]
+    assert last["tokens"] <= 3_000 and not last["overflow"]
+
+
+async def test_summaries_waiting_for_a_cold_cache_are_framed_on_the_next_assembly_without_a_model_call(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    for n in range(1, 60):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        if status["summarizedThroughSeq"] > status["frameSeq"]:
+            break
+    else:
+        pytest.fail("no summary waited for its frame")
+    calls = len(host.calls)
+    steps = status["compactionSteps"]
+    engine._last_request[SESSION] = time.monotonic() - 3_601.0  # the user was away past the cache's lifetime
+    result = await assemble(engine, history)
+    after = engine.status(SESSION)
+    assert len(host.calls) == calls
+    assert after["compactionSteps"] == steps + 1 and after["frameSeq"] == status["summarizedThroughSeq"]
+    assert after["lastCompaction"]["reason"] == "cache-cold"
+    assert result.messages[0].role == "compactionSummary"
+
+
+async def test_without_cache_awareness_a_frame_follows_its_summaries_at_once(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 0})
+    history: list = []
+    for n in range(1, 40):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        assert status["summarizedThroughSeq"] == status["frameSeq"]
