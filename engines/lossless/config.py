@@ -24,7 +24,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: The assembly's ceiling in tokens (the smaller of this and the sidecar's budget applies).
     token_budget: int = 32_000
     #: The newest messages kept verbatim by a compaction step, in tokens
-    #: (unset: a quarter of the budget) ...
+    #: (unset: 15% of the budget) ...
     fresh_tail_tokens: int | None = None
     #: ... and at least this many messages, whatever their size.
     fresh_tail_messages: int = 4
@@ -42,7 +42,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     compact_threshold: float = 0.8
     #: ... and a new frame brings it back to about this share (fresh tail plus
     #: the summaries shown).
-    compact_target: float = 0.5
+    compact_target: float = 0.3
     #: While the provider's prompt cache is warm (a request within
     #: ``cache_ttl`` seconds), a new frame (which costs one uncached request)
     #: waits until the assembly passes this share of the budget, or the next
@@ -152,11 +152,11 @@ def _clamp(value: int, lo: int, hi: int) -> int:
 def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
     """The compaction sizes for ``budget``: what the config sets, else a
     share of the budget (at the default 32,000-token budget the derived
-    values are 8,000 / 4,000 / 400 / 600, the fixed defaults of earlier
-    versions; at 6,000 they are 1,500 / 750 / 75 / 112)."""
+    values are 4,800 / 4,000 / 400 / 600; at 6,000 they are 900 / 750 / 75 /
+    112)."""
     budget = max(1, budget)
     return Knobs(
-        fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget // 4),
+        fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 3 // 20),
         leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 8, 256, 4_000),
         leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
         condensed_summary_tokens=(
