@@ -16,6 +16,9 @@ A step, run by ``maintain`` (when the assembly has outgrown
    depth up;
 3. a new frame is installed: the newest summaries that fit
    ``compact_target`` of the budget beside the raw messages after them.
+   While the prompt cache is warm the engine may ask for the summaries only
+   (``install=False``, see :func:`frame_due`): then only full chunks are
+   summarised and the frame waits.
 
 Each summary is written in its own transaction as soon as it exists (with the
 pointer to how far leaf summaries reach), and the frame in one more, so a kill
@@ -226,8 +229,11 @@ async def run_step(
     sizes = ctx.knobs
     tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, cfg.fresh_tail_messages)
     chunks = leaf_chunks(tokens, cuts, tail_start, sizes.leaf_chunk_tokens)
-    if len(chunks) > 1 and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
-        chunks.pop()  # a short last chunk waits for more messages
+    if chunks and (len(chunks) > 1 or not install) and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
+        # A short last chunk waits for more messages; when the frame is not
+        # installed now, even a lone one (a summary a turn would be a cold
+        # model call a turn).
+        chunks.pop()
     outcomes: dict[str, int] = {}
     made_leaves = made_condensed = fallbacks = 0
     for a, b in chunks:
