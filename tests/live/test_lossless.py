@@ -9,6 +9,8 @@ model, the sidecar as a process on a state folder that outlives it.
   client (bootstrap imports the session file, every ``after_turn`` hands
   over the whole snapshot again): every message is stored once, and
   ``lcm_grep`` finds each planted fact once.
+* ``lcm_expand_query``: the question goes to the model on the sidecar's
+  completion thread; the main context grows by the answer only.
 
 The store is read with the engine's own :class:`~engines.lossless.Store`
 once the sidecar is gone. No assertion depends on timing.
@@ -338,3 +340,53 @@ async def test_replayed_ingestion_stores_each_message_once(tmp_path):
         assert found.startswith(f"1 hit for '{word}'"), found
         assert found.lower().count(word) == 2, found  # the query echoed, then the one hit
     assert not [line for line in lines if b"call_grep" in line or b"lcm_grep" in line]
+
+
+EXPAND_ASK = "ASK: what is the deploy key?"
+
+
+async def test_expand_query_answers_from_the_originals_in_a_completion_thread(tmp_path):
+    """``lcm_expand_query`` live: the engine's question goes to the model on
+    the sidecar's own completion thread, and the main context gets only the
+    answer and its ids (less than the call's ``max_tokens``)."""
+    from engines.lossless.expand_query import SYSTEM_PROMPT as QUERY_PROMPT
+
+    work = tmp_path / "work"
+    work.mkdir()
+    fact = "[t1] The deploy key is QUOKKA-5521, kept on host pg-marmot-3."
+
+    def model_reply(body: dict) -> Any:
+        if any(QUERY_PROMPT[:40] in t for t in input_texts(body, "developer")):
+            asked = input_texts(body, "user")[-1]
+            ids = LABEL.findall(asked)
+            return Text(f"The deploy key is QUOKKA-5521 (on pg-marmot-3).\nSources: {ids[0] if ids else ''}")
+        users = input_texts(body, "user")
+        if users and users[-1] == EXPAND_ASK:
+            if "call_query" in tool_outputs(body):
+                return Text("answered")
+            return FunctionCall("lcm_expand_query", {"query": "deploy key", "max_tokens": 300}, call_id="call_query")
+        return Text(reply_for(users[-1]) if users[-1].startswith("[t") else "noted")
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, "")
+        model.script(*[model_reply] * 30)
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            for text in [prompt(0), fact, prompt(2), EXPAND_ASK]:
+                done = await client.run_turn(tid, text, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+                await finalized(client, tid, done["turn"]["id"])
+            lines = codex_side(client)
+        asked = [r for r in model.requests if any(QUERY_PROMPT[:40] in t for t in input_texts(r, "developer"))]
+        turn = [r for r in model.requests if input_texts(r, "user") and input_texts(r, "user")[-1] == EXPAND_ASK]
+
+    assert len(asked) == 1 and "QUOKKA-5521" in input_texts(asked[0], "user")[-1]
+    assert len(turn) == 2  # the call, then the answer read back
+    answer = tool_outputs(turn[1])["call_query"]
+    assert answer.startswith("The deploy key is QUOKKA-5521"), answer
+    assert re.search(r"ids used: msg_[0-9a-f]{16}", answer), answer
+    assert count_tokens(answer) <= 300
+    # The main context grew by the call and its answer only.
+    assert conversation_tokens(turn[1]) - conversation_tokens(turn[0]) < 300
+    assert not [line for line in lines if b"lcm_expand_query" in line or b"QUOKKA-5521 (on" in line]
