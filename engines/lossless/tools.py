@@ -185,10 +185,17 @@ def _describe(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[
         if row is None:
             raise ToolArgumentError(f"lcm_describe: no message {ident} in this conversation")
         cover = store.covering_summary(session_id, row.seq)
-        covered = f"covered by summary {cover.id}" if cover else "not summarised yet (still shown in full)"
+        out_of_line = row.id in store.large_outputs(session_id, row.seq, row.seq)
+        covered = (
+            f"covered by summary {cover.id}"
+            if cover
+            else "not summarised yet (kept out of line: the context shows a reference and a short summary)"
+            if out_of_line
+            else "not summarised yet (still shown in full)"
+        )
         return (
             f"{row.id}: {row.role} message, turn {row.turn}, {iso_minute(row.timestamp)}, {row.tokens} tokens, {covered}.\n"
-            f"Use lcm_expand with this id for its full text."
+            f"Use lcm_expand with this id for its full text{' (a page at a time)' if out_of_line else ''}."
         )
     s = store.summary(session_id, ident)
     if s is None:

@@ -84,6 +84,8 @@ async def test_a_60k_token_tool_output_leaves_the_next_request_within_budget_and
             break
         pages.append(body[: more.start()])
         offset = int(more.group(1))
+    described = await engine.call_tool(ToolCallParams(session_id=SESSION, session_key=SESSION, call_id="d1", name="lcm_describe", arguments={"id": row.id}))
+    assert "kept out of line" in described.text
     assert len(pages) >= 4
     assert "".join(pages) == row.text
     assert "".join(pages).endswith(log)
