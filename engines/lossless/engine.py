@@ -7,12 +7,11 @@ work to worker threads and keeps per-session locks and caches.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
@@ -250,9 +249,20 @@ class LosslessEngine(BaseContextEngine):
         budget = self._budget(params.token_budget)
         addition = self.cfg.system_prompt_addition.strip() or None
         addition_tokens = count_tokens(addition) if addition else 0
+        # A cold cache lets waiting summaries get their frame now, unless a
+        # step holds the session (the assembly never waits for a model call).
+        lock = self._lock(params.session_id)
         cold = self._cache_warm(params.session_id) is False
-        async with self._lock(params.session_id) if cold else _nothing():
+        if cold:
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                cold = False
+        try:
             messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens, cold)
+        finally:
+            if cold:
+                lock.release()
         self._last_request[params.session_id] = time.monotonic()
         has_summary = held["frameSummaries"] > 0
         if addition is not None and has_summary:
@@ -382,11 +392,6 @@ class LosslessEngine(BaseContextEngine):
         store, self._store = self._store, None
         if store is not None:
             await trio.to_thread.run_sync(store.close)
-
-
-@contextlib.asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
 
 
 def _read_session_file(path: str) -> list[AgentMessage]:

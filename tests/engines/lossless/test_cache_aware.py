@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import trio
 
 from engines import encode_openclaw
 from engines.lossless.compaction import frame_due, last_turn_tokens
@@ -102,3 +103,29 @@ async def test_without_cache_awareness_a_frame_follows_its_summaries_at_once(hos
         await run_turn(engine, history, turn(n))
         status = engine.status(SESSION)
         assert status["summarizedThroughSeq"] == status["frameSeq"]
+
+
+async def test_a_cold_assembly_does_not_wait_for_a_step_in_flight(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    for n in range(1, 60):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        if status["summarizedThroughSeq"] > status["frameSeq"]:
+            break
+    engine._last_request[SESSION] = time.monotonic() - 3_601.0
+    held, done = trio.Event(), trio.Event()
+
+    async def step_in_flight():
+        async with engine._lock(SESSION):  # a maintenance step holds the session
+            held.set()
+            await done.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step_in_flight)
+        await held.wait()
+        with trio.fail_after(5):
+            result = await assemble(engine, history)
+        done.set()
+    assert engine.status(SESSION)["frameSeq"] == status["frameSeq"]  # no frame yet: it waits for the next one
+    assert result.messages

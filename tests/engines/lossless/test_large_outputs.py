@@ -20,7 +20,7 @@ from engines import (
 from engines.lossless.outofline import exploration_summary
 from engines.tokens import count_tokens, estimate_messages_tokens
 
-from .conftest import SESSION, SMALL, T0, assemble, conversation, make_engine, run_turn, turn
+from .conftest import SESSION, SMALL, T0, assemble, make_engine, run_turn, turn
 
 
 def big_log(tokens: int) -> str:
