@@ -58,6 +58,7 @@ __all__ = [
     "install_frame",
     "last_turn_tokens",
     "leaf_chunks",
+    "recent_turn_tokens",
     "retry_fallbacks",
     "run_step",
     "step_needed",
@@ -138,13 +139,24 @@ def last_turn_tokens(rows: Sequence[MessageRow]) -> int:
     return sum(r.tokens for r in rows if r.turn == newest)
 
 
+def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = 3) -> int:
+    """The largest of the newest ``turns`` turns among ``rows``, in tokens
+    (turns differ: a turn with a tool output is larger than one without)."""
+    sizes: dict[int, int] = {}
+    for r in reversed(rows):
+        if r.turn not in sizes and len(sizes) == turns:
+            break
+        sizes[r.turn] = sizes.get(r.turn, 0) + r.tokens
+    return max(sizes.values(), default=0)
+
+
 def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool) -> bool:
     """Whether a step should install its new frame now. A new frame breaks
     the provider's prompt cache once (the next request is not a prefix of the
     last), which costs nothing when the cache has gone cold; while it is warm
     the frame waits until the budget forces it: the assembly past
-    ``warm_compact_threshold`` of the budget, or a next turn as large as the
-    last would not fit."""
+    ``warm_compact_threshold`` of the budget, or a next turn as large as
+    ``last_turn`` (the largest recent one) would not fit."""
     if not warm:
         return True
     return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + last_turn > budget

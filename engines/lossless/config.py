@@ -29,7 +29,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: ... and at least this many messages, whatever their size.
     fresh_tail_messages: int = 4
     #: A leaf summary covers raw messages of about this many tokens (unset:
-    #: an eighth of the budget, 256 to 4,000).
+    #: a quarter of the budget, 256 to 4,000).
     leaf_chunk_tokens: int | None = None
     #: Target length of a leaf summary (unset: budget / 80, 48 to 400).
     leaf_summary_tokens: int | None = None
@@ -152,12 +152,12 @@ def _clamp(value: int, lo: int, hi: int) -> int:
 def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
     """The compaction sizes for ``budget``: what the config sets, else a
     share of the budget (at the default 32,000-token budget the derived
-    values are 4,800 / 4,000 / 400 / 600; at 6,000 they are 900 / 750 / 75 /
+    values are 4,800 / 4,000 / 400 / 600; at 6,000 they are 900 / 1,500 / 75 /
     112)."""
     budget = max(1, budget)
     return Knobs(
         fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 3 // 20),
-        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 8, 256, 4_000),
+        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 4_000),
         leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
         condensed_summary_tokens=(
             cfg.condensed_summary_tokens if cfg.condensed_summary_tokens is not None else _clamp(budget * 3 // 160, 64, 600)

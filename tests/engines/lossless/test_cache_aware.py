@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from engines import encode_openclaw
-from engines.lossless.compaction import frame_due, last_turn_tokens
+from engines.lossless.compaction import frame_due, last_turn_tokens, recent_turn_tokens
 from engines.lossless.config import knobs, parse_config
 from engines.lossless.store import MessageRow
 
@@ -22,7 +22,7 @@ def test_sizes_follow_the_budget_unless_set():
         fresh_tail_tokens=4_800, leaf_chunk_tokens=4_000, leaf_summary_tokens=400, condensed_summary_tokens=600
     )
     small = knobs(cfg, 6_000)
-    assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (900, 750, 75, 112)
+    assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (900, 1_500, 75, 112)
     assert small.fresh_tail_tokens + small.leaf_chunk_tokens < 6_000 * 0.8  # they fit the budget they are given
     set_ = knobs(parse_config({"fresh_tail_tokens": 5_000, "leaf_chunk_tokens": 900}), 6_000)
     assert (set_.fresh_tail_tokens, set_.leaf_chunk_tokens) == (5_000, 900)
@@ -46,6 +46,10 @@ def test_a_frame_waits_while_the_cache_is_warm_until_the_budget_forces_it():
     assert frame_due(29_000, 500, 32_000, cfg, warm=True)  # past 0.9 of the budget
     assert frame_due(26_000, 6_500, 32_000, cfg, warm=True)  # a turn like the last would not fit
     assert last_turn_tokens([_row(1, 1, 10), _row(2, 2, 20), _row(3, 2, 30)]) == 50
+    # A tool turn every third turn is larger: the largest of the newest three counts.
+    rows = [_row(1, 1, 900), _row(2, 2, 1_500), _row(3, 3, 400), _row(4, 4, 300)]
+    assert recent_turn_tokens(rows) == 1_500
+    assert recent_turn_tokens(rows[2:]) == 400
 
 
 async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_forced(host):
