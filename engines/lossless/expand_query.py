@@ -5,7 +5,8 @@ model call of its own, so the main context gets the answer, not the text.
    ``summary_ids`` given (summaries and/or message ids), or else the
    full-text hits for the query (as ``lcm_grep`` finds them). Each is expanded
    down to its raw messages (a summary: every message it covers; a message
-   hit: it and its neighbours), hits in order (newest first), and as many
+   hit: it and its neighbours), message hits first, then summary hits, each
+   newest first, and as many
    messages as fit ``expand_query_input_tokens`` go into one prompt, oldest
    first, each under its id (an out-of-line message with its original text).
 2. :func:`ask` sends that prompt through ``host.complete`` (the sidecar's lean
@@ -144,7 +145,9 @@ def prepare(
                 break
         if not hits:
             return f"No match for {query!r} in this conversation: nothing to expand. Try other words, or lcm_grep."
-        for h in hits:
+        # The messages that match first (they are what was asked about), then
+        # the summaries that match, each expanded whole while room lasts.
+        for h in sorted(hits, key=lambda h: h["kind"] != "message"):
             if h["kind"] == "summary":
                 s = store.summary(session_id, h["id"])
                 if s is not None:

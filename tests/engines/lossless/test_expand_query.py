@@ -147,3 +147,16 @@ async def test_it_reaches_the_original_of_a_large_output(host):
     result = await call(engine, query="why did the job fail?", summary_ids=[big.id])
     assert not result.is_error
     assert "FATAL: disk quota exceeded on /var/kestrel" in host.calls[-1].prompt
+
+
+async def test_matching_messages_come_before_a_matching_summary_s_whole_range(host):
+    engine = await make_engine(host, {**SMALL, "expand_query_input_tokens": 400})
+    history = conversation(12)
+    history[1 * 4] = UserMessage(content="the vault code is OCELOT-3391", timestamp=history[4].timestamp)
+    await engine.ingest_batch(IngestBatchParams(session_id=SESSION, session_key=SESSION, messages=history))
+    host.answer_with("Summary: early turns mention the vault code OCELOT-3391 discussion.")
+    await engine.compact(CompactParams(session_id=SESSION, session_key=SESSION))
+    host.answer_with("OCELOT-3391")
+    result = await call(engine, query="vault code OCELOT-3391")
+    assert not result.is_error
+    assert "the vault code is OCELOT-3391" in host.calls[-1].prompt
