@@ -7,7 +7,9 @@ store operation) over :mod:`.backends` (SQLite, the default, or PostgreSQL)
 with :mod:`.schema` (the tables and migrations),
 :mod:`.summarize` (model and extractive summaries), :mod:`.compaction`
 (compaction steps), :mod:`.assemble` (the assembly within the budget),
-:mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``) and
+:mod:`.outofline` (large messages kept out of line),
+:mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``),
+:mod:`.expand_query` (``lcm_expand_query``) and
 :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
 the behaviour.
 """

@@ -387,7 +387,7 @@ class PostgresBackend:
             "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = current_schema() AND c.relkind = 'r' "
-            "AND c.relname IN ('messages', 'summaries', 'summary_sources', 'sessions', 'schema_version')"
+            "AND c.relname IN ('messages', 'summaries', 'summary_sources', 'sessions', 'large_outputs', 'schema_version')"
         ).fetchone()
         return int(row[0])
 

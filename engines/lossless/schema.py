@@ -25,6 +25,11 @@ Tables
     the operator's status view).
 ``messages_fts`` / ``summaries_fts``
     FTS5 indexes over the texts, kept in step by triggers (external content).
+``large_outputs``
+    Messages kept out of line (a tool result or user message over
+    ``large_output_tokens``): the message itself stays whole in ``messages``;
+    this row holds the short summary the assembly shows in its place and the
+    tokens of that stand-in (migration 3).
 ``schema_version``
     The migrations applied; :data:`MIGRATIONS` brings an older file up to
     date when :class:`~engines.lossless.store.Store` opens it, each
@@ -132,6 +137,21 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             # Rows written before the index existed (a version-1 file) are indexed now.
             "INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')",
             "INSERT INTO summaries_fts (summaries_fts) VALUES ('rebuild')",
+        ],
+    ),
+    (
+        3,
+        [
+            """CREATE TABLE large_outputs (
+                message_id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,
+                stub_tokens INTEGER NOT NULL,
+                summary TEXT NOT NULL,
+                created_at INTEGER NOT NULL
+            )""",
+            "CREATE INDEX large_outputs_by_session ON large_outputs (session_id, seq)",
         ],
     ),
 ]

@@ -37,7 +37,19 @@ from .schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger("engines.lossless.store")
 
-__all__ = ["DB_NAME", "MIGRATIONS", "PRUNED_PREFIX", "SCHEMA_VERSION", "MessageRow", "SessionRow", "Store", "StoreError", "SummaryRow", "pruned_text"]
+__all__ = [
+    "DB_NAME",
+    "MIGRATIONS",
+    "PRUNED_PREFIX",
+    "SCHEMA_VERSION",
+    "LargeOutputRow",
+    "MessageRow",
+    "SessionRow",
+    "Store",
+    "StoreError",
+    "SummaryRow",
+    "pruned_text",
+]
 
 DB_NAME = "lossless.sqlite3"
 
@@ -87,6 +99,17 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     budget: int | None = None
     last_compaction: dict[str, Any] | None = None
     last_assembly: dict[str, Any] | None = None
+
+
+class LargeOutputRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A message kept out of line: the short summary shown in its place and
+    the tokens of the stand-in message (the message stays whole in ``messages``)."""
+
+    message_id: str
+    seq: int
+    tokens: int
+    stub_tokens: int
+    summary: str
 
 
 class NewSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -511,6 +534,34 @@ class Store:
                 "SELECT session_id FROM sessions UNION SELECT DISTINCT session_id FROM messages ORDER BY 1"
             )
             return [r[0] for r in rows]
+
+    # ------------------------------------------------------------ large outputs
+
+    def large_outputs(self, session_id: str, lo: int, hi: int | None = None) -> dict[str, LargeOutputRow]:
+        """The session's out-of-line messages with ``lo <= seq <= hi`` (no
+        upper bound when ``hi`` is None), by message id."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT message_id, seq, tokens, stub_tokens, summary FROM large_outputs "
+                "WHERE session_id = ? AND seq >= ? AND seq <= ?",
+                (session_id, lo, hi if hi is not None else 2**62),
+            )
+            return {
+                r[0]: LargeOutputRow(message_id=r[0], seq=r[1], tokens=r[2], stub_tokens=r[3], summary=r[4]) for r in rows
+            }
+
+    def add_large_outputs(self, session_id: str, rows: Sequence[LargeOutputRow]) -> None:
+        """Record messages as kept out of line, in one transaction; a message
+        recorded already keeps its first record (so its stand-in never changes)."""
+        if not rows:
+            return
+        now = int(time.time() * 1000)
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO large_outputs (message_id, session_id, seq, tokens, stub_tokens, summary, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(r.message_id, session_id, r.seq, r.tokens, r.stub_tokens, r.summary, now) for r in rows],
+            )
 
     # ------------------------------------------------------------ search
 
