@@ -58,7 +58,7 @@ class EngineCalls:
             try:
                 await self.call(
                     "bootstrap",
-                    bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
+                    bootstrap(BootstrapParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
                 )
                 log.info("codex context engine bootstrap completed", extra={"fields": self.fields(session)})
             except Exception as exc:
@@ -72,7 +72,7 @@ class EngineCalls:
         try:
             await self.call(
                 "maintain",
-                maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
+                maintain(MaintainParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
             session.stats[f"lastMaintain{reason.title()}"] = "ok"
             return True
