@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from .inspect import inspect_path
 from .mirror import session_path
 from .private import private_dir
 
@@ -101,3 +102,30 @@ def threads_of(state_dir: str | os.PathLike[str], session_id: str) -> list[Bindi
             if binding is not None and binding.session == session_id and entry.stem == binding.thread:
                 out.append(binding)
     return out
+
+
+def session_threads(state_dir: str | os.PathLike[str], name: str) -> tuple[str, list[Binding]]:
+    """The session ``name`` stands for (a thread's bound session, else
+    ``name`` itself) and its Codex threads, oldest binding first: the
+    threads bound to it, and the session id itself when a thread of that id
+    left a record (a session that began as a plain thread). Raises
+    ``ValueError`` for a name unusable as an id."""
+    bound = load(state_dir, name)
+    session = bound.session if bound is not None else name
+    session_path(state_dir, session)  # the id rules (raises ValueError)
+    threads = threads_of(state_dir, session)
+
+    def when(b: Binding) -> tuple[int, str]:
+        try:
+            return binding_path(state_dir, b.thread).stat().st_mtime_ns, b.thread
+        except OSError:
+            return 0, b.thread
+
+    threads.sort(key=when)
+    if all(b.thread != session for b in threads) and _has_records(state_dir, session):
+        threads.insert(0, Binding(session, session, "thread"))
+    return session, threads
+
+
+def _has_records(state_dir: str | os.PathLike[str], thread_id: str) -> bool:
+    return inspect_path(state_dir, thread_id).exists()

@@ -10,6 +10,9 @@ content, else the thread itself. Run against ``fake_codex`` (no codex).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from sidecar.projection import ADDITIONAL_CONTEXT_KEY, CONTEXT_HEADER, REQUEST_HEADER
 from sidecar.store import bindings
@@ -174,3 +177,37 @@ async def test_a_stale_thread_s_continuity_after_a_resume_is_replaced_and_a_repe
     assert "every turn" in warning.getMessage()
     assert [text_of_user for r, text_of_user in mirrored(tmp_path / "state", RID) if r == "user"] == ["Remember the word heron.", "Which word?", "And again?"]
     assert not any(CONTEXT_HEADER in text_of(m) for m in engine.calls_to("after_turn")[-1].params.messages)
+
+
+async def test_inspect_shows_the_session_with_its_codex_threads(tmp_path, sidecar):
+    async with sidecar(tmp_path, make_engine()) as run:
+        t1 = await run.start_thread(**hooks(RID))
+        await run.turn(t1, "Remember the word heron.")
+        await run.turn(t1, "What is 2+2?")
+        t2 = await run.start_thread(**hooks(RID))
+        await run.turn(t2, continuity(mirrored(run.state_dir, RID), "Which word?"))
+        by_thread = (await run.request("sidecar/inspect", {"threadId": t2}))["result"]
+        by_session = (await run.request("sidecar/inspect", {"sessionId": RID}))["result"]
+        status = (await run.request("sidecar/status"))["result"]
+
+    threads = [{"threadId": t1, "via": "relay", "turns": 2}, {"threadId": t2, "via": "relay", "turns": 1}]
+    assert by_thread["session"] == {"id": RID, "threads": threads}
+    assert len(by_thread["turns"]) == 1 and by_thread["turns"][0]["openclawContext"] == "continuity"
+    assert by_session["sessionId"] == RID and by_session["session"] == by_thread["session"]
+    assert [r["threadId"] for r in by_session["turns"]] == [t1, t1, t2]
+    assert status["lifecycle"]["threads"][t2]["sessionId"] == RID
+
+    # The CLI reads the same from the state dir, after the process is gone.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar", "--state-dir", str(tmp_path / "state"), "inspect", t2],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    ).stdout.splitlines()
+    assert out[0] == f"session {RID}: 2 Codex threads"
+    assert out[2] == f"thread {t1} (relay, 2 turns)" and out[5] == f"thread {t2} (relay, 1 turn)  <"
+    assert [line.split()[0] for line in (out[3], out[4], out[6])] == ["1", "2", "3"]
+    as_json = subprocess.run(
+        [sys.executable, "-m", "sidecar", "--state-dir", str(tmp_path / "state"), "inspect", "--json", RID],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    ).stdout.splitlines()
+    assert [(json.loads(line)["sessionId"], json.loads(line)["threadId"]) for line in as_json] == [(RID, t1), (RID, t1), (RID, t2)]
