@@ -129,7 +129,6 @@ class Turns:
         }
         session.fresh = False  # OpenClaw's continuity comes with a thread's first turn only
         session.turns_this_opening += 1
-        session.projected_before = state.openclaw_context is not None
         if not self.proxy.forward_client_request(Message(parse(line), line)):
             session.end_turn(state)
 
@@ -140,7 +139,7 @@ class Turns:
             return line
         stripped: list[Any] | None = None
         if already_projected(items):
-            state.openclaw_context = await self._openclaw_context(session)
+            state.openclaw_context = await self._openclaw_context(session, items)
             if state.openclaw_context == "engine":
                 state.fallback_reason = "already-projected"
                 if not session.warned_double_projection:
@@ -280,15 +279,20 @@ class Turns:
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return rewrite(line, params=projection.apply(params))
 
-    async def _openclaw_context(self, session: ThreadSession) -> continuity.Kind:
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
         """Whose assembled context a turn input carries (continuity.classify);
-        whether the thread's previous turn carried one too is read from its
-        last inspection record when this process has not seen it."""
-        if session.projected_before is None and not session.fresh and session.turns_this_opening == 0 and session.inspect is not None:
-            last = await trio.to_thread.run_sync(session.inspect.records)
-            record = last[-1] if last else {}
-            session.projected_before = bool(record.get("openclawContext") or record.get("fallback") == "already-projected")
-        return continuity.classify(fresh=session.fresh, projected_before=session.projected_before, turns_this_opening=session.turns_this_opening)
+        on a resumed thread's first turn here, from whether it renders the
+        thread's own newest turn (read from the transcript)."""
+        renders_own = False
+        if not session.fresh and session.turns_this_opening == 0 and session.mirror is not None:
+            context = continuity.context_text(items) or ""
+            mirror = session.mirror
+
+            def own() -> bool:
+                return continuity.renders_any(context, continuity.newest_turn_texts(mirror.entries(), session.thread_id))
+
+            renders_own = await trio.to_thread.run_sync(own)
+        return continuity.classify(fresh=session.fresh, renders_own_turn=renders_own, turns_this_opening=session.turns_this_opening)
 
     def _mode_for(self, result: Any) -> tuple[str, str | None]:
         """The projection mode for this turn, and the engine's epoch."""

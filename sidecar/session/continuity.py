@@ -18,19 +18,25 @@ first turn's input with the header its engine projections use::
 sometimes inside its runtime-context wrapper (``OpenClaw runtime context for
 this turn:`` ... ``Current user request:``). A *non-legacy* OpenClaw engine
 projects the same way on every turn: that is a real double injection. On
-the wire the two differ only in when they come, so :func:`classify` decides
-from the thread's history: a thread's first turn, or the first projection
-after turns that carried none, is continuity; a projection right after
-another one on the same thread (or a second turn in one process without a
-resume in between) is OpenClaw's engine.
+the wire the two differ in when they come and in what they render, so
+:func:`classify` decides: a new thread's first turn is continuity; a second
+turn in one opening of the thread (OpenClaw renders continuity once after a
+start or resume), or a rendering of the thread's own newest turn (continuity
+on a resumed thread renders only what the thread lacks), is OpenClaw's
+engine.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..projection import CONTEXT_CLOSE, CONTEXT_HEADER, CONTEXT_OPEN, REQUEST_HEADER, RUNTIME_HEADER
+
+_WS = re.compile(r"\s+")
+_DOLLAR_MENTION = re.compile(r"\$(?=[A-Za-z0-9_:-])")
+_AT_MENTION = re.compile(r"\[@(?=[A-Za-z0-9_:-]+\]\s*\()")
 
 Kind = Literal["continuity", "engine"]
 """``continuity``: OpenClaw's one-off rendering of its transcript on a new
@@ -118,17 +124,78 @@ def strip_block(items: Sequence[Any]) -> list[Any] | None:
     return out
 
 
-def classify(*, fresh: bool, projected_before: bool | None, turns_this_opening: int) -> Kind:
+def classify(*, fresh: bool, renders_own_turn: bool, turns_this_opening: int) -> Kind:
     """Whose projection a turn's assembled context is.
 
     ``fresh``: the thread was started (``thread/start``) in this process and
-    has had no turn yet. ``projected_before``: the thread's previous turn
-    carried one too (None: not known). ``turns_this_opening``: turns the
-    thread ran in this process since it was last started or resumed
-    (OpenClaw projects its continuity once, on the first turn after either).
+    has had no turn yet. ``turns_this_opening``: turns the thread ran in this
+    process since it was last started or resumed (OpenClaw projects its
+    continuity once, on the first turn after either). ``renders_own_turn``:
+    the context renders the thread's own newest turn; OpenClaw's continuity
+    on a resumed thread renders only what the thread lacks (it leaves out
+    every message that came through Codex), its engine's projection renders
+    the whole assembly, the thread's own turns included.
     """
     if fresh:
         return "continuity"
-    if turns_this_opening > 0 or projected_before:
+    if turns_this_opening > 0 or renders_own_turn:
         return "engine"
     return "continuity"
+
+
+def normalise(text: str) -> str:
+    """Whitespace collapsed, OpenClaw's mention sigils neutralised as its
+    renderer does, so mirrored text compares with what it rendered."""
+    text = _DOLLAR_MENTION.sub("＄", text)
+    text = _AT_MENTION.sub("[＠", text)
+    return _WS.sub(" ", text).strip()
+
+
+NEEDLE_CHARS = 160
+"""Characters of a mirrored message's text looked for in a rendering."""
+MIN_NEEDLE_CHARS = 4
+
+
+def needle(text: str) -> str | None:
+    """The start of ``text`` a rendering of it contains (OpenClaw truncates
+    long parts at their end, and cuts the oldest context from the front of
+    the whole block); None when too short to tell apart."""
+    cut = normalise(text)[:NEEDLE_CHARS]
+    return cut if len(cut) >= MIN_NEEDLE_CHARS else None
+
+
+def renders_any(context: str, texts: Sequence[str]) -> bool:
+    """Whether the rendered ``context`` contains one of ``texts``."""
+    haystack = normalise(context)
+    return any(n is not None and n in haystack for n in map(needle, texts))
+
+
+def _entry_texts(entry: Mapping[str, Any]) -> list[str]:
+    message = entry.get("message")
+    if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [b["text"] for b in content if isinstance(b, Mapping) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+
+
+def newest_turn_texts(entries: Sequence[Mapping[str, Any]], thread_id: str) -> list[str]:
+    """The user and assistant texts of the newest turn the transcript holds
+    from ``thread_id`` (entries keyed ``codex-app-server:<thread>:<turn>:...``)."""
+    prefix = f"codex-app-server:{thread_id}:"
+    turn: str | None = None
+    out: list[str] = []
+    for entry in reversed(entries):
+        key = entry.get("idempotencyKey")
+        if not isinstance(key, str) or not key.startswith(prefix):
+            continue
+        this = key[len(prefix) :].split(":", 1)[0]
+        if turn is None:
+            turn = this
+        elif this != turn:
+            break
+        out[:0] = _entry_texts(entry)
+    return out

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from engines import AgentMessage, AssistantMessage, TextBlock, UserMessage
 
 from ..projection import user_request
+from .continuity import needle, normalise
 
 Via = Literal["relay", "continuity", "thread", "bound"]
 """How a thread's session was found: OpenClaw's hook relay id, a continuity
@@ -41,16 +42,10 @@ HOOK_KEY = "hooks.PermissionRequest"
 MAX_SCAN = 64
 """Hook entries looked at beyond the documented one (a shape we do not know)."""
 
-NEEDLE_CHARS = 160
-"""Characters of a mirrored message's text looked for in a continuity projection."""
-MIN_NEEDLE_CHARS = 4
 RECENT_MESSAGES = 8
 """Newest mirrored messages of a candidate session a match is judged on
 (OpenClaw drops the oldest context first, never the newest)."""
 
-_WS = re.compile(r"\s+")
-_DOLLAR_MENTION = re.compile(r"\$(?=[A-Za-z0-9_:-])")
-_AT_MENTION = re.compile(r"\[@(?=[A-Za-z0-9_:-]+\]\s*\()")
 
 
 def _commands_at(value: Any) -> Iterable[str]:
@@ -131,14 +126,6 @@ def session_key(template: str, session_id: str) -> str:
 # matching a continuity projection to a known session, by content
 
 
-def normalise(text: str) -> str:
-    """Whitespace collapsed, OpenClaw's mention sigils neutralised as its
-    renderer does, so mirrored text compares with what it rendered."""
-    text = _DOLLAR_MENTION.sub("＄", text)
-    text = _AT_MENTION.sub("[＠", text)
-    return _WS.sub(" ", text).strip()
-
-
 def _message_text(message: AgentMessage) -> str:
     if isinstance(message, UserMessage):
         if isinstance(message.content, str):
@@ -154,12 +141,7 @@ def needles(messages: Sequence[AgentMessage]) -> list[str]:
     the start of each user and assistant text, newest last (not the role
     tag: OpenClaw may render a part before the text, a thinking
     placeholder, a sender); texts too short to tell apart are left out."""
-    out: list[str] = []
-    for message in messages[-RECENT_MESSAGES:]:
-        text = normalise(_message_text(message))[:NEEDLE_CHARS]
-        if len(text) >= MIN_NEEDLE_CHARS:
-            out.append(text)
-    return out
+    return [n for n in (needle(_message_text(m)) for m in messages[-RECENT_MESSAGES:]) if n is not None]
 
 
 def match_transcript(context: str, candidates: Mapping[str, Sequence[AgentMessage]]) -> str | None:

@@ -107,9 +107,6 @@ class ThreadSession:
     """Started (``thread/start``) in this process and no turn accepted yet."""
     turns_this_opening: int = 0
     """Turns accepted since the thread was last started or resumed here."""
-    projected_before: bool | None = None
-    """The thread's previous turn came with an assembled context of
-    OpenClaw's own (None: not known in this process)."""
     cwd: str | None = None
     model: str | None = None
     tools: frozenset[str] = frozenset()

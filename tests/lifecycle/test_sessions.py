@@ -159,24 +159,49 @@ async def test_a_stale_thread_s_continuity_after_a_resume_is_replaced_and_a_repe
         t1 = await run.start_thread(**hooks(RID))
         await run.turn(t1, "Remember the word heron.")
 
+    # OpenClaw re-renders, once after a resume, what the thread lacks (never
+    # a message that came through Codex): here, a turn run elsewhere.
+    elsewhere = [("user", "Asked elsewhere: the capital of Peru?"), ("assistant", "Lima is the capital of Peru.")]
     engine = make_engine()
     async with sidecar(tmp_path, engine, name="run2") as run:
         await run.resume_thread(t1, **hooks(RID))
-        history = mirrored(run.state_dir, RID)
-        await run.turn(t1, continuity(history, "Which word?"))  # OpenClaw re-rendered what it thought stale
-        await run.turn(t1, continuity(history, "And again?"))  # a second time in one opening: its own engine
+        await run.turn(t1, continuity(elsewhere, "Which word?"))
+        await run.turn(t1, continuity(elsewhere, "And again?"))  # a second time in one opening: its own engine
         first, second = run.child_turn_starts(t1)
         records = run.session(t1).inspect.records()
 
     assert len(calls_for(engine, "assemble", RID)) == 1
-    assert what_codex_got(first).count("Remember the word heron.") <= 1
-    assert OPENCLAW_ONLY not in what_codex_got(first)
-    assert second["params"]["input"][0]["text"] == continuity(history, "And again?")  # passed as it came
+    assert OPENCLAW_ONLY not in what_codex_got(first) and "Lima" not in what_codex_got(first)
+    assert input_texts(first)[-1].endswith("Which word?")
+    assert second["params"]["input"][0]["text"] == continuity(elsewhere, "And again?")  # passed as it came
     assert [r.get("openclawContext") for r in records] == [None, "continuity", "engine"]
     (warning,) = records_with(logs, "already carries OpenClaw assembled context")
     assert "every turn" in warning.getMessage()
-    assert [text_of_user for r, text_of_user in mirrored(tmp_path / "state", RID) if r == "user"] == ["Remember the word heron.", "Which word?", "And again?"]
+    users = [t for r, t in mirrored(tmp_path / "state", RID) if r == "user"]
+    assert users == ["Remember the word heron.", "Which word?", "And again?"]
     assert not any(CONTEXT_HEADER in text_of(m) for m in engine.calls_to("after_turn")[-1].params.messages)
+
+
+async def test_openclaw_s_own_engine_on_a_resumed_thread_is_known_by_the_thread_s_own_turn_in_it(tmp_path, sidecar, logs):
+    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+        t1 = await run.start_thread(**hooks(RID))
+        await run.turn(t1, "Remember the word heron.")
+        history = mirrored(run.state_dir, RID)
+
+    # --local: every turn a new process that resumes the thread; OpenClaw's
+    # own (non-legacy) engine renders the whole session, this thread's turn included.
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run2") as run:
+        await run.resume_thread(t1, **hooks(RID))
+        rid, line = run.turn_start_line(t1, continuity(history, "Which word?"))
+        await run.send(line)
+        await run.finish_turn(t1, rid)
+        (turn_start,) = run.child_turn_starts(t1)
+
+    assert calls_for(engine, "assemble", RID) == []
+    assert turn_start["params"] == json.loads(line)["params"]  # passed as it came
+    (warning,) = records_with(logs, "already carries OpenClaw assembled context")
+    assert "plugins.slots.contextEngine" in warning.getMessage()
 
 
 async def test_inspect_shows_the_session_with_its_codex_threads(tmp_path, sidecar):
