@@ -236,3 +236,22 @@ async def test_inspect_shows_the_session_with_its_codex_threads(tmp_path, sideca
         capture_output=True, text=True, env=env, timeout=60, check=True,
     ).stdout.splitlines()
     assert [(json.loads(line)["sessionId"], json.loads(line)["threadId"]) for line in as_json] == [(RID, t1), (RID, t1), (RID, t2)]
+
+
+async def test_a_thread_mirrored_before_sessions_existed_keeps_its_history_under_its_relay_id(tmp_path, sidecar):
+    # An older sidecar (or hooks off) kept the thread as a session of its own.
+    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "Remember the word heron.")
+        await run.turn(tid, "What is 2+2?")
+
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run2") as run:
+        await run.resume_thread(tid, excludeTurns=True, **hooks(RID))
+        await run.turn(tid, "Which word?")
+
+    (assemble,) = engine.calls_to("assemble")
+    assert assemble.params.session_id == RID
+    # Imported from Codex into the session's transcript: nothing lost, nothing twice.
+    assert [t for r, t in roles_texts(assemble.params.messages) if r == "user"] == ["Remember the word heron.", "What is 2+2?"]
+    assert [t for r, t in mirrored(tmp_path / "state", RID) if r == "user"] == ["Remember the word heron.", "What is 2+2?", "Which word?"]
