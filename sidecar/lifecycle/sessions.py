@@ -294,7 +294,8 @@ class Sessions:
         """Find the thread's session before its mirror opens: the relay id it
         was started or resumed with, else its persisted binding, else itself.
         A binding found on the wire is persisted before any turn goes on."""
-        bound = await trio.to_thread.run_sync(bindings.load, self.state_dir, session.thread_id)
+        # A thread Codex just started has no binding yet: no disk read for it.
+        bound = None if session.fresh else await trio.to_thread.run_sync(bindings.load, self.state_dir, session.thread_id)
         session_id, via = decide(relay=session.relay, bound=bound.session if bound else None, thread_id=session.thread_id)
         try:
             self._set_session(session, session_id, bound.via if via == "bound" and bound and bound.via else via)
