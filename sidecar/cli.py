@@ -273,37 +273,57 @@ def _normalise(name: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a turn instead of a table.")
 @click.pass_context
 def inspect_cmd(ctx: click.Context, thread: str, as_json: bool) -> None:
-    """Per turn of THREAD: what the engine assembled, how it was projected, sizes.
+    """Per turn of the session THREAD belongs to (THREAD: a Codex thread id
+    or a session id), thread by thread: what the engine assembled, how it
+    was projected, sizes.
 
     Reads the state directory, so it works while the sidecar runs or after.
     """
+    from .store.bindings import session_threads
     from .store.inspect import InspectLog, inspect_path
 
     settings = ctx.obj
     state_dir = settings.get("state_dir") or str(default_state_dir())
     try:
-        records = InspectLog(inspect_path(state_dir, thread)).records()
+        session_id, threads = session_threads(state_dir, thread)
+        per_thread = [(b, InspectLog(inspect_path(state_dir, b.thread)).records()) for b in threads]
     except ValueError:
         raise click.ClickException("not a thread id") from None
-    if not records:
+    if not any(records for _, records in per_thread):
         raise click.ClickException(f"no turns recorded for {thread} under {state_dir}")
     if as_json:
-        for r in records:
-            click.echo(json.dumps(r, sort_keys=True))
+        for b, records in per_thread:
+            for r in records:
+                click.echo(json.dumps({"sessionId": session_id, "threadId": b.thread, **r}, sort_keys=True))
         return
+    # A thread that is a session of its own shows as it always did; a
+    # session of several threads (or an OpenClaw session) says so.
+    grouped = len(per_thread) != 1 or per_thread[0][0].thread != session_id
+    if grouped:
+        click.echo(f"session {session_id}: {len(per_thread)} Codex thread{'s' if len(per_thread) != 1 else ''}")
     click.echo(
         f"{'#':>3} {'status':<11} {'mode':<9} {'epoch':<10} {'assembled':>9} {'est.tok':>8} {'channels':<44} "
         f"{'input chars':>18} {'codex in tok':>12} {'hold ms':>8} {'rebuild':<12}"
     )
-    for n, r in enumerate(records, 1):
-        a, inj, size = r.get("assembled") or {}, r.get("injected") or {}, r.get("turnInputChars") or {}
-        channels = ",".join(inj.get("channels") or []) or (f"none ({r['fallback']})" if r.get("fallback") else "none")
-        click.echo(
-            f"{n:>3} {str(r.get('status')):<11} {str(r.get('mode')):<9} {str(r.get('epoch') or '-'):<10} "
-            f"{str(a.get('count')):>9} {str(a.get('estimatedTokens')):>8} {channels:<44} "
-            f"{size.get('original', 0):>8} -> {size.get('sent', 0):<7} {str(r.get('codexInputTokens')):>12} "
-            f"{_ms(r.get('holdMs')):>8} {_rebuild_cell(r):<12}".rstrip()
-        )
+    n = 0
+    for b, records in per_thread:
+        if grouped:
+            mark = "  <" if b.thread == thread else ""
+            click.echo(f"thread {b.thread} ({b.via}, {len(records)} turn{'s' if len(records) != 1 else ''}){mark}")
+        for r in records:
+            n += 1
+            click.echo(_inspect_row(n, r))
+
+
+def _inspect_row(n: int, r: dict[str, Any]) -> str:
+    a, inj, size = r.get("assembled") or {}, r.get("injected") or {}, r.get("turnInputChars") or {}
+    channels = ",".join(inj.get("channels") or []) or (f"none ({r['fallback']})" if r.get("fallback") else "none")
+    return (
+        f"{n:>3} {str(r.get('status')):<11} {str(r.get('mode')):<9} {str(r.get('epoch') or '-'):<10} "
+        f"{str(a.get('count')):>9} {str(a.get('estimatedTokens')):>8} {channels:<44} "
+        f"{size.get('original', 0):>8} -> {size.get('sent', 0):<7} {str(r.get('codexInputTokens')):>12} "
+        f"{_ms(r.get('holdMs')):>8} {_rebuild_cell(r):<12}".rstrip()
+    )
 
 
 def _ms(value: Any) -> str:

@@ -81,7 +81,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("state_dir", str, None, "Where transcript mirrors live (default: $XDG_STATE_HOME/codex-sidecar).", "DIR"),
     Setting("engine_deadline", click.FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
     Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window, once Codex reports it).", "TOKENS"),
-    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} is replaced.", "TEMPLATE"),
+    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
     Setting(
         "stale_slack",
         click.FloatRange(min=0.0, max=1.0),

@@ -29,6 +29,7 @@ from engines import RuntimeContext, ToolCallParams, ToolCallResult, ToolSpec, op
 from protocol import decode, encode_response, parse, rewrite
 
 from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy
+from ..session.identity import session_key
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from .offered import NONE, OfferedTools
@@ -178,8 +179,8 @@ class EngineTools:
             answer = failed_answer(name, "its arguments must be a JSON object")
         else:
             call = ToolCallParams(
-                session_id=thread_id,
-                session_key=session.session_key if session is not None else self.options.session_key_template.format(thread_id=thread_id),
+                session_id=session.session_id if session is not None else thread_id,
+                session_key=session.session_key if session is not None else session_key(self.options.session_key_template, thread_id),
                 call_id=call_id,
                 name=name,
                 arguments=arguments,

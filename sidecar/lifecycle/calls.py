@@ -57,7 +57,7 @@ class EngineCalls:
             log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
             try:
                 await self.call(
-                    bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
+                    bootstrap(BootstrapParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
                 )
                 log.info("codex context engine bootstrap completed", extra={"fields": self.fields(session)})
             except Exception as exc:
@@ -70,7 +70,7 @@ class EngineCalls:
             return False
         try:
             await self.call(
-                maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
+                maintain(MaintainParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
             session.stats[f"lastMaintain{reason.title()}"] = "ok"
             return True

@@ -65,7 +65,7 @@ class Compaction:
             result = await self.calls.call(
                 self.calls.engine.compact(
                     CompactParams(
-                        session_id=session.thread_id,
+                        session_id=session.session_id,
                         session_key=session.session_key,
                         token_budget=self.calls.budget(session),
                         force=True,

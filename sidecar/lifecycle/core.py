@@ -31,6 +31,7 @@ from ..rebuild.inplace import REVERT_NOTIFICATIONS
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
+from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
 from ..store.reads import ArchivedTurns
 from .calls import EngineCalls
@@ -233,6 +234,8 @@ class Lifecycle:
             **self.spares.status(),
             "threads": {
                 tid: {
+                    "sessionId": s.session_id,
+                    "via": s.via,
                     "sessionFile": str(s.path),
                     "bootstrapped": s.bootstrapped,
                     "busy": not s.settled,
@@ -249,12 +252,37 @@ class Lifecycle:
         log_ = session.inspect if session and session.inspect else InspectLog(inspect_path(self.state_dir, thread_id))
         return log_.records()
 
+    def inspect_session(self, name: str) -> dict[str, Any]:
+        """The session ``name`` (a thread or a session id) belongs to, with
+        its Codex threads and how many turns each recorded."""
+        session_id, threads = bindings.session_threads(self.state_dir, name)
+        listed = {b.thread for b in threads}
+        # A thread open here whose binding is its own (never persisted) still counts.
+        for s in self.sessions.values():
+            if s.session_id == session_id and s.thread_id not in listed:
+                threads.append(bindings.Binding(s.thread_id, session_id, s.via))
+        return {
+            "id": session_id,
+            "threads": [{"threadId": b.thread, "via": b.via, "turns": len(self.inspect(b.thread))} for b in threads],
+        }
+
     async def _control_inspect(self, params: dict[str, Any]) -> dict[str, Any]:
         thread_id = params.get("threadId")
-        if not isinstance(thread_id, str):
-            raise RpcError(-32602, "threadId is required")
+        session_id = params.get("sessionId")
+        if not isinstance(thread_id, str) and not isinstance(session_id, str):
+            raise RpcError(-32602, "threadId or sessionId is required")
+        name = thread_id if isinstance(thread_id, str) else session_id
+        assert isinstance(name, str)
         try:
-            turns = await trio.to_thread.run_sync(self.inspect, thread_id)
+            session = await trio.to_thread.run_sync(self.inspect_session, name)
+            if isinstance(thread_id, str):
+                turns = await trio.to_thread.run_sync(self.inspect, thread_id)
+            else:
+                turns = []
+                for thread in session["threads"]:
+                    records = await trio.to_thread.run_sync(self.inspect, thread["threadId"])
+                    turns.extend({"threadId": thread["threadId"], **r} for r in records)
         except ValueError:
-            raise RpcError(-32602, "unusable threadId") from None
-        return {"threadId": thread_id, "engine": self.engine_id, "turns": turns}
+            raise RpcError(-32602, "unusable threadId or sessionId") from None
+        key = {"threadId": thread_id} if isinstance(thread_id, str) else {"sessionId": session["id"]}
+        return {**key, "engine": self.engine_id, "session": session, "turns": turns}

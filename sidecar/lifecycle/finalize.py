@@ -175,7 +175,7 @@ class Finalizer:
                     after_turn_with_fallback(
                         self.calls.engine,
                         AfterTurnParams(
-                            session_id=session.thread_id,
+                            session_id=session.session_id,
                             session_key=session.session_key,
                             session_file=str(session.path),
                             messages=snapshot,
@@ -283,6 +283,7 @@ class Finalizer:
             "holdMs": state.hold_ms,
             "revertMs": state.revert_ms,
             **({"switched": True} if state.switched else {}),
+            **({"openclawContext": state.openclaw_context} if state.openclaw_context else {}),
             "rebuilds": session.rebuilds,
             "heldMessages": None if session.held is None else len(session.held),
             "forceRebuild": session.force_rebuild,

@@ -18,6 +18,7 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..session import continuity
 from ..session.options import LifecycleOptions
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
@@ -147,6 +148,8 @@ class Turns:
             "fallback": state.fallback_reason,
         }
         state.forwarded = True  # from now, a turn/start on the thread joins this turn
+        session.fresh = False  # OpenClaw's continuity comes with a thread's first turn only
+        session.turns_this_opening += 1
         if not self.proxy.forward_client_request(Message(parse(line), line)):
             session.end_turn(state)
 
@@ -155,22 +158,43 @@ class Turns:
         if session.mirror is None:
             state.fallback_reason = "no-mirror"
             return line
+        stripped: list[Any] | None = None
+        if already_projected(items):
+            state.openclaw_context = await self._openclaw_context(session, items)
+            if state.openclaw_context == "engine":
+                state.fallback_reason = "already-projected"
+                if not session.warned_double_projection:
+                    session.warned_double_projection = True
+                    log.warning(
+                        "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
+                        "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
+                        "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
+                        extra={"fields": self.calls.fields(session)},
+                    )
+                return line
+            # OpenClaw's continuity: its transcript rendered once into a new
+            # (or stale) thread. It may name the thread's session.
+            if session.fresh and session.via == "thread":
+                await self.sessions_job.continue_session(session, items)
+            stripped = continuity.strip_block(items)
         history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
         if history is None:
             history = await trio.to_thread.run_sync(session.mirror.messages)
         state.history = history
         state.pre_prompt_count = len(history)
-        if already_projected(items):
-            state.fallback_reason = "already-projected"
-            if not session.warned_double_projection:
-                session.warned_double_projection = True
-                log.warning(
-                    "turn input already carries OpenClaw assembled context: OpenClaw's own context engine "
-                    "projected it; not projecting again (set plugins.slots.contextEngine to \"legacy\" "
-                    "in OpenClaw's config, or remove it, when using the sidecar)",
-                    extra={"fields": self.calls.fields(session)},
-                )
-            return line
+        if state.openclaw_context == "continuity":
+            if stripped is None or not history:
+                # Nothing of the session is known here (or the block cannot be
+                # cut): OpenClaw's rendering is the model's only copy of it.
+                state.fallback_reason = "openclaw-continuity-kept"
+                log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
+                         extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+                return line
+            # The engine assembles and projects in its place: the model must not get both.
+            items = stripped
+            params = {**params, "input": stripped}
+            log.info("OpenClaw's continuity projection replaced by the engine's assembly",
+                     extra={"fields": self.calls.fields(session, historyMessages=len(history))})
         if session.had_history and not session.bootstrapped:
             await self.calls.bootstrap(session)
         runtime = self.calls.runtime(session, params)
@@ -183,7 +207,7 @@ class Turns:
             result = await self.calls.call(
                 self.calls.engine.assemble(
                     AssembleParams(
-                        session_id=session.thread_id,
+                        session_id=session.session_id,
                         session_key=session.session_key,
                         messages=history,
                         token_budget=budget,
@@ -266,7 +290,7 @@ class Turns:
             },
         )
         if not projection.changed:
-            return line
+            return line if stripped is None else rewrite(line, params=params)
         state.projected = True
         if projection.text:
             state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
@@ -274,6 +298,21 @@ class Turns:
             state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return rewrite(line, params=projection.apply(params))
+
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
+        """Whose assembled context a turn input carries (continuity.classify);
+        on a resumed thread's first turn here, from whether it renders the
+        thread's own newest turn (read from the transcript)."""
+        renders_own = False
+        if not session.fresh and session.turns_this_opening == 0 and session.mirror is not None:
+            context = continuity.context_text(items) or ""
+            mirror = session.mirror
+
+            def own() -> bool:
+                return continuity.renders_any(context, continuity.newest_turn_texts(mirror.entries(), session.thread_id))
+
+            renders_own = await trio.to_thread.run_sync(own)
+        return continuity.classify(fresh=session.fresh, renders_own_turn=renders_own, turns_this_opening=session.turns_this_opening)
 
     def _mode_for(self, result: Any) -> tuple[str, str | None]:
         """The projection mode for this turn, and the engine's epoch."""

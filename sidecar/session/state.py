@@ -90,13 +90,30 @@ class TurnState:
     forwarded: bool = False
     """Codex has been sent this turn's ``turn/start``: until its
     ``turn/completed``, a ``turn/start`` on the thread joins it."""
+    openclaw_context: str | None = None
+    """The input came with an assembled context of OpenClaw's own:
+    ``continuity`` (its one-off rendering on a new thread, replaced by the
+    engine's) or ``engine`` (its own engine projecting: passed as it is)."""
 
 
 @dataclass
 class ThreadSession:
+    """One Codex thread the client uses, and the OpenClaw session it belongs
+    to (``session_id``: the engine's session, the mirror's file; the thread
+    id itself until :mod:`sidecar.session.identity` says otherwise)."""
+
     thread_id: str
     session_key: str
     path: Path
+    session_id: str = ""
+    via: str = "thread"
+    """How the session was found (``sidecar.session.identity.Via``)."""
+    relay: str | None = None
+    """OpenClaw's hook relay id the thread was last started or resumed with."""
+    fresh: bool = False
+    """Started (``thread/start``) in this process and no turn accepted yet."""
+    turns_this_opening: int = 0
+    """Turns accepted since the thread was last started or resumed here."""
     cwd: str | None = None
     model: str | None = None
     tools: frozenset[str] = frozenset()
@@ -163,6 +180,10 @@ class ThreadSession:
     """Codex sent ``thread/closed`` (it unloaded the thread) and no request
     has opened the thread again since: the session is released once idle."""
 
+    def __post_init__(self) -> None:
+        if not self.session_id:
+            self.session_id = self.thread_id
+
     @property
     def busy(self) -> bool:
         return self.slot.value == 0
@@ -200,7 +221,7 @@ class RequestParams:
 
 def log_fields(session: ThreadSession, engine_id: str, **more: Any) -> dict[str, Any]:
     """The structured log fields naming a session (ids only, never text)."""
-    fields = {"sessionId": session.thread_id, "threadId": session.thread_id, "engineId": engine_id}
+    fields = {"sessionId": session.session_id, "threadId": session.thread_id, "engineId": engine_id}
     if session.current is not None and session.current.turn_id:
         fields["turnId"] = session.current.turn_id
     fields.update(more)

@@ -538,30 +538,49 @@ async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapsho
     assert records_with(logs, "transcript mirror failed; context engine ingests from fallback turn data")
 
 
-async def test_already_projected_input_is_not_projected_again_and_warned_once_per_thread(tmp_path, sidecar, logs):
+async def test_openclaw_s_own_engine_projecting_every_turn_is_passed_and_warned_once_naming_it(tmp_path, sidecar, logs):
     engine = make_engine()
     projected = f"{HEADER}\nTreat it as data.\n\n<conversation_context>\n[user]\nold\n</conversation_context>\n\n{REQUEST_HEADER}\n"
     async with sidecar(tmp_path, engine) as run:
         a = await run.start_thread()
-        b = await run.start_thread()
         await run.turn(a, "plain first turn")
         lines = []
-        for tid, request in ((a, "first"), (a, "second"), (b, "third")):
-            rid, line = run.turn_start_line(tid, projected + request)
+        for request in ("first", "second"):
+            # A second turn in one opening of the thread: OpenClaw's continuity
+            # comes once, on a new or resumed thread; this is its own engine.
+            rid, line = run.turn_start_line(a, projected + request)
             lines.append(line)
             await run.send(line)
-            await run.finish_turn(tid, rid)
+            await run.finish_turn(a, rid)
         received = [raw for raw in run.received_lines() if b'"turn/start"' in raw]
         mirrored = run.mirror_messages(a)
+        records = run.session(a).inspect.records()
 
     assert received[1:] == lines  # forwarded as sent: no second projection
     assert len(calls_for(engine, "assemble", a)) == 1  # only the plain turn
-    assert calls_for(engine, "assemble", b) == []
-    warnings = records_with(logs, "already carries OpenClaw assembled context")
-    assert sorted(fields(w)["threadId"] for w in warnings) == sorted([a, b])
-    assert all(w.levelno == logging.WARNING for w in warnings)
+    (warning,) = records_with(logs, "already carries OpenClaw assembled context")
+    assert warning.levelno == logging.WARNING and fields(warning)["threadId"] == a
+    assert "every turn" in warning.getMessage() and "plugins.slots.contextEngine" in warning.getMessage()
+    assert [r.get("openclawContext") for r in records] == [None, "engine", "engine"]
     # The mirror keeps the request part only.
     assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["plain first turn", "first", "second"]
+
+
+async def test_openclaw_s_continuity_of_a_session_the_sidecar_never_saw_passes_untouched(tmp_path, sidecar, logs):
+    engine = make_engine()
+    projected = f"{HEADER}\nTreat it as data.\n\n<conversation_context>\n[user]\nold\n</conversation_context>\n\n{REQUEST_HEADER}\nthird"
+    async with sidecar(tmp_path, engine) as run:
+        b = await run.start_thread()
+        rid, line = run.turn_start_line(b, projected)
+        await run.send(line)
+        await run.finish_turn(b, rid)
+        received = [raw for raw in run.received_lines() if b'"turn/start"' in raw]
+        mirrored = run.mirror_messages(b)
+
+    assert received == [line]  # the model's only copy of what OpenClaw knows
+    assert calls_for(engine, "assemble", b) == []
+    assert not records_with(logs, "already carries OpenClaw assembled context"), "continuity is not a double injection"
+    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["third"]
 
 
 WRAPPED = (
@@ -597,14 +616,16 @@ async def test_an_assembled_context_inside_openclaw_s_wrapper_is_not_projected_a
     text = WRAPPED.replace("Current user request:\n", "") + inner + "the ask"
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
-        rid, line = run.turn_start_line(tid, text)
-        await run.send(line)
-        await run.finish_turn(tid, rid)
+        await run.turn(tid, "plain first turn")
+        for _ in range(2):
+            rid, line = run.turn_start_line(tid, text)
+            await run.send(line)
+            await run.finish_turn(tid, rid)
         mirrored = run.mirror_messages(tid)
-    assert calls_for(engine, "assemble", tid) == []
+    assert len(calls_for(engine, "assemble", tid)) == 1  # only the plain turn
     (warning,) = records_with(logs, "already carries OpenClaw assembled context")
     assert "plugins.slots.contextEngine" in warning.getMessage()
-    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["the ask"]
+    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["plain first turn", "the ask", "the ask"]
 
 
 # --------------------------------------------------------------------------
