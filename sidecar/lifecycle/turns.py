@@ -18,6 +18,7 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..session.learned import Bootstrapped
 from ..session.options import LifecycleOptions
 from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
@@ -88,6 +89,7 @@ class Turns:
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         line = msg.line
         state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
+        state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()
@@ -150,8 +152,11 @@ class Turns:
                     extra={"fields": self.calls.fields(session)},
                 )
             return line
-        if session.had_history and not session.bootstrapped:
+        if self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).needs_bootstrap(session.had_history):
             await self.calls.bootstrap(session)
+        elif not session.had_history:
+            # The engine follows this session from its first turn: nothing to bootstrap, now or later.
+            self.calls.learn(session, Bootstrapped())
         runtime = self.calls.runtime(session, params)
         budget = self.calls.budget(session)
         # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.
@@ -167,7 +172,7 @@ class Turns:
                         session_key=session.session_key,
                         messages=history,
                         token_budget=budget,
-                        available_tools=session.tools,
+                        available_tools=self.calls.tools(session),
                         citations_mode=self.options.citations_mode,
                         model=params.get("model") if isinstance(params.get("model"), str) else session.model,
                         prompt=prompt,
