@@ -18,7 +18,7 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
-from ..session.learned import Bootstrapped
+from ..session.learned import Bootstrapped, MaintainedOnOpening
 from ..session.options import LifecycleOptions
 from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
@@ -152,8 +152,12 @@ class Turns:
                     extra={"fields": self.calls.fields(session)},
                 )
             return line
-        if self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).needs_bootstrap(session.had_history):
+        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        if opening == "bootstrap":
             await self.calls.bootstrap(session)
+        elif opening == "maintain":
+            self.calls.learn(session, MaintainedOnOpening())
+            await self.calls.maintain(session, "bootstrap")
         elif not session.had_history:
             # The engine follows this session from its first turn: nothing to bootstrap, now or later.
             self.calls.learn(session, Bootstrapped())

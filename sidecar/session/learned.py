@@ -12,7 +12,7 @@ to the engine:
   ``thread/resume``, so a resumed thread would otherwise offer the engine
   no ``available_tools``);
 * whether the engine's session is **bootstrapped** (bootstrap runs once a
-  session, not once a process).
+  session, not once a process; see :meth:`LearnedMachine.opening_step`).
 
 :class:`LearnedMachine` owns them for one thread, the way h11's connection
 owns its state: events go in (:meth:`LearnedMachine.handle`), the new state
@@ -34,7 +34,7 @@ The budget rules (:func:`token_budget`) are pure too.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -60,9 +60,9 @@ class Learned(msgspec.Struct, frozen=True, kw_only=True):
     window: int | None = None
     tools: frozenset[str] | None = None
     bootstrapped: bool = False
-    tried_bootstrap: bool = False
-    """Bootstrap failed in this process: not tried again here (the next
-    process tries again). Never journaled."""
+    opened_here: bool = False
+    """This process already ran (or tried) the session's opening step,
+    bootstrap or bootstrap maintenance. Never journaled."""
 
 
 # ---------------------------------------------------------------- events
@@ -90,6 +90,10 @@ class BootstrapFailed(msgspec.Struct, frozen=True):
     """Bootstrap raised or timed out: not done, and not retried in this process."""
 
 
+class MaintainedOnOpening(msgspec.Struct, frozen=True):
+    """This process ran bootstrap maintenance for a session bootstrapped earlier."""
+
+
 class Restored(msgspec.Struct, frozen=True):
     """What the journal held when the thread was first used in this process.
     Facts learned in this process before it was read are newer and win."""
@@ -97,7 +101,7 @@ class Restored(msgspec.Struct, frozen=True):
     state: Learned
 
 
-Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | Restored
+Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | Restored
 
 
 # --------------------------------------------------------------- actions
@@ -134,27 +138,36 @@ class LearnedMachine:
                 self.state = msgspec.structs.replace(state, tools=frozenset(names))
                 return [Journal({"thread": self.thread_id, "tools": sorted(names)})]
             case Bootstrapped():
+                self.state = msgspec.structs.replace(state, bootstrapped=True, opened_here=True)
                 if state.bootstrapped:
                     return []
-                self.state = msgspec.structs.replace(state, bootstrapped=True)
                 return [Journal({"thread": self.thread_id, "bootstrapped": True})]
-            case BootstrapFailed():
-                self.state = msgspec.structs.replace(state, tried_bootstrap=True)
+            case BootstrapFailed() | MaintainedOnOpening():
+                self.state = msgspec.structs.replace(state, opened_here=True)
                 return []
             case Restored(disk):
                 self.state = Learned(
                     window=state.window if state.window is not None else disk.window,
                     tools=state.tools if state.tools is not None else disk.tools,
                     bootstrapped=state.bootstrapped or disk.bootstrapped,
-                    tried_bootstrap=state.tried_bootstrap,
+                    opened_here=state.opened_here,
                 )
                 return []
         raise TypeError(f"not a learned-state event: {event!r}")
 
-    def needs_bootstrap(self, had_history: bool) -> bool:
-        """Bootstrap the engine now? Only for a session with history whose
-        engine session was never bootstrapped (in any process)."""
-        return had_history and not self.state.bootstrapped and not self.state.tried_bootstrap
+    def opening_step(self, had_history: bool) -> Literal["bootstrap", "maintain"] | None:
+        """What the first turn of the session in this process runs before it
+        assembles. ``bootstrap`` (with its maintenance) once a session: for
+        one with history that no process bootstrapped yet (a failed one is
+        tried again by the next process). ``maintain``: bootstrap
+        maintenance alone, once a process, for a session bootstrapped
+        earlier, so an engine redoes background maintenance a kill
+        interrupted before it assembles. A session without history needs
+        neither: the engine follows it from its first turn
+        (:class:`Bootstrapped` then says so for later processes)."""
+        if self.state.opened_here or not had_history:
+            return None
+        return "maintain" if self.state.bootstrapped else "bootstrap"
 
 
 def replay(entries: Iterable[Any], thread_id: str) -> Learned:

@@ -352,9 +352,11 @@ async def test_bootstrap_only_when_history_exists_and_only_once(tmp_path, sideca
         await run.turn(tid, "four")
 
     # The engine followed the session from its first turn (in another
-    # process): a later process does not bootstrap it again.
+    # process): a later process does not bootstrap it again, and runs
+    # bootstrap maintenance once (interrupted maintenance is redone first).
     assert engine.calls_to("bootstrap") == []
-    assert [c.params.reason for c in engine.calls_to("maintain")] == ["turn", "turn"]
+    assert [c.params.reason for c in engine.calls_to("maintain")] == ["bootstrap", "turn", "turn"]
+    assert engine.method_names[:2] == ["maintain", "assemble"]
     assert len(engine.calls_to("assemble")[0].params.messages) == 4  # the history all the same
 
 
@@ -381,7 +383,7 @@ async def test_bootstrap_runs_once_a_session_not_once_a_process(tmp_path, sideca
             await run.resume_thread(tid)
             await run.turn(tid, f"in {name}")
         assert later.calls_to("bootstrap") == []
-        assert [c.params.reason for c in later.calls_to("maintain")] == ["turn"]
+        assert [c.params.reason for c in later.calls_to("maintain")] == ["bootstrap", "turn"]
 
 
 async def test_a_failed_bootstrap_is_tried_again_by_the_next_process_only(tmp_path, sidecar):

@@ -14,6 +14,7 @@ from sidecar.session.learned import (
     Journal,
     Learned,
     LearnedMachine,
+    MaintainedOnOpening,
     Restored,
     ToolsGiven,
     WindowReported,
@@ -28,6 +29,7 @@ events = st.one_of(
     st.builds(ToolsGiven, st.frozensets(st.sampled_from(["exec", "message", "memory_search", "web_fetch"]))),
     st.just(Bootstrapped()),
     st.just(BootstrapFailed()),
+    st.just(MaintainedOnOpening()),
 )
 
 
@@ -39,7 +41,7 @@ def test_a_new_fact_is_journaled_and_a_repeated_one_is_not():
     assert m.handle(ToolsGiven(frozenset({"a", "b"}))) == []
     assert m.handle(Bootstrapped()) == [Journal({"thread": T, "bootstrapped": True})]
     assert m.handle(Bootstrapped()) == []
-    assert m.state == Learned(window=258_400, tools=frozenset({"a", "b"}), bootstrapped=True)
+    assert m.state == Learned(window=258_400, tools=frozenset({"a", "b"}), bootstrapped=True, opened_here=True)
 
 
 def test_a_window_that_is_no_window_is_ignored():
@@ -48,16 +50,20 @@ def test_a_window_that_is_no_window_is_ignored():
     assert m.state.window is None
 
 
-def test_bootstrap_is_needed_once_a_session_with_history_and_a_failure_is_not_retried_in_the_process():
+def test_bootstrap_runs_once_a_session_and_its_maintenance_once_a_process():
     m = LearnedMachine(T)
-    assert not m.needs_bootstrap(had_history=False)
-    assert m.needs_bootstrap(had_history=True)
+    assert m.opening_step(had_history=False) is None  # the engine follows the session from its first turn
+    assert m.opening_step(had_history=True) == "bootstrap"
     assert m.handle(BootstrapFailed()) == []  # not journaled: the next process tries again
-    assert not m.needs_bootstrap(had_history=True)
+    assert m.opening_step(had_history=True) is None  # ...but not this one
     again = LearnedMachine(T, replay([], T))
-    assert again.needs_bootstrap(had_history=True)
-    again.handle(Bootstrapped())
-    assert not again.needs_bootstrap(had_history=True)
+    assert again.opening_step(had_history=True) == "bootstrap"
+    journal = [a.entry for a in again.handle(Bootstrapped())]
+    assert again.opening_step(had_history=True) is None
+    later = LearnedMachine(T, replay(journal, T))  # a later process
+    assert later.opening_step(had_history=True) == "maintain"  # bootstrap maintenance only
+    assert later.handle(MaintainedOnOpening()) == []
+    assert later.opening_step(had_history=True) is None
 
 
 def test_restored_facts_fill_what_this_process_does_not_know_yet():
