@@ -305,10 +305,6 @@ class Store:
                     stored.append(mid)
         return stored
 
-    def message_count(self, session_id: str) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0])
-
     def messages_between(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:
         """Messages with ``lo <= seq <= hi`` (no upper bound when ``hi`` is None), in order."""
         with self._lock:

@@ -36,7 +36,7 @@ class EngineCalls:
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
         self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
-    async def call(self, name: str, awaitable: Awaitable[T]) -> T:
+    async def call(self, awaitable: Awaitable[T]) -> T:
         """One engine call under the deadline (``trio.TooSlowError`` past it)."""
         with trio.fail_after(self.options.engine_deadline):
             return await awaitable
@@ -65,9 +65,9 @@ class EngineCalls:
         """A client's ``thread/start``, before the engine's tools join it."""
         tools = params.get("dynamicTools") if isinstance(params, dict) else None
         if isinstance(tools, list):
-            from .sessions import client_tool_names  # (sessions imports this module)
+            from .sessions import callable_tool_names  # (sessions imports this module)
 
-            self.given_tools[client_id] = client_tool_names(tools)
+            self.given_tools[client_id] = callable_tool_names(tools)
 
     def budget(self, session: ThreadSession) -> int:
         """The engine's token budget: ``token_budget`` when set, else the
@@ -98,7 +98,6 @@ class EngineCalls:
             log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
             try:
                 await self.call(
-                    "bootstrap",
                     bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
                 )
                 log.info("codex context engine bootstrap completed", extra={"fields": self.fields(session)})
@@ -114,7 +113,6 @@ class EngineCalls:
             return False
         try:
             await self.call(
-                "maintain",
                 maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
             session.stats[f"lastMaintain{reason.title()}"] = "ok"

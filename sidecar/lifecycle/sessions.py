@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from protocol.codex import CodexDecodeError, DynamicToolSpec, decode
+from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
@@ -109,7 +109,7 @@ class Sessions:
         session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         if given is None and isinstance(params.get("dynamicTools"), list):
-            given = client_tool_names(params["dynamicTools"])
+            given = callable_tool_names(params["dynamicTools"])
         if given is not None:
             self.calls.learn(session, ToolsGiven(given))
         if pending.method == "thread/fork" and not self.calls.facts(session).tools:
@@ -447,7 +447,7 @@ def _restore_ledger(session: ThreadSession) -> None:
         session.held, session.force_rebuild = [], True
 
 
-def client_tool_names(tools: list[Any]) -> frozenset[str]:
+def callable_tool_names(tools: list[Any]) -> frozenset[str]:
     """The names the model can call among a client's ``dynamicTools``: a
     function's name, a namespace's members (OpenClaw declares most of its
     tools in the namespaces ``openclaw`` and ``openclaw_direct``); an entry
@@ -457,7 +457,7 @@ def client_tool_names(tools: list[Any]) -> frozenset[str]:
         if not isinstance(entry, dict):
             continue
         try:
-            names.update(decode(DynamicToolSpec, entry).tool_names())
+            names.update(decode_as(DynamicToolSpec, entry).tool_names())
         except CodexDecodeError:
             continue
     return frozenset(names)
