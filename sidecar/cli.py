@@ -430,6 +430,8 @@ def _serve_started(
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),
+        token_reserve=settings["token_reserve"],
+        citations_mode=settings.get("citations_mode"),
         session_key_template=settings["session_key"],
         projection_mode=settings["projection_mode"],
         stale_slack=settings["stale_slack"],

@@ -80,7 +80,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("engine_allowlist", NameList(), None, "Distributions trusted to provide engines (comma-separated); unset trusts all installed, with a warning.", "DISTS"),
     Setting("state_dir", str, None, "Where transcript mirrors live (default: $XDG_STATE_HOME/codex-sidecar).", "DIR"),
     Setting("engine_deadline", click.FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
-    Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window, once Codex reports it).", "TOKENS"),
+    Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window minus --token-reserve).", "TOKENS"),
+    Setting(
+        "token_reserve",
+        click.IntRange(min=0),
+        20_000,
+        "Tokens the default budget keeps out of the model's context window (OpenClaw's own reserve); an explicit --token-budget wins.",
+        "TOKENS",
+    ),
+    Setting(
+        "citations_mode",
+        click.Choice(["auto", "on", "off"]),
+        None,
+        "citations_mode passed to the engine's assemble: OpenClaw's memory.citations (auto, on, off); unset passes none, as OpenClaw does.",
+    ),
     Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
     Setting(
         "stale_slack",

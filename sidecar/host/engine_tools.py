@@ -133,11 +133,9 @@ class EngineTools:
         names = self._starts.pop(pending.client_id, None)
         thread_id = _thread_id(msg.result())
         if names and thread_id is not None:
+            # (assemble's available_tools, the client's own tools, were read
+            # from the request before these were merged in: sidecar.lifecycle.core.)
             self._record(thread_id, frozenset(names))
-            session = self.sessions.get(thread_id)
-            if session is not None:
-                # assemble's available_tools are the client's own dynamic tools.
-                session.tools = session.tools - frozenset(names)
         return None
 
     def on_fork(self, msg: Message) -> Decision:

@@ -62,7 +62,7 @@ class Lifecycle:
         self.state_dir = Path(state_dir)
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
-        self.calls = EngineCalls(engine, self.options)
+        self.calls = EngineCalls(engine, self.options, state_dir)
         self.engine_id = self.calls.engine_id
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
@@ -125,6 +125,8 @@ class Lifecycle:
         if self.engine is None:
             self._install_history(hooks)
             return
+        # The client's own tools, before the engine's join them (first of all).
+        hooks.on_client_request("thread/start", self._note_client_tools)
         if self.tools is not None:
             self.tools.install_front(hooks)
         # (client request, its response): the request hook sees it on the way
@@ -160,6 +162,10 @@ class Lifecycle:
         if self.tools is not None:
             self.tools.install_back(hooks)
         self.proxy.add_status_provider("lifecycle", self.status)
+
+    def _note_client_tools(self, msg: Message) -> Decision:
+        self.calls.note_client_tools(msg.id, msg.params())
+        return None
 
     def _install_history(self, hooks: Hooks) -> None:
         """No engine: only what keeps the client's history whole (the reads
@@ -237,7 +243,7 @@ class Lifecycle:
                     "sessionId": s.session_id,
                     "via": s.via,
                     "sessionFile": str(s.path),
-                    "bootstrapped": s.bootstrapped,
+                    "bootstrapped": self.calls.facts(s).bootstrapped,
                     "busy": not s.settled,
                     "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
                     "rebuilds": s.rebuilds,

@@ -14,6 +14,7 @@ from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after
 
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message, Proxy
+from ..session.learned import WindowReported
 from ..session.planner import fingerprint, fingerprints
 from ..session.state import ThreadSession, TurnState, now_ms
 from ..store.archive import TurnArchive, archive_path, archived_turn
@@ -79,8 +80,9 @@ class Finalizer:
             )
             session.prompt_cache = PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in)
             session.current_token_count = total_in
-        if isinstance(usage.get("modelContextWindow"), int):
-            session.context_window = usage["modelContextWindow"]
+        window = usage.get("modelContextWindow")
+        if isinstance(window, int) and not isinstance(window, bool):
+            self.calls.learn(session, WindowReported(window))
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:
@@ -181,6 +183,7 @@ class Finalizer:
                             messages=snapshot,
                             pre_prompt_message_count=pre,
                             token_budget=self.calls.budget(session),
+                            is_heartbeat=state.heartbeat,
                             runtime_context=self.calls.runtime(session, {}),
                         ),
                     ),

@@ -18,6 +18,7 @@ from ..rebuild.inplace import InPlace
 from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
 from ..session import continuity
 from ..session.identity import Via, decide, match_transcript, relay_id, session_key
+from ..session.learned import ToolsGiven
 from ..session.options import LifecycleOptions
 from ..session.planner import fingerprints
 from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms
@@ -94,6 +95,7 @@ class Sessions:
 
     def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
         params = self.requests.pop(pending.client_id) or {}
+        given = self.calls.given_tools.pop(pending.client_id, None)
         framing_fork = pending.client_id in self.reverts.archive_forks
         self.reverts.archive_forks.discard(pending.client_id)
         result = msg.result()
@@ -115,13 +117,15 @@ class Sessions:
             self.spares.client_started(thread_id, params)
         session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
-        tools = params.get("dynamicTools")
-        if isinstance(tools, list):
-            session.tools = callable_tool_names(tools)
-        if pending.method == "thread/fork":
-            parent = self.sessions.get(params.get("threadId", ""))
-            if parent is not None and parent.tools and not session.tools:
-                session.tools = parent.tools
+        if given is None and isinstance(params.get("dynamicTools"), list):
+            given = callable_tool_names(params["dynamicTools"])
+        if given is not None:
+            self.calls.learn(session, ToolsGiven(given))
+        if pending.method == "thread/fork" and not self.calls.facts(session).tools:
+            parent_id = params.get("threadId")
+            parent = self.sessions.get(parent_id) if isinstance(parent_id, str) else None
+            if parent is not None and self.calls.facts(parent).tools:
+                self.calls.learn(session, ToolsGiven(self.calls.tools(parent)))
         if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
             self.archived.seed_fork(thread_id, params["threadId"], params)
         if framing_fork:
@@ -177,6 +181,7 @@ class Sessions:
         self.released["threads"] += 1
         self.released["rebuilds"] += session.rebuilds
         self.archived.forget(session.thread_id)
+        self.calls.learned.forget(session.thread_id)
         if session.mirror is not None:
             session.mirror.close()
         log.info("thread closed by codex; session released", extra={"fields": self.calls.fields(session)})

@@ -19,6 +19,7 @@ from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..session import continuity
+from ..session.learned import Bootstrapped, MaintainedOnOpening
 from ..session.options import LifecycleOptions
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
@@ -109,6 +110,7 @@ class Turns:
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         line = msg.line
         state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
+        state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()
@@ -195,8 +197,15 @@ class Turns:
             params = {**params, "input": stripped}
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-        if session.had_history and not session.bootstrapped:
+        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        if opening == "bootstrap":
             await self.calls.bootstrap(session)
+        elif opening == "maintain":
+            self.calls.learn(session, MaintainedOnOpening())
+            await self.calls.maintain(session, "bootstrap")
+        elif not session.had_history:
+            # The engine follows this session from its first turn: nothing to bootstrap, now or later.
+            self.calls.learn(session, Bootstrapped())
         runtime = self.calls.runtime(session, params)
         budget = self.calls.budget(session)
         # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.
@@ -211,7 +220,7 @@ class Turns:
                         session_key=session.session_key,
                         messages=history,
                         token_budget=budget,
-                        available_tools=session.tools,
+                        available_tools=self.calls.tools(session),
                         citations_mode=self.options.citations_mode,
                         model=params.get("model") if isinstance(params.get("model"), str) else session.model,
                         prompt=prompt,

@@ -59,6 +59,8 @@ class TurnState:
     pre_prompt_count: int = 0
     history: list[AgentMessage] = field(default_factory=list)
     turn_id: str | None = None
+    heartbeat: bool = False
+    """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
     item_times: dict[str, int] = field(default_factory=dict)
     projected: bool = False
@@ -116,10 +118,8 @@ class ThreadSession:
     """Turns accepted since the thread was last started or resumed here."""
     cwd: str | None = None
     model: str | None = None
-    tools: frozenset[str] = frozenset()
     mirror: TranscriptMirror | None = None
     had_history: bool = False
-    bootstrapped: bool = False
     ready: trio.Event = field(default_factory=trio.Event)
     slot: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))
     """One turn at a time per thread, in arrival order (trio semaphores are
@@ -129,7 +129,6 @@ class ThreadSession:
     last_usage: Usage | None = None
     prompt_cache: PromptCacheInfo | None = None
     current_token_count: int | None = None
-    context_window: int | None = None
     addition_sent: str | None = None
     warned_double_projection: bool = False
     compactions: int = 0

@@ -351,12 +351,59 @@ async def test_bootstrap_only_when_history_exists_and_only_once(tmp_path, sideca
         await run.turn(tid, "three")
         await run.turn(tid, "four")
 
+    # The engine followed the session from its first turn (in another
+    # process): a later process does not bootstrap it again, and runs
+    # bootstrap maintenance once (interrupted maintenance is redone first).
+    assert engine.calls_to("bootstrap") == []
+    assert [c.params.reason for c in engine.calls_to("maintain")] == ["bootstrap", "turn", "turn"]
+    assert engine.method_names[:2] == ["maintain", "assemble"]
+    assert len(engine.calls_to("assemble")[0].params.messages) == 4  # the history all the same
+
+
+async def test_bootstrap_runs_once_a_session_not_once_a_process(tmp_path, sidecar):
+    # Codex ran a turn without the sidecar: the first process with the engine
+    # imports it and bootstraps; later processes do not bootstrap again.
+    async with sidecar(tmp_path, None, name="plain") as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "Remember PAPAYA.")
+
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run1") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "two")
     (boot,) = engine.calls_to("bootstrap")
     assert boot.params.session_id == tid
     assert boot.params.session_file == str(session_path(tmp_path / "state", tid))
-    assert [c.params.reason for c in engine.calls_to("maintain")] == ["bootstrap", "turn", "turn"]
     # bootstrap, bootstrap maintenance, then the first assemble.
     assert engine.method_names[:3] == ["bootstrap", "maintain", "assemble"]
+
+    for name in ("run2", "run3"):
+        later = make_engine()
+        async with sidecar(tmp_path, later, name=name) as run:
+            await run.resume_thread(tid)
+            await run.turn(tid, f"in {name}")
+        assert later.calls_to("bootstrap") == []
+        assert [c.params.reason for c in later.calls_to("maintain")] == ["bootstrap", "turn"]
+
+
+async def test_a_failed_bootstrap_is_tried_again_by_the_next_process_only(tmp_path, sidecar):
+    async with sidecar(tmp_path, None, name="plain") as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "Remember PAPAYA.")
+
+    broken = make_engine()
+    broken.fail("bootstrap", lambda: RuntimeError("bootstrap broke"))
+    async with sidecar(tmp_path, broken, name="run1") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "two")
+        await run.turn(tid, "three")
+    assert len(broken.calls_to("bootstrap")) == 1  # once in the process, not every turn
+
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run2") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "four")
+    assert len(engine.calls_to("bootstrap")) == 1  # not done yet: tried again, and done
 
 
 async def test_resumed_thread_history_is_imported_once_and_bootstraps(tmp_path, sidecar):
@@ -434,7 +481,8 @@ async def test_resuming_a_thread_started_in_the_same_run_does_not_bootstrap(tmp_
 
 
 async def test_bootstrap_failure_warns_and_the_turn_still_goes_through(tmp_path, sidecar, projection_mode, logs):
-    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+    # Run without an engine: the history run2 imports is what it must bootstrap.
+    async with sidecar(tmp_path, None, name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "Remember PAPAYA.")
 
@@ -918,7 +966,8 @@ async def test_a_fork_before_a_turn_copies_only_what_came_before(tmp_path, sidec
 
 
 async def test_lifecycle_log_events_carry_structured_fields(tmp_path, sidecar, logs):
-    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+    # Run without an engine: run2 imports the history and bootstraps (logged).
+    async with sidecar(tmp_path, None, name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "one")
 
@@ -1032,7 +1081,7 @@ async def test_sidecar_status_reports_per_thread_lifecycle_state(tmp_path, sidec
     assert lifecycle["engine"] == {"id": "rec", "ownsCompaction": False}
     state = lifecycle["threads"][tid]
     assert state["sessionFile"] == str(session_path(tmp_path / "state", tid))
-    assert state["bootstrapped"] is False
+    assert state["bootstrapped"] is True  # followed from its first turn: nothing to bootstrap, ever
     assert state["busy"] is False
     assert state["mirrorEntries"] >= 4
     last = dict(state["lastTurn"])
