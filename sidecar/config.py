@@ -193,6 +193,8 @@ def _convert(setting: Setting, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         return click.BOOL.convert(value, None, None)
+    if setting.type is str and not isinstance(value, str):
+        raise click.BadParameter(f"expected a string, got {type(value).__name__}")
     return click.types.convert_type(setting.type).convert(value, None, None)
 
 
@@ -295,11 +297,12 @@ def resolve_codex_bin(configured: str | None, origin: Origin = DEFAULT) -> str:
     Errors name the setting that gave the path (``origin``)."""
     if configured:
         source = f" (from {origin})" if origin.kind != "default" else ""
+        fix = f"point {origin} at the real codex" if origin.kind != "default" else "set codex_bin to the real codex"
         path = shutil.which(configured) or configured
         if not os.path.exists(path):
-            raise ConfigError(f"codex binary not found: {configured}{source}; {origin.fix() if origin.kind != 'default' else 'set codex_bin'} to the real codex")
+            raise ConfigError(f"codex binary not found: {configured}{source}; {fix}")
         if _is_self(path):
-            raise ConfigError(f"{configured}{source} is the sidecar itself, not the codex binary; {origin.fix()} to the real codex")
+            raise ConfigError(f"{configured}{source} is the sidecar itself, not the codex binary; {fix}")
         return path
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = os.path.join(directory or ".", "codex")
