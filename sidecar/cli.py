@@ -240,7 +240,7 @@ def inspect_cmd(ctx: click.Context, thread: str, as_json: bool) -> None:
     try:
         records = InspectLog(inspect_path(state_dir, thread)).records()
     except ValueError:
-        raise click.ClickException(f"{thread!r} is not a thread id (a UUID, as in thread/start's answer)") from None
+        raise click.ClickException(f"{thread!r} is not a thread id (the id thread/start answered: letters, digits, '.', '_', '-')") from None
     if not records:
         raise click.ClickException(f"no turns recorded for {thread} under {state_dir} (is the state dir the sidecar's? set --state-dir)")
     if as_json:
