@@ -7,17 +7,16 @@ less: a folder whose contents can still be read keeps the history part (the
 backing-thread map, archived turns) without an engine; one that cannot be
 read runs as a pure relay.
 
-Permission bits say nothing for root, on a read-only mount or under an ACL,
-so access is tried for real: each folder is listed, and a file is created
-(and its space reserved, which is where a full disk shows) then removed.
+Each folder is listed for real; whether this user may write in it is
+``access(2)``'s answer (this user, ACLs, read-only mounts); a full disk is
+``statvfs``'s free space. Nothing is written: the check costs well under a
+millisecond at every start, and a legacy sidecar stays invisible.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,20 +62,25 @@ def _from_error(path: Path, exc: OSError, *, readable: bool, creating: bool = Fa
     return StateProblem(path, f"cannot be read by this user ({_reason(exc)})", f"chown -R $(id -un) {path}, or {FIX_SETTING}", False, "state-unreadable")
 
 
-def _probe_write(folder: Path, reserve: int) -> None:
-    fd, name = tempfile.mkstemp(prefix=".codex-sidecar-probe-", dir=folder)
-    try:
-        if reserve:
-            try:
-                os.posix_fallocate(fd, 0, reserve)
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                os.write(fd, b"\0" * reserve)  # where fallocate is not supported
-    finally:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+def _unwritable(folder: Path) -> OSError | None:
+    """Why this user cannot create files in ``folder``, or None. ``access``
+    answers for this user, ACLs and read-only mounts included (root passes
+    permission bits, as the kernel would let it)."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), str(folder))
+    return OSError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
+
+
+def _full(folder: Path, reserve: int) -> OSError | None:
+    """ENOSPC when ``folder``'s disk has less than ``reserve`` bytes, or no
+    inode, left for this user (root may use the blocks kept for it)."""
+    st = os.statvfs(folder)
+    blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    if blocks * st.f_frsize < reserve or (st.f_files and st.f_favail == 0):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
+    return None
 
 
 def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024) -> StateProblem | None:
@@ -84,8 +88,8 @@ def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int 
 
     ``create``: make it (0700) when missing, as an engine would; otherwise a
     missing folder is fine when it could be created. Its folders that exist
-    are listed and written to; the state dir gets ``reserve`` bytes reserved
-    for a moment (0: none), so a full disk shows here and not mid-turn."""
+    must be listable and writable, and its disk must have ``reserve`` bytes
+    free, so a full disk shows here and not mid-turn."""
     p = Path(path)
     if not p.exists():
         if not create:
@@ -93,9 +97,8 @@ def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int 
             if ancestor is not None and not ancestor.is_dir():
                 return StateProblem(ancestor, "is a file where a folder should be", f"move that file away, or {FIX_SETTING}", False, "state-not-a-folder")
             if ancestor is not None:
-                try:
-                    _probe_write(ancestor, 0)
-                except OSError as exc:
+                exc = _unwritable(ancestor)
+                if exc is not None:
                     return StateProblem(p, f"does not exist and cannot be created in {ancestor} ({_reason(exc)})", f"create it (mkdir -m 700 {p}), or {FIX_SETTING}", False, "state-cannot-create")
             return None
         try:
@@ -117,8 +120,8 @@ def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int 
     for folder in folders:
         if folder != p and not folder.is_dir():
             continue
-        try:
-            _probe_write(folder, reserve if folder == p else 0)
-        except OSError as exc:
-            return _from_error(folder, exc, readable=True)
-    return None
+        denied = _unwritable(folder)
+        if denied is not None:
+            return _from_error(folder, denied, readable=True)
+    full = _full(p, reserve)
+    return _from_error(p, full, readable=True) if full is not None else None

@@ -65,11 +65,17 @@ def raised(fn: Callable[[], object]) -> str:
 def state_problem(tmp: Path, op: str, code: int, monkeypatch: pytest.MonkeyPatch) -> str:
     state = tmp / "state"
     state.mkdir(exist_ok=True)
+    real_statvfs = os.statvfs
 
     def fail(*_a: object, **_k: object) -> None:
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(usable.os if op != "mkstemp" else usable.tempfile, op, fail)
+    if op == "listdir":
+        monkeypatch.setattr(usable.os, "listdir", fail)
+    elif op == "access":
+        monkeypatch.setattr(usable.os, "access", lambda *_a, **_k: False)
+    else:  # a full disk
+        monkeypatch.setattr(usable.os, "statvfs", lambda p: os.statvfs_result([*real_statvfs(p)[:3], 0, 0, *real_statvfs(p)[5:10]]))
     problem = usable.check_state_dir(state, create=True)
     assert problem is not None
     return problem.message()
@@ -100,8 +106,8 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "state-not-a-folder": lambda t, m: ((t / "f").write_text(""), check_state_dir(t / "f").message)[1],
     "state-cannot-create": lambda t, m: (m.setattr(usable, "private_dir", lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied"))), usable.check_state_dir(t / "new", create=True).message())[1],  # type: ignore[union-attr]
     "state-unreadable": lambda t, m: state_problem(t, "listdir", errno.EACCES, m),
-    "state-unwritable": lambda t, m: state_problem(t, "mkstemp", errno.EACCES, m),
-    "state-full": lambda t, m: state_problem(t, "posix_fallocate", errno.ENOSPC, m),
+    "state-unwritable": lambda t, m: state_problem(t, "access", errno.EACCES, m),
+    "state-full": lambda t, m: state_problem(t, "statvfs", errno.ENOSPC, m),
     "state-open-mode": lambda t, m: ((t / "open").mkdir(mode=0o755), (t / "open").chmod(0o755), check_state_dir(t / "open").message)[2],
     "engine-not-installed": lambda t, m: check_engine("losless", None, {}).message,
     "engine-not-loaded": lambda t, m: _loader_log("losless"),

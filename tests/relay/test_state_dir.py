@@ -179,14 +179,22 @@ def test_an_unwritable_state_dir_keeps_the_history_without_an_engine(tmp_path):
 def test_an_unwritable_subfolder_is_named(tmp_path):
     state = tmp_path / "state"
     (state / "sessions").mkdir(parents=True, mode=0o700)
-    errors, _ = relay(state, [fault("create", state / "sessions", "EROFS")])
+    errors, _ = relay(state, [fault("create", state / "sessions", "EACCES")])
     assert_one_error(errors, state / "sessions", "state-unwritable", "history only, no engine")
+
+
+def test_a_read_only_mount_is_named_as_such(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    errors, _ = relay(state, [fault("create", state, "EROFS")])
+    assert_one_error(errors, state, "state-unwritable", "history only, no engine")
+    assert "is on a read-only file system" in errors[0]["msg"]
 
 
 def test_a_full_disk_keeps_the_history_without_an_engine(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    faults = [fault("fallocate", state, "ENOSPC")]
+    faults = [fault("full", state, "ENOSPC")]
     errors, _ = relay(state, faults)
     assert_one_error(errors, state, "state-full", "history only, no engine")
     assert "free space" in errors[0]["msg"]
@@ -203,9 +211,10 @@ def test_status_says_the_state_dir_is_unusable(tmp_path):
     assert status["settings"]["state_dir"] == {"value": str(state), "source": "CODEX_SIDECAR_STATE_DIR"}
 
 
-def test_a_usable_state_dir_has_no_problem_and_the_probe_leaves_nothing(tmp_path):
+def test_a_usable_state_dir_has_no_problem_and_the_check_writes_nothing(tmp_path):
     state = tmp_path / "state"
     (state / "backing").mkdir(parents=True)
+    before = os.stat(state).st_mtime_ns
     assert check_state_dir(state, create=True) is None
-    assert sorted(p.name for p in state.iterdir()) == ["backing"]
+    assert sorted(p.name for p in state.iterdir()) == ["backing"] and os.stat(state).st_mtime_ns == before
     assert check_state_dir(tmp_path / "absent", create=False) is None and not (tmp_path / "absent").exists()

@@ -3,9 +3,9 @@ for whom permission bits never fail): put this folder first on PYTHONPATH and
 set ``CODEX_SIDECAR_TEST_FAULTS`` to a JSON list of ``{"op", "path", "errno"}``.
 
 ``op`` is ``listdir`` (listing a folder: unreadable), ``create`` (creating a
-file or folder in it: unwritable), or ``fallocate`` (reserving space for a
-file in it: a full disk). ``path`` is the folder (exactly), ``errno`` a name
-such as ``EACCES`` or ``ENOSPC``.
+file or folder in it, and ``access(W_OK)``: unwritable; ``EROFS`` also marks
+its file system read-only), or ``full`` (``statvfs``: no space left).
+``path`` is the folder (exactly), ``errno`` a name such as ``EACCES``.
 """
 
 import errno
@@ -15,16 +15,20 @@ import os
 _FAULTS = json.loads(os.environ.get("CODEX_SIDECAR_TEST_FAULTS") or "[]")
 
 
-def _fail(op, folder):
+def _fault(op, folder):
     folder = os.path.abspath(os.fsdecode(folder))
-    for f in _FAULTS:
-        if f["op"] == op and folder == os.path.abspath(f["path"]):
-            code = getattr(errno, f["errno"])
-            raise OSError(code, os.strerror(code), folder)
+    return next((f for f in _FAULTS if f["op"] == op and folder == os.path.abspath(f["path"])), None)
+
+
+def _fail(op, folder):
+    f = _fault(op, folder)
+    if f is not None:
+        code = getattr(errno, f["errno"])
+        raise OSError(code, os.strerror(code), os.fsdecode(folder))
 
 
 if _FAULTS:
-    _listdir, _scandir, _mkdir, _open, _fallocate = os.listdir, os.scandir, os.mkdir, os.open, os.posix_fallocate
+    _listdir, _scandir, _mkdir, _open, _access, _statvfs = os.listdir, os.scandir, os.mkdir, os.open, os.access, os.statvfs
 
     def listdir(path="."):
         _fail("listdir", path)
@@ -43,8 +47,19 @@ if _FAULTS:
             _fail("create", os.path.dirname(os.path.abspath(os.fsdecode(path))))
         return _open(path, flags, mode, dir_fd=dir_fd)
 
-    def posix_fallocate(fd, offset, length):
-        _fail("fallocate", os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")))
-        return _fallocate(fd, offset, length)
+    def access(path, mode, **kw):
+        if mode & os.W_OK and isinstance(path, (str, bytes, os.PathLike)) and _fault("create", path):
+            return False
+        return _access(path, mode, **kw)
 
-    os.listdir, os.scandir, os.mkdir, os.open, os.posix_fallocate = listdir, scandir, mkdir, open, posix_fallocate
+    def statvfs(path):
+        st = _statvfs(path)
+        fields = [st.f_bsize, st.f_frsize, st.f_blocks, st.f_bfree, st.f_bavail, st.f_files, st.f_ffree, st.f_favail, st.f_flag, st.f_namemax]
+        if _fault("full", path):
+            fields[3] = fields[4] = 0
+        created = _fault("create", path)
+        if created and created["errno"] == "EROFS":
+            fields[8] |= os.ST_RDONLY
+        return os.statvfs_result(fields)
+
+    os.listdir, os.scandir, os.mkdir, os.open, os.access, os.statvfs = listdir, scandir, mkdir, open, access, statvfs
