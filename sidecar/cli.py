@@ -117,7 +117,7 @@ def _settings(ctx: click.Context, needs: tuple[str, ...] | None) -> dict[str, An
 def proxy_cmd(ctx: click.Context, command: tuple[str, ...]) -> None:
     """Relay for any child command (e.g. a test double of the app-server)."""
     _settings(ctx, None)
-    sys.exit(_serve(ctx.find_root().meta["resolved"], list(command)))
+    sys.exit(_serve(ctx.find_root().meta["resolved"], list(command), "the proxy command"))
 
 
 @cli.command(_DROP_IN, hidden=True, context_settings={"ignore_unknown_options": True})
@@ -136,7 +136,8 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
         # `app-server --help`, `--version`, or another codex command: not a
         # JSON-RPC session; codex answers it itself.
         os.execv(codex, [codex, *codex_args])
-    sys.exit(_serve(resolved, [codex, *codex_args]))
+    origin = resolved.origins["codex_bin"]
+    sys.exit(_serve(resolved, [codex, *codex_args], "codex on PATH" if origin.kind == "default" else str(origin)))
 
 
 def serves_app_server(codex_args: tuple[str, ...] | list[str]) -> bool:
@@ -305,7 +306,7 @@ def doctor_cmd(ctx: click.Context) -> None:
     for f in findings:
         click.echo(f"{'ok  ' if f.ok else 'FAIL'} {f.check:<12} {f.message}")
     click.echo("\nSettings in effect (value, and where it came from):")
-    for line in settings_lines(resolved, state_dir):
+    for line in settings_lines(resolved, state_dir, codex):
         click.echo(f"  {line}")
     click.echo("")
     click.echo(openclaw_snippet(sidecar_executable(), codex, settings.get("engine") or "legacy", state_dir))
@@ -332,7 +333,8 @@ def _claim_stdout() -> int:
     return protocol
 
 
-def _serve(resolved: Resolved, argv: list[str]) -> int:
+def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
+    """Relay ``argv``'s child; ``child_from`` says where its path came from."""
     settings = resolved.values
     protocol_out = _claim_stdout()
     setup_logging(settings["log_format"], settings["log_level"])
@@ -343,14 +345,14 @@ def _serve(resolved: Resolved, argv: list[str]) -> int:
     try:
         popen = start_process(argv, env)
     except FileNotFoundError:
-        log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "setting": str(resolved.origins["codex_bin"])}})
+        log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
         return 127
     except PermissionError:
-        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "setting": str(resolved.origins["codex_bin"])}})
+        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
         return 126
     previous = forward_signals_to(popen)
     try:
-        return _serve_started(resolved, argv, env, protocol_out, popen)
+        return _serve_started(resolved, argv, env, protocol_out, popen, child_from)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -361,7 +363,7 @@ def _serve(resolved: Resolved, argv: list[str]) -> int:
             popen.wait()
 
 
-def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], protocol_out: int, popen: Any) -> int:
+def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], protocol_out: int, popen: Any, child_from: str) -> int:
     import trio
 
     from .child import Child
@@ -402,7 +404,7 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
                 }
             },
         )
-    engine = _load_engine(resolved, argv[0]) if problem is None else None
+    engine = _load_engine(resolved, argv[0], child_from) if problem is None else None
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),
@@ -411,7 +413,7 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
         stale_slack=settings["stale_slack"],
         rebuild=settings["rebuild"],
     )
-    in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": str(resolved.origins["codex_bin"])}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
+    in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
     freeze_startup_heap()
 
     async def serve() -> int:
@@ -482,7 +484,7 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-def _load_engine(resolved: Resolved, codex: str) -> Any:
+def _load_engine(resolved: Resolved, codex: str, codex_from: str) -> Any:
     """The selected engine, or None for legacy (the lifecycle does not run).
 
     An engine that fails to load leaves the sidecar running as legacy, loudly.
@@ -514,7 +516,7 @@ def _load_engine(resolved: Resolved, codex: str) -> Any:
                 "stateDir": state_dir,
                 "stateDirFrom": str(origin["state_dir"]),
                 "codexBin": codex,
-                "codexBinFrom": str(origin["codex_bin"]) if origin["codex_bin"].kind != "default" else "PATH",
+                "codexBinFrom": codex_from,
                 "projectionMode": settings["projection_mode"],
                 "rebuild": settings["rebuild"],
                 "configFile": str(resolved.config_file) if resolved.config_file else "none",

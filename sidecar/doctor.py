@@ -215,10 +215,13 @@ def check_settings(resolved: Resolved) -> list[Finding]:
     return [*file_problems, *(Finding("setting", False, p.message) for p in resolved.problems if p.setting is not None)]
 
 
-def settings_lines(resolved: Resolved, state_dir: str) -> list[str]:
-    """``name = value  (source)`` for every setting, as the sidecar would run."""
+def settings_lines(resolved: Resolved, state_dir: str, codex: str | None = None) -> list[str]:
+    """``name = value  (source)`` for every setting, as the sidecar would run
+    (the state dir and codex as found when left to their defaults)."""
     shown = resolved.shown()
     shown["state_dir"] = {"value": state_dir, "source": shown["state_dir"]["source"]}
+    if codex and not resolved.values.get("codex_bin"):
+        shown["codex_bin"] = {"value": codex, "source": "codex on PATH"}
     width = max(len(k) for k in shown)
     return [f"{name:<{width}} = {row['value']!s:<24} ({row['source']})" for name, row in shown.items()]
 

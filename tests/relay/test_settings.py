@@ -130,6 +130,16 @@ def test_doctor_shows_each_setting_and_its_source(tmp_path):
     assert row["config_file"].endswith("(CODEX_SIDECAR_CONFIG)")
 
 
+def test_doctor_shows_the_codex_found_on_path(tmp_path):
+    fake = tmp_path / "bin" / "codex"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'codex-cli 0.169.0'\n")
+    fake.chmod(0o755)
+    out = run(["doctor"], {"PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}, home=tmp_path)
+    (row,) = [line for line in out.stdout.decode().splitlines() if line.startswith("  codex_bin ")]
+    assert str(fake) in row and row.endswith("(codex on PATH)")
+
+
 def test_status_and_the_start_up_line_show_the_settings_and_their_sources(tmp_path):
     env = {
         "CODEX_SIDECAR_TOKEN_BUDGET": "5000",
@@ -142,7 +152,7 @@ def test_status_and_the_start_up_line_show_the_settings_and_their_sources(tmp_pa
     settings = json.loads(out.stdout.splitlines()[0])["result"]["settings"]
     assert settings["token_budget"] == {"value": 5000, "source": "CODEX_SIDECAR_TOKEN_BUDGET"}
     assert settings["state_dir"] == {"value": str(tmp_path / "s"), "source": "CODEX_SIDECAR_STATE_DIR"}
-    assert settings["codex_bin"]["value"] == sys.executable and settings["config_file"]["value"] is None
+    assert settings["codex_bin"] == {"value": sys.executable, "source": "the proxy command"} and settings["config_file"]["value"] is None
     (loaded,) = [e for e in map(json.loads, out.stderr.decode().splitlines()) if e["msg"] == "context engine loaded"]
     assert loaded["tokenBudget"] == 5000 and loaded["tokenBudgetFrom"] == "CODEX_SIDECAR_TOKEN_BUDGET"
     assert loaded["stateDir"] == str(tmp_path / "s") and loaded["stateDirFrom"] == "CODEX_SIDECAR_STATE_DIR"
@@ -226,3 +236,11 @@ def test_app_server_help_is_codex_s_own_output_with_no_warnings(tmp_path):
     assert out.returncode == 0
     assert out.stdout.decode().splitlines() == [f"help line {i} for app-server --help" for i in range(1, 94)]
     assert b"invalid frame" not in out.stderr and out.stderr == b""
+
+
+def test_status_names_the_setting_that_gave_the_codex_it_started(tmp_path):
+    codex = str(CHILDREN / "argv_echo.py")
+    env = {"CODEX_SIDECAR_CODEX_BIN": codex, "ARGV_ECHO_LOG": str(tmp_path / "argv.json"), "ECHO_RPC_QUIET": "1"}
+    out = run(["app-server", "--listen", "stdio://"], env, stdin=b'{"id":1,"method":"sidecar/status"}\n', home=tmp_path)
+    settings = json.loads(out.stdout.splitlines()[0])["result"]["settings"]
+    assert settings["codex_bin"] == {"value": codex, "source": "CODEX_SIDECAR_CODEX_BIN"}
