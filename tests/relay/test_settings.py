@@ -244,3 +244,12 @@ def test_status_names_the_setting_that_gave_the_codex_it_started(tmp_path):
     out = run(["app-server", "--listen", "stdio://"], env, stdin=b'{"id":1,"method":"sidecar/status"}\n', home=tmp_path)
     settings = json.loads(out.stdout.splitlines()[0])["result"]["settings"]
     assert settings["codex_bin"] == {"value": codex, "source": "CODEX_SIDECAR_CODEX_BIN"}
+
+
+def test_a_misspelt_engine_at_start_up_logs_did_you_mean_and_its_setting(tmp_path):
+    env = {"CODEX_SIDECAR_ENGINE": "losless", "CODEX_SIDECAR_LOG_FORMAT": "json", "ECHO_RPC_QUIET": "1", "CODEX_SIDECAR_STATE_DIR": str(tmp_path / "s")}
+    out = run(["proxy", "--", sys.executable, str(CHILDREN / "echo_rpc.py")], env, stdin=b'{"id":1,"method":"initialize"}\n', home=tmp_path)
+    assert json.loads(out.stdout.splitlines()[0])["id"] == 1
+    (e,) = [e for e in map(json.loads, out.stderr.decode().splitlines()) if e["level"] == "error"]
+    assert e["msg"] == "engine 'losless' is not installed (did you mean 'lossless'?)"
+    assert e["setting"] == "CODEX_SIDECAR_ENGINE" and e["fix"] == "change or unset CODEX_SIDECAR_ENGINE"
