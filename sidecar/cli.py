@@ -140,15 +140,21 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
     sys.exit(_serve(resolved, [codex, *codex_args], "codex on PATH" if origin.kind == "default" else str(origin)))
 
 
+NOT_A_SESSION = frozenset({"-h", "--help", "-V", "--version", "help", "daemon", "generate-ts", "generate-json-schema", "--print-startup-config"})
+"""Words after ``app-server`` (codex 0.169.0's ``app-server --help``) that
+print something and exit instead of speaking JSON-RPC on stdio."""
+
+
 def serves_app_server(codex_args: tuple[str, ...] | list[str]) -> bool:
     """Whether codex's argv starts an app-server session (to relay), rather
-    than asking for help or a version, or running another codex command."""
+    than asking for help or a version, generating bindings, managing the
+    daemon, or running another codex command."""
     args = list(codex_args)
     if "--" in args:
         args = args[: args.index("--")]
-    if any(a in ("-h", "--help", "-V", "--version", "help") for a in args):
+    if any(a in ("-h", "--help", "-V", "--version") for a in args) or "app-server" not in args:
         return False
-    return "app-server" in args
+    return not any(a in NOT_A_SESSION for a in args[args.index("app-server") + 1 :])
 
 
 @cli.group("engines", invoke_without_command=True)

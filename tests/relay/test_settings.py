@@ -222,6 +222,11 @@ def test_the_inspect_table_stays_in_line_with_long_channels_and_labels_a_switch(
         (["app-server", "-h"], False),
         (["--version"], False),
         (["exec", "hi"], False),
+        (["app-server", "generate-ts", "--out", "x"], False),
+        (["app-server", "daemon", "status"], False),
+        (["app-server", "--print-startup-config"], False),
+        (["app-server", "proxy"], True),
+        (["-c", "model=help", "app-server", "--listen", "stdio://"], True),
     ],
 )
 def test_only_an_app_server_session_is_relayed(args, relayed):
