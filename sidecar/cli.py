@@ -396,7 +396,8 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
     state_dir = settings.get("state_dir") or str(default_state_dir())
     # Fail open on state too: a state dir the sidecar cannot use costs the
     # engine (and, unreadable, the history part), never the client's relay.
-    problem = check_state_dir(state_dir, create=settings["engine"] != "legacy")
+    wanted = settings["engine"] != "legacy"
+    problem = check_state_dir(state_dir, create=wanted, missing_ok=not wanted)
     if problem is not None:
         log.error(
             problem.message(),
@@ -410,7 +411,9 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
                 }
             },
         )
-    engine = _load_engine(resolved, argv[0], child_from) if problem is None else None
+    engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None
+    if engine is not None:
+        _log_loaded(engine, resolved, state_dir, argv[0], child_from)
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),
@@ -436,8 +439,10 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
         proxy.add_status_provider("settings", lambda: in_effect)
         if problem is not None:
             proxy.add_status_provider("stateDir", lambda: {"usable": False, "path": str(problem.path), "problem": problem.message(), "code": problem.code})
-        if problem is not None and not problem.readable:
-            return await proxy.run()  # a pure relay: nothing of the state dir is read
+        if (problem is not None and not problem.readable) or (engine is None and not os.path.isdir(state_dir)):
+            # A pure relay: the state dir cannot be read, or there is none
+            # and no engine to make one (no thread was ever rebuilt here).
+            return await proxy.run()
         # The engine's host, bound before the relay reads the client's first
         # line; an engine whose bind fails runs as legacy.
         bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
@@ -490,26 +495,31 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-def _load_engine(resolved: Resolved, codex: str, codex_from: str) -> Any:
+def _load_engine(settings: dict[str, Any], engines_config: dict[str, Any], origins: dict[str, Origin] | None = None) -> Any:
     """The selected engine, or None for legacy (the lifecycle does not run).
 
     An engine that fails to load leaves the sidecar running as legacy, loudly.
     """
     from engines import is_legacy, list_engines, load_engine_or_legacy
 
-    settings = resolved.values
     engine_id = settings["engine"]
     allow = settings.get("engine_allowlist")
-    engine = load_engine_or_legacy(engine_id, resolved.engines.get(engine_id, {}), allowlist=allow)
+    engine = load_engine_or_legacy(engine_id, engines_config.get(engine_id, {}), allowlist=allow)
     if is_legacy(engine):
-        if engine_id != "legacy" and not any(e.id == engine_id for e in list_engines()):
+        installed = [e.id for e in list_engines()]
+        if engine_id != "legacy" and engine_id not in installed:
+            origin = (origins or {}).get("engine", DEFAULT)
             log.error(
-                f"engine {engine_id!r} is not installed{did_you_mean(engine_id, [e.id for e in list_engines()])}",
-                extra={"fields": {"setting": str(resolved.origins["engine"]), "fix": resolved.origins["engine"].fix()}},
+                f"engine {engine_id!r} is not installed{did_you_mean(engine_id, installed)}",
+                extra={"fields": {"setting": str(origin), "fix": origin.fix()}},
             )
         return None
-    origin = resolved.origins
-    state_dir = settings.get("state_dir") or str(default_state_dir())
+    return engine
+
+
+def _log_loaded(engine: Any, resolved: Resolved, state_dir: str, codex: str, codex_from: str) -> None:
+    """The start-up line: the engine and the settings in effect, each with its source."""
+    settings, origin = resolved.values, resolved.origins
     log.info(
         "context engine loaded",
         extra={
@@ -529,7 +539,6 @@ def _load_engine(resolved: Resolved, codex: str, codex_from: str) -> Any:
             }
         },
     )
-    return engine
 
 
 def split_drop_in(args: list[str]) -> list[str]:

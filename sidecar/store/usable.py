@@ -83,15 +83,19 @@ def _full(folder: Path, reserve: int) -> OSError | None:
     return None
 
 
-def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024) -> StateProblem | None:
+def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024, missing_ok: bool = False) -> StateProblem | None:
     """The first problem with the state dir at ``path``, or None.
 
     ``create``: make it (0700) when missing, as an engine would; otherwise a
     missing folder is fine when it could be created. Its folders that exist
     must be listable and writable, and its disk must have ``reserve`` bytes
-    free, so a full disk shows here and not mid-turn."""
+    free, so a full disk shows here and not mid-turn. ``missing_ok``: a
+    missing state dir is no problem at all (a legacy sidecar, which has
+    nothing to read there and writes nothing)."""
     p = Path(path)
     if not p.exists():
+        if missing_ok:
+            return None
         if not create:
             ancestor = next((a for a in p.parents if a.exists()), None)
             if ancestor is not None and not ancestor.is_dir():

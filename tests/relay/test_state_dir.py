@@ -98,6 +98,16 @@ def test_a_missing_state_dir_and_parents_are_created_private(tmp_path):
     assert all((p.stat().st_mode & 0o777) == 0o700 for p in (tmp_path / "a", tmp_path / "a" / "b", state))
 
 
+def test_legacy_with_a_missing_state_dir_logs_nothing_and_creates_nothing(tmp_path):
+    """Legacy has nothing to read there and writes nothing: invisible."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    for state in (tmp_path / "absent", blocker / "state"):
+        errors, logs = relay(state, engine="legacy")
+        assert errors == [] and not state.exists()
+        assert [e["msg"] for e in logs if e["level"] != "info" or "state" in e["msg"]] == []
+
+
 def test_a_missing_state_dir_that_cannot_be_created_leaves_a_pure_relay(tmp_path):
     parent = tmp_path / "locked"
     parent.mkdir()
