@@ -6,6 +6,8 @@
 #                 OpenClaw's whole agent through the sidecar included (installs both first)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
+#   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
+#                 lossless store's PostgreSQL tests (a throwaway server a run, on a Unix socket)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
@@ -40,7 +42,18 @@ OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODE
 # a missing install fails the OpenClaw tests instead of skipping them.
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
-.PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
+# PostgreSQL's server programs (initdb, pg_ctl, postgres) come from PyPI: the
+# pgserver wheel ships a relocatable PostgreSQL 16 build, installed with
+# --no-deps (only its binaries are used; no root, no system service).  For a
+# Python it has no wheel for (3.13+), Debian's postgresql package instead
+# (apt-get, as root).  The folder of the programs is written to
+# $(PG_DIR)/bindir (relative to it, or absolute) and exported to pytest by `make test`: with it set, a
+# server that does not start fails the PostgreSQL tests instead of skipping them.
+PGSERVER_VER := 0.1.4
+PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
+PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
+
+.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
 
 all: test
 
@@ -101,6 +114,23 @@ $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
 
 openclaw: $(OPENCLAW_TEMPLATE)/.installed
 
+$(PG_DIR)/.installed: $(VENV)/.installed
+	@echo "==> postgres: PostgreSQL's server programs into $(PG_DIR)/ (pip, one wheel; ~1 min)"
+	rm -rf $(PG_DIR)
+	if $(PY) -m pip install --progress-bar on --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER); then \
+		echo pgserver/pginstall/bin > $(PG_DIR)/bindir; \
+	else \
+		echo "no pgserver wheel for this Python: PostgreSQL from Debian's packages"; \
+		mkdir -p $(PG_DIR); \
+		ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; \
+		dirname "$$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -1)" > $(PG_DIR)/bindir; \
+	fi
+	cd $(PG_DIR) && "$$(realpath "$$(cat bindir)")/postgres" --version
+	touch $@
+
+postgres: $(PG_DIR)/.installed
+
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
@@ -110,8 +140,8 @@ lint: setup
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint openclaw
-	$(OPENCLAW_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+test: setup lint openclaw postgres
+	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-openclaw: setup openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)

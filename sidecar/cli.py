@@ -165,6 +165,8 @@ def engines_cmd(ctx: click.Context) -> None:
     \b
     Per-engine views:
       codex-sidecar engines lossless status [THREAD] [--json]
+      codex-sidecar engines lossless doctor [--json]
+      codex-sidecar engines lossless backup PATH
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -225,6 +227,76 @@ def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -
         return
     for line in render_lossless(rows):
         click.echo(line)
+
+
+def _open_lossless_store(ctx: click.Context) -> Any:
+    """The lossless store the sidecar's config names (``database_url``) or the
+    SQLite file under the state directory, which must exist (nothing is created)."""
+    from engines.lossless import DB_NAME, Store, StoreError, parse_config
+
+    from .store.lossless_view import store_dir
+
+    try:
+        cfg = parse_config(ctx.meta.get("engines_config", {}).get("lossless"))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    folder = store_dir(ctx.obj.get("state_dir") or str(default_state_dir()))
+    if not cfg.database_url and not (folder / DB_NAME).is_file():
+        raise click.ClickException(f"no lossless store under {folder} (has the sidecar run with engine = \"lossless\"?)")
+    try:
+        return Store.open_configured(cfg.database_url, folder, DB_NAME), int(cfg.max_store_mb * 2**20)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@lossless_cmd.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of lines.")
+@click.pass_context
+def lossless_doctor_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Check the lossless store: database integrity, the search index against
+    the messages and summaries, orphan summaries, gaps, and its size against
+    max_store_mb. Exits 1 when a problem is found."""
+    store, max_bytes = _open_lossless_store(ctx)
+    try:
+        report = store.doctor(max_bytes)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(report, sort_keys=True))
+    else:
+        limit = f" of {report['maxBytes'] / 2**20:.1f} MiB allowed" if report["maxBytes"] else " (no size limit)"
+        click.echo(f"store      {report['backend']} {report['where']} (schema {report['schemaVersion']})")
+        click.echo(f"size       {report['sizeBytes'] / 2**20:.2f} MiB{limit}")
+        click.echo(
+            f"contents   {report['sessions']} sessions, {report['messages']} messages "
+            f"({report['prunedMessages']} pruned), {report['summaries']} summaries"
+        )
+        for w in report["warnings"]:
+            click.echo(f"warning    {w}")
+        for p in report["problems"]:
+            click.echo(f"PROBLEM    {p}")
+        click.echo("ok" if not report["problems"] else f"{len(report['problems'])} problem(s)")
+    if report["problems"]:
+        ctx.exit(1)
+
+
+@lossless_cmd.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.pass_context
+def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
+    """Copy the lossless store to PATH (a new SQLite file), consistently,
+    while the sidecar keeps writing: SQLite's online backup, or a logical
+    copy of a PostgreSQL store's rows (pg_dump backs up the whole database)."""
+    from engines.lossless import StoreError
+
+    store, _ = _open_lossless_store(ctx)
+    try:
+        store.backup(path)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        store.close()
+    click.echo(f"backed up {store.where} to {path}")
 
 
 def _normalise(name: str | None) -> str:

@@ -55,6 +55,12 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     grep_max_limit: int = 50
     #: Where the store lives when the host gives no state folder (unbound engine).
     state_dir: str | None = None
+    #: The store in a PostgreSQL database (``postgresql://user:password@host/db``)
+    #: instead of the SQLite file in the state folder; needs the ``[postgres]`` extra.
+    database_url: str | None = None
+    #: A size bound for the store in MiB (0: none). Past it, maintenance drops the
+    #: raw text of the oldest messages already condensed (depth >= 1); see the docs.
+    max_store_mb: float = 0
     #: Sent to the model as the system prompt addition once the assembly holds
     #: a summary; "" sends none.
     system_prompt_addition: str = DEFAULT_SYSTEM_PROMPT_ADDITION
@@ -87,6 +93,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in ("summary_timeout", "step_deadline"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
+        if self.database_url is not None and not self.database_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database_url must be a PostgreSQL URL (postgresql://...)")
+        if self.max_store_mb < 0:
+            raise ValueError(f"max_store_mb must not be negative, got {self.max_store_mb}")
         if self.expand_default_tokens > self.expand_max_tokens:
             raise ValueError("expand_default_tokens must not exceed expand_max_tokens")
         if self.grep_default_limit > self.grep_max_limit:

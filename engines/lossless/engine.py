@@ -96,11 +96,14 @@ class LosslessEngine(BaseContextEngine):
         """Remember the host and open the store in its ``state_dir``."""
         self._host = host
         if self._store is None:
-            self._store = await trio.to_thread.run_sync(Store.open, host.state_dir, DB_NAME)
+            self._store = await trio.to_thread.run_sync(Store.open_configured, self.cfg.database_url, host.state_dir, DB_NAME)
 
     def _store_now(self) -> Store:
         if self._store is None:
             folder = self.cfg.state_dir
+            if self.cfg.database_url:
+                self._store = Store.connect(self.cfg.database_url)
+                return self._store
             if not folder:
                 raise LosslessNotReady(
                     "the lossless engine has no state folder: the sidecar did not bind it to a host "
@@ -257,6 +260,8 @@ class LosslessEngine(BaseContextEngine):
                 retried = await retry_fallbacks(
                     self._context(), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
                 )
+        if self.cfg.max_store_mb:
+            await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))
         changed = bool(report.get("changed")) or retried > 0
         reason = "compaction step" if report.get("changed") else "no compaction needed"
         if retried:

@@ -27,7 +27,7 @@ class EngineCalls:
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
         self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
-    async def call(self, name: str, awaitable: Awaitable[T]) -> T:
+    async def call(self, awaitable: Awaitable[T]) -> T:
         """One engine call under the deadline (``trio.TooSlowError`` past it)."""
         with trio.fail_after(self.options.engine_deadline):
             return await awaitable
@@ -57,7 +57,6 @@ class EngineCalls:
             log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
             try:
                 await self.call(
-                    "bootstrap",
                     bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
                 )
                 log.info("codex context engine bootstrap completed", extra={"fields": self.fields(session)})
@@ -71,7 +70,6 @@ class EngineCalls:
             return False
         try:
             await self.call(
-                "maintain",
                 maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
             session.stats[f"lastMaintain{reason.title()}"] = "ok"

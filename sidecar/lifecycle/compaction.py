@@ -63,7 +63,6 @@ class Compaction:
     async def _engine_compact(self, session: ThreadSession) -> CompactResult:
         try:
             result = await self.calls.call(
-                "compact",
                 self.calls.engine.compact(
                     CompactParams(
                         session_id=session.thread_id,

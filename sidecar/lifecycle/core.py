@@ -71,7 +71,7 @@ class Lifecycle:
         self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"
         self.backing = BackingThreads(state_dir)
         """The client's threads and the Codex threads behind them (empty until
-        a fresh rebuild switches one): translated at the child's edge."""
+        a fresh rebuild switches one): mapped at the child's edge."""
         proxy.edge = self.backing
         fresh = engine is not None and self.options.rebuild == "fresh"
         self.requests = requests = RequestParams()
@@ -162,7 +162,7 @@ class Lifecycle:
 
     def _install_history(self, hooks: Hooks) -> None:
         """No engine: only what keeps the client's history whole (the reads
-        splice archived turns, thread ids are translated at the edge, a
+        splice archived turns, thread ids are mapped at the edge, a
         delete, archive or name follows a switched thread). Nothing else is
         touched: a thread no rebuild ever moved passes byte for byte."""
         hooks.on_client_request("thread/resume", self._remember_resume)

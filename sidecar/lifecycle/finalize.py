@@ -167,7 +167,6 @@ class Finalizer:
             ok = True
             try:
                 path = await self.calls.call(
-                    "after_turn",
                     after_turn_with_fallback(
                         self.calls.engine,
                         AfterTurnParams(

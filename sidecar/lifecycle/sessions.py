@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from protocol.codex import CodexDecodeError, DynamicToolSpec, decode
+from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
@@ -108,7 +108,7 @@ class Sessions:
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         tools = params.get("dynamicTools")
         if isinstance(tools, list):
-            session.tools = client_tool_names(tools)
+            session.tools = callable_tool_names(tools)
         if pending.method == "thread/fork":
             parent = self.sessions.get(params.get("threadId", ""))
             if parent is not None and parent.tools and not session.tools:
@@ -442,7 +442,7 @@ def _restore_ledger(session: ThreadSession) -> None:
         session.held, session.force_rebuild = [], True
 
 
-def client_tool_names(tools: list[Any]) -> frozenset[str]:
+def callable_tool_names(tools: list[Any]) -> frozenset[str]:
     """The names the model can call among a client's ``dynamicTools``: a
     function's name, a namespace's members (OpenClaw declares most of its
     tools in the namespaces ``openclaw`` and ``openclaw_direct``); an entry
@@ -452,7 +452,7 @@ def client_tool_names(tools: list[Any]) -> frozenset[str]:
         if not isinstance(entry, dict):
             continue
         try:
-            names.update(decode(DynamicToolSpec, entry).tool_names())
+            names.update(decode_as(DynamicToolSpec, entry).tool_names())
         except CodexDecodeError:
             continue
     return frozenset(names)

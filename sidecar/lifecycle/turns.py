@@ -19,7 +19,7 @@ from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from ..session.options import LifecycleOptions
-from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
+from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
@@ -160,7 +160,6 @@ class Turns:
         )
         try:
             result = await self.calls.call(
-                "assemble",
                 self.calls.engine.assemble(
                     AssembleParams(
                         session_id=session.thread_id,
@@ -282,7 +281,7 @@ class Turns:
         if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
             self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         plan = plan_turn(
-            Ledger(
+            ThreadHoldings(
                 held=held,
                 sizes=session.sizes,
                 force_rebuild=session.force_rebuild,
@@ -317,27 +316,28 @@ class Turns:
         return result.messages
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self.requests.pop(pending.client_id)  # noqa: F841  (kept symmetric with threads)
-        for session in self.sessions.values():
-            state = session.current
-            if state is None or state.client_id != pending.client_id or state.turn_id is not None:
-                continue
-            result = msg.result()
-            turn = result.get("turn") if isinstance(result, dict) else None
-            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-                state.turn_id = turn["id"]
-                session.turns[turn["id"]] = state
-                self.spares.confirm(session)
-                if state.addition_pending is not None:
-                    session.addition_sent = state.addition_pending
-                if state.epoch_pending is not None:
-                    session.projected_epoch = state.epoch_pending
-            else:  # refused: no turn will complete, the thread is free again
-                if state.rebuilt:
-                    # The revert went through; the projection did not land.
-                    session.held, session.turns_since_rebuild = [], []
-                    session.projected_epoch = None
-                session.end_turn(state)
-            break
+        self.requests.pop(pending.client_id)
+        # The request carries its thread (on_turn_start read its params): one
+        # look-up, not a scan of every session.
+        session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
+        state = session.current if session is not None else None
+        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
+            return None
+        result = msg.result()
+        turn = result.get("turn") if isinstance(result, dict) else None
+        if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+            state.turn_id = turn["id"]
+            session.turns[turn["id"]] = state
+            self.spares.confirm(session)
+            if state.addition_pending is not None:
+                session.addition_sent = state.addition_pending
+            if state.epoch_pending is not None:
+                session.projected_epoch = state.epoch_pending
+        else:  # refused: no turn will complete, the thread is free again
+            if state.rebuilt:
+                # The revert went through; the projection did not land.
+                session.held, session.turns_since_rebuild = [], []
+                session.projected_epoch = None
+            session.end_turn(state)
         return None
 

@@ -1,8 +1,12 @@
 """What the sidecar knows of one client thread (a session) and of its turns.
 
-Plain data: the lifecycle's jobs read and update it, one turn at a time per
-thread (``ThreadSession.slot``). The ledger fields (``held``,
-``turns_since_rebuild``, ``force_rebuild``, ``projected_epoch``, ``sizes``)
+Dataclasses (with a few small helpers) holding what the lifecycle's jobs
+share about a thread: its open files (mirror, ledger, inspect log), the
+ledger's view, and the trio primitives the jobs wait on (``ready``, the
+one-turn-at-a-time ``slot`` semaphore, ``reverts_answered``, the revert
+``tickets``), so not plain data. The jobs read and update it, one turn at a
+time per thread. The ledger fields (``held``, ``turns_since_rebuild``,
+``force_rebuild``, ``projected_epoch``, ``sizes``)
 are what :mod:`sidecar.session.planner` plans a turn from.
 """
 

@@ -135,7 +135,7 @@ def _loader_log(engine_id: str) -> str:
 
 
 def _third_party_without_allowlist(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    from tests.relay.test_doctor import install_engine
+    from tests.cli.test_doctor import install_engine
 
     site = tmp / "site"
     site.mkdir()
