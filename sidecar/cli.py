@@ -240,7 +240,8 @@ def _open_lossless_store(ctx: click.Context) -> Any:
         cfg = parse_config(ctx.meta.get("engines_config", {}).get("lossless"))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    folder = store_dir(ctx.obj.get("state_dir") or str(default_state_dir()))
+    settings = _settings(ctx, ("state_dir", "engine"))
+    folder = store_dir(settings.get("state_dir") or str(default_state_dir()))
     if not cfg.database_url and not (folder / DB_NAME).is_file():
         raise click.ClickException(f"no lossless store under {folder} (has the sidecar run with engine = \"lossless\"?)")
     try:
