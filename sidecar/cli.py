@@ -486,8 +486,10 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
     state_dir = settings.get("state_dir") or str(default_state_dir())
     # Fail open on state too: a state dir the sidecar cannot use costs the
     # engine (and, unreadable, the history part), never the client's relay.
+    # Nothing is created here: the engine's bind creates the state dir, so an
+    # engine that fails to load leaves none behind.
     wanted = settings["engine"] != "legacy"
-    problem = check_state_dir(state_dir, create=wanted, missing_ok=not wanted)
+    problem = check_state_dir(state_dir, create=False, missing_ok=not wanted)
     if problem is not None:
         log.error(
             problem.message(),
