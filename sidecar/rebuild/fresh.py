@@ -311,7 +311,7 @@ class Spares:
             return
         thread = read.get("thread") if isinstance(read, dict) else None
         if isinstance(thread, dict) and not alias.listed:
-            alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
+            alias.listed = {k: thread[k] for k in ("preview", "createdAt", "path") if k in thread}
             await self.save_alias(alias)
 
     def spare_ready(self, alias: Alias, result: Any, token: object) -> None:
