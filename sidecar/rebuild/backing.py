@@ -425,6 +425,8 @@ class BackingThreads:
 
     def _thread_answer(self, line: bytes) -> bytes:
         """A one-thread answer about a backing thread, as the client's (before its ids are mapped)."""
+        if not any(a.listed and a.current and a.current != a.client and a.current.encode() in line for a in self.aliases.values()):
+            return line  # about no switched thread: not parsed
         try:
             msg = json.loads(line)
         except ValueError:
