@@ -106,11 +106,9 @@ class ArchivedTurns:
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(result, dict) or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
             return None
-        shown = self.as_client(thread["id"], result)
         if include:
-            spliced = self.splice_thread(msg, shown, shown["thread"])
-            if spliced is not None:
-                return spliced
+            return self.splice_thread(msg, result, thread)
+        shown = self.as_client(thread["id"], result)
         return None if shown is result else rewrite(msg.line, result=shown)
 
     # ------------------------------------------------------------ read state
@@ -215,15 +213,17 @@ class ArchivedTurns:
 
     def splice_thread(self, msg: Message, result: dict[str, Any], thread: dict[str, Any]) -> Decision:
         """The response with the turns the sidecar's rebuilds took out of the
-        Codex thread back in front of Codex's own."""
+        Codex thread back in front of Codex's own, and the thread's path and
+        read state as the client's (:meth:`as_client`)."""
+        shown = self.as_client(thread["id"], result)
+        thread = shown["thread"] if isinstance(shown.get("thread"), dict) else thread
         turns = thread.get("turns")
-        if not isinstance(turns, list):
-            return None
-        self._reconcile(thread["id"], turns)
-        spliced = splice_turns(self.hidden_for(thread["id"]), turns)
-        if spliced is None:
-            return None
-        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
+        if isinstance(turns, list):
+            self._reconcile(thread["id"], turns)
+            spliced = splice_turns(self.hidden_for(thread["id"]), turns)
+            if spliced is not None:
+                shown = {**shown, "thread": {**thread, "turns": spliced}}
+        return None if shown is result else rewrite(msg.line, result=shown)
 
     def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
         hidden = self._cache.get(thread_id)
