@@ -155,6 +155,8 @@ class Lifecycle:
         self.spares.install(hooks, self.opening.remember_request)
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self.inplace.swallow_noise)
+        hooks.on_server_notification("thread/readState/changed", self.archived.on_read_state)  # after the revert's are swallowed
+        hooks.on_response("thread/start", self.archived.note_opened)
         self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
         for method in ("thread/start", "thread/resume", "thread/fork"):
@@ -183,6 +185,7 @@ class Lifecycle:
         hooks.on_client_request("thread/items/list", self.archived.on_items_list)
         hooks.on_response("thread/items/list", self.archived.on_list_response)
         hooks.on_response("thread/list", self.archived.on_thread_list_response)
+        hooks.on_server_notification("thread/readState/changed", self.archived.on_read_state)
         self.spares.install(hooks, self.opening.remember_request)
 
     def _remember_resume(self, msg: Message) -> Decision:

@@ -20,7 +20,7 @@ import trio
 from ..relay import Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
-from ..store.archive import TurnArchive, archive_path
+from ..store.archive import UNKNOWN, TurnArchive, archive_path
 from ..store.ledger import LedgerState
 from ..store.reads import ArchivedTurns
 from .inplace import FirstTurnGone, InPlace
@@ -75,9 +75,10 @@ class Rebuilder:
         # the client's reads must still show (a turn marked dropped that Codex
         # still has is not shown twice: reads splice only the missing ones).
         archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+        unread, path = self.client_view(session)
         self.archived.reverting.add(session.thread_id)
         try:
-            marked = await trio.to_thread.run_sync(_before_rebuild, archive, session)
+            marked = await trio.to_thread.run_sync(_before_rebuild, archive, session, unread, path)
             # A read answered from here on must see the marks (its response may
             # come in the same pipe read as the revert's, before this task resumes).
             self.archived.forget(session.thread_id)
@@ -98,6 +99,17 @@ class Rebuilder:
             return False
         finally:
             self.archived.reverting.discard(session.thread_id)
+
+    def client_view(self, session: ThreadSession) -> tuple[Any, str | None]:
+        """The client's first unread position and its thread's rollout path
+        before the rebuild, as Codex last showed them in this process,
+        recorded with the marks (Codex shows the rebuilt thread's own after
+        it). Not asked for here: a ``thread/read`` on the rebuild's path
+        would delay every first rebuild after a restart (Codex shows the read
+        state after each turn, the path in every thread/start, resume and
+        read answer). :data:`UNKNOWN` and None: not shown yet, not recorded."""
+        thread_id = session.thread_id
+        return self.archived.unread_to_record(thread_id), self.archived.shown_path.get(thread_id)
 
     async def first_codex_turn(self, thread_id: str, session: ThreadSession | None) -> str | None:
         """The first turn the Codex thread holds: the ledger's when it knows,
@@ -128,8 +140,8 @@ def _ledger_state(session: ThreadSession) -> LedgerState:
     )
 
 
-def _before_rebuild(archive: TurnArchive, session: ThreadSession) -> list[str]:
-    marked = archive.mark_dropped(session.live_turns)
+def _before_rebuild(archive: TurnArchive, session: ThreadSession, unread: Any = UNKNOWN, path: str | None = None) -> list[str]:
+    marked = archive.mark_dropped(session.live_turns, unread, path)
     if session.ledger is not None:
         session.ledger.rebuilding(session.rebuilds, session.projected_epoch)
     return marked

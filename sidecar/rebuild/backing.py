@@ -114,6 +114,10 @@ STICKY_TURN_KEYS = (
 UNATTRIBUTED_START_NOTIFICATIONS = (b'"configWarning"', b'"remoteControl/status/changed"')
 
 LIST_METHODS = ("thread/list", "thread/loaded/list")
+THREAD_METHODS = ("thread/read", "thread/resume", "thread/unarchive")
+"""Answers that show one thread (``result.thread``)."""
+ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
+"""Where Codex keeps an archived thread's rollout (under its home)."""
 
 
 @dataclass
@@ -130,8 +134,10 @@ class Alias:
     """The last switch's turn was not accepted by Codex yet (the current
     thread may have no rollout)."""
     listed: dict[str, Any] = field(default_factory=dict)
-    """The client's thread as ``thread/list`` showed it before any switch
-    (``preview``, ``createdAt``): the current backing thread's entry gets it."""
+    """The client's thread as Codex showed it before any switch
+    (``preview``, ``createdAt``, ``path``): the current backing thread's
+    ``thread/list`` entry and its ``thread/read``, ``thread/resume`` and
+    ``thread/unarchive`` answers show these instead of its own."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -396,7 +402,40 @@ class BackingThreads:
             line = self._filter_list(line, method)
         if not self._to_client:
             return line
+        if method in THREAD_METHODS:
+            line = self._thread_answer(line)
         return _map_ids(line, self._to_client)
+
+    def client_listed(self, codex_id: Any, thread: dict[str, Any]) -> dict[str, Any]:
+        """``thread`` (Codex's, about ``codex_id``) as the client's: where
+        ``codex_id`` is a client thread's current backing thread, with the
+        ``preview``, ``createdAt`` and ``path`` the client's own thread had
+        (:attr:`Alias.listed`; Codex shows the backing thread's first prompt
+        and rollout file). An archived thread's rollout lies next to the
+        backing one's (``archived_sessions``)."""
+        client = self._to_client.get(codex_id.encode()) if isinstance(codex_id, str) else None
+        alias = self.aliases.get(client.decode()) if client is not None else None
+        if alias is None or alias.current != codex_id or alias.current == alias.client or not alias.listed:
+            return thread
+        listed = {k: v for k, v in alias.listed.items() if k in thread}
+        path, own = listed.get("path"), thread.get("path")
+        if isinstance(path, str) and isinstance(own, str) and ARCHIVED_DIR in own and ARCHIVED_DIR not in path:
+            listed["path"] = os.path.join(os.path.dirname(own), os.path.basename(path))
+        return {**thread, **listed}
+
+    def _thread_answer(self, line: bytes) -> bytes:
+        """A one-thread answer about a backing thread, as the client's (before its ids are mapped)."""
+        if not any(a.listed and a.current and a.current != a.client and a.current.encode() in line for a in self.aliases.values()):
+            return line  # about no switched thread: not parsed
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return line
+        result = msg.get("result") if isinstance(msg, dict) else None
+        if not isinstance(result, dict) or not isinstance(result.get("thread"), dict):
+            return line
+        thread = self.client_listed(result["thread"].get("id"), result["thread"])
+        return line if thread is result["thread"] else rewrite(line, result={**result, "thread": thread})
 
     def fragment_to_codex(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to Codex (an id
@@ -420,7 +459,6 @@ class BackingThreads:
         if not isinstance(data, list):
             return line
         hidden = {h.decode() for h in self._hidden}
-        listed = {a.current: a.listed for a in self.aliases.values() if a.listed and a.current != a.client}
 
         def visible(entry: Any) -> bool:
             thread_id = entry if isinstance(entry, str) else entry.get("id") if isinstance(entry, dict) else None
@@ -428,10 +466,7 @@ class BackingThreads:
 
         kept = [e for e in data if visible(e)]
         to_client = {k.decode(): v.decode() for k, v in self._to_client.items()}
-        patched = [
-            {**e, **listed[e["id"]]} if isinstance(e, dict) and e.get("id") in listed else to_client.get(e, e) if isinstance(e, str) else e
-            for e in kept
-        ]
+        patched = [self.client_listed(e.get("id"), e) if isinstance(e, dict) else to_client.get(e, e) if isinstance(e, str) else e for e in kept]
         changes: dict[str, Any] = {}
         states = result.get("readStates")
         if isinstance(states, dict):

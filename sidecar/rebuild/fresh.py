@@ -299,9 +299,10 @@ class Spares:
             answered.set()
 
     async def record_listed(self, alias: Alias) -> None:
-        """How thread/list shows the client's thread before any rebuild (a
-        revert starts a rollout segment with its own preview and creation
-        time): a backing thread's entry will show this instead of its own."""
+        """How Codex shows the client's thread before any rebuild (its first
+        prompt, creation time and rollout file): a backing thread's
+        ``thread/list`` entry and ``thread/read``, ``thread/resume`` and
+        ``thread/unarchive`` answers will show these instead of its own."""
         if alias.listed:
             return
         try:
@@ -311,7 +312,7 @@ class Spares:
             return
         thread = read.get("thread") if isinstance(read, dict) else None
         if isinstance(thread, dict) and not alias.listed:
-            alias.listed = {k: thread[k] for k in ("preview", "createdAt") if k in thread}
+            alias.listed = {k: thread[k] for k in ("preview", "createdAt", "path") if k in thread}
             await self.save_alias(alias)
 
     def spare_ready(self, alias: Alias, result: Any, token: object) -> None:

@@ -18,7 +18,12 @@ reverts turns itself, ``{"forgotten": [turn ids]}`` records. A client
 revert leaves ``{"reverting": {...}}`` before it goes to Codex, then
 ``{"forgetting": {"beforeTurnId", "intoArchive", "inFlightTurnIds"}}`` when
 Codex answers it (``{"revertRefused": id}`` when Codex refuses it) and
-``{"forgot": id}`` once the archive and the transcript mirror follow it. A
+``{"forgot": id}`` once the archive and the transcript mirror follow it.
+A ``dropped`` record may carry what the client saw of its thread when the
+rebuild dropped those turns (Codex shows the rebuilt thread's own after
+it): ``"unread"``, its first unread position (``readState.firstUnread``),
+and ``"path"``, its rollout file; an ``{"unread": null}`` record says the
+client marked its thread read since (see :meth:`TurnArchive.shown`). A
 kill in between leaves the last step undone; the next opening of the thread
 does it (asking Codex's newest turn when the answer was never read). Appends are
 single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
@@ -36,6 +41,11 @@ from typing import Any
 
 from .inspect import append_record, decode_records
 from .mirror import session_path
+
+ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
+"""Where Codex keeps an archived thread's rollout (under its home)."""
+UNKNOWN: Any = object()
+"""Not known (as opposed to None, which says "read")."""
 
 
 def archive_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
@@ -58,16 +68,43 @@ class TurnArchive:
     def append_turn(self, turn: dict[str, Any]) -> None:
         self._append({"turn": turn})
 
-    def mark_dropped(self, turn_ids: list[str] | None) -> list[str]:
+    def mark_dropped(self, turn_ids: list[str] | None, unread: Any = UNKNOWN, path: str | None = None) -> list[str]:
         """Mark the turns a revert to the framing is about to drop; ``None``:
         every archived turn Codex should still hold (the sidecar restarted
-        and lost its list). Returns the turns marked."""
+        and lost its list). ``unread`` and ``path``: the client's first
+        unread position and its thread's rollout file then, when known.
+        Returns the turns marked."""
         if turn_ids is None:
             turns, dropped, forgotten = self._read()
             turn_ids = [tid for tid in turns if tid not in dropped and tid not in forgotten]
         if turn_ids:
-            self._append({"dropped": list(turn_ids)})
+            record: dict[str, Any] = {"dropped": list(turn_ids)}
+            if unread is not UNKNOWN:
+                record["unread"] = unread
+            if path is not None:
+                record["path"] = path
+            self._append(record)
         return list(turn_ids or [])
+
+    def mark_read(self) -> None:
+        """The client marked its thread read: no archived turn is unread."""
+        self._append({"unread": None})
+
+    def shown(self) -> dict[str, Any]:
+        """What the client saw of its thread before the rebuilds: ``unread``,
+        the first unread position the last one left behind (None: read, or
+        never recorded), and ``path``, the first rollout file recorded (the
+        thread's own, before any rebuild moved it; None: never recorded)."""
+        records = self._records_with(b'"dropped"')
+        out: dict[str, Any] = {"unread": None, "path": None}
+        for record in records or ():
+            if not isinstance(record, dict):
+                continue
+            if "unread" in record:
+                out["unread"] = record["unread"]
+            if out["path"] is None and isinstance(record.get("path"), str):
+                out["path"] = record["path"]
+        return out
 
     def mark_restored(self, turn_ids: list[str]) -> None:
         """Turns marked dropped that Codex still holds (a refused revert, or a

@@ -13,6 +13,15 @@ puts them back where Codex would have shown them:
   archived turns carry the sidecar's own cursors, answered here and never
   forwarded (see :func:`sidecar.archive.hidden_page`).
 
+Codex keeps one read state a Codex thread, and a rebuild takes the turns
+it knew about away (a revert drops them, a switch leaves them on the
+retired thread): its ``readState.firstUnread`` then names the first turn
+since the rebuild. The client's first unread turn may be an archived one:
+the position the client last saw when the rebuild ran is kept in the
+archive (``TurnArchive.unread``), and shown instead of Codex's turn in
+``thread/readState/changed``, ``thread/read`` and ``thread/list`` while that
+turn is archived and the client has not marked its thread read since.
+
 A thread with nothing archived is never touched: Codex's answer passes byte
 for byte. The lists are loaded in a worker thread when a session opens and
 after each revert; a blocking read is the fallback for a thread this
@@ -31,7 +40,9 @@ from protocol import encode_response, rewrite
 
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from .archive import (
+    ARCHIVED_DIR,
     CURSOR_PREFIX,
+    UNKNOWN,
     TurnArchive,
     anchored_position,
     archive_path,
@@ -66,6 +77,13 @@ class ArchivedTurns:
         survive a rebuild (set by the lifecycle in modes that rebuild)."""
         self._wraps: dict[Any, str] = {}
         """client id -> space (turns, items) of a listing whose cursors to wrap."""
+        self.shown_unread: dict[str, Any] = {}
+        """thread id -> the ``readState.firstUnread`` the client last saw
+        (what a rebuild records, :meth:`unread_to_record`)."""
+        self.shown_path: dict[str, str] = {}
+        """thread id -> the rollout ``path`` the client last saw."""
+        self._recorded: dict[str, dict[str, Any]] = {}
+        """thread id -> what the archive recorded the client saw (cache, see ``TurnArchive.shown``)."""
         self.visible: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
         """A page the sidecar answers itself, as the client may see it
         (``sidecar.host``: without the engine's tool call items)."""
@@ -86,21 +104,126 @@ class ArchivedTurns:
         include = self._reads.pop(pending.client_id, False)
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
-        if not include or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+        if not isinstance(result, dict) or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
             return None
-        return self.splice_thread(msg, result, thread)
+        if include:
+            return self.splice_thread(msg, result, thread)
+        shown = self.as_client(thread["id"], result)
+        return None if shown is result else rewrite(msg.line, result=shown)
+
+    # ------------------------------------------------------------ read state
+
+    def client_unread(self, thread_id: str, first: Any) -> Any:
+        """The client's ``firstUnread`` for Codex's ``first``: the position
+        the last rebuild recorded when Codex names a turn and the recorded
+        one is an archived turn (earlier than any Codex holds); Codex's
+        otherwise. Codex's null (read) means the client marked the thread
+        read: the recorded position is cleared, in the archive too."""
+        shown = first
+        if first is None:
+            if self._recorded_of(thread_id)["unread"] is not None:
+                self._recorded[thread_id] = {**self._recorded[thread_id], "unread": None}
+                try:
+                    archive = TurnArchive(archive_path(self.state_dir, thread_id))
+                except ValueError:
+                    archive = None
+                if archive is not None:
+                    self.proxy.spawn(trio.to_thread.run_sync, archive.mark_read)
+        elif isinstance(first, dict) and first.get("type") == "turn":
+            recorded = self._recorded_of(thread_id)["unread"]
+            if isinstance(recorded, dict) and recorded.get("type") == "turn" and recorded != first:
+                if any(t.get("id") == recorded.get("turnId") for t in self.hidden_for(thread_id)):
+                    shown = recorded
+        self.shown_unread[thread_id] = shown
+        return shown
+
+    def unread_to_record(self, thread_id: str) -> Any:
+        """What a rebuild of the thread records as its unread position:
+        what the client last saw (:data:`UNKNOWN` when nothing showed it in
+        this process)."""
+        return self.shown_unread.get(thread_id, UNKNOWN)
+
+    def client_path(self, thread_id: str, path: str) -> str:
+        """The client's rollout ``path`` for Codex's: once a rebuild moved the
+        thread (a revert starts a rollout segment of its own, a switch
+        another thread), the one recorded before the first rebuild (in
+        ``archived_sessions`` when Codex shows an archived one)."""
+        recorded = self._recorded_of(thread_id)["path"] if path != self.shown_path.get(thread_id) else None
+        shown = path
+        if isinstance(recorded, str) and recorded != path and self.hidden_for(thread_id):
+            shown = recorded
+            if ARCHIVED_DIR in path and ARCHIVED_DIR not in recorded:
+                shown = os.path.join(os.path.dirname(path), os.path.basename(recorded))
+        self.shown_path[thread_id] = shown
+        return shown
+
+    def note_opened(self, msg: Message, pending: PendingRequest) -> Decision:
+        """A ``thread/start`` answer: the path a later rebuild records."""
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if isinstance(thread, dict) and isinstance(thread.get("id"), str) and isinstance(thread.get("path"), str):
+            self.shown_path[thread["id"]] = thread["path"]
+        return None
+
+    def as_client(self, thread_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A one-thread answer's ``readState`` (at its top, or in its
+        ``thread``) and ``thread.path`` as the client's; ``result`` itself
+        when nothing changes."""
+        out = result
+        thread = out.get("thread")
+        if isinstance(thread, dict) and isinstance(thread.get("path"), str):
+            path = self.client_path(thread_id, thread["path"])
+            if path != thread["path"]:
+                out = {**out, "thread": {**thread, "path": path}}
+        state = result.get("readState")
+        if isinstance(state, dict) and "firstUnread" in state:
+            shown = self.client_unread(thread_id, state["firstUnread"])
+            if shown != state["firstUnread"]:
+                out = {**out, "readState": {**state, "firstUnread": shown}}
+        thread = out.get("thread")
+        state = thread.get("readState") if isinstance(thread, dict) else None
+        if isinstance(thread, dict) and isinstance(state, dict) and "firstUnread" in state:
+            shown = self.client_unread(thread_id, state["firstUnread"])
+            if shown != state["firstUnread"]:
+                out = {**out, "thread": {**thread, "readState": {**state, "firstUnread": shown}}}
+        return out
+
+    def _state_as_client(self, thread_id: str, state: Any) -> Any:
+        if not isinstance(state, dict) or "firstUnread" not in state:
+            return state
+        shown = self.client_unread(thread_id, state["firstUnread"])
+        return state if shown == state["firstUnread"] else {**state, "firstUnread": shown}
+
+    def on_read_state(self, msg: Message) -> Decision:
+        """``thread/readState/changed``, as the client's."""
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        shown = self.as_client(params["threadId"], params)
+        return None if shown is params else rewrite(msg.line, params=shown)
+
+    def _recorded_of(self, thread_id: str) -> dict[str, Any]:
+        if thread_id not in self._recorded:
+            try:
+                path = archive_path(self.state_dir, thread_id)
+            except ValueError:
+                return {"unread": None, "path": None}
+            self._recorded[thread_id] = TurnArchive(path).shown()  # cached (see hidden_for)
+        return self._recorded[thread_id]
 
     def splice_thread(self, msg: Message, result: dict[str, Any], thread: dict[str, Any]) -> Decision:
         """The response with the turns the sidecar's rebuilds took out of the
-        Codex thread back in front of Codex's own."""
+        Codex thread back in front of Codex's own, and the thread's path and
+        read state as the client's (:meth:`as_client`)."""
+        shown = self.as_client(thread["id"], result)
+        thread = shown["thread"] if isinstance(shown.get("thread"), dict) else thread
         turns = thread.get("turns")
-        if not isinstance(turns, list):
-            return None
-        self._reconcile(thread["id"], turns)
-        spliced = splice_turns(self.hidden_for(thread["id"]), turns)
-        if spliced is None:
-            return None
-        return rewrite(msg.line, result={**result, "thread": {**thread, "turns": spliced}})
+        if isinstance(turns, list):
+            self._reconcile(thread["id"], turns)
+            spliced = splice_turns(self.hidden_for(thread["id"]), turns)
+            if spliced is not None:
+                shown = {**shown, "thread": {**thread, "turns": spliced}}
+        return None if shown is result else rewrite(msg.line, result=shown)
 
     def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
         hidden = self._cache.get(thread_id)
@@ -138,6 +261,7 @@ class ArchivedTurns:
     def forget(self, thread_id: str) -> None:
         """The archive changed: drop the cached list, and any load under way."""
         self._cache.pop(thread_id, None)
+        self._recorded.pop(thread_id, None)
         self._generation[thread_id] = self._generation.get(thread_id, 0) + 1
 
     async def load(self, thread_id: str) -> None:
@@ -150,26 +274,34 @@ class ArchivedTurns:
             return
         generation = self._generation.get(thread_id, 0)
         hidden = await trio.to_thread.run_sync(archive.hidden)
+        shown = await trio.to_thread.run_sync(archive.shown) if hidden else {"unread": None, "path": None}
         if self._generation.get(thread_id, 0) == generation:  # no revert since the read began
             self._cache.setdefault(thread_id, hidden)  # a read that loaded it meanwhile has the same
+            self._recorded.setdefault(thread_id, shown)
 
     def on_thread_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """``thread/list`` names a thread once. Codex lists a reverted
         thread once per rollout segment (each revert starts one), with the
         same id and each segment's own first prompt as ``preview``: the
         entries of one id become one, the newest segment's (listed first),
-        with the preview and creation time of the original rollout (the one
+        with the preview, creation time and path of the original rollout (the one
         whose file name ends in the id), as if no rebuild had happened."""
         result = msg.result()
         data = result.get("data") if isinstance(result, dict) else None
-        if not isinstance(data, list):
+        if not isinstance(result, dict) or not isinstance(data, list):
             return None
+        given = result
+        states = result.get("readStates")
+        if isinstance(states, dict):
+            shown = {k: self._state_as_client(k, v) for k, v in states.items()}
+            if any(shown[k] is not states[k] for k in states):
+                result = {**result, "readStates": shown}
         seen: dict[str, list[dict[str, Any]]] = {}
         for entry in data:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 seen.setdefault(entry["id"], []).append(entry)
         if all(len(group) == 1 for group in seen.values()):
-            return None
+            return None if result is given else rewrite(msg.line, result=result)
         merged: list[Any] = []
         done: set[str] = set()
         for entry in data:
@@ -182,7 +314,7 @@ class ArchivedTurns:
             done.add(thread_id)
             group = seen[thread_id]
             original = next((e for e in group if str(e.get("path") or "").endswith(f"{thread_id}.jsonl")), group[-1])
-            merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt")})
+            merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt"), "path": original.get("path")})
         return rewrite(msg.line, result={**result, "data": merged})
 
     # ------------------------------------------------------------- listings
@@ -268,8 +400,10 @@ class ArchivedTurns:
     def splice_resume(self, msg: Message, result: dict[str, Any], thread: dict[str, Any], params: dict[str, Any]) -> Decision:
         """A ``thread/resume`` answer: the thread's turns (unless
         ``excludeTurns``) and the ``initialTurnsPage`` asked for, each with
-        the archived turns where Codex would have shown them."""
-        out = dict(result)
+        the archived turns where Codex would have shown them, and the
+        thread's path and read state as the client's (:meth:`as_client`)."""
+        out = dict(self.as_client(thread["id"], result))
+        thread = out["thread"]
         if not params.get("excludeTurns") and isinstance(thread.get("turns"), list):
             self._reconcile(thread["id"], thread["turns"])
             spliced = splice_turns(self.hidden_for(thread["id"]), thread["turns"])

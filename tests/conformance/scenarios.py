@@ -53,15 +53,14 @@ class Ctx:
     work: Path
 
 
-REBUILT = frozenset({"tokenUsage", "firstUnread", "path", "preview", "serviceTier"})
-"""What a client sees differ once the sidecar rebuilt a thread's history
-(onto a fresh backing thread): the model reads other input, so Codex counts
-other tokens. The rest are known divergences (docs/testing.md), not Codex's
-meaning: ``readState.firstUnread`` names the backing thread's first unread
-turn (the rebuild's); a resumed or read thread's ``path`` is the backing
-thread's rollout file and its ``preview`` the backing thread's first user
-message (the rebuild turn's); ``thread/resume`` answers ``serviceTier: "default"``
-where codex alone answers null."""
+REBUILT = frozenset({"tokenUsage", "serviceTier"})
+"""What a client sees differ once the sidecar rebuilt a thread's history:
+the model reads other input, so Codex counts other tokens. ``serviceTier``
+is a known divergence (docs/testing.md): after a rebuild in place (a
+``thread/revert``, the fallback when no spare thread is ready),
+``thread/resume`` answers ``"default"`` where codex alone answers null. The
+rebuilt thread's ``readState.firstUnread``, ``path`` and ``preview`` are the
+client's (sidecar.store.reads, sidecar.rebuild.backing): not masked."""
 
 
 @dataclass(frozen=True)

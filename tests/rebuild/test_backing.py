@@ -213,3 +213,25 @@ def test_a_listing_s_read_states_are_keyed_by_the_client_thread(tmp_path):
     got = json.loads(b.response(listing, "thread/list"))["result"]
     assert [e["id"] for e in got["data"]] == [X]
     assert got["readStates"] == {X: {"unread": 1}, OTHER: {}}
+
+
+def test_a_switched_thread_s_read_resume_and_listing_show_the_client_s_preview_and_path(tmp_path):
+    """Codex shows the backing thread's first prompt (the rebuild's) and
+    rollout file; the client sees its own thread's, as recorded before the
+    first switch, also after a restart."""
+    b = switched(tmp_path)
+    own = {"preview": "first prompt", "createdAt": 100, "path": "/h/sessions/2026/11/27/rollout-t0-X.jsonl"}
+    b.aliases[X].listed = own
+    b.save(b.aliases[X])
+    b = BackingThreads(tmp_path)
+    backing = {"id": B1, "preview": "the rebuild's prompt", "createdAt": 200, "path": "/h/sessions/2026/11/27/rollout-t1-B1.jsonl", "turns": []}
+    for method in ("thread/read", "thread/resume", "thread/unarchive"):
+        got = json.loads(b.response(line({"id": 7, "result": {"thread": backing, "serviceTier": None}}), method))["result"]
+        assert got["thread"] == {**backing, **own, "id": X}, method
+        assert got["serviceTier"] is None
+    archived = {**backing, "path": "/h/archived_sessions/rollout-t1-B1.jsonl"}
+    got = json.loads(b.response(line({"id": 8, "result": {"data": [archived], "nextCursor": None}}), "thread/list"))["result"]["data"]
+    assert got == [{**archived, **own, "id": X, "path": "/h/archived_sessions/rollout-t0-X.jsonl"}]
+    # Another thread's answer, and the client's own before any switch, are Codex's.
+    other = line({"id": 9, "result": {"thread": {**backing, "id": OTHER}}})
+    assert json.loads(b.response(other, "thread/read"))["result"]["thread"]["path"] == backing["path"]

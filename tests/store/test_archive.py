@@ -216,3 +216,18 @@ def test_append_record_creates_its_private_folder_once_and_appends_lines(tmp_pat
     blocked.write_text("x")
     append_record(blocked / "inspect" / "thr.jsonl", {"n": 3})  # cannot be made: best effort, nothing raised
     assert blocked.read_text() == "x"
+
+
+def test_a_rebuild_records_what_the_client_saw_and_a_later_mark_read_clears_the_unread(tmp_path):
+    a = TurnArchive(archive_path(tmp_path, "thr"))
+    assert a.shown() == {"unread": None, "path": None}
+    for tid in ("t1", "t2", "t3"):
+        a.append_turn(turn(tid))
+    first = {"type": "turn", "turnId": "t1"}
+    a.mark_dropped(["t1", "t2"], {"type": "turn", "turnId": "t1"}, "/h/rollout-thr.jsonl")
+    a.mark_dropped(["t3"], first, "/h/rollout-thr_segment.jsonl")  # what a later rebuild saw
+    assert a.shown() == {"unread": first, "path": "/h/rollout-thr.jsonl"}  # the thread's own path: the first
+    a.mark_dropped(["t4"])  # not known: the position recorded before stands
+    assert a.shown()["unread"] == first
+    a.mark_read()
+    assert a.shown() == {"unread": None, "path": "/h/rollout-thr.jsonl"}

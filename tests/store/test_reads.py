@@ -72,10 +72,13 @@ async def test_reads_and_resumes_answer_with_every_turn_across_rebuilds_and_a_re
     assert [t["id"] for t in read_after["result"]["thread"]["turns"]] == [*every, t5]
     for turn in read_after["result"]["thread"]["turns"][:4]:
         assert turn["items"] == first_items[turn["id"]]
-    # Every other field of the responses is Codex's own.
+    # Every other field of the responses is Codex's own, but the path: the
+    # thread's own rollout, not the segment the last revert started.
     codex_read = next(json.loads(line) for line in run2.sent_log.read_bytes().splitlines() if json.loads(line).get("id") == read["id"])
-    assert {k: v for k, v in read["result"]["thread"].items() if k != "turns"} == {
-        k: v for k, v in codex_read["result"]["thread"].items() if k != "turns"
+    assert codex_read["result"]["thread"]["path"].endswith("_segment-2.jsonl")
+    assert read["result"]["thread"]["path"] == codex_read["result"]["thread"]["path"].replace("_segment-2", "")
+    assert {k: v for k, v in read["result"]["thread"].items() if k not in ("turns", "path")} == {
+        k: v for k, v in codex_read["result"]["thread"].items() if k not in ("turns", "path")
     }
     assert read["result"]["thread"]["turns"][-1] == codex_read["result"]["thread"]["turns"][-1]
     assert_client_unaware(run2, tid)
