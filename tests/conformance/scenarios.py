@@ -406,6 +406,9 @@ SCENARIOS: tuple[Scenario, ...] = (
             "thread/attachment/list",
             "thread/delete",
         ),
+        # Whether codex's unloader reports the archived thread notLoaded
+        # before or after thread/archived is its own timing (seen both ways).
+        drop=frozenset({"thread/status/changed"}),
     ),
     Scenario(
         "catalog_reads",
