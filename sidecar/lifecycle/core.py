@@ -80,12 +80,12 @@ class Lifecycle:
         self.requests = requests = RequestParams()
         self.context = ctx = LifecycleContext(proxy, self.sessions, requests, self.options, self.state_dir)
         """What every job, the rebuild strategies and the engine's tools share (``sidecar.session.context``)."""
-        self.spares = Spares(self.backing, proxy, self.archived, self.options, self.sessions, requests, self.engine_id, fresh=fresh)
+        self.spares = Spares(ctx, self.backing, self.archived, self.engine_id, fresh=fresh)
         """Starting spares and switching onto them (``sidecar.rebuild.fresh``)."""
         self.inplace = InPlace(proxy, self.archived, self.options, self.engine_id)
         strategies: list[Strategy] = [self.spares, self.inplace] if fresh else [self.inplace]
         self.injections = Injections(ctx, self.calls)
-        self.rebuilder = Rebuilder(proxy, self.archived, self.options, self.state_dir, self.engine_id, strategies, on_moved=self.injections.replay)
+        self.rebuilder = Rebuilder(ctx, self.archived, self.engine_id, strategies, on_moved=self.injections.replay)
         self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
         moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace, self.compaction)
         self.reverts = ClientReverts(ctx, self.calls, moves, self.injections)
@@ -102,7 +102,7 @@ class Lifecycle:
         self.tools: EngineTools | None = None
         """The engine's tools on the client's threads (None: it has none)."""
         if specs:
-            self.tools = EngineTools(proxy, engine, specs, OfferedTools(state_dir), self.sessions, self.options, lambda s: self.calls.runtime(s, {}))
+            self.tools = EngineTools(ctx, engine, specs, OfferedTools(state_dir), lambda s: self.calls.runtime(s, {}))
             self.archived.visible = self.tools.visible_page
             self.opening.visible_turns = self.tools.visible_turns
 
