@@ -448,7 +448,7 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
         return 126
     previous = forward_signals_to(popen)
     try:
-        return _serve_started(resolved, argv, env, protocol_out, popen, child_from)
+        return _serve_started(resolved, argv, protocol_out, popen, child_from)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -459,7 +459,7 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
             popen.wait()
 
 
-def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], protocol_out: int, popen: Any, child_from: str) -> int:
+def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen: Any, child_from: str) -> int:
     import trio
 
     from .child import Child
@@ -522,13 +522,10 @@ def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], pro
     async def serve() -> int:
         # FdStreams belong to the trio run that uses them: make them inside it.
         proxy = Proxy(
-            argv,
-            client_in=trio.lowlevel.FdStream(os.dup(0)),
-            client_out=trio.lowlevel.FdStream(protocol_out),
-            env=env,
+            Child(popen),
+            trio.StapledStream(trio.lowlevel.FdStream(protocol_out), trio.lowlevel.FdStream(os.dup(0))),
             options=options,
             recorder=recorder,
-            child=Child(popen),
         )
         proxy.add_status_provider("settings", lambda: in_effect)
         if problem is not None:

@@ -28,9 +28,9 @@ import trio
 from engines import RuntimeContext, ToolCallParams, ToolCallResult, ToolSpec, optional_method
 from protocol import decode, encode_response, parse, rewrite
 
-from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy
+from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest
+from ..session.context import LifecycleContext
 from ..session.identity import session_key
-from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from .offered import NONE, OfferedTools
 from .tools import call_arguments, engine_call, failed_answer, is_engine_item, mentions_tool_call, merge_tools, tool_answer, usable_specs, without_engine_items
@@ -64,21 +64,19 @@ def engine_specs(engine: Any) -> list[ToolSpec]:
 class EngineTools:
     def __init__(
         self,
-        proxy: Proxy,
+        ctx: LifecycleContext,
         engine: Any,
         specs: list[ToolSpec],
         offered: OfferedTools,
-        sessions: dict[str, ThreadSession],
-        options: LifecycleOptions,
         runtime: Callable[[ThreadSession], RuntimeContext],
     ) -> None:
-        self.proxy = proxy
+        self.proxy = ctx.proxy
         self.engine = engine
         self.specs = specs
         self.names = frozenset(s.name for s in specs)
         self.offered = offered
-        self.sessions = sessions
-        self.options = options
+        self.sessions = ctx.sessions
+        self.options = ctx.options
         self.runtime = runtime
         self._starts: dict[Any, tuple[str, ...]] = {}
         """Client thread/start id -> the names its rewritten params offer."""

@@ -29,6 +29,7 @@ from ..rebuild.backing import BackingThreads
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import REVERT_NOTIFICATIONS
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from ..session.context import LifecycleContext
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
 from ..store import bindings
@@ -36,6 +37,7 @@ from ..store.inspect import InspectLog, inspect_path
 from ..store.reads import ArchivedTurns
 from .calls import EngineCalls
 from .compaction import Compaction
+from .context import HistoryMoves
 from .finalize import Finalizer
 from .injections import Injections
 from .reverts import ClientReverts
@@ -76,32 +78,20 @@ class Lifecycle:
         proxy.edge = self.backing
         fresh = engine is not None and self.options.rebuild == "fresh"
         self.requests = requests = RequestParams()
-        self.spares = Spares(self.backing, proxy, self.archived, self.options, self.sessions, requests, self.engine_id, fresh=fresh)
+        self.context = ctx = LifecycleContext(proxy, self.sessions, requests, self.options, self.state_dir)
+        """What every job, the rebuild strategies and the engine's tools share (``sidecar.session.context``)."""
+        self.spares = Spares(ctx, self.backing, self.archived, self.engine_id, fresh=fresh)
         """Starting spares and switching onto them (``sidecar.rebuild.fresh``)."""
         self.inplace = InPlace(proxy, self.archived, self.options, self.engine_id)
         strategies: list[Strategy] = [self.spares, self.inplace] if fresh else [self.inplace]
-        self.injections = Injections(proxy, self.sessions, self.state_dir, requests, self.options, self.calls)
-        self.rebuilder = Rebuilder(proxy, self.archived, self.options, self.state_dir, self.engine_id, strategies, on_moved=self.injections.replay)
+        self.injections = Injections(ctx, self.calls)
+        self.rebuilder = Rebuilder(ctx, self.archived, self.engine_id, strategies, on_moved=self.injections.replay)
         self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
-        self.reverts = ClientReverts(
-            proxy, self.sessions, self.state_dir, self.archived, requests, self.options, self.calls, self.rebuilder, self.spares, self.injections
-        )
-        self.opening = Sessions(
-            proxy,
-            self.sessions,
-            self.state_dir,
-            self.archived,
-            requests,
-            self.options,
-            self.calls,
-            self.spares,
-            self.inplace,
-            self.reverts,
-            self.compaction,
-            self.injections,
-        )
-        self.turns = Turns(proxy, self.sessions, self.state_dir, requests, self.options, self.calls, self.opening, self.reverts, self.rebuilder, self.spares)
-        self.finalizer = Finalizer(proxy, self.sessions, self.state_dir, self.calls, self.spares)
+        moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace, self.compaction)
+        self.reverts = ClientReverts(ctx, self.calls, moves, self.injections)
+        self.opening = Sessions(ctx, self.calls, moves, self.reverts, self.injections)
+        self.turns = Turns(ctx, self.calls, moves, self.opening, self.reverts)
+        self.finalizer = Finalizer(ctx, self.calls, self.spares)
         self.host = host
         """The engine's host (``sidecar.host``), given to it by ``bind``."""
         self.client_thread: dict[str, Any] = {}
@@ -112,7 +102,7 @@ class Lifecycle:
         self.tools: EngineTools | None = None
         """The engine's tools on the client's threads (None: it has none)."""
         if specs:
-            self.tools = EngineTools(proxy, engine, specs, OfferedTools(state_dir), self.sessions, self.options, lambda s: self.calls.runtime(s, {}))
+            self.tools = EngineTools(ctx, engine, specs, OfferedTools(state_dir), lambda s: self.calls.runtime(s, {}))
             self.archived.visible = self.tools.visible_page
             self.opening.visible_turns = self.tools.visible_turns
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -13,7 +12,8 @@ import trio
 from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after_turn_with_fallback
 
 from ..rebuild.fresh import Spares
-from ..relay import Decision, Message, Proxy
+from ..relay import Decision, Message
+from ..session.context import LifecycleContext
 from ..session.learned import WindowReported
 from ..session.planner import fingerprint, fingerprints
 from ..session.state import ThreadSession, TurnState, now_ms
@@ -28,10 +28,10 @@ FINALIZED_CUSTOM_TYPE = "openclaw-codex-sidecar/turn-finalized"
 
 
 class Finalizer:
-    def __init__(self, proxy: Proxy, sessions: dict[str, ThreadSession], state_dir: Path, calls: EngineCalls, spares: Spares) -> None:
-        self.proxy = proxy
-        self.sessions = sessions
-        self.state_dir = state_dir
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, spares: Spares) -> None:
+        self.proxy = ctx.proxy
+        self.sessions = ctx.sessions
+        self.state_dir = ctx.state_dir
         self.calls = calls
         self.spares = spares
 

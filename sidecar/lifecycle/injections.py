@@ -9,13 +9,12 @@ with the client turn they followed when the client reverts that turn.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import trio
 
-from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
-from ..session.options import LifecycleOptions
-from ..session.state import RequestParams, ThreadSession
+from ..relay import Decision, Message, PendingRequest, RpcError
+from ..session.context import LifecycleContext
+from ..session.state import ThreadSession
 from ..store.injected import InjectedItems, Injection, injected_path
 from .calls import EngineCalls
 
@@ -23,20 +22,12 @@ log = logging.getLogger("codex_sidecar.lifecycle")
 
 
 class Injections:
-    def __init__(
-        self,
-        proxy: Proxy,
-        sessions: dict[str, ThreadSession],
-        state_dir: Path,
-        requests: RequestParams,
-        options: LifecycleOptions,
-        calls: EngineCalls,
-    ) -> None:
-        self.proxy = proxy
-        self.sessions = sessions
-        self.state_dir = state_dir
-        self.requests = requests
-        self.options = options
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls) -> None:
+        self.proxy = ctx.proxy
+        self.sessions = ctx.sessions
+        self.state_dir = ctx.state_dir
+        self.requests = ctx.requests
+        self.options = ctx.options
         self.calls = calls
 
     def journal(self, session: ThreadSession) -> InjectedItems:

@@ -6,24 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from pathlib import Path
 from typing import Any
 
 import trio
 
 from protocol import parse, rewrite
 
-from ..rebuild import Rebuilder
-from ..rebuild.fresh import Spares
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
-from ..session.options import LifecycleOptions
-from ..session.state import RequestParams, ThreadSession, Unfollowed
+from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
+from ..session.context import LifecycleContext
+from ..session.state import ThreadSession, Unfollowed
 from ..store.archive import TurnArchive, archive_path
 from ..store.ledger import LedgerState
 from ..store.mirror import MirrorError
-from ..store.reads import ArchivedTurns
 from ..translate import turn_key_prefix
 from .calls import EngineCalls
+from .context import HistoryMoves
 from .injections import Injections
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -35,28 +32,16 @@ SETTLE_PAGES = 50
 
 
 class ClientReverts:
-    def __init__(
-        self,
-        proxy: Proxy,
-        sessions: dict[str, ThreadSession],
-        state_dir: Path,
-        archived: ArchivedTurns,
-        requests: RequestParams,
-        options: LifecycleOptions,
-        calls: EngineCalls,
-        rebuilder: Rebuilder,
-        spares: Spares,
-        injections: Injections,
-    ) -> None:
-        self.proxy = proxy
-        self.sessions = sessions
-        self.state_dir = state_dir
-        self.archived = archived
-        self.requests = requests
-        self.options = options
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, injections: Injections) -> None:
+        self.proxy = ctx.proxy
+        self.sessions = ctx.sessions
+        self.state_dir = ctx.state_dir
+        self.archived = moves.archived
+        self.requests = ctx.requests
+        self.options = ctx.options
         self.calls = calls
-        self.rebuilder = rebuilder
-        self.spares = spares
+        self.rebuilder = moves.rebuilder
+        self.spares = moves.spares
         self.injections = injections
         self.archive_reverts: set[Any] = set()
         """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""

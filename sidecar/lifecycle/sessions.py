@@ -13,24 +13,21 @@ import trio
 
 from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
-from ..rebuild.fresh import Spares
-from ..rebuild.inplace import InPlace
-from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
+from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
+from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, match_transcript, relay_id, session_key
 from ..session.learned import ToolsGiven
-from ..session.options import LifecycleOptions
 from ..session.planner import fingerprints
-from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms
+from ..session.state import ThreadSession, Unfollowed, now_ms
 from ..store import bindings
 from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, LedgerState, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, session_path
-from ..store.reads import ArchivedTurns
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from .calls import EngineCalls
-from .compaction import Compaction
+from .context import HistoryMoves
 from .injections import Injections
 from .reverts import ClientReverts
 
@@ -45,32 +42,18 @@ CONTINUITY_CANDIDATES = 32
 
 
 class Sessions:
-    def __init__(
-        self,
-        proxy: Proxy,
-        sessions: dict[str, ThreadSession],
-        state_dir: Path,
-        archived: ArchivedTurns,
-        requests: RequestParams,
-        options: LifecycleOptions,
-        calls: EngineCalls,
-        spares: Spares,
-        inplace: InPlace,
-        reverts: ClientReverts,
-        compaction: Compaction,
-        injections: Injections,
-    ) -> None:
-        self.proxy = proxy
-        self.sessions = sessions
-        self.state_dir = state_dir
-        self.archived = archived
-        self.requests = requests
-        self.options = options
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, reverts: ClientReverts, injections: Injections) -> None:
+        self.proxy = ctx.proxy
+        self.sessions = ctx.sessions
+        self.state_dir = ctx.state_dir
+        self.archived = moves.archived
+        self.requests = ctx.requests
+        self.options = ctx.options
         self.calls = calls
-        self.spares = spares
-        self.inplace = inplace
+        self.spares = moves.spares
+        self.inplace = moves.inplace
         self.reverts = reverts
-        self.compaction = compaction
+        self.compaction = moves.compaction
         self.injections = injections
         self.released = {"threads": 0, "rebuilds": 0}
         """Sessions released after Codex closed their thread, and their rebuilds."""

@@ -6,7 +6,6 @@ projection goes into the request; any failure forwards the original."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Literal
 
 import trio
@@ -15,16 +14,15 @@ from engines import AgentMessage, AssembleParams
 from protocol import parse, rewrite
 
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
-from ..rebuild import Rebuilder
-from ..rebuild.fresh import Spares
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
+from ..session.context import LifecycleContext
 from ..session.learned import Bootstrapped, MaintainedOnOpening
-from ..session.options import LifecycleOptions
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
-from ..session.state import RequestParams, ThreadSession, TurnState
+from ..session.state import ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
+from .context import HistoryMoves
 from .reverts import ClientReverts
 from .sessions import Sessions
 
@@ -35,29 +33,17 @@ INSPECT_MESSAGES = 64
 
 
 class Turns:
-    def __init__(
-        self,
-        proxy: Proxy,
-        sessions: dict[str, ThreadSession],
-        state_dir: Path,
-        requests: RequestParams,
-        options: LifecycleOptions,
-        calls: EngineCalls,
-        sessions_job: Sessions,
-        reverts: ClientReverts,
-        rebuilder: Rebuilder,
-        spares: Spares,
-    ) -> None:
-        self.proxy = proxy
-        self.sessions = sessions
-        self.state_dir = state_dir
-        self.requests = requests
-        self.options = options
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, sessions_job: Sessions, reverts: ClientReverts) -> None:
+        self.proxy = ctx.proxy
+        self.sessions = ctx.sessions
+        self.state_dir = ctx.state_dir
+        self.requests = ctx.requests
+        self.options = ctx.options
         self.calls = calls
         self.sessions_job = sessions_job
         self.reverts = reverts
-        self.rebuilder = rebuilder
-        self.spares = spares
+        self.rebuilder = moves.rebuilder
+        self.spares = moves.spares
         self._joins: dict[Any, ThreadSession] = {}
         """Joining turn/starts sent to Codex and not answered yet, by client id."""
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
-from ..relay import Proxy, RpcError
-from ..session.options import LifecycleOptions
+from ..relay import RpcError
+from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
 from ..store.archive import UNKNOWN, TurnArchive, archive_path
 from ..store.ledger import LedgerState
@@ -37,18 +37,16 @@ class Strategy(Protocol):
 class Rebuilder:
     def __init__(
         self,
-        proxy: Proxy,
+        ctx: LifecycleContext,
         archived: ArchivedTurns,
-        options: LifecycleOptions,
-        state_dir: Any,
         engine_id: str,
         strategies: list[Strategy],
         on_moved: Callable[[ThreadSession, bool], Awaitable[None]] | None = None,
     ) -> None:
-        self.proxy = proxy
+        self.proxy = ctx.proxy
         self.archived = archived
-        self.options = options
-        self.state_dir = state_dir
+        self.options = ctx.options
+        self.state_dir = ctx.state_dir
         self.engine_id = engine_id
         self.strategies = strategies
         self.on_moved = on_moved

@@ -22,9 +22,9 @@ import trio
 
 from protocol import decode, parse, rewrite
 
-from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
-from ..session.options import LifecycleOptions
-from ..session.state import RequestParams, ThreadSession, log_fields
+from ..relay import Decision, Hooks, Message, PendingRequest, RpcError
+from ..session.context import LifecycleContext
+from ..session.state import ThreadSession, log_fields
 from ..store.archive import TurnArchive
 from ..store.reads import ArchivedTurns
 from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
@@ -42,29 +42,18 @@ are taken as the spare's and dropped."""
 
 
 class Spares:
-    def __init__(
-        self,
-        backing: BackingThreads,
-        proxy: Proxy,
-        archived: ArchivedTurns,
-        options: LifecycleOptions,
-        sessions: dict[str, ThreadSession],
-        requests: RequestParams,
-        engine_id: str,
-        *,
-        fresh: bool,
-    ) -> None:
+    def __init__(self, ctx: LifecycleContext, backing: BackingThreads, archived: ArchivedTurns, engine_id: str, *, fresh: bool) -> None:
         self.backing = backing
         self.fresh = fresh
         """Rebuilds may switch threads (``rebuild = "fresh"`` and an engine).
         Without it, threads switched in earlier runs are still followed
         (their history is the client's whatever the settings), but no new
         alias, spare or switch is made."""
-        self.proxy = proxy
+        self.proxy = ctx.proxy
         self.archived = archived
-        self.options = options
-        self.sessions = sessions
-        self.requests = requests
+        self.options = ctx.options
+        self.sessions = ctx.sessions
+        self.requests = ctx.requests
         self.engine_id = engine_id
         self.engine_rebuilds = False
         """The engine was seen to rebuild, drop held content or report a

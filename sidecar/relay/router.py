@@ -98,7 +98,6 @@ class Router:
         to_client: Sink,
         *,
         hooks: Hooks | None = None,
-        controls: ControlMethods | None = None,
         recorder: Recorder | None = None,
         spawn: Callable[..., None] = _no_spawn,
         max_line: int = DEFAULT_MAX_LINE,
@@ -106,7 +105,8 @@ class Router:
         self.to_child = to_child
         self.to_client = to_client
         self.hooks = hooks or Hooks()
-        self.controls = controls or ControlMethods()
+        self.controls = ControlMethods()
+        """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
         self.recorder = recorder
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""

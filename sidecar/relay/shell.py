@@ -26,7 +26,7 @@ from protocol import Fragment, LineSplitter, Oversized, RpcId
 from .. import __version__
 from ..child import FORWARDED_SIGNALS, Child
 from ..record import Recorder
-from .control import AsyncControl, ControlMethods
+from .control import AsyncControl
 from .edge import Edge
 from .messages import Hooks, Message
 from .pipes import Activity, effective_busy_poll, grow_pipe, receiver
@@ -55,35 +55,32 @@ class Proxy:
 
     def __init__(
         self,
-        argv: list[str],
+        child: Child | Callable[[], Child],
+        client: trio.StapledStream[trio.abc.SendStream, trio.abc.ReceiveStream],
         *,
-        client_in: trio.abc.ReceiveStream,
-        client_out: trio.abc.SendStream,
-        env: dict[str, str] | None = None,
         options: ProxyOptions | None = None,
         hooks: Hooks | None = None,
         recorder: Recorder | None = None,
-        child: Child | None = None,
     ) -> None:
-        """``child``: already started (with ``argv``); else :meth:`run` starts it."""
-        self.argv = list(argv)
-        self.env = env
-        self._started_child = child
+        """``child``: already started, or how :meth:`run` starts it (e.g.
+        ``functools.partial(Child.spawn, argv, env)``). ``client``: the
+        client's byte streams, what it sends (``receive_stream``) and where
+        its answers go (``send_stream``)."""
+        self._child = child
         self.options = options or ProxyOptions()
-        self._client_in = client_in
-        self._client_out = client_out
+        self._client_in = client.receive_stream
+        self._client_out = client.send_stream
         self.to_child = Outbox("codex", self.options.high_water)
         self.to_client = Outbox("client", self.options.high_water)
-        self.controls = ControlMethods()
         self.router = Router(
             self.to_child,
             self.to_client,
             hooks=hooks,
-            controls=self.controls,
             recorder=recorder,
             spawn=self.spawn,
             max_line=self.options.max_line,
         )
+        self.controls = self.router.controls
         self.controls.add("sidecar/status", self.status)
         self._status_providers: dict[str, Callable[[], Any]] = {}
         self.started_at = time.monotonic()
@@ -244,7 +241,7 @@ class Proxy:
 
         Raises ``OSError`` when the child cannot be started.
         """
-        self.process = self._started_child or Child.spawn(self.argv, self.env)
+        self.process = self._child if isinstance(self._child, Child) else self._child()
         log.info("child started", extra={"fields": {"childPid": self.process.pid}})
         for stream in (self.process.stdin, self.process.stdout, self._client_in, self._client_out):
             grow_pipe(stream)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import trio
 import trio.testing
 
 from protocol import LineSplitter
+from sidecar.child import Child
 from sidecar.relay import Hooks, Proxy, ProxyOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +89,7 @@ async def proxied(argv, *, options: ProxyOptions | None = None, hooks: Hooks | N
     out_send, out_recv = trio.testing.memory_stream_one_way_pair()
     opts = options or ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False)
     full_env = dict(os.environ, **(env or {}))
-    proxy = Proxy(argv, client_in=in_recv, client_out=out_send, options=opts, hooks=hooks, env=full_env, recorder=recorder)
+    proxy = Proxy(partial(Child.spawn, argv, full_env), trio.StapledStream(out_send, in_recv), options=opts, hooks=hooks, recorder=recorder)
     client = Client(in_send, proxy)
 
     async def read_all():
