@@ -10,6 +10,7 @@ import trio
 
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
 
+from ..host.contain import contained
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
 
@@ -28,9 +29,13 @@ class EngineCalls:
         self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
     async def call(self, name: str, awaitable: Awaitable[T]) -> T:
-        """One engine call under the deadline (``trio.TooSlowError`` past it)."""
+        """One engine call under the deadline (``trio.TooSlowError`` past it).
+
+        Whatever the engine raises comes out as an ``Exception`` (a
+        ``SystemExit`` too: ``sidecar.host.contain``), so every caller's
+        ``except Exception`` fails open; a cancellation passes."""
         with trio.fail_after(self.options.engine_deadline):
-            return await awaitable
+            return await contained(awaitable)
 
     def budget(self, session: ThreadSession) -> int | None:
         return self.options.token_budget or session.context_window
@@ -92,6 +97,6 @@ class EngineCalls:
             return
         try:
             with trio.move_on_after(self.options.engine_deadline):
-                await dispose()
+                await contained(dispose())
         except Exception as exc:
             log.warning("context engine dispose failed", extra={"fields": {"engineId": self.engine_id, "error": type(exc).__name__}})
