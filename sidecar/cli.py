@@ -20,7 +20,6 @@ from typing import Any
 
 import click
 
-from . import __version__
 from .child import forward_signals_to, start_process
 from .config import ACTIVE_ENV, SETTINGS, ConfigError, default_state_dir, load_config_file, resolve_codex_bin
 from .logs import setup_logging
@@ -42,6 +41,17 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in data.items() if k != "engines"}}
     ctx.meta["engines_config"] = data.get("engines", {})
     return value
+
+
+def _print_version(ctx: click.Context, value: bool) -> None:
+    """``--version``, as click's version option prints it; the version is
+    read only then (``importlib.metadata`` is not on the start-up path)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from . import __version__
+
+    click.echo(f"codex-sidecar, version {__version__}")
+    ctx.exit()
 
 
 def _setting_options(fn: Any) -> Any:
@@ -87,7 +97,7 @@ def _setting_options(fn: Any) -> Any:
     help="TOML config file (default: $XDG_CONFIG_HOME/codex-sidecar/config.toml, if it exists).",
 )
 @_setting_options
-@click.version_option(__version__, "--version", prog_name="codex-sidecar")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, _p, v: _print_version(ctx, v), help="Show the version and exit.")
 @click.pass_context
 def cli(ctx: click.Context, **settings: Any) -> None:
     """Sits in place of `codex app-server` and relays its JSON-RPC both ways.
@@ -269,6 +279,8 @@ def doctor_cmd(ctx: click.Context) -> None:
 @cli.command("version")
 def version_cmd() -> None:
     """Print the sidecar's version."""
+    from . import __version__
+
     click.echo(f"codex-sidecar {__version__}")
 
 

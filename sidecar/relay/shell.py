@@ -21,9 +21,9 @@ from typing import Any
 
 import trio
 
+import sidecar
 from protocol import Fragment, LineSplitter, Oversized, RpcId
 
-from .. import __version__
 from ..child import FORWARDED_SIGNALS, Child
 from ..record import Recorder
 from .control import AsyncControl, ControlMethods
@@ -225,7 +225,7 @@ class Proxy:
     def status(self) -> dict[str, Any]:
         observed = self.router.observed
         return {
-            "sidecarVersion": __version__,
+            "sidecarVersion": sidecar.__version__,
             "pid": os.getpid(),
             "childPid": self.process.pid if self.process else None,
             "childRunning": self.process is not None and self.process.returncode is None,
