@@ -329,9 +329,9 @@ def _serve_started(
     import trio
 
     from .child import Child
-    from .lifecycle import Lifecycle, LifecycleOptions
     from .record import Recorder
     from .relay import Proxy, ProxyOptions
+    from .session.options import LifecycleOptions
 
     recorder = None
     if settings.get("record"):
@@ -345,7 +345,6 @@ def _serve_started(
         kill_grace=settings["kill_grace"],
         busy_poll=settings["busy_poll_us"] / 1e6,
     )
-    engine = _load_engine(settings, engines_config)
     state_dir = settings.get("state_dir") or str(default_state_dir())
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
@@ -355,7 +354,6 @@ def _serve_started(
         stale_slack=settings["stale_slack"],
         rebuild=settings["rebuild"],
     )
-    freeze_startup_heap()
 
     async def serve() -> int:
         # FdStreams belong to the trio run that uses them: make them inside it.
@@ -368,23 +366,52 @@ def _serve_started(
             recorder=recorder,
             child=Child(popen),
         )
-        # The engine's host, bound before the relay reads the client's first
-        # line; an engine whose bind fails runs as legacy.
-        bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
-        # With no engine (legacy, or one that failed to load or bind) the lifecycle
-        # keeps only the history earlier rebuilds moved: the thread stays whole.
-        lifecycle = Lifecycle(proxy, bound, state_dir, lifecycle_options, host=host)
-        lifecycle.install(proxy.hooks)
-        try:
-            return await proxy.run()
-        finally:
-            await lifecycle.dispose()
+        # The relay runs at once and passes the client's initialize: the
+        # lifecycle is imported and the engine loaded (off the event loop)
+        # while codex starts. Everything else the client sends waits until
+        # the engine is bound and the lifecycle's hooks are in.
+        proxy.hold_client()
+        lifecycle: Any = None
+
+        async def set_up() -> None:
+            nonlocal lifecycle
+            try:
+                engine, lifecycle_cls = await trio.to_thread.run_sync(_load_lifecycle, settings, engines_config, abandon_on_cancel=True)
+                # The engine's host, bound before the client's held lines go on;
+                # an engine whose bind fails runs as legacy.
+                bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
+                # With no engine (legacy, or one that failed to load or bind) the
+                # lifecycle keeps only the history earlier rebuilds moved: the thread stays whole.
+                lifecycle = lifecycle_cls(proxy, bound, state_dir, lifecycle_options, host=host)
+                lifecycle.install(proxy.hooks)
+            finally:
+                proxy.release_client()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(set_up)
+            try:
+                return await proxy.run()
+            finally:
+                nursery.cancel_scope.cancel()
+                if lifecycle is not None:
+                    with trio.CancelScope(shield=True):
+                        await lifecycle.dispose()
 
     try:
         return trio.run(serve)
     finally:
         if recorder is not None:
             recorder.close()
+
+
+def _load_lifecycle(settings: dict[str, Any], engines_config: dict[str, Any]) -> tuple[Any, Any]:
+    """In a worker thread while the relay runs: the lifecycle's modules and
+    the engine (None for legacy), then the start-up heap frozen."""
+    from .lifecycle import Lifecycle
+
+    engine = _load_engine(settings, engines_config)
+    freeze_startup_heap()
+    return engine, Lifecycle
 
 
 async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]:

@@ -160,6 +160,9 @@ class Lifecycle:
                 hooks.on_client_request(method, on_request)
             hooks.on_response(method, on_response)
         hooks.on_response("initialize", self._after_initialize)
+        observed = getattr(getattr(self.proxy, "router", None), "observed", None)
+        if getattr(observed, "user_agent", None) is not None:
+            self.proxy.spawn(self._preload_tokenizer)  # installed after the answer passed
         hooks.on_server_notification("item/completed", self.finalizer.on_item_completed)
         hooks.on_server_notification("thread/tokenUsage/updated", self.finalizer.on_token_usage)
         hooks.on_server_notification("turn/completed", self.finalizer.on_turn_completed)
