@@ -36,7 +36,6 @@ from typing import Any
 import msgspec
 
 from .scrub import CREDENTIAL, anywhere, is_secret_assignment, scrub
-from .scrub import load as load_scanner
 
 log = logging.getLogger("codex_sidecar.record")
 
@@ -212,7 +211,6 @@ class Recorder:
         self.enabled = True
         self.seq = 0
         self._t0 = time.monotonic()
-        load_scanner()  # its rules compiled now, not on the first frame's path
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     def record(self, direction: str, line: bytes) -> None:

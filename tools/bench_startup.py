@@ -124,7 +124,7 @@ class Series:
     cpu_ms: list[float] = field(default_factory=list)
 
 
-def run(rounds: int, work: Path, codex: str, src: Path = ROOT) -> dict[str, Series]:
+def run(rounds: int, work: Path, codex: str, src: Path = ROOT, compare: Path | None = None) -> dict[str, Series]:
     home = make_codex_home(work / "codex-home", "http://127.0.0.1:9/v1")
     base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
     base["PYTHONPATH"] = str(src) + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
@@ -137,7 +137,12 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT) -> dict[str, Seri
     configs = {"codex": (codex_argv, env)}
     for engine in ENGINES:
         configs[engine] = ([*sidecar_exe(), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
+    if compare is not None:  # another tree's sidecar, in the same rounds
+        other = {**env, "PYTHONPATH": str(compare) + env["PYTHONPATH"][len(str(src)) :]}
+        for engine in ENGINES:
+            configs[f"{engine}@compare"] = ([*sidecar_exe(), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
     names = list(configs)
+    sidecars = [n for n in names if n != "codex"]
     series = {name: Series() for name in names}
     for warm in names:  # page cache, .pyc files, codex's first start
         start_once(*configs[warm], cwd=str(work))
@@ -145,14 +150,14 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT) -> dict[str, Seri
         order = names[r % len(names) :] + names[: r % len(names)]
         this_round: dict[str, float] = {}
         for name in order:
-            ms, rss, cpu = start_once(*configs[name], cwd=str(work), settle=SETTLE if name == "lossless" else 0.0)
+            ms, rss, cpu = start_once(*configs[name], cwd=str(work), settle=SETTLE if name.startswith("lossless") else 0.0)
             if cpu is not None and name != "codex":
                 series[name].cpu_ms.append(cpu)
             this_round[name] = ms
             series[name].ms.append(ms)
             if rss is not None and name != "codex":
                 series[name].rss_kib.append(rss)
-        for engine in ENGINES:
+        for engine in sidecars:
             series[engine].paired_ms.append(this_round[engine] - this_round["codex"])
             series[engine].ratios.append(this_round[engine] / this_round["codex"])
         print(f"round {r + 1}/{rounds}: " + "  ".join(f"{n} {this_round[n]:.0f} ms" for n in names), file=sys.stderr, flush=True)
@@ -161,7 +166,7 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT) -> dict[str, Seri
 
 def report(series: dict[str, Series]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {"codex": {"p50Ms": statistics.median(series["codex"].ms)}}
-    for engine in ENGINES:
+    for engine in [n for n in series if n != "codex"]:
         s = series[engine]
         out[engine] = {
             "p50Ms": statistics.median(s.ms),
@@ -177,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json", type=Path, help="write the figures here too")
-    ap.add_argument("--src", type=Path, default=ROOT, help="the source tree whose sidecar is measured (another checkout, to compare)")
+    ap.add_argument("--src", type=Path, default=ROOT, help="the source tree whose sidecar is measured")
+    ap.add_argument("--compare", type=Path, help="another source tree (a main checkout) measured in the same rounds")
     ap.add_argument("--check", action="store_true", help=f"exit 1 past +{TARGET_MS:g} ms p50 or {TARGET_RSS_MB:g} MB peak RSS")
     args = ap.parse_args(argv)
     codex = find_codex_bin()
@@ -185,14 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         print("no codex binary (make setup, or CODEX_SIDECAR_TEST_CODEX_BIN)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        figures = report(run(args.rounds, Path(tmp), codex, args.src.resolve()))
+        figures = report(run(args.rounds, Path(tmp), codex, args.src.resolve(), args.compare.resolve() if args.compare else None))
     print(f"spawn -> initialize answered, {args.rounds} rounds interleaved, p50 (codex alone {figures['codex']['p50Ms']:.0f} ms)")
-    print(f"{'engine':<10} {'p50 ms':>8} {'minus codex':>12} {'ratio':>7} {'peak RSS':>9} {'CPU ms':>7}")
+    print(f"{'engine':<17} {'p50 ms':>8} {'minus codex':>12} {'ratio':>7} {'peak RSS':>9} {'CPU ms':>7}")
     failed = False
-    for engine in ENGINES:
+    for engine in [n for n in figures if n != "codex"]:
         f = figures[engine]
-        print(f"{engine:<10} {f['p50Ms']:>8.0f} {f['p50DeltaMs']:>+11.0f}  {f['p50Ratio']:>6.2f}x {f['peakRssMb']:>6.0f} MB {f['p50CpuMs']:>7.0f}")
-        failed |= f["p50DeltaMs"] > TARGET_MS or (engine == "lossless" and f["peakRssMb"] > TARGET_RSS_MB)
+        print(f"{engine:<17} {f['p50Ms']:>8.0f} {f['p50DeltaMs']:>+11.0f}  {f['p50Ratio']:>6.2f}x {f['peakRssMb']:>6.0f} MB {f['p50CpuMs']:>7.0f}")
+        if engine in ENGINES:
+            failed |= f["p50DeltaMs"] > TARGET_MS or (engine == "lossless" and f["peakRssMb"] > TARGET_RSS_MB)
     if args.json is not None:
         args.json.write_text(json.dumps({"rounds": args.rounds, **figures}, indent=2) + "\n")
     if args.check and failed:
