@@ -129,6 +129,12 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT, compare: Path | N
     base = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
     base["PYTHONPATH"] = str(src) + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
     env = codex_env(home, base)
+    # A HOME of its own (as OpenClaw gives codex): codex snapshots the login
+    # shell at start-up, and each start stopped right after its answer would
+    # otherwise run the real ~/.bashrc and may cut a `pyenv rehash` short,
+    # leaving its lock (~/.pyenv/shims/.pyenv-shim) behind for everyone.
+    (work / "home").mkdir(exist_ok=True)
+    env["HOME"] = str(work / "home")
     (work / "sidecar.toml").write_text("")  # never the developer's own config
     env["CODEX_SIDECAR_CONFIG"] = str(work / "sidecar.toml")
     env["CODEX_SIDECAR_STATE_DIR"] = str(work / "state")
