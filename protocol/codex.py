@@ -25,10 +25,8 @@ Only a message that is not valid at all (not JSON, not an object, a required
 id of the wrong type, ...) raises :class:`CodexDecodeError`, whose text names
 the Struct and the JSON path, never a value.
 
-Entry points: :func:`decode_notification`, :func:`decode_params`,
-:func:`decode_result` (by method name, ``None`` for a method not typed here),
-:func:`decode` (by Struct), :func:`thread_item` and :func:`user_input` (one
-union member from a dict). Each accepts JSON (``bytes``/``str``/``msgspec.Raw``,
+Entry points: :func:`decode_as` (by Struct), :func:`thread_item` and
+:func:`user_input` (one union member from a dict). Each accepts JSON (``bytes``/``str``/``msgspec.Raw``,
 e.g. ``Envelope.params``) or already decoded builtins.
 """
 
@@ -578,40 +576,13 @@ class ThreadTokenUsageUpdatedNotification(_Codex, kw_only=True):
 
 
 # --------------------------------------------------------------------------
-# Method registries and decoding
+# Decoding
 # --------------------------------------------------------------------------
-
-NOTIFICATIONS: dict[str, type[_Codex]] = {
-    "thread/started": ThreadStartedNotification,
-    "turn/started": TurnStartedNotification,
-    "turn/completed": TurnCompletedNotification,
-    "item/started": ItemStartedNotification,
-    "item/completed": ItemCompletedNotification,
-    "thread/tokenUsage/updated": ThreadTokenUsageUpdatedNotification,
-}
-"""Server notification method -> params Struct."""
-
-REQUEST_PARAMS: dict[str, type[_Codex]] = {
-    "thread/start": ThreadStartParams,
-    "thread/resume": ThreadResumeParams,
-    "thread/fork": ThreadForkParams,
-    "thread/compact/start": ThreadCompactStartParams,
-    "turn/start": TurnStartParams,
-}
-"""Client request method -> params Struct."""
-
-RESULTS: dict[str, type[_Codex]] = {
-    "thread/start": ThreadResult,
-    "thread/resume": ThreadResult,
-    "thread/fork": ThreadResult,
-    "turn/start": TurnStartResult,
-}
-"""Client request method -> result Struct."""
 
 _S = TypeVar("_S", bound=msgspec.Struct)
 
 
-def decode(cls: type[_S], data: Any) -> _S:
+def decode_as(cls: type[_S], data: Any) -> _S:
     """Decode ``data`` (JSON bytes/str/Raw, or builtins) as ``cls``.
 
     Raises :class:`CodexDecodeError` for an invalid message; unknown fields,
@@ -625,21 +596,3 @@ def decode(cls: type[_S], data: Any) -> _S:
         return msgspec.convert(data, cls)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise CodexDecodeError(f"{cls.__name__}: {str(exc)[:200]}") from None
-
-
-def decode_notification(method: str, params: Any) -> Any | None:
-    """The typed params of a server notification, or None if ``method`` is not typed."""
-    cls = NOTIFICATIONS.get(method)
-    return None if cls is None else decode(cls, params)
-
-
-def decode_params(method: str, params: Any) -> Any | None:
-    """The typed params of a client request, or None if ``method`` is not typed."""
-    cls = REQUEST_PARAMS.get(method)
-    return None if cls is None else decode(cls, params)
-
-
-def decode_result(method: str, result: Any) -> Any | None:
-    """The typed result of a client request (by its method), or None if not typed."""
-    cls = RESULTS.get(method)
-    return None if cls is None else decode(cls, result)

@@ -16,12 +16,13 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .child import forward_signals_to, start_process
-from .config import ACTIVE_ENV, SETTINGS, ConfigError, default_state_dir, load_config_file, resolve_codex_bin
+from .config import ACTIVE_ENV, DEFAULT, SETTINGS, ConfigError, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
 from .logs import setup_logging
 
 log = logging.getLogger("codex_sidecar.cli")
@@ -32,14 +33,13 @@ _DROP_IN = "_codex"
 
 def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     ctx.meta["config_file"] = value
-    try:
-        data = load_config_file(value)
-    except ConfigError as exc:
-        # `doctor` reports a broken file among its findings; everything else stops here.
-        ctx.meta["config_error"] = exc
-        data = {}
-    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in data.items() if k != "engines"}}
-    ctx.meta["engines_config"] = data.get("engines", {})
+    source = ctx.get_parameter_source("config_file")
+    if source is click.core.ParameterSource.COMMANDLINE:
+        ctx.meta["config_origin"] = Origin("flag", "--config-file")
+    elif source is click.core.ParameterSource.ENVIRONMENT:
+        ctx.meta["config_origin"] = Origin("env", "CODEX_SIDECAR_CONFIG")
+    else:
+        ctx.meta["config_origin"] = DEFAULT
     return value
 
 
@@ -50,34 +50,22 @@ def _print_version(ctx: click.Context, value: bool) -> None:
         return
     from . import __version__
 
-    click.echo(f"codex-sidecar, version {__version__}")
+    click.echo(f"codex-sidecar {__version__}")
     ctx.exit()
 
 
 def _setting_options(fn: Any) -> Any:
+    """One option a :data:`SETTINGS` row. Values are taken raw here and
+    converted by :func:`resolve_settings`, with the variable and the file, so
+    every source is checked alike and a bad value names its true source."""
     for s in reversed(SETTINGS):
+        where = f"[env var: {s.envvar}; file key: {s.name}" + (f"; default: {s.default}]" if s.default is not None else "]")
         if s.type is bool:
-            opt = click.option(
-                f"{s.flag}/--no-{s.flag[2:]}",
-                s.name,
-                default=s.default,
-                envvar=s.envvar,
-                show_envvar=True,
-                show_default=True,
-                help=s.help,
-            )
+            opt = click.option(f"{s.flag}/--no-{s.flag[2:]}", s.name, default=None, help=f"{s.help} {where}")
         else:
-            opt = click.option(
-                s.flag,
-                s.name,
-                type=s.type,
-                default=s.default,
-                envvar=s.envvar,
-                show_envvar=True,
-                show_default=s.default is not None,
-                metavar=s.metavar,
-                help=s.help,
-            )
+            choices = getattr(s.type, "choices", None)
+            metavar = s.metavar or ("[" + "|".join(choices) + "]" if choices else None)
+            opt = click.option(s.flag, s.name, type=click.UNPROCESSED, default=None, metavar=metavar or "VALUE", help=f"{s.help} {where}")
         fn = opt(fn)
     return fn
 
@@ -99,7 +87,7 @@ def _setting_options(fn: Any) -> Any:
 @_setting_options
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, _p, v: _print_version(ctx, v), help="Show the version and exit.")
 @click.pass_context
-def cli(ctx: click.Context, **settings: Any) -> None:
+def cli(ctx: click.Context, **flags: Any) -> None:
     """Sits in place of `codex app-server` and relays its JSON-RPC both ways.
 
     \b
@@ -110,15 +98,27 @@ def cli(ctx: click.Context, **settings: Any) -> None:
       codex-sidecar [OPTIONS] proxy -- COMMAND [ARGS]...
 
     Settings come from flags, then CODEX_SIDECAR_* variables, then the config
-    file. Logs go to stderr; stdout carries protocol frames only.
+    file. Options may come before or after doctor, engines, inspect and
+    version. Logs go to stderr; stdout carries protocol frames only.
     """
-    # click reads an empty variable as unset; an allowlist set to nothing
-    # means "only the built-ins", as the empty flag does, not "trust all".
-    if os.environ.get("CODEX_SIDECAR_ENGINE_ALLOWLIST") == "" and ctx.get_parameter_source("engine_allowlist") is not click.core.ParameterSource.COMMANDLINE:
-        settings["engine_allowlist"] = ()
-    ctx.obj = settings
-    if ctx.meta.get("config_error") is not None and ctx.invoked_subcommand != "doctor":
-        raise ctx.meta["config_error"]
+    given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE}
+    resolved = resolve_settings(given, os.environ, ctx.meta.get("config_file"), ctx.meta.get("config_origin", DEFAULT))
+    ctx.meta["resolved"] = resolved
+    ctx.meta["engines_config"] = resolved.engines
+    ctx.obj = resolved.values
+
+
+def _settings(ctx: click.Context, needs: tuple[str, ...] | None) -> dict[str, Any]:
+    """The settings, once the problems that concern this command (``needs``:
+    the settings it uses; None: all of them, and a clean config file) are
+    ruled out; other problems are a warning on stderr."""
+    resolved: Resolved = ctx.find_root().meta["resolved"]
+    stopping = resolved.problems_for(needs)
+    if stopping:
+        raise ConfigError("\n  ".join(p.message for p in stopping))
+    for p in resolved.problems:
+        click.echo(f"warning: {p.message}", err=True)
+    return resolved.values
 
 
 @cli.command("proxy", context_settings={"ignore_unknown_options": True})
@@ -126,21 +126,45 @@ def cli(ctx: click.Context, **settings: Any) -> None:
 @click.pass_context
 def proxy_cmd(ctx: click.Context, command: tuple[str, ...]) -> None:
     """Relay for any child command (e.g. a test double of the app-server)."""
-    sys.exit(_serve(ctx.obj, list(command), ctx.meta.get("engines_config", {})))
+    _settings(ctx, None)
+    sys.exit(_serve(ctx.find_root().meta["resolved"], list(command), "the proxy command"))
 
 
 @cli.command(_DROP_IN, hidden=True, context_settings={"ignore_unknown_options": True})
 @click.argument("codex_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
-    settings = ctx.obj
+    settings = _settings(ctx, None)
+    resolved: Resolved = ctx.find_root().meta["resolved"]
     if os.environ.get(ACTIVE_ENV) and not settings.get("codex_bin"):
         raise ConfigError(
             f"started by another codex-sidecar (pid {os.environ[ACTIVE_ENV]}), so `codex` on PATH "
             "leads back to the sidecar; set --codex-bin or CODEX_SIDECAR_CODEX_BIN to the real codex"
         )
-    codex = resolve_codex_bin(settings.get("codex_bin"))
-    sys.exit(_serve(settings, [codex, *codex_args], ctx.meta.get("engines_config", {})))
+    codex = resolve_codex_bin(settings.get("codex_bin"), resolved.origins["codex_bin"])
+    if not serves_app_server(codex_args):
+        # `app-server --help`, `--version`, or another codex command: not a
+        # JSON-RPC session; codex answers it itself.
+        os.execv(codex, [codex, *codex_args])
+    origin = resolved.origins["codex_bin"]
+    sys.exit(_serve(resolved, [codex, *codex_args], "codex on PATH" if origin.kind == "default" else str(origin)))
+
+
+NOT_A_SESSION = frozenset({"-h", "--help", "-V", "--version", "help", "daemon", "generate-ts", "generate-json-schema", "--print-startup-config"})
+"""Words after ``app-server`` (codex 0.169.0's ``app-server --help``) that
+print something and exit instead of speaking JSON-RPC on stdio."""
+
+
+def serves_app_server(codex_args: tuple[str, ...] | list[str]) -> bool:
+    """Whether codex's argv starts an app-server session (to relay), rather
+    than asking for help or a version, generating bindings, managing the
+    daemon, or running another codex command."""
+    args = list(codex_args)
+    if "--" in args:
+        args = args[: args.index("--")]
+    if any(a in ("-h", "--help", "-V", "--version") for a in args) or "app-server" not in args:
+        return False
+    return not any(a in NOT_A_SESSION for a in args[args.index("app-server") + 1 :])
 
 
 @cli.group("engines", invoke_without_command=True)
@@ -151,20 +175,33 @@ def engines_cmd(ctx: click.Context) -> None:
     \b
     Per-engine views:
       codex-sidecar engines lossless status [THREAD] [--json]
+      codex-sidecar engines lossless doctor [--json]
+      codex-sidecar engines lossless backup PATH
     """
     if ctx.invoked_subcommand is not None:
         return
     from engines import list_engines
 
-    settings = ctx.obj
+    settings = _settings(ctx, ("engine", "engine_allowlist"))
     allow = settings.get("engine_allowlist")
     rows = list_engines()
+    table: list[tuple[str, ...]] = [("", "ENGINE", "DISTRIBUTION", "VERSION", "ENTRY POINT", "")]
     for e in rows:
         trusted = e.builtin or allow is None or _normalise(e.distribution) in {_normalise(a) for a in allow}
         mark = "*" if e.id == settings["engine"] else " "
-        click.echo(f"{mark} {e.id:<24} {e.distribution or '-'} {e.version or '-':<10} {e.value}{'' if trusted else '  (not in allowlist)'}")
+        table.append((mark, e.id, e.distribution or "-", e.version or "-", e.value, "" if trusted else "(not in allowlist)"))
+    for line in _columns(table):
+        click.echo(line)
+    click.echo("(* = selected)")
     if not any(e.id == settings["engine"] for e in rows):
-        click.echo(f"selected engine {settings['engine']!r} is not installed; the sidecar would run legacy", err=True)
+        hint = did_you_mean(settings["engine"], [e.id for e in rows])
+        click.echo(f"selected engine {settings['engine']!r} is not installed{hint}; the sidecar would run legacy", err=True)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as left-aligned columns as wide as their widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [" ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 @engines_cmd.group("lossless")
@@ -186,7 +223,7 @@ def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -
     """
     from .store.lossless_view import StoreMissing, lossless_rows, render_lossless
 
-    settings = ctx.obj
+    settings = _settings(ctx, ("state_dir",))
     state_dir = settings.get("state_dir") or str(default_state_dir())
     try:
         rows = lossless_rows(state_dir, thread)
@@ -202,6 +239,77 @@ def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -
         click.echo(line)
 
 
+def _open_lossless_store(ctx: click.Context) -> Any:
+    """The lossless store the sidecar's config names (``database_url``) or the
+    SQLite file under the state directory, which must exist (nothing is created)."""
+    from engines.lossless import DB_NAME, Store, StoreError, parse_config
+
+    from .store.lossless_view import store_dir
+
+    try:
+        cfg = parse_config(ctx.meta.get("engines_config", {}).get("lossless"))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    settings = _settings(ctx, ("state_dir", "engine"))
+    folder = store_dir(settings.get("state_dir") or str(default_state_dir()))
+    if not cfg.database_url and not (folder / DB_NAME).is_file():
+        raise click.ClickException(f"no lossless store under {folder} (has the sidecar run with engine = \"lossless\"?)")
+    try:
+        return Store.open_configured(cfg.database_url, folder, DB_NAME), int(cfg.max_store_mb * 2**20)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@lossless_cmd.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of lines.")
+@click.pass_context
+def lossless_doctor_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Check the lossless store: database integrity, the search index against
+    the messages and summaries, orphan summaries, gaps, and its size against
+    max_store_mb. Exits 1 when a problem is found."""
+    store, max_bytes = _open_lossless_store(ctx)
+    try:
+        report = store.doctor(max_bytes)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(report, sort_keys=True))
+    else:
+        limit = f" of {report['maxBytes'] / 2**20:.1f} MiB allowed" if report["maxBytes"] else " (no size limit)"
+        click.echo(f"store      {report['backend']} {report['where']} (schema {report['schemaVersion']})")
+        click.echo(f"size       {report['sizeBytes'] / 2**20:.2f} MiB{limit}")
+        click.echo(
+            f"contents   {report['sessions']} sessions, {report['messages']} messages "
+            f"({report['prunedMessages']} pruned), {report['summaries']} summaries"
+        )
+        for w in report["warnings"]:
+            click.echo(f"warning    {w}")
+        for p in report["problems"]:
+            click.echo(f"PROBLEM    {p}")
+        click.echo("ok" if not report["problems"] else f"{len(report['problems'])} problem(s)")
+    if report["problems"]:
+        ctx.exit(1)
+
+
+@lossless_cmd.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.pass_context
+def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
+    """Copy the lossless store to PATH (a new SQLite file), consistently,
+    while the sidecar keeps writing: SQLite's online backup, or a logical
+    copy of a PostgreSQL store's rows (pg_dump backs up the whole database)."""
+    from engines.lossless import StoreError
+
+    store, _ = _open_lossless_store(ctx)
+    try:
+        store.backup(path)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        store.close()
+    click.echo(f"backed up {store.where} to {path}")
+
+
 def _normalise(name: str | None) -> str:
     return (name or "").lower().replace("_", "-").replace(".", "-")
 
@@ -211,37 +319,69 @@ def _normalise(name: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a turn instead of a table.")
 @click.pass_context
 def inspect_cmd(ctx: click.Context, thread: str, as_json: bool) -> None:
-    """Per turn of THREAD: what the engine assembled, how it was projected, sizes.
+    """Per turn of the session THREAD belongs to (THREAD: a Codex thread id
+    or a session id), thread by thread: what the engine assembled, how it
+    was projected, sizes.
 
     Reads the state directory, so it works while the sidecar runs or after.
     """
+    from .store.bindings import session_threads
     from .store.inspect import InspectLog, inspect_path
 
-    settings = ctx.obj
+    settings = _settings(ctx, ("state_dir",))
     state_dir = settings.get("state_dir") or str(default_state_dir())
     try:
-        records = InspectLog(inspect_path(state_dir, thread)).records()
+        session_id, threads = session_threads(state_dir, thread)
+        per_thread = [(b, InspectLog(inspect_path(state_dir, b.thread)).records()) for b in threads]
     except ValueError:
-        raise click.ClickException("not a thread id") from None
-    if not records:
-        raise click.ClickException(f"no turns recorded for {thread} under {state_dir}")
+        raise click.ClickException(f"{thread!r} is not a thread id (the id thread/start answered: letters, digits, '.', '_', '-')") from None
+    if not any(records for _, records in per_thread):
+        raise click.ClickException(f"no turns recorded for {thread} under {state_dir} (is the state dir the sidecar's? set --state-dir)")
     if as_json:
-        for r in records:
-            click.echo(json.dumps(r, sort_keys=True))
+        for b, records in per_thread:
+            for r in records:
+                click.echo(json.dumps({"sessionId": session_id, "threadId": b.thread, **r}, sort_keys=True))
         return
-    click.echo(
-        f"{'#':>3} {'status':<11} {'mode':<9} {'epoch':<10} {'assembled':>9} {'est.tok':>8} {'channels':<44} "
-        f"{'input chars':>18} {'codex in tok':>12} {'hold ms':>8} {'rebuild':<12}"
-    )
+    # A thread that is a session of its own shows as it always did; a
+    # session of several threads (or an OpenClaw session) says so.
+    grouped = len(per_thread) != 1 or per_thread[0][0].thread != session_id
+    if grouped:
+        click.echo(f"session {session_id}: {len(per_thread)} Codex thread{'s' if len(per_thread) != 1 else ''}")
+    lines = inspect_table([r for _, records in per_thread for r in records])
+    click.echo(lines[0])
+    rows = iter(lines[1:])
+    for b, records in per_thread:
+        if grouped:
+            mark = "  <" if b.thread == thread else ""
+            click.echo(f"thread {b.thread} ({b.via}, {len(records)} turn{'s' if len(records) != 1 else ''}){mark}")
+        for _ in records:
+            click.echo(next(rows))
+
+
+def inspect_table(records: list[dict[str, Any]]) -> list[str]:
+    """The ``inspect`` table: one row a turn, columns as wide as their cells."""
+    table = [("#", "status", "mode", "epoch", "assembled", "est.tok", "channels", "input chars", "codex in tok", "hold ms", "rebuild")]
     for n, r in enumerate(records, 1):
         a, inj, size = r.get("assembled") or {}, r.get("injected") or {}, r.get("turnInputChars") or {}
         channels = ",".join(inj.get("channels") or []) or (f"none ({r['fallback']})" if r.get("fallback") else "none")
-        click.echo(
-            f"{n:>3} {str(r.get('status')):<11} {str(r.get('mode')):<9} {str(r.get('epoch') or '-'):<10} "
-            f"{str(a.get('count')):>9} {str(a.get('estimatedTokens')):>8} {channels:<44} "
-            f"{size.get('original', 0):>8} -> {size.get('sent', 0):<7} {str(r.get('codexInputTokens')):>12} "
-            f"{_ms(r.get('holdMs')):>8} {_rebuild_cell(r):<12}".rstrip()
+        table.append(
+            (
+                str(n),
+                str(r.get("status")),
+                str(r.get("mode")),
+                str(r.get("epoch") or "-"),
+                str(a.get("count")),
+                str(a.get("estimatedTokens")),
+                channels,
+                f"{size.get('original', 0)} -> {size.get('sent', 0)}",
+                str(r.get("codexInputTokens")),
+                _ms(r.get("holdMs")),
+                _rebuild_cell(r),
+            )
         )
+    right = {0, 4, 5, 8, 9}
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return [" ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in table]
 
 
 def _ms(value: Any) -> str:
@@ -249,11 +389,13 @@ def _ms(value: Any) -> str:
 
 
 def _rebuild_cell(record: dict[str, Any]) -> str:
-    """``revert 52 ms`` for a turn that rebuilt the thread's history."""
+    """``revert 52 ms`` for a turn that rebuilt the thread's history in
+    place, ``switch 40 ms`` for one that moved it onto a fresh Codex thread."""
     if not record.get("rebuilt"):
         return "-"
-    revert = record.get("revertMs")
-    return f"revert {revert:.0f} ms" if isinstance(revert, (int, float)) else "yes"
+    how = "switch" if record.get("switched") else "revert"
+    took = record.get("revertMs")
+    return f"{how} {took:.0f} ms" if isinstance(took, (int, float)) else "yes"
 
 
 @cli.command("doctor")
@@ -261,13 +403,17 @@ def _rebuild_cell(record: dict[str, Any]) -> str:
 def doctor_cmd(ctx: click.Context) -> None:
     """Check codex, the state dir, the engine, the tokenizer and the config
     file; print the OpenClaw config for what was found. Exits 1 on a problem."""
-    from .doctor import openclaw_snippet, run_checks, sidecar_executable
+    from .doctor import openclaw_snippet, run_checks, settings_lines, sidecar_executable
 
-    settings = ctx.obj
+    resolved: Resolved = ctx.find_root().meta["resolved"]
+    settings = resolved.values
     state_dir = settings.get("state_dir") or str(default_state_dir())
-    findings, codex = run_checks(settings, ctx.meta.get("engines_config", {}), ctx.meta.get("config_file"), state_dir)
+    findings, codex = run_checks(resolved, state_dir)
     for f in findings:
         click.echo(f"{'ok  ' if f.ok else 'FAIL'} {f.check:<12} {f.message}")
+    click.echo("\nSettings in effect (value, and where it came from):")
+    for line in settings_lines(resolved, state_dir, codex):
+        click.echo(f"  {line}")
     click.echo("")
     click.echo(openclaw_snippet(sidecar_executable(), codex, settings.get("engine") or "legacy", state_dir))
     problems = sum(not f.ok for f in findings)
@@ -295,7 +441,9 @@ def _claim_stdout() -> int:
     return protocol
 
 
-def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, Any]) -> int:
+def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
+    """Relay ``argv``'s child; ``child_from`` says where its path came from."""
+    settings = resolved.values
     protocol_out = _claim_stdout()
     setup_logging(settings["log_format"], settings["log_level"])
     env = dict(os.environ)
@@ -305,14 +453,14 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
     try:
         popen = start_process(argv, env)
     except FileNotFoundError:
-        log.error("cannot start child: not found", extra={"fields": {"command": argv[0]}})
+        log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
         return 127
     except PermissionError:
-        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0]}})
+        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
         return 126
     previous = forward_signals_to(popen)
     try:
-        return _serve_started(settings, argv, env, engines_config, protocol_out, popen)
+        return _serve_started(resolved, argv, env, protocol_out, popen, child_from)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -323,22 +471,24 @@ def _serve(settings: dict[str, Any], argv: list[str], engines_config: dict[str, 
             popen.wait()
 
 
-def _serve_started(
-    settings: dict[str, Any], argv: list[str], env: dict[str, str], engines_config: dict[str, Any], protocol_out: int, popen: Any
-) -> int:
+def _serve_started(resolved: Resolved, argv: list[str], env: dict[str, str], protocol_out: int, popen: Any, child_from: str) -> int:
     import trio
 
     from .child import Child
     from .record import Recorder
     from .relay import Proxy, ProxyOptions
     from .session.options import LifecycleOptions
+    from .store.usable import check_state_dir
 
+    settings = resolved.values
     recorder = None
     if settings.get("record"):
         try:
             recorder = Recorder(settings["record"], redact=settings["record_redact"])
         except OSError as exc:
-            raise click.ClickException(f"cannot open recording {settings['record']}: {exc.strerror}") from None
+            raise click.ClickException(
+                f"cannot open recording {settings['record']}: {exc.strerror} (set by {resolved.origins['record']}; {resolved.origins['record'].fix()})"
+            ) from None
     options = ProxyOptions(
         max_line=settings["max_line_bytes"],
         eof_grace=settings["eof_grace"],
@@ -346,14 +496,34 @@ def _serve_started(
         busy_poll=settings["busy_poll_us"] / 1e6,
     )
     state_dir = settings.get("state_dir") or str(default_state_dir())
+    # Fail open on state too: a state dir the sidecar cannot use costs the
+    # engine (and, unreadable, the history part), never the client's relay.
+    wanted = settings["engine"] != "legacy"
+    problem = check_state_dir(state_dir, create=wanted, missing_ok=not wanted)
+    if problem is not None:
+        log.error(
+            problem.message(),
+            extra={
+                "fields": {
+                    "path": str(problem.path),
+                    "stateDir": state_dir,
+                    "setting": str(resolved.origins["state_dir"]),
+                    "running": "history only, no engine" if problem.readable else "pure relay",
+                    "code": problem.code,
+                }
+            },
+        )
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),
+        token_reserve=settings["token_reserve"],
+        citations_mode=settings.get("citations_mode"),
         session_key_template=settings["session_key"],
         projection_mode=settings["projection_mode"],
         stale_slack=settings["stale_slack"],
         rebuild=settings["rebuild"],
     )
+    in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
 
     async def serve() -> int:
         # FdStreams belong to the trio run that uses them: make them inside it.
@@ -366,6 +536,9 @@ def _serve_started(
             recorder=recorder,
             child=Child(popen),
         )
+        proxy.add_status_provider("settings", lambda: in_effect)
+        if problem is not None:
+            proxy.add_status_provider("stateDir", lambda: {"usable": False, "path": str(problem.path), "problem": problem.message(), "code": problem.code})
         # The relay runs at once and passes the client's initialize: the
         # lifecycle is imported and the engine loaded (off the event loop)
         # while codex starts. Everything else the client sends waits until
@@ -376,7 +549,13 @@ def _serve_started(
         async def set_up() -> None:
             nonlocal lifecycle
             try:
-                engine, lifecycle_cls = await trio.to_thread.run_sync(_load_lifecycle, settings, engines_config, abandon_on_cancel=True)
+                engine, lifecycle_cls = await trio.to_thread.run_sync(
+                    _load_lifecycle, resolved, problem, state_dir, argv[0], child_from, abandon_on_cancel=True
+                )
+                if (problem is not None and not problem.readable) or (engine is None and not os.path.isdir(state_dir)):
+                    # A pure relay: the state dir cannot be read, or there is none
+                    # and no engine to make one (no thread was ever rebuilt here).
+                    return
                 # The engine's host, bound before the client's held lines go on;
                 # an engine whose bind fails runs as legacy.
                 bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
@@ -404,16 +583,20 @@ def _serve_started(
             recorder.close()
 
 
-def _load_lifecycle(settings: dict[str, Any], engines_config: dict[str, Any]) -> tuple[Any, Any]:
-    """In a worker thread while the relay runs: the lifecycle's modules and
-    the engine (None for legacy), then the start-up heap frozen."""
+def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str, codex_from: str) -> tuple[Any, Any]:
+    """In a worker thread while the relay runs: the lifecycle's modules, the
+    engine (None for legacy, or when the state dir is unusable), then the
+    start-up heap frozen."""
     from .lifecycle import Lifecycle
 
+    settings = resolved.values
     if settings.get("record"):
         from .scrub import load
 
         load()  # the secret scanner's rules (~0.4 s), here rather than on a frame's path
-    engine = _load_engine(settings, engines_config)
+    engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None
+    if engine is not None:
+        _log_loaded(engine, resolved, state_dir, codex, codex_from)
     freeze_startup_heap()
     return engine, Lifecycle
 
@@ -424,11 +607,13 @@ async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]
     if engine is None:
         return None, None
     from .host import SidecarHost, bind_engine, engine_state_dir
+    from .store.usable import _from_error
 
     try:
         folder = engine_state_dir(state_dir, engine.info.id)
     except OSError as exc:
-        log.error("engine state folder unusable; running legacy", extra={"fields": {"engineId": engine.info.id, "error": type(exc).__name__}})
+        problem = _from_error(Path(exc.filename or state_dir), exc, readable=True)
+        log.error(problem.message(), extra={"fields": {"engineId": engine.info.id, "path": str(problem.path), "running": "legacy", "code": problem.code}})
         return None, None
     host = SidecarHost(str(folder))
     if not await bind_engine(engine, host, deadline):
@@ -449,20 +634,50 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-def _load_engine(settings: dict[str, Any], engines_config: dict[str, Any]) -> Any:
+def _load_engine(settings: dict[str, Any], engines_config: dict[str, Any], origins: dict[str, Origin] | None = None) -> Any:
     """The selected engine, or None for legacy (the lifecycle does not run).
 
     An engine that fails to load leaves the sidecar running as legacy, loudly.
     """
-    from engines import is_legacy, load_engine_or_legacy
+    from engines import is_legacy, list_engines, load_engine_or_legacy
 
     engine_id = settings["engine"]
     allow = settings.get("engine_allowlist")
     engine = load_engine_or_legacy(engine_id, engines_config.get(engine_id, {}), allowlist=allow)
     if is_legacy(engine):
+        installed = [e.id for e in list_engines()]
+        if engine_id != "legacy" and engine_id not in installed:
+            origin = (origins or {}).get("engine", DEFAULT)
+            log.error(
+                f"engine {engine_id!r} is not installed{did_you_mean(engine_id, installed)}",
+                extra={"fields": {"setting": str(origin), "fix": origin.fix()}},
+            )
         return None
-    log.info("context engine loaded", extra={"fields": {"engineId": engine.info.id, "version": engine.info.version}})
     return engine
+
+
+def _log_loaded(engine: Any, resolved: Resolved, state_dir: str, codex: str, codex_from: str) -> None:
+    """The start-up line: the engine and the settings in effect, each with its source."""
+    settings, origin = resolved.values, resolved.origins
+    log.info(
+        "context engine loaded",
+        extra={
+            "fields": {
+                "engineId": engine.info.id,
+                "version": engine.info.version,
+                "engineFrom": str(origin["engine"]),
+                "tokenBudget": settings.get("token_budget") or "model context window",
+                "tokenBudgetFrom": str(origin["token_budget"]),
+                "stateDir": state_dir,
+                "stateDirFrom": str(origin["state_dir"]),
+                "codexBin": codex,
+                "codexBinFrom": codex_from,
+                "projectionMode": settings["projection_mode"],
+                "rebuild": settings["rebuild"],
+                "configFile": str(resolved.config_file) if resolved.config_file else "none",
+            }
+        },
+    )
 
 
 def split_drop_in(args: list[str]) -> list[str]:
@@ -498,9 +713,43 @@ def split_drop_in(args: list[str]) -> list[str]:
     return args
 
 
+_HOISTED = ("doctor", "engines", "inspect", "version")
+
+
+def hoist_settings(args: list[str]) -> list[str]:
+    """Move the sidecar's own options written after ``doctor``, ``engines``,
+    ``inspect`` or ``version`` (``inspect THREAD --state-dir DIR``) before
+    it, where click reads them. Other commands' arguments are left alone."""
+    takes_value = {"--config-file"} | {s.flag for s in SETTINGS if s.type is not bool}
+    flags = {f for s in SETTINGS if s.type is bool for f in (s.flag, "--no-" + s.flag[2:])}
+    at = next((i for i, tok in enumerate(args) if tok in _HOISTED), None)
+    if at is None or any(not (t.startswith("-") or (j > 0 and args[j - 1] in takes_value)) for j, t in enumerate(args[:at])):
+        return args
+    moved: list[str] = []
+    rest: list[str] = []
+    i = at + 1
+    while i < len(args):
+        tok = args[i]
+        if tok == "--":
+            rest.extend(args[i:])
+            break
+        name = tok.split("=", 1)[0]
+        if name in takes_value:
+            step = 1 if "=" in tok else 2
+            moved.extend(args[i : i + step])
+            i += step
+        elif tok in flags:
+            moved.append(tok)
+            i += 1
+        else:
+            rest.append(tok)
+            i += 1
+    return [*args[:at], *moved, args[at], *rest]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    cli.main(split_drop_in(args), prog_name="codex-sidecar")
+    cli.main(hoist_settings(split_drop_in(args)), prog_name="codex-sidecar")
 
 
 if __name__ == "__main__":

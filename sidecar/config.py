@@ -4,15 +4,24 @@ The file is ``$CODEX_SIDECAR_CONFIG`` or ``--config-file``, else
 ``$XDG_CONFIG_HOME/codex-sidecar/config.toml`` (``~/.config/...``) when it
 exists. Its top-level keys are the setting names below; engine settings live
 in ``[engines.<id>]`` tables. Unknown keys are an error, so a typo in a
-config fails loudly instead of being ignored.
+config fails loudly instead of being ignored; it stops the commands that
+serve, not ``version`` or ``engines``, and ``doctor`` reports it.
+
+A setting declares itself by one :class:`Setting` row in :data:`SETTINGS`:
+its flag (``--name-with-dashes``), variable (``CODEX_SIDECAR_NAME``), file key
+(``name``), type (a click type: it validates every source alike), default and
+help follow from the row; :func:`resolve_settings` records where each value
+came from, and ``doctor``, ``sidecar/status`` and the start-up log show it.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import sys
 import tomllib
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,8 +89,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("engine_allowlist", NameList(), None, "Distributions trusted to provide engines (comma-separated); unset trusts all installed, with a warning.", "DISTS"),
     Setting("state_dir", str, None, "Where transcript mirrors live (default: $XDG_STATE_HOME/codex-sidecar).", "DIR"),
     Setting("engine_deadline", click.FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
-    Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window, once Codex reports it).", "TOKENS"),
-    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} is replaced.", "TEMPLATE"),
+    Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window minus --token-reserve).", "TOKENS"),
+    Setting(
+        "token_reserve",
+        click.IntRange(min=0),
+        20_000,
+        "Tokens the default budget keeps out of the model's context window (OpenClaw's own reserve); an explicit --token-budget wins.",
+        "TOKENS",
+    ),
+    Setting(
+        "citations_mode",
+        click.Choice(["auto", "on", "off"]),
+        None,
+        "citations_mode passed to the engine's assemble: OpenClaw's memory.citations (auto, on, off); unset passes none, as OpenClaw does.",
+    ),
+    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
     Setting(
         "stale_slack",
         click.FloatRange(min=0.0, max=1.0),
@@ -111,41 +133,189 @@ class ConfigError(click.ClickException):
     pass
 
 
+# ------------------------------------------------------------------ sources
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a setting's value came from: shown by ``doctor``, ``sidecar/status``
+    and the start-up log line, and named by every error about the value."""
+
+    kind: str
+    """``flag``, ``env``, ``file`` or ``default``."""
+    where: str
+    """``--token-budget``, ``CODEX_SIDECAR_TOKEN_BUDGET``, ``/path/config.toml`` or ``""``."""
+    key: str = ""
+    """The config file's key (``file`` only)."""
+
+    def __str__(self) -> str:
+        if self.kind == "file":
+            return f"{self.key} in {self.where}"
+        return self.where if self.kind != "default" else "default"
+
+    def fix(self) -> str:
+        """What to change to change the value."""
+        if self.kind == "flag":
+            return f"change {self.where} on the command line"
+        if self.kind == "env":
+            return f"change or unset {self.where}"
+        if self.kind == "file":
+            return f"edit {self.key} in {self.where}"
+        return "set it with a flag, a CODEX_SIDECAR_* variable or the config file"
+
+
+DEFAULT = Origin("default", "")
+
+
+@dataclass(frozen=True)
+class SettingProblem:
+    """A value the sidecar cannot use. ``setting`` is None for the config
+    file as a whole (unreadable, or a key that is no setting)."""
+
+    setting: str | None
+    message: str
+
+
+@dataclass
+class Resolved:
+    """Every setting's value and origin, and what was wrong on the way."""
+
+    values: dict[str, Any]
+    origins: dict[str, Origin]
+    problems: list[SettingProblem]
+    config_file: Path | None
+    """The config file read (None: none)."""
+    config_origin: Origin
+    engines: dict[str, Any]
+
+    def problems_for(self, needs: Collection[str] | None) -> list[SettingProblem]:
+        """The problems that stop a command needing ``needs`` (None: all
+        settings, and a config file with keys that are no setting)."""
+        return [p for p in self.problems if needs is None or (p.setting is not None and p.setting in needs)]
+
+    def shown(self) -> dict[str, dict[str, Any]]:
+        """``{name: {"value", "source"}}`` for status and logs."""
+        out = {s.name: {"value": self.values.get(s.name), "source": str(self.origins.get(s.name, DEFAULT))} for s in SETTINGS}
+        out["config_file"] = {"value": str(self.config_file) if self.config_file else None, "source": str(self.config_origin)}
+        return out
+
+
+def _convert(setting: Setting, value: Any) -> Any:
+    """The value in the setting's type; ``click.BadParameter`` if it is not one."""
+    if setting.type is bool:
+        if isinstance(value, bool):
+            return value
+        return click.BOOL.convert(value, None, None)
+    if setting.type is str and not isinstance(value, str):
+        raise click.BadParameter(f"expected a string, got {type(value).__name__}")
+    return click.types.convert_type(setting.type).convert(value, None, None)
+
+
+def _bad(setting: Setting, origin: Origin, raw: Any, exc: click.BadParameter) -> SettingProblem:
+    shown = f"{setting.name} = {raw!r}" if origin.kind == "file" else f"{origin.where}={raw}" if origin.kind == "env" else f"{origin.where} {raw}"
+    where = f" in {origin.where}" if origin.kind == "file" else ""
+    return SettingProblem(setting.name, f"invalid value {shown}{where}: {exc.message} ({origin.fix()})")
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'state_dir'?)`` or ``""``."""
+    options = sorted(set(choices))
+    close = difflib.get_close_matches(name.replace("-", "_").lower(), options, n=1, cutoff=0.6)
+    if not close:
+        close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def default_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "codex-sidecar" / "config.toml"
 
 
-def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
-    """Read the TOML file; ``None`` means the default location, if present."""
+def read_config_file(path: str | os.PathLike[str] | None) -> tuple[dict[str, Any], list[SettingProblem], Path | None]:
+    """The TOML file's table, its problems and its path (None: no file);
+    ``path`` None means the default location, if present. Never raises: a
+    command decides whether a problem stops it."""
     explicit = path is not None
     p = Path(path) if path is not None else default_config_path()
     if not p.exists():
         if explicit:
-            raise ConfigError(f"config file not found: {p}")
-        return {}
+            return {}, [SettingProblem(None, f"config file not found: {p} (create it, or unset --config-file / CODEX_SIDECAR_CONFIG)")], None
+        return {}, [], None
     try:
         with open(p, "rb") as f:
             data = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {p}: {exc}") from None
-    unknown = set(data) - SETTING_NAMES - {"engines"}
-    if unknown:
-        raise ConfigError(f"unknown keys in {p}: {', '.join(sorted(unknown))}")
+        return {}, [SettingProblem(None, f"cannot read config file {p}: {exc} (fix the file, or point CODEX_SIDECAR_CONFIG elsewhere)")], p
+    problems = []
+    valid = sorted(SETTING_NAMES | {"engines"})
+    for key in sorted(set(data) - SETTING_NAMES - {"engines"}):
+        problems.append(
+            SettingProblem(None, f"unknown key {key!r} in {p}{did_you_mean(key, valid)}; valid keys: {', '.join(valid)}")
+        )
+        del data[key]
     engines = data.get("engines", {})
     if not isinstance(engines, dict) or not all(isinstance(v, dict) for v in engines.values()):
-        raise ConfigError(f"{p}: [engines] must hold one table per engine id")
+        problems.append(SettingProblem("engine", f"{p}: [engines] must hold one table per engine id ([engines.<id>])"))
+        data.pop("engines", None)
+    return data, problems, p
+
+
+def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """Read the TOML file; ``None`` means the default location, if present.
+    Any problem raises :class:`ConfigError` (the first one's message)."""
+    data, problems, _p = read_config_file(path)
+    if problems:
+        raise ConfigError(problems[0].message)
     return data
 
 
-def resolve_codex_bin(configured: str | None) -> str:
-    """The real codex: the configured path, else ``codex`` on PATH minus ourselves."""
+def resolve_settings(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    config_file: str | os.PathLike[str] | None,
+    config_origin: Origin = DEFAULT,
+) -> Resolved:
+    """Each setting from the first of: a flag given (``flags``: name -> raw
+    value, only those on the command line), its ``CODEX_SIDECAR_*`` variable
+    (an empty one counts as unset, except the allowlist's: trust only the
+    built-ins), the config file's key, the default. A value that does not
+    convert is a problem naming where it came from, and the setting keeps
+    its default."""
+    data, problems, path = read_config_file(config_file)
+    values: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+    for s in SETTINGS:
+        raw: Any = None
+        origin = DEFAULT
+        if s.name in flags and flags[s.name] is not None:
+            raw, origin = flags[s.name], Origin("flag", s.flag)
+        elif env.get(s.envvar, "") != "" or (s.name == "engine_allowlist" and s.envvar in env):
+            raw, origin = env[s.envvar], Origin("env", s.envvar)
+        elif s.name in data and path is not None:
+            raw, origin = data[s.name], Origin("file", str(path), s.name)
+        if origin.kind == "default":
+            values[s.name] = s.default
+        else:
+            try:
+                values[s.name] = _convert(s, raw)
+            except click.BadParameter as exc:
+                problems.append(_bad(s, origin, raw, exc))
+                values[s.name], origin = s.default, DEFAULT
+        origins[s.name] = origin
+    return Resolved(values, origins, problems, path, config_origin, data.get("engines", {}))
+
+
+def resolve_codex_bin(configured: str | None, origin: Origin = DEFAULT) -> str:
+    """The real codex: the configured path, else ``codex`` on PATH minus ourselves.
+    Errors name the setting that gave the path (``origin``)."""
     if configured:
+        source = f" (from {origin})" if origin.kind != "default" else ""
+        fix = f"point {origin} at the real codex" if origin.kind != "default" else "set codex_bin to the real codex"
         path = shutil.which(configured) or configured
         if not os.path.exists(path):
-            raise ConfigError(f"codex binary not found: {configured}")
+            raise ConfigError(f"codex binary not found: {configured}{source}; {fix}")
         if _is_self(path):
-            raise ConfigError(f"{configured} is the sidecar itself, not the codex binary")
+            raise ConfigError(f"{configured}{source} is the sidecar itself, not the codex binary; {fix}")
         return path
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = os.path.join(directory or ".", "codex")

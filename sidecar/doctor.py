@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, default_config_path, load_config_file, resolve_codex_bin
+from .config import DEFAULT, ConfigError, Origin, Resolved, default_config_path, did_you_mean, load_config_file, resolve_codex_bin
 
 MIN_CODEX = (0, 149, 0)
 """OpenClaw's Codex plugin refuses an app-server older than this (it parses
@@ -47,10 +47,12 @@ def _run_version(path: str) -> str:
     return (out.stdout or "") + (out.stderr or "")
 
 
-def check_codex(configured: str | None, run_version: Callable[[str], str] = _run_version) -> tuple[Finding, str | None]:
+def check_codex(
+    configured: str | None, run_version: Callable[[str], str] = _run_version, origin: Origin = DEFAULT
+) -> tuple[Finding, str | None]:
     """The real codex is found and new enough; also returns its path."""
     try:
-        path = resolve_codex_bin(configured)
+        path = resolve_codex_bin(configured, origin)
     except ConfigError as exc:
         return Finding("codex", False, str(exc.message)), None
     try:
@@ -82,17 +84,17 @@ def can_write(directory: Path) -> bool:
 
 
 def check_state_dir(path: str | os.PathLike[str]) -> Finding:
-    """Writable and private (0700): it holds every mirrored prompt."""
+    """Usable (the check the sidecar makes at start-up, which decides whether
+    it runs an engine, the history part or a pure relay), and private (0700):
+    it holds every mirrored prompt."""
+    from .store.usable import check_state_dir as usable
+
     p = Path(path)
+    problem = usable(p, create=False)
+    if problem is not None:
+        return Finding("state dir", False, problem.message())
     if not p.exists():
-        parent = next((a for a in p.parents if a.exists()), None)
-        if parent is not None and parent.is_dir() and can_write(parent):
-            return Finding("state dir", True, f"{p} (does not exist yet; will be created 0700)")
-        return Finding("state dir", False, f"{p} does not exist and cannot be created (cannot write in {parent})")
-    if not p.is_dir():
-        return Finding("state dir", False, f"{p} is not a directory")
-    if not can_write(p):
-        return Finding("state dir", False, f"{p} is not writable by this user")
+        return Finding("state dir", True, f"{p} (does not exist yet; will be created 0700)")
     mode = stat.S_IMODE(p.stat().st_mode)
     if mode & 0o077:
         return Finding("state dir", False, f"{p} is mode {mode:04o}; it holds prompts: chmod 700 {p}")
@@ -105,7 +107,16 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
 
     if not engine_id or engine_id == "legacy":
         return Finding("engine", True, "legacy (pass-through: no context engine)")
-    entries = [e for e in list_engines() if e.id == engine_id]
+    installed = list_engines()
+    entries = [e for e in installed if e.id == engine_id]
+    if not entries:
+        ids = sorted({e.id for e in installed} | {"legacy"})
+        return Finding(
+            "engine",
+            False,
+            f"engine {engine_id!r} is not installed{did_you_mean(engine_id, ids)}; installed: {', '.join(ids)} "
+            "(set engine, CODEX_SIDECAR_ENGINE or --engine to one of them, or install its distribution)",
+        )
     builtin = any(e.builtin for e in entries)
     if allowlist is None and not builtin:
         return Finding(
@@ -193,21 +204,42 @@ def openclaw_snippet(sidecar: str, codex: str | None, engine_id: str, state_dir:
     return "\n".join(lines)
 
 
+def check_settings(resolved: Resolved) -> list[Finding]:
+    """The config file (read, only known keys), then each value that could
+    not be used (each names its flag, variable or file key)."""
+    file_problems = [Finding("config file", False, p.message) for p in resolved.problems if p.setting is None]
+    if not file_problems:
+        shown = resolved.config_file or default_config_path()
+        ok = str(shown) if resolved.config_file else f"none ({shown} absent: defaults and CODEX_SIDECAR_* apply)"
+        file_problems = [Finding("config file", True, ok)]
+    return [*file_problems, *(Finding("setting", False, p.message) for p in resolved.problems if p.setting is not None)]
+
+
+def settings_lines(resolved: Resolved, state_dir: str, codex: str | None = None) -> list[str]:
+    """``name = value  (source)`` for every setting, as the sidecar would run
+    (the state dir and codex as found when left to their defaults)."""
+    shown = resolved.shown()
+    shown["state_dir"] = {"value": state_dir, "source": shown["state_dir"]["source"]}
+    if codex and not resolved.values.get("codex_bin"):
+        shown["codex_bin"] = {"value": codex, "source": "codex on PATH"}
+    width = max(len(k) for k in shown)
+    return [f"{name:<{width}} = {row['value']!s:<24} ({row['source']})" for name, row in shown.items()]
+
+
 def run_checks(
-    settings: Mapping[str, Any],
-    engines_config: Mapping[str, Any],
-    config_file: str | None,
+    resolved: Resolved,
     state_dir: str,
     *,
     run_version: Callable[[str], str] = _run_version,
 ) -> tuple[list[Finding], str | None]:
-    codex, codex_path = check_codex(settings.get("codex_bin"), run_version)
+    settings = resolved.values
+    codex, codex_path = check_codex(settings.get("codex_bin"), run_version, resolved.origins.get("codex_bin", DEFAULT))
     engine_id = settings.get("engine") or "legacy"
     findings = [
         codex,
         check_state_dir(state_dir),
-        check_engine(engine_id, settings.get("engine_allowlist"), engines_config.get(engine_id, {})),
+        check_engine(engine_id, settings.get("engine_allowlist"), resolved.engines.get(engine_id, {})),
         check_tokenizer(),
-        check_config_file(config_file),
+        *check_settings(resolved),
     ]
     return findings, codex_path

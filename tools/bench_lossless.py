@@ -72,7 +72,7 @@ from typing import Any
 import trio
 
 from engines.lossless import status as lossless_status
-from engines.lossless.config import LosslessConfig, parse_config
+from engines.lossless.config import LosslessConfig, knobs, parse_config
 from engines.tokens import count_tokens
 from sidecar.store.lossless_view import store_dir
 from tools.bench_context import CountingFakeModel, work_root, item_tokens, normalise_item, reported_rebuilds, turn_schedule
@@ -634,6 +634,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessConfig, meta: dict[str, Any]) -> dict[str, Any]:
+    sizes = knobs(cfg, cfg.token_budget)
     native, lossless = results
     framing = framing_of(native.first_body, script[0].prompt)
     bound = int((cfg.token_budget + framing) * (1 + BOUND_SLACK)) if framing is not None else None
@@ -730,8 +731,9 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"longest prefix unchanged from the previous request with the same prompt_cache_key, plus {CACHED_SHARE} x the prefix; both include "
         "the engine's summary calls (turn/summ/compact: turn requests / summary calls / Codex's own compactions). wall: mean turn/start -> "
         "turn/completed over native's mean, the two sessions taking turns ABBA; a hand-over waits until the sidecar's background summaries are done.",
-        f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'} (token_budget {cfg.token_budget}, fresh_tail_tokens {cfg.fresh_tail_tokens}, "
-        f"leaf_chunk_tokens {cfg.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}); "
+        f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'} (token_budget {cfg.token_budget}, fresh_tail_tokens {sizes.fresh_tail_tokens}, "
+        f"leaf_chunk_tokens {sizes.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}, "
+        f"warm {cfg.warm_compact_threshold}, cache_ttl {cfg.cache_ttl:g} s); "
         f"sidecar {meta.get('sidecarSettings') or 'defaults'}; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
         f"mean tokens a turn {meta.get('tokensPerTurn')}.",
     ]

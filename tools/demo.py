@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -182,8 +183,7 @@ def rule(title: str) -> str:
     return f"── {title} " + "─" * max(4, 72 - len(title))
 
 
-async def run(codex_bin: str) -> int:
-    work = Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-"))
+async def run(codex_bin: str, work: Path) -> int:
     state_dir = work / "state"
     config = work / "sidecar.toml"
     # stale_slack = 0: rebuild as soon as the engine drops anything. The
@@ -276,6 +276,7 @@ async def run(codex_bin: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--codex-bin", default=find_codex_bin())
+    ap.add_argument("--keep", action="store_true", help="keep the demo's folder (state dir, config, Codex home) for a look afterwards")
     ap.add_argument(
         "--engine",
         choices=(ENGINE, "lossless"),
@@ -285,11 +286,21 @@ def main() -> None:
     args = ap.parse_args()
     if not args.codex_bin:
         sys.exit("codex binary not found: run `make setup` or pass --codex-bin")
-    if args.engine == "lossless":
-        from tools import demo_lossless
+    work = Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-"))
+    try:
+        if args.engine == "lossless":
+            from tools import demo_lossless
 
-        sys.exit(trio.run(demo_lossless.run, os.path.abspath(args.codex_bin)))
-    sys.exit(trio.run(run, os.path.abspath(args.codex_bin)))
+            code = trio.run(demo_lossless.run, os.path.abspath(args.codex_bin), work)
+        else:
+            code = trio.run(run, os.path.abspath(args.codex_bin), work)
+    finally:
+        if args.keep:
+            print(f"\nkept the demo's folder: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"\nremoved the demo's folder {work} (make demo ARGS=--keep keeps it)")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -140,9 +140,11 @@ def rule(title: str) -> str:
 
 
 async def run(codex_bin: str, work: Path | None = None) -> int:
-    """The demo, printed to stdout; its files go under ``work`` (a new
-    temporary folder by default, left for the reader to look into)."""
-    work = work or Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-lossless-"))
+    """The demo, printed to stdout; its files go under ``work`` (the
+    caller's, kept), else a temporary folder removed at the end."""
+    if work is None:
+        with tempfile.TemporaryDirectory(prefix="codex-sidecar-demo-lossless-") as tmp:
+            return await run(codex_bin, Path(tmp))
     state_dir = work / "state"
     config = work / "sidecar.toml"
     config.write_text(CONFIG)

@@ -2,11 +2,14 @@
 hierarchy and gives the model recall tools.
 
 Modules, one concept each: :mod:`.config` (the ``[engines.lossless]`` table),
-:mod:`.messages` (message identity, text, tool pairs), :mod:`.store` (SQLite) with
-:mod:`.schema` (its tables and migrations),
+:mod:`.messages` (message identity, text, tool pairs), :mod:`.store` (every
+store operation) over :mod:`.backends` (SQLite, the default, or PostgreSQL)
+with :mod:`.schema` (the tables and migrations),
 :mod:`.summarize` (model and extractive summaries), :mod:`.compaction`
 (compaction steps), :mod:`.assemble` (the assembly within the budget),
-:mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``) and
+:mod:`.outofline` (large messages kept out of line),
+:mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``),
+:mod:`.expand_query` (``lcm_expand_query``) and
 :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
 the behaviour.
 """

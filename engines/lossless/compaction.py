@@ -16,6 +16,9 @@ A step, run by ``maintain`` (when the assembly has outgrown
    depth up;
 3. a new frame is installed: the newest summaries that fit
    ``compact_target`` of the budget beside the raw messages after them.
+   While the prompt cache is warm the engine may ask for the summaries only
+   (``install=False``, see :func:`frame_due`): then only full chunks are
+   summarised and the frame waits.
 
 Each summary is written in its own transaction as soon as it exists (with the
 pointer to how far leaf summaries reach), and the frame in one more, so a kill
@@ -40,14 +43,26 @@ import trio
 from engines.api import AgentMessage, EngineHost, encode_openclaw
 
 from .assemble import select_frame
-from .config import LosslessConfig
+from .config import Knobs, LosslessConfig, knobs
 from .messages import valid_cuts
-from .store import NewSummary, Store, SummaryRow
+from .outofline import out_of_line_view
+from .store import MessageRow, NewSummary, Store, SummaryRow
 from .summarize import Source, extractive_summary, model_summary, summary_id, summary_prompt
 
 log = logging.getLogger("engines.lossless.compaction")
 
-__all__ = ["condense_groups", "fresh_tail_start", "leaf_chunks", "retry_fallbacks", "run_step", "step_needed"]
+__all__ = [
+    "condense_groups",
+    "frame_due",
+    "fresh_tail_start",
+    "install_frame",
+    "last_turn_tokens",
+    "leaf_chunks",
+    "recent_turn_tokens",
+    "retry_fallbacks",
+    "run_step",
+    "step_needed",
+]
 
 
 # --------------------------------------------------------------- pure planning
@@ -116,6 +131,37 @@ def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessC
     return unfinished or frame_tokens + tail_tokens > cfg.compact_threshold * budget
 
 
+def last_turn_tokens(rows: Sequence[MessageRow]) -> int:
+    """Tokens of the newest turn among ``rows`` (the messages of its user turn)."""
+    if not rows:
+        return 0
+    newest = rows[-1].turn
+    return sum(r.tokens for r in rows if r.turn == newest)
+
+
+def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = 3) -> int:
+    """The largest of the newest ``turns`` turns among ``rows``, in tokens
+    (turns differ: a turn with a tool output is larger than one without)."""
+    sizes: dict[int, int] = {}
+    for r in reversed(rows):
+        if r.turn not in sizes and len(sizes) == turns:
+            break
+        sizes[r.turn] = sizes.get(r.turn, 0) + r.tokens
+    return max(sizes.values(), default=0)
+
+
+def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool) -> bool:
+    """Whether a step should install its new frame now. A new frame breaks
+    the provider's prompt cache once (the next request is not a prefix of the
+    last), which costs nothing when the cache has gone cold; while it is warm
+    the frame waits until the budget forces it: the assembly past
+    ``warm_compact_threshold`` of the budget, or a next turn as large as
+    ``last_turn`` (the largest recent one) would not fit."""
+    if not warm:
+        return True
+    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + last_turn > budget
+
+
 # --------------------------------------------------------------- the step
 
 
@@ -129,22 +175,35 @@ class StepContext:
         cfg: LosslessConfig,
         count_text: Callable[[str], int],
         estimate: Callable[[AgentMessage], int],
+        sizes: Knobs | None = None,
     ) -> None:
         self.store = store
         self.host = host
         self.cfg = cfg
         self.count_text = count_text
         self.estimate = estimate
+        #: The compaction sizes for the step's budget (the settings, or derived from the budget).
+        self.knobs = sizes if sizes is not None else knobs(cfg, cfg.token_budget)
 
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def view(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:
+        """Stored messages ``lo..hi`` as the assembly sees them: an
+        out-of-line message with its stand-in's tokens and text."""
+
+        def run() -> list[MessageRow]:
+            rows = self.store.messages_between(session_id, lo, hi)
+            return out_of_line_view(self.store, self.cfg, session_id, rows, self.count_text, self.estimate)[0]
+
+        return await trio.to_thread.run_sync(run)
 
 
 async def _summary_text(
     ctx: StepContext, depth: int, turns: tuple[int, int], times: tuple[int, int], sources: Sequence[Source], deadline: float
 ) -> tuple[str, bool, str]:
     """``(text, fallback, outcome)`` for one summary."""
-    target = ctx.cfg.leaf_summary_tokens if depth == 0 else ctx.cfg.condensed_summary_tokens
+    target = ctx.knobs.leaf_summary_tokens if depth == 0 else ctx.knobs.condensed_summary_tokens
     timeout = min(ctx.cfg.summary_timeout, deadline - trio.current_time())
     text, outcome = await model_summary(
         ctx.host, summary_prompt(depth, turns, times, sources, target), target, timeout, ctx.count_text
@@ -162,22 +221,31 @@ def _summary_sources(rows: Sequence[SummaryRow]) -> list[Source]:
     return [Source(s.id, f"{s.id} depth {s.depth} turns {s.turn_lo}-{s.turn_hi}", s.text) for s in rows]
 
 
-async def run_step(ctx: StepContext, session_id: str, *, budget: int, force: bool, reason: str) -> dict[str, Any]:
+async def run_step(
+    ctx: StepContext, session_id: str, *, budget: int, force: bool, reason: str, install: bool = True
+) -> dict[str, Any]:
     """One compaction step (see the module notes); returns its report, which
-    is also stored as the session's last compaction."""
+    is also stored as the session's last compaction. ``install=False`` writes
+    the summaries only and leaves the frame (and so the assembly and the
+    prompt cache) as it is: the frame is installed by a later step or, once
+    the cache has gone cold, by :func:`install_frame` on the assembly path."""
     cfg, store = ctx.cfg, ctx.store
     deadline = trio.current_time() + cfg.step_deadline
     session = await ctx.db(store.session, session_id)
-    rows = await ctx.db(store.messages_between, session_id, session.summarized_seq + 1)
-    before_tail = await ctx.db(store.messages_between, session_id, session.frame_seq + 1)
+    rows = await ctx.view(session_id, session.summarized_seq + 1)
+    before_tail = await ctx.view(session_id, session.frame_seq + 1)
     tokens_before = session.frame_tokens + sum(r.tokens for r in before_tail)
     messages = await ctx.db(store.decode, rows)
     tokens = [r.tokens for r in rows]
     cuts = valid_cuts(messages)
-    tail_start = fresh_tail_start(tokens, cuts, cfg.fresh_tail_tokens, cfg.fresh_tail_messages)
-    chunks = leaf_chunks(tokens, cuts, tail_start, cfg.leaf_chunk_tokens)
-    if len(chunks) > 1 and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < cfg.leaf_chunk_tokens:
-        chunks.pop()  # a short last chunk waits for more messages
+    sizes = ctx.knobs
+    tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, cfg.fresh_tail_messages)
+    chunks = leaf_chunks(tokens, cuts, tail_start, sizes.leaf_chunk_tokens)
+    if chunks and (len(chunks) > 1 or not install) and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
+        # A short last chunk waits for more messages; when the frame is not
+        # installed now, even a lone one (a summary a turn would be a cold
+        # model call a turn).
+        chunks.pop()
     outcomes: dict[str, int] = {}
     made_leaves = made_condensed = fallbacks = 0
     for a, b in chunks:
@@ -248,11 +316,35 @@ async def run_step(ctx: StepContext, session_id: str, *, budget: int, force: boo
     if not made_leaves and not made_condensed and session.summarized_seq == session.frame_seq and not force:
         report.update(changed=False, tokensAfter=tokens_before)
         return report
-    active = await ctx.db(store.summaries, session_id, active_only=True)
-    tail = await ctx.db(store.messages_between, session_id, session.summarized_seq + 1)
+    if not install:
+        report.update(changed=False, deferred=True, tokensAfter=tokens_before)
+        return report
+    return await trio.to_thread.run_sync(
+        lambda: install_frame(store, cfg, session_id, budget, ctx.count_text, ctx.estimate, report, tokens_before)
+    )
+
+
+def install_frame(
+    store: Store,
+    cfg: LosslessConfig,
+    session_id: str,
+    budget: int,
+    count_text: Callable[[str], int],
+    estimate: Callable[[AgentMessage], int],
+    report: dict[str, Any],
+    tokens_before: int,
+) -> dict[str, Any]:
+    """Install the frame the stored summaries give: the newest that fit
+    ``compact_target`` of the budget beside the raw messages no summary
+    covers. No model call (synchronous: run it in a worker thread). Returns
+    ``report`` with what changed; it is stored as the last compaction."""
+    session = store.session(session_id)
+    active = store.summaries(session_id, active_only=True)
+    rows = store.messages_between(session_id, session.summarized_seq + 1)
+    tail = out_of_line_view(store, cfg, session_id, rows, count_text, estimate)[0]
     tail_tokens = sum(r.tokens for r in tail)
     room = max(0, int(cfg.compact_target * budget) - tail_tokens)
-    chosen, rendered, frame_tokens = select_frame(active, room, ctx.estimate)
+    chosen, rendered, frame_tokens = select_frame(active, room, estimate)
     frame_ids = [s.id for s in chosen]
     frame = encode_openclaw(rendered)
     if session.summarized_seq == session.frame_seq and frame == session.frame:
@@ -266,8 +358,7 @@ async def run_step(ctx: StepContext, session_id: str, *, budget: int, force: boo
         at=int(time.time() * 1000),
         step=session.steps + 1,
     )
-    await ctx.db(
-        store.set_frame,
+    store.set_frame(
         session_id,
         frame_seq=session.summarized_seq,
         frame=frame,
@@ -294,12 +385,12 @@ async def retry_fallbacks(ctx: StepContext, session_id: str, limit: int, deadlin
             break
         source_ids = await ctx.db(ctx.store.summary_sources, s.id)
         if s.depth == 0:
-            rows = await ctx.db(ctx.store.messages_between, session_id, s.seq_lo, s.seq_hi)
+            rows = await ctx.view(session_id, s.seq_lo, s.seq_hi)
             sources = _message_sources(rows)
         else:
             children = [await ctx.db(ctx.store.summary, session_id, i) for i in source_ids]
             sources = _summary_sources([c for c in children if c is not None])
-        target = ctx.cfg.leaf_summary_tokens if s.depth == 0 else ctx.cfg.condensed_summary_tokens
+        target = ctx.knobs.leaf_summary_tokens if s.depth == 0 else ctx.knobs.condensed_summary_tokens
         timeout = min(ctx.cfg.summary_timeout, deadline - trio.current_time())
         text, _ = await model_summary(
             ctx.host, summary_prompt(s.depth, (s.turn_lo, s.turn_hi), (s.time_lo, s.time_hi), sources, target), target, timeout, ctx.count_text

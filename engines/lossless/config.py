@@ -7,13 +7,14 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT_ADDITION", "LosslessConfig", "parse_config"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT_ADDITION", "Knobs", "LosslessConfig", "knobs", "parse_config"]
 
 DEFAULT_SYSTEM_PROMPT_ADDITION = (
     "Older parts of this conversation are condensed into summaries marked [summary sum_... ]; "
     "every original message is kept. When a detail matters, look it up: lcm_grep searches "
     "everything said so far, lcm_describe shows what a summary covers, lcm_expand returns the "
-    "original messages under a summary."
+    "original messages under a summary (or a large output kept out of line), lcm_expand_query "
+    "answers a question from the original messages without filling this context."
 )
 
 
@@ -22,23 +23,34 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     #: The assembly's ceiling in tokens (the smaller of this and the sidecar's budget applies).
     token_budget: int = 32_000
-    #: The newest messages kept verbatim by a compaction step, in tokens ...
-    fresh_tail_tokens: int = 8_000
+    #: The newest messages kept verbatim by a compaction step, in tokens
+    #: (unset: 15% of the budget) ...
+    fresh_tail_tokens: int | None = None
     #: ... and at least this many messages, whatever their size.
     fresh_tail_messages: int = 4
-    #: A leaf summary covers raw messages of about this many tokens.
-    leaf_chunk_tokens: int = 4_000
-    #: Target length of a leaf summary.
-    leaf_summary_tokens: int = 400
+    #: A leaf summary covers raw messages of about this many tokens (unset:
+    #: a quarter of the budget, 256 to 4,000).
+    leaf_chunk_tokens: int | None = None
+    #: Target length of a leaf summary (unset: budget / 80, 48 to 400).
+    leaf_summary_tokens: int | None = None
     #: A condensed summary is made over this many same-depth summaries, once a
     #: depth holds more than this many that are not yet condensed.
     condense_fanout: int = 4
-    #: Target length of a condensed summary.
-    condensed_summary_tokens: int = 600
-    #: A compaction step runs when the assembly exceeds this share of the budget ...
+    #: Target length of a condensed summary (unset: budget x 3 / 160, 64 to 600).
+    condensed_summary_tokens: int | None = None
+    #: Summaries are written when the assembly exceeds this share of the budget ...
     compact_threshold: float = 0.8
-    #: ... and leaves it at about this share (fresh tail plus the summaries shown).
-    compact_target: float = 0.5
+    #: ... and a new frame brings it back to about this share (fresh tail plus
+    #: the summaries shown).
+    compact_target: float = 0.3
+    #: While the provider's prompt cache is warm (a request within
+    #: ``cache_ttl`` seconds), a new frame (which costs one uncached request)
+    #: waits until the assembly passes this share of the budget, or the next
+    #: turn as large as the last would pass the budget ...
+    warm_compact_threshold: float = 0.9
+    #: ... the cache's lifetime in seconds (0: no waiting, frames are
+    #: installed as soon as their summaries exist).
+    cache_ttl: float = 300.0
     #: Seconds one summary call to the host may take before the extractive stand-in is used.
     summary_timeout: float = 10.0
     #: Seconds one maintenance or compaction call may spend on summary calls in
@@ -53,23 +65,48 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: ``lcm_grep``'s hit count when the call gives none, and the most it returns.
     grep_default_limit: int = 10
     grep_max_limit: int = 50
+    #: ``lcm_expand_query``: the answer's cap when the call gives none, and the
+    #: largest cap it accepts (the tool's whole result stays within it) ...
+    expand_query_default_tokens: int = 1_000
+    expand_query_max_tokens: int = 4_000
+    #: ... the most source text it hands the model in one call, in tokens ...
+    expand_query_input_tokens: int = 16_000
+    #: ... and the seconds that call may take (keep it below the sidecar's
+    #: engine deadline, which bounds the whole tool call).
+    expand_query_timeout: float = 15.0
+    #: A tool result or user message over this many tokens is kept out of line:
+    #: stored whole, shown in the assembly as a reference and a short summary.
+    large_output_tokens: int = 25_000
+    #: Length of that short (extractive) summary, in tokens.
+    large_output_summary_tokens: int = 400
     #: Where the store lives when the host gives no state folder (unbound engine).
     state_dir: str | None = None
+    #: The store in a PostgreSQL database (``postgresql://user:password@host/db``)
+    #: instead of the SQLite file in the state folder; needs the ``[postgres]`` extra.
+    database_url: str | None = None
+    #: A size bound for the store in MiB (0: none). Past it, maintenance drops the
+    #: raw text of the oldest messages already condensed (depth >= 1); see the docs.
+    max_store_mb: float = 0
     #: Sent to the model as the system prompt addition once the assembly holds
     #: a summary; "" sends none.
     system_prompt_addition: str = DEFAULT_SYSTEM_PROMPT_ADDITION
 
     def __post_init__(self) -> None:
+        for name in ("fresh_tail_tokens", "leaf_chunk_tokens", "leaf_summary_tokens", "condensed_summary_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         positive = (
             "token_budget",
-            "fresh_tail_tokens",
-            "leaf_chunk_tokens",
-            "leaf_summary_tokens",
-            "condensed_summary_tokens",
             "expand_default_tokens",
             "expand_max_tokens",
             "grep_default_limit",
             "grep_max_limit",
+            "expand_query_default_tokens",
+            "expand_query_max_tokens",
+            "expand_query_input_tokens",
+            "large_output_tokens",
+            "large_output_summary_tokens",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -84,13 +121,58 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 "expected 0 < compact_target < compact_threshold <= 1, got "
                 f"compact_target={self.compact_target}, compact_threshold={self.compact_threshold}"
             )
-        for name in ("summary_timeout", "step_deadline"):
+        if not self.compact_threshold <= self.warm_compact_threshold <= 1:
+            raise ValueError(
+                "expected compact_threshold <= warm_compact_threshold <= 1, got "
+                f"warm_compact_threshold={self.warm_compact_threshold}"
+            )
+        if not self.cache_ttl >= 0:
+            raise ValueError(f"cache_ttl must be a number of seconds >= 0, got {self.cache_ttl}")
+        for name in ("summary_timeout", "step_deadline", "expand_query_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
+        if self.database_url is not None and not self.database_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database_url must be a PostgreSQL URL (postgresql://...)")
+        if self.max_store_mb < 0:
+            raise ValueError(f"max_store_mb must not be negative, got {self.max_store_mb}")
         if self.expand_default_tokens > self.expand_max_tokens:
             raise ValueError("expand_default_tokens must not exceed expand_max_tokens")
         if self.grep_default_limit > self.grep_max_limit:
             raise ValueError("grep_default_limit must not exceed grep_max_limit")
+        if self.expand_query_default_tokens > self.expand_query_max_tokens:
+            raise ValueError("expand_query_default_tokens must not exceed expand_query_max_tokens")
+        if self.large_output_summary_tokens >= self.large_output_tokens:
+            raise ValueError("large_output_summary_tokens must be below large_output_tokens")
+
+
+class Knobs(msgspec.Struct, frozen=True, kw_only=True):
+    """The sizes a compaction step works with, for one budget: the settings
+    where set, else derived from the budget (see :func:`knobs`)."""
+
+    fresh_tail_tokens: int
+    leaf_chunk_tokens: int
+    leaf_summary_tokens: int
+    condensed_summary_tokens: int
+
+
+def _clamp(value: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, value))
+
+
+def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
+    """The compaction sizes for ``budget``: what the config sets, else a
+    share of the budget (at the default 32,000-token budget the derived
+    values are 4,800 / 4,000 / 400 / 600; at 6,000 they are 900 / 1,500 / 75 /
+    112)."""
+    budget = max(1, budget)
+    return Knobs(
+        fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 3 // 20),
+        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 4_000),
+        leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
+        condensed_summary_tokens=(
+            cfg.condensed_summary_tokens if cfg.condensed_summary_tokens is not None else _clamp(budget * 3 // 160, 64, 600)
+        ),
+    )
 
 
 def parse_config(config: Mapping[str, Any] | None) -> LosslessConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,11 +44,13 @@ from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
 from engines.tokens import count_tokens, estimate_message_tokens
 
+from . import expand_query
 from .assemble import fit_budget
-from .compaction import StepContext, retry_fallbacks, run_step, step_needed
-from .config import LosslessConfig, parse_config
+from .compaction import StepContext, frame_due, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
+from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities
-from .store import DB_NAME, Store
+from .outofline import out_of_line_view
+from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
 
 log = logging.getLogger("engines.lossless")
@@ -87,6 +90,9 @@ class LosslessEngine(BaseContextEngine):
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
         self._known: dict[str, set[str]] = {}
+        # session -> time.monotonic() of its last assembly (the last request
+        # the provider's prompt cache saw).
+        self._last_request: dict[str, float] = {}
         # id(message) -> (message, content identity): the sidecar hands over
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
@@ -98,11 +104,14 @@ class LosslessEngine(BaseContextEngine):
         """Remember the host and open the store in its ``state_dir``."""
         self._host = host
         if self._store is None:
-            self._store = await trio.to_thread.run_sync(Store.open, host.state_dir, DB_NAME)
+            self._store = await trio.to_thread.run_sync(Store.open_configured, self.cfg.database_url, host.state_dir, DB_NAME)
 
     def _store_now(self) -> Store:
         if self._store is None:
             folder = self.cfg.state_dir
+            if self.cfg.database_url:
+                self._store = Store.connect(self.cfg.database_url)
+                return self._store
             if not folder:
                 raise LosslessNotReady(
                     "the lossless engine has no state folder: the sidecar did not bind it to a host "
@@ -122,8 +131,18 @@ class LosslessEngine(BaseContextEngine):
         """The open store (opened on first access when unbound)."""
         return self._store_now()
 
-    def _context(self) -> StepContext:
-        return StepContext(self._store_now(), self._host, self.cfg, count_tokens, estimate_message_tokens)
+    def _context(self, budget: int | None = None) -> StepContext:
+        sizes = knobs(self.cfg, budget if budget is not None else self.cfg.token_budget)
+        return StepContext(self._store_now(), self._host, self.cfg, count_tokens, estimate_message_tokens, sizes)
+
+    def _cache_warm(self, session_id: str) -> bool | None:
+        """Whether the provider's prompt cache for this session is likely
+        warm: a request (an assembly) less than ``cache_ttl`` seconds ago.
+        None when this process has assembled nothing for it yet."""
+        last = self._last_request.get(session_id)
+        if last is None:
+            return None
+        return self.cfg.cache_ttl > 0 and time.monotonic() - last < self.cfg.cache_ttl
 
     def _lock(self, session_id: str) -> trio.Lock:
         lock = self._step_locks.get(session_id)
@@ -194,13 +213,24 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
-    def _assemble_sync(self, session_id: str, budget: int, addition_tokens: int) -> tuple[list[AgentMessage], int, dict[str, Any]]:
+    def _assemble_sync(
+        self, session_id: str, budget: int, addition_tokens: int, cold: bool = False
+    ) -> tuple[list[AgentMessage], int, dict[str, Any]]:
         store = self._store_now()
         session = store.session(session_id)
+        if cold and session.summarized_seq > session.frame_seq:
+            # Summaries made while the cache was warm wait for their frame; the
+            # cache is gone now, so the new frame costs nothing extra.
+            before = session.frame_tokens + sum(r.tokens for r in self._view_sync(session_id, session.frame_seq + 1))
+            report = {"reason": "cache-cold", "tokensBefore": before}
+            install_frame(store, self.cfg, session_id, budget, count_tokens, estimate_message_tokens, report, before)
+            session = store.session(session_id)
         frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
         frame_tokens = [estimate_message_tokens(m) for m in frame]
-        rows = store.messages_between(session_id, session.frame_seq + 1)
-        tail = store.decode(rows)
+        rows, stubs = out_of_line_view(
+            store, self.cfg, session_id, store.messages_between(session_id, session.frame_seq + 1), count_tokens, estimate_message_tokens
+        )
+        tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
         # The addition goes with a frame, and the model reads it too.
         reserved = addition_tokens if frame else 0
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
@@ -224,7 +254,21 @@ class LosslessEngine(BaseContextEngine):
         budget = self._budget(params.token_budget)
         addition = self.cfg.system_prompt_addition.strip() or None
         addition_tokens = count_tokens(addition) if addition else 0
-        messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens)
+        # A cold cache lets waiting summaries get their frame now, unless a
+        # step holds the session (the assembly never waits for a model call).
+        lock = self._lock(params.session_id)
+        cold = self._cache_warm(params.session_id) is False
+        if cold:
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                cold = False
+        try:
+            messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens, cold)
+        finally:
+            if cold:
+                lock.release()
+        self._last_request[params.session_id] = time.monotonic()
         has_summary = held["frameSummaries"] > 0
         if addition is not None and has_summary:
             tokens += addition_tokens
@@ -237,16 +281,25 @@ class LosslessEngine(BaseContextEngine):
     # ------------------------------------------------------------ compaction
 
     async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None) -> dict[str, Any]:
-        ctx = self._context()
         async with self._lock(session_id):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)
+            ctx = self._context(effective)
+            install = True
             if not force:
-                tail = await self._db("messages_between", session_id, session.frame_seq + 1)
+                tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
-                if not step_needed(session.frame_tokens, sum(r.tokens for r in tail), effective, self.cfg, unfinished):
+                assembly = session.frame_tokens + sum(r.tokens for r in tail)
+                if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished):
                     return {"reason": reason, "changed": False, "needed": False}
-            return await run_step(ctx, session_id, budget=effective, force=force, reason=reason)
+                warm = self._cache_warm(session_id) is True
+                install = frame_due(assembly, recent_turn_tokens(tail), effective, self.cfg, warm=warm)
+            return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
+
+    def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
+        store = self._store_now()
+        rows, _ = out_of_line_view(store, self.cfg, session_id, store.messages_between(session_id, lo), count_tokens, estimate_message_tokens)
+        return rows
 
     async def maintain(self, params: MaintainParams) -> MaintainResult:
         """A compaction step when the assembly has outgrown its threshold (or
@@ -256,9 +309,12 @@ class LosslessEngine(BaseContextEngine):
         retried = 0
         if self._host is not None and self.cfg.retries_per_maintain:
             async with self._lock(params.session_id):
+                session = await self._db("session", params.session_id)
                 retried = await retry_fallbacks(
-                    self._context(), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
+                    self._context(self._budget(params.runtime_context.token_budget or session.budget)), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
                 )
+        if self.cfg.max_store_mb:
+            await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))
         changed = bool(report.get("changed")) or retried > 0
         reason = "compaction step" if report.get("changed") else "no compaction needed"
         if retried:
@@ -303,11 +359,29 @@ class LosslessEngine(BaseContextEngine):
             return ToolCallResult(text=f"unknown tool {params.name!r}; this engine offers {', '.join(TOOL_NAMES)}", is_error=True)
         try:
             store = await trio.to_thread.run_sync(self._store_now)
+            if params.name == expand_query.NAME:
+                return await self._expand_query(store, params)
             text = await trio.to_thread.run_sync(
                 run_tool, store, self.cfg, params.session_id, params.name, params.arguments, count_tokens
             )
         except ToolArgumentError as exc:
             return ToolCallResult(text=str(exc), is_error=True)
+        return ToolCallResult(text=text)
+
+    async def _expand_query(self, store: Store, params: ToolCallParams) -> ToolCallResult:
+        """``lcm_expand_query``: sources found and expanded in a worker thread,
+        the question asked through ``host.complete``, the answer capped."""
+        if not isinstance(params.arguments, Mapping):
+            raise ToolArgumentError(f"{params.name}: arguments must be a JSON object")
+        plan = await trio.to_thread.run_sync(
+            expand_query.prepare, store, self.cfg, params.session_id, params.arguments, count_tokens
+        )
+        if isinstance(plan, str):
+            return ToolCallResult(text=plan)
+        answer, why = await expand_query.ask(self._host, plan, self.cfg.expand_query_timeout)
+        if answer is None:
+            return ToolCallResult(text=expand_query.failure_text(plan, why, self.cfg.expand_query_timeout), is_error=True)
+        text = await trio.to_thread.run_sync(expand_query.finish, plan, answer, count_tokens)
         return ToolCallResult(text=text)
 
     # ------------------------------------------------------------ status

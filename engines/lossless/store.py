@@ -1,12 +1,16 @@
-"""The lossless engine's store: one SQLite file (stdlib ``sqlite3``, WAL).
+"""The lossless engine's store: every operation on its rows, in portable SQL,
+over a :class:`~engines.lossless.backends.Backend`: one SQLite file (stdlib
+``sqlite3``, WAL; the default) or a PostgreSQL database (psycopg 3,
+``[engines.lossless] database_url``).
 
 The tables and their migrations are in :mod:`.schema`.
 
-Durability: every write is one ``BEGIN IMMEDIATE`` transaction, so a kill at
-any instant leaves each write either wholly done or not at all; WAL with
-``synchronous=NORMAL`` keeps committed transactions across a process kill.
-All methods are synchronous and serialised by a lock; call them from trio
-through ``trio.to_thread.run_sync``.
+Durability: every write is one transaction that excludes the session's other
+writers (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a transaction holding an
+advisory lock on the session), so a kill at any instant leaves each write
+either wholly done or not at all, and two writers of one session, in two
+processes or on two hosts, take turns. All methods are synchronous and
+serialised by a lock; call them from trio through ``trio.to_thread.run_sync``.
 """
 
 from __future__ import annotations
@@ -27,12 +31,25 @@ import msgspec
 
 from engines.api import AgentMessage, CompactionSummaryMessage, ToolResultMessage, UserMessage, decode_openclaw, encode_openclaw
 
+from .backends import Backend, BackendError, PostgresBackend, SqliteBackend
 from .messages import message_id, message_text
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger("engines.lossless.store")
 
-__all__ = ["DB_NAME", "MIGRATIONS", "SCHEMA_VERSION", "MessageRow", "SessionRow", "Store", "StoreError", "SummaryRow"]
+__all__ = [
+    "DB_NAME",
+    "MIGRATIONS",
+    "PRUNED_PREFIX",
+    "SCHEMA_VERSION",
+    "LargeOutputRow",
+    "MessageRow",
+    "SessionRow",
+    "Store",
+    "StoreError",
+    "SummaryRow",
+    "pruned_text",
+]
 
 DB_NAME = "lossless.sqlite3"
 
@@ -82,6 +99,17 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     budget: int | None = None
     last_compaction: dict[str, Any] | None = None
     last_assembly: dict[str, Any] | None = None
+
+
+class LargeOutputRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A message kept out of line: the short summary shown in its place and
+    the tokens of the stand-in message (the message stays whole in ``messages``)."""
+
+    message_id: str
+    seq: int
+    tokens: int
+    stub_tokens: int
+    summary: str
 
 
 class NewSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,9 +169,13 @@ def _loads(text: str | None) -> Any:
 class Store:
     """One SQLite store file; see the module documentation."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self._conn = conn
+    def __init__(self, backend: Backend, path: Path | None = None) -> None:
+        #: The backend; its ``execute``/``executemany`` take portable SQL with ``?`` placeholders.
+        self._conn = backend
+        self.backend = backend
+        #: The SQLite file, or None for PostgreSQL.
         self.path = path
+        self.where = backend.where
         self._lock = threading.RLock()
         self._decoded: OrderedDict[str, AgentMessage] = OrderedDict()
         self._decoded_max = 20_000
@@ -159,21 +191,39 @@ class Store:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # 0600 from the start: it holds prompts
             os.close(fd)
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            backend = SqliteBackend.open(path)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"the lossless store {path} is unusable: {exc}") from exc
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the lossless store {path}: {exc}") from exc
+        return cls._ready(backend, path)
+
+    @classmethod
+    def connect(cls, database_url: str) -> Store:
+        """Open (creating the tables and migrating as needed) the store in the
+        PostgreSQL database ``database_url`` (``postgresql://...``)."""
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            store = cls(conn, path)
-            store._migrate()
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise StoreError(f"the lossless store {path} is unusable: {exc}") from exc
-        except StoreError:
-            conn.close()
-            raise
+            backend = PostgresBackend(database_url)
+        except BackendError as exc:
+            raise StoreError(str(exc)) from None
+        return cls._ready(backend, None)
+
+    @classmethod
+    def open_configured(cls, database_url: str | None, state_dir: str | os.PathLike[str], name: str = DB_NAME) -> Store:
+        """The PostgreSQL store when ``database_url`` is set, else the SQLite file in ``state_dir``."""
+        return cls.connect(database_url) if database_url else cls.open(state_dir, name)
+
+    @classmethod
+    def _ready(cls, backend: Backend, path: Path | None) -> Store:
+        try:
+            store = cls(backend, path)
+            backend.migrate(log)
+        except BackendError as exc:
+            backend.close()
+            raise StoreError(str(exc)) from None
+        except Exception as exc:  # sqlite3.DatabaseError, psycopg.Error: not a usable store
+            backend.close()
+            raise StoreError(f"the lossless store {backend.where} is unusable: {exc}") from exc
         return store
 
     def close(self) -> None:
@@ -182,48 +232,14 @@ class Store:
 
     def schema_version(self) -> int:
         with self._lock:
-            return self._version()
-
-    def _version(self) -> int:
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
-        )
-        row = self._conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return int(row[0] or 0)
-
-    def _migrate(self) -> None:
-        with self._tx() as conn:
-            current = self._version()
-        if current > SCHEMA_VERSION:
-            raise StoreError(
-                f"the lossless store {self.path} has schema version {current}, newer than this "
-                f"engine's {SCHEMA_VERSION}; upgrade the sidecar or use another state folder"
-            )
-        for version, statements in MIGRATIONS:
-            if version <= current:
-                continue
-            with self._tx() as conn:
-                if self._version() >= version:  # another process got there first
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, int(time.time() * 1000))
-                )
-            log.info("lossless store migrated", extra={"fields": {"path": str(self.path), "version": version}})
+            return self._conn.version()
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on any error."""
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+    def _tx(self, session_id: str = "") -> Iterator[Backend]:
+        """One write transaction, rolled back on any error, excluding the
+        session's other writers (SQLite: every writer)."""
+        with self._lock, self._conn.transaction(f"lossless:{session_id}"):
+            yield self._conn
 
     # ------------------------------------------------------------ messages
 
@@ -267,14 +283,14 @@ class Store:
             return []
         prepared = [(m, i, count_tokens(m), message_text(m), encode_openclaw(m)) for m, i in todo]
         stored: list[str] = []
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             row = conn.execute(
                 "SELECT seq, turn FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
             ).fetchone()
             seq, turn = (row[0], row[1]) if row else (0, 0)
             conn.execute(
                 "INSERT INTO sessions (session_id, session_key) VALUES (?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET session_key = COALESCE(excluded.session_key, session_key)",
+                "ON CONFLICT (session_id) DO UPDATE SET session_key = COALESCE(excluded.session_key, sessions.session_key)",
                 (session_id, session_key),
             )
             for message, ident, tokens, text, body in prepared:
@@ -283,8 +299,8 @@ class Store:
                 next_turn = turn + 1 if isinstance(message, UserMessage) else turn
                 mid = message_id(session_id, ident)
                 cursor = conn.execute(
-                    "INSERT OR IGNORE INTO messages (id, session_id, ident, seq, turn, role, tool_name, timestamp, "
-                    "tokens, text, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO messages (id, session_id, ident, seq, turn, role, tool_name, timestamp, "
+                    "tokens, text, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (
                         mid,
                         session_id,
@@ -304,10 +320,6 @@ class Store:
                     turn = next_turn
                     stored.append(mid)
         return stored
-
-    def message_count(self, session_id: str) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0])
 
     def messages_between(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:
         """Messages with ``lo <= seq <= hi`` (no upper bound when ``hi`` is None), in order."""
@@ -392,7 +404,7 @@ class Store:
             )
             return [_summary_row(r) for r in rows]
 
-    def _insert_summary(self, conn: sqlite3.Connection, session_id: str, s: NewSummary) -> None:
+    def _insert_summary(self, conn: Backend, session_id: str, s: NewSummary) -> None:
         conn.execute(
             "INSERT INTO summaries (id, session_id, depth, seq_lo, seq_hi, turn_lo, turn_hi, time_lo, time_hi, text, "
             "tokens, source_tokens, fallback, attempts, parent_id, created_at) "
@@ -424,8 +436,8 @@ class Store:
         session's ``summarized_seq`` to ``seq_hi``, in one transaction. Refused
         (False) unless ``seq_lo`` follows ``summarized_seq`` exactly: another
         writer summarised those messages first."""
-        with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
+        with self._tx(session_id) as conn:
+            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
             (done,) = conn.execute("SELECT summarized_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
             if done != summary.seq_lo - 1 or conn.execute("SELECT 1 FROM summaries WHERE id = ?", (summary.id,)).fetchone():
                 return False
@@ -436,7 +448,7 @@ class Store:
     def add_condensed(self, session_id: str, summary: NewSummary) -> bool:
         """Store a condensed summary and mark its sources condensed, in one
         transaction; refused (False) when a source is gone or already condensed."""
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             marks = ",".join("?" * len(summary.source_ids))
             free = conn.execute(
                 f"SELECT COUNT(*) FROM summaries WHERE session_id = ? AND parent_id IS NULL AND id IN ({marks})",
@@ -453,7 +465,7 @@ class Store:
 
     def replace_summary_text(self, session_id: str, sid: str, text: str, tokens: int, fallback: bool) -> None:
         """A retried summary's new text (the search index follows by trigger)."""
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             conn.execute(
                 "UPDATE summaries SET text = ?, tokens = ?, fallback = ?, attempts = attempts + 1 "
                 "WHERE session_id = ? AND id = ?",
@@ -461,7 +473,7 @@ class Store:
             )
 
     def count_attempt(self, session_id: str, sid: str) -> None:
-        with self._tx() as conn:
+        with self._tx(session_id) as conn:
             conn.execute("UPDATE summaries SET attempts = attempts + 1 WHERE session_id = ? AND id = ?", (session_id, sid))
 
     # ------------------------------------------------------------ sessions
@@ -491,20 +503,23 @@ class Store:
 
     def set_frame(
         self, session_id: str, *, frame_seq: int, frame: bytes, frame_ids: list[str], frame_tokens: int, compaction: dict[str, Any]
-    ) -> None:
-        """Install a new frame (the end of a compaction step), in one transaction."""
-        with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
-            conn.execute(
+    ) -> bool:
+        """Install a new frame (the end of a compaction step), in one
+        transaction. Refused (False) when another writer installed a frame
+        reaching further (``frame_seq``) meanwhile: the newer one stays."""
+        with self._tx(session_id) as conn:
+            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
+            cursor = conn.execute(
                 "UPDATE sessions SET frame_seq = ?, frame = ?, frame_ids = ?, frame_tokens = ?, steps = steps + 1, "
-                "last_compaction = ? WHERE session_id = ?",
-                (frame_seq, frame, json.dumps(frame_ids), frame_tokens, json.dumps(compaction, sort_keys=True), session_id),
+                "last_compaction = ? WHERE session_id = ? AND frame_seq <= ?",
+                (frame_seq, frame, json.dumps(frame_ids), frame_tokens, json.dumps(compaction, sort_keys=True), session_id, frame_seq),
             )
+            return bool(cursor.rowcount)
 
     def note(self, session_id: str, *, budget: int | None = None, last_assembly: dict[str, Any] | None = None) -> None:
         """Remember the budget last seen and/or what the last assembly held."""
-        with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
+        with self._tx(session_id) as conn:
+            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
             if budget is not None:
                 conn.execute("UPDATE sessions SET budget = ? WHERE session_id = ?", (budget, session_id))
             if last_assembly is not None:
@@ -520,38 +535,205 @@ class Store:
             )
             return [r[0] for r in rows]
 
+    # ------------------------------------------------------------ large outputs
+
+    def large_outputs(self, session_id: str, lo: int, hi: int | None = None) -> dict[str, LargeOutputRow]:
+        """The session's out-of-line messages with ``lo <= seq <= hi`` (no
+        upper bound when ``hi`` is None), by message id."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT message_id, seq, tokens, stub_tokens, summary FROM large_outputs "
+                "WHERE session_id = ? AND seq >= ? AND seq <= ?",
+                (session_id, lo, hi if hi is not None else 2**62),
+            )
+            return {
+                r[0]: LargeOutputRow(message_id=r[0], seq=r[1], tokens=r[2], stub_tokens=r[3], summary=r[4]) for r in rows
+            }
+
+    def add_large_outputs(self, session_id: str, rows: Sequence[LargeOutputRow]) -> None:
+        """Record messages as kept out of line, in one transaction; a message
+        recorded already keeps its first record (so its stand-in never changes)."""
+        if not rows:
+            return
+        now = int(time.time() * 1000)
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO large_outputs (message_id, session_id, seq, tokens, stub_tokens, summary, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(r.message_id, session_id, r.seq, r.tokens, r.stub_tokens, r.summary, now) for r in rows],
+            )
+
     # ------------------------------------------------------------ search
 
     def grep(self, session_id: str, match: str, limit: int, exclude_tools: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Full-text hits over the session's messages and summaries, newest
-        first (by the latest message each covers); ``match`` is an FTS5 query.
+        first (by the latest message each covers); ``match`` is an FTS5 query
+        of quoted words joined by AND or OR (what PostgreSQL understands too).
         Messages of the ``exclude_tools`` tools (calls and results) are left out."""
         with self._lock:
             hits: list[dict[str, Any]] = []
-            for row in self._conn.execute(
-                "SELECT m.id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body, "
-                "snippet(messages_fts, 0, '', '', '…', 16) FROM messages_fts "
-                "JOIN messages m ON m.pk = messages_fts.rowid "
-                "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY m.seq DESC LIMIT ?",
-                (match, session_id, limit + 64),
-            ):
+            for row in self._conn.grep("messages", session_id, match, limit + 64):
                 mid, role, turn, seq, ts, tool_name, body, snippet = row
                 if tool_name in exclude_tools or (role == "assistant" and _calls_only(body, exclude_tools)):
                     continue
                 hits.append({"id": mid, "kind": "message", "role": role, "turn": turn, "turns": [turn, turn], "seq": seq, "time": ts, "snippet": snippet})
-            for row in self._conn.execute(
-                "SELECT s.id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi, "
-                "snippet(summaries_fts, 0, '', '', '…', 16) FROM summaries_fts "
-                "JOIN summaries s ON s.pk = summaries_fts.rowid "
-                "WHERE summaries_fts MATCH ? AND s.session_id = ? ORDER BY s.seq_hi DESC LIMIT ?",
-                (match, session_id, limit),
-            ):
+            for row in self._conn.grep("summaries", session_id, match, limit):
                 sid, depth, turn_lo, turn_hi, seq_hi, ts, snippet = row
                 hits.append(
                     {"id": sid, "kind": "summary", "role": f"summary d{depth}", "turn": turn_hi, "turns": [turn_lo, turn_hi], "seq": seq_hi, "time": ts, "snippet": snippet}
                 )
             hits.sort(key=lambda h: (-h["seq"], h["kind"] != "message", h["id"]))
             return hits[:limit]
+
+    # ------------------------------------------------------------ size, checks, backup
+
+    def size_bytes(self) -> int:
+        """Bytes the store's data takes (SQLite: pages in use; PostgreSQL: the tables with their indexes)."""
+        with self._lock:
+            return self._conn.size_bytes()
+
+    def prunable(self, limit: int = 200, after_pk: int = 0) -> list[tuple[int, str, str, int]]:
+        """The messages the size limit may drop the raw text of, oldest stored
+        first: ``(pk, session_id, leaf summary id, bytes)``. Only messages whose
+        leaf summary is a model summary (not extractive) that was condensed
+        into a depth-1 summary, behind the session's frame, not pruned yet."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT m.pk, m.session_id, s.id, LENGTH(m.text) + LENGTH(m.body) FROM messages m "
+                "JOIN sessions ss ON ss.session_id = m.session_id "
+                "JOIN summaries s ON s.session_id = m.session_id AND s.depth = 0 AND m.seq BETWEEN s.seq_lo AND s.seq_hi "
+                "WHERE s.parent_id IS NOT NULL AND s.fallback = 0 AND m.seq <= ss.frame_seq "
+                "AND m.pk > ? AND SUBSTR(m.text, 1, ?) <> ? ORDER BY m.pk LIMIT ?",
+                (after_pk, len(PRUNED_PREFIX), PRUNED_PREFIX, limit),
+            )
+            return [(int(r[0]), r[1], r[2], int(r[3])) for r in rows]
+
+    def prune_message(self, session_id: str, pk: int, leaf_id: str) -> int:
+        """Drop one message's raw text (see :meth:`enforce_size_limit`); the
+        bytes of text it freed (0 when another writer pruned it first)."""
+        with self._tx(session_id) as conn:
+            row = conn.execute("SELECT id, text, body FROM messages WHERE pk = ? AND session_id = ?", (pk, session_id)).fetchone()
+            if row is None or row[1].startswith(PRUNED_PREFIX):
+                return 0
+            mid, old_text, body = row[0], row[1], bytes(row[2])
+            text = pruned_text(leaf_id)
+            new_body = _pruned_body(body, text)
+            conn.execute("UPDATE messages SET text = ?, body = ? WHERE pk = ?", (text, new_body, pk))
+            conn.reindex_message(pk, old_text, text)
+            self._decoded.pop(mid, None)
+            return max(0, len(old_text.encode()) + len(body) - len(text.encode()) - len(new_body))
+
+    def enforce_size_limit(self, max_bytes: int) -> dict[str, Any]:
+        """Keep the store under ``max_bytes``: while it is over, drop the raw
+        text of the oldest :meth:`prunable` messages (their rows, ids, turns,
+        times and token counts stay; their text becomes :func:`pruned_text`)
+        until the bytes freed bring it to 90% of the limit. A message no
+        summary covers, or covered only by an extractive or uncondensed
+        leaf, or still in the assembly, is never touched, so the store may
+        stay over the limit."""
+        size = self.size_bytes()
+        report: dict[str, Any] = {"sizeBytes": size, "maxBytes": max_bytes, "pruned": 0, "freedBytes": 0}
+        if max_bytes <= 0 or size <= max_bytes:
+            return report
+        excess = size - int(max_bytes * 0.9)
+        freed = pruned = last = 0
+        while freed < excess:
+            batch = self.prunable(after_pk=last)
+            if not batch:
+                break
+            for pk, session_id, leaf_id, _ in batch:
+                last = pk
+                got = self.prune_message(session_id, pk, leaf_id)
+                pruned += 1
+                freed += got
+                if freed >= excess:
+                    break
+        after = self.size_bytes()
+        report.update(pruned=pruned, freedBytes=freed, sizeAfter=after, overLimit=after > max_bytes)
+        if pruned:
+            log.info("lossless store pruned to its size limit", extra={"fields": dict(report)})
+        return report
+
+    def doctor(self, max_bytes: int = 0) -> dict[str, Any]:
+        """The store's health: ``problems`` (integrity, search index out of
+        step with the rows, orphan or broken summaries, gaps in a session's
+        messages; empty when healthy), ``warnings`` (over the size limit) and
+        figures."""
+        problems: list[str] = []
+        with self._lock:
+            problems.extend(self._conn.check())
+            q = self._conn.execute
+
+            def count(sql: str) -> int:
+                return int(q(sql).fetchone()[0])
+
+            checks = {
+                "summary sources whose summary is missing": "SELECT COUNT(*) FROM summary_sources ss WHERE NOT EXISTS (SELECT 1 FROM summaries s WHERE s.id = ss.summary_id)",
+                "summary sources naming no stored message or summary": (
+                    "SELECT COUNT(*) FROM summary_sources ss WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = ss.source_id) "
+                    "AND NOT EXISTS (SELECT 1 FROM summaries s WHERE s.id = ss.source_id)"
+                ),
+                "summaries without sources (orphan summaries)": "SELECT COUNT(*) FROM summaries s WHERE NOT EXISTS (SELECT 1 FROM summary_sources ss WHERE ss.summary_id = s.id)",
+                "summaries condensed into a missing summary": (
+                    "SELECT COUNT(*) FROM summaries s WHERE s.parent_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM summaries p WHERE p.id = s.parent_id)"
+                ),
+                "sessions whose messages have gaps in seq": (
+                    "SELECT COUNT(*) FROM (SELECT session_id FROM messages GROUP BY session_id HAVING COUNT(*) <> MAX(seq)) g"
+                ),
+                "sessions whose summarized_seq is not where their leaf summaries reach": (
+                    "SELECT COUNT(*) FROM sessions ss WHERE ss.summarized_seq <> "
+                    "COALESCE((SELECT MAX(s.seq_hi) FROM summaries s WHERE s.session_id = ss.session_id AND s.depth = 0), 0)"
+                ),
+            }
+            for what, sql in checks.items():
+                n = count(sql)
+                if n:
+                    problems.append(f"{n} {what}")
+            figures = {
+                "sessions": count("SELECT COUNT(*) FROM sessions"),
+                "messages": count("SELECT COUNT(*) FROM messages"),
+                "prunedMessages": int(
+                    q("SELECT COUNT(*) FROM messages WHERE SUBSTR(text, 1, ?) = ?", (len(PRUNED_PREFIX), PRUNED_PREFIX)).fetchone()[0]
+                ),
+                "summaries": count("SELECT COUNT(*) FROM summaries"),
+            }
+        size = self.size_bytes()
+        warnings = []
+        if max_bytes and size > max_bytes:
+            warnings.append(
+                f"the store holds {size / 2**20:.1f} MiB, over its limit of {max_bytes / 2**20:.1f} MiB "
+                f"({len(self.prunable(1))} message(s) still prunable; maintenance prunes them)"
+            )
+        return {
+            "backend": self._conn.kind,
+            "where": self.where,
+            "schemaVersion": self.schema_version(),
+            "sizeBytes": size,
+            "maxBytes": max_bytes or None,
+            **figures,
+            "problems": problems,
+            "warnings": warnings,
+        }
+
+    def backup(self, path: str | os.PathLike[str]) -> None:
+        """A consistent copy of the store in a new SQLite file at ``path``
+        while writers go on: SQLite's online backup API, or a logical copy of
+        a PostgreSQL store's rows (see :meth:`.PostgresBackend.backup`). The
+        copy is a complete SQLite store."""
+        dest = Path(path)
+        if dest.exists():
+            raise StoreError(f"{dest} exists; give a new file name")
+        try:
+            fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # it holds prompts
+            os.close(fd)
+            with self._lock:
+                self._conn.backup(dest)
+        except BackendError as exc:
+            dest.unlink(missing_ok=True)
+            raise StoreError(str(exc)) from None
+        except Exception as exc:  # OSError, sqlite3.Error, psycopg.Error
+            dest.unlink(missing_ok=True)
+            raise StoreError(f"cannot back up the lossless store to {dest}: {exc}") from exc
 
     # ------------------------------------------------------------ status
 
@@ -563,9 +745,9 @@ class Store:
                 "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM messages WHERE session_id = ?", (session_id,)
             ).fetchone()
             by_depth = {
-                str(depth): {"total": total, "active": active, "fallback": fallback}
+                str(depth): {"total": int(total), "active": int(active), "fallback": int(fallback)}
                 for depth, total, active, fallback in self._conn.execute(
-                    "SELECT depth, COUNT(*), SUM(parent_id IS NULL), SUM(fallback) FROM summaries "
+                    "SELECT depth, COUNT(*), SUM(CASE WHEN parent_id IS NULL THEN 1 ELSE 0 END), SUM(fallback) FROM summaries "
                     "WHERE session_id = ? GROUP BY depth ORDER BY depth",
                     (session_id,),
                 )
@@ -573,8 +755,8 @@ class Store:
         return {
             "sessionId": session_id,
             "sessionKey": session.session_key,
-            "messages": count,
-            "messageTokens": tokens,
+            "messages": int(count),
+            "messageTokens": int(tokens),
             "summariesByDepth": by_depth,
             "fallbackPending": sum(d["fallback"] for d in by_depth.values()),
             "summarizedThroughSeq": session.summarized_seq,
@@ -586,6 +768,36 @@ class Store:
             "lastCompaction": session.last_compaction,
             "lastAssembly": session.last_assembly,
         }
+
+
+PRUNED_PREFIX = "[pruned: "
+
+
+def pruned_text(leaf_id: str) -> str:
+    """What a message's text becomes when the size limit drops it (see :meth:`Store.enforce_size_limit`)."""
+    return (
+        f"{PRUNED_PREFIX}this message's raw text was dropped to keep the store under its size limit "
+        f"(max_store_mb); summary {leaf_id} keeps what it said]"
+    )
+
+
+def _pruned_body(body: bytes, text: str) -> bytes:
+    """The message's OpenClaw JSON with every content block replaced by one text
+    block holding ``text`` (role, ids, tool name and time kept), so it still decodes."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return json.dumps({"role": "user", "content": text, "timestamp": 0}).encode()
+    if isinstance(data.get("content"), list):
+        data["content"] = [{"type": "text", "text": text}]
+    elif "content" in data:
+        data["content"] = text
+    if "summary" in data:
+        data["summary"] = text
+    data.pop("details", None)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _calls_only(body: bytes, tools: Sequence[str]) -> bool:

@@ -61,15 +61,44 @@ TOOL_SPECS: list[ToolSpec] = [
         name="lcm_expand",
         description=(
             "The original messages under a summary (sum_...), oldest first, up to max_tokens; "
-            "or one message (msg_...) in full, up to max_tokens."
+            "or one message (msg_...) in full, up to max_tokens, a page at a time (offset) when it is longer."
         ),
         input_schema={
             "type": "object",
             "properties": {
                 "id": {"type": "string", "description": "A sum_... or msg_... id."},
                 "max_tokens": {"type": "integer", "minimum": 1, "description": "Largest answer, in tokens."},
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "For a long message: the character to start from (the previous page says where the next starts).",
+                },
             },
             "required": ["id"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        name="lcm_expand_query",
+        description=(
+            "Answer a question from the original messages of this conversation without filling "
+            "this context: the matching messages (full-text matches of the query, or the "
+            "summaries/messages given in summary_ids, expanded down to the raw messages, large "
+            "outputs included) go to a separate model call, and only its answer comes back, "
+            "with the ids it used, within max_tokens."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The question to answer from the conversation's history."},
+                "summary_ids": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Summaries (sum_...) or messages (msg_...) to answer from; without them, the full-text matches of the query.",
+                },
+                "max_tokens": {"type": "integer", "minimum": 100, "description": "Largest answer, in tokens."},
+            },
+            "required": ["query"],
             "additionalProperties": False,
         },
     ),
@@ -156,10 +185,17 @@ def _describe(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[
         if row is None:
             raise ToolArgumentError(f"lcm_describe: no message {ident} in this conversation")
         cover = store.covering_summary(session_id, row.seq)
-        covered = f"covered by summary {cover.id}" if cover else "not summarised yet (still shown in full)"
+        out_of_line = row.id in store.large_outputs(session_id, row.seq, row.seq)
+        covered = (
+            f"covered by summary {cover.id}"
+            if cover
+            else "not summarised yet (kept out of line: the context shows a reference and a short summary)"
+            if out_of_line
+            else "not summarised yet (still shown in full)"
+        )
         return (
             f"{row.id}: {row.role} message, turn {row.turn}, {iso_minute(row.timestamp)}, {row.tokens} tokens, {covered}.\n"
-            f"Use lcm_expand with this id for its full text."
+            f"Use lcm_expand with this id for its full text{' (a page at a time)' if out_of_line else ''}."
         )
     s = store.summary(session_id, ident)
     if s is None:
@@ -182,17 +218,23 @@ def _describe(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[
 def _expand(
     store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any], count_tokens: Callable[[str], int]
 ) -> str:
-    _check_keys(args, {"id", "max_tokens"}, "lcm_expand")
+    _check_keys(args, {"id", "max_tokens", "offset"}, "lcm_expand")
     ident = _id_arg(args, "lcm_expand")
     cap = _int_arg(args, "max_tokens", cfg.expand_default_tokens, cfg.expand_max_tokens, "lcm_expand")
+    offset = args.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ToolArgumentError(f"lcm_expand: offset must be a character offset (an integer >= 0), got {offset!r}")
     if ident.startswith("msg_"):
         row = store.message(session_id, ident)
         if row is None:
             raise ToolArgumentError(f"lcm_expand: no message {ident} in this conversation")
-        text = _render_message(row)
-        if count_tokens(text) <= cap:
-            return text
-        return _cut_to(text, cap, count_tokens) + f"\n[… message cut at {cap} tokens; pass a larger max_tokens (at most {cfg.expand_max_tokens}) for more]"
+        if offset == 0:
+            text = _render_message(row)
+            if count_tokens(text) <= cap:
+                return text
+        return _page(row, offset, cap, cfg, count_tokens)
+    if offset:
+        raise ToolArgumentError("lcm_expand: offset applies to a message id (msg_...) only")
     s = store.summary(session_id, ident)
     if s is None:
         raise ToolArgumentError(f"lcm_expand: no summary {ident} in this conversation")
@@ -221,6 +263,27 @@ def _expand(
             f"{sum(r.tokens for r in rest)} tokens) not shown within {cap} tokens; {hint}]"
         )
     return "\n\n".join(parts)
+
+
+def _page(row: MessageRow, offset: int, cap: int, cfg: LosslessConfig, count_tokens: Callable[[str], int]) -> str:
+    """One page of a long message: the characters from ``offset`` that fit
+    ``cap`` tokens beside a header, then where the next page starts. The
+    pages of one message, joined, are its text exactly."""
+    text = row.text
+    if offset >= len(text):
+        raise ToolArgumentError(f"lcm_expand: offset {offset} is past the end of {row.id} ({len(text)} characters)")
+    header = f"[{row.id} turn {row.turn} {row.role} {iso_minute(row.timestamp)}, characters {offset}-{{end}} of {len(text)}]\n"
+    room = max(1, cap - count_tokens(header.format(end=len(text))) - 1)
+    # A token is rarely longer than 16 characters: search a window that size.
+    body = _cut_to(text[offset : offset + room * 16], room, count_tokens) or text[offset : offset + 1]
+    end = offset + len(body)
+    page = header.format(end=end) + body
+    if end < len(text):
+        page += (
+            f"\n[… message cut at {cap} tokens: characters {end}-{len(text)} not shown; call lcm_expand with "
+            f"id={row.id} offset={end} for the next page (max_tokens up to {cfg.expand_max_tokens})]"
+        )
+    return page
 
 
 def _cut_to(text: str, cap: int, count_tokens: Callable[[str], int]) -> str:

@@ -3,7 +3,7 @@
 The call goes through the same Codex app-server as the client's turns, so
 it uses the user's model, provider and credentials:
 
-1. ``thread/start`` from the sidecar (never translated at the edge), with
+1. ``thread/start`` from the sidecar (never mapped at the edge), with
    ``ephemeral: true`` (Codex writes no rollout, so the thread is in no
    ``thread/list``), the client's last ``cwd``, ``model`` and
    ``modelProvider`` (the call's ``model`` wins), the engine's ``system``

@@ -29,6 +29,7 @@ from engines import RuntimeContext, ToolCallParams, ToolCallResult, ToolSpec, op
 from protocol import decode, encode_response, parse, rewrite
 
 from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest, Proxy
+from ..session.identity import session_key
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from .contain import contained, contained_sync
@@ -133,11 +134,9 @@ class EngineTools:
         names = self._starts.pop(pending.client_id, None)
         thread_id = _thread_id(msg.result())
         if names and thread_id is not None:
+            # (assemble's available_tools, the client's own tools, were read
+            # from the request before these were merged in: sidecar.lifecycle.core.)
             self._record(thread_id, frozenset(names))
-            session = self.sessions.get(thread_id)
-            if session is not None:
-                # assemble's available_tools are the client's own dynamic tools.
-                session.tools = session.tools - frozenset(names)
         return None
 
     def on_fork(self, msg: Message) -> Decision:
@@ -179,8 +178,8 @@ class EngineTools:
             answer = failed_answer(name, "its arguments must be a JSON object")
         else:
             call = ToolCallParams(
-                session_id=thread_id,
-                session_key=session.session_key if session is not None else self.options.session_key_template.format(thread_id=thread_id),
+                session_id=session.session_id if session is not None else thread_id,
+                session_key=session.session_key if session is not None else session_key(self.options.session_key_template, thread_id),
                 call_id=call_id,
                 name=name,
                 arguments=arguments,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable
 from typing import Any, Literal, TypeVar
 
@@ -11,8 +12,10 @@ import trio
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
 
 from ..host.contain import contained
+from ..session.learned import BootstrapFailed, Bootstrapped, Event, Learned, token_budget
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
+from ..store.learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -20,15 +23,21 @@ T = TypeVar("T")
 
 
 class EngineCalls:
-    def __init__(self, engine: Any, options: LifecycleOptions) -> None:
+    def __init__(self, engine: Any, options: LifecycleOptions, state_dir: str | os.PathLike[str] | None = None) -> None:
         self.engine = engine
         self.options = options
+        self.learned = LearnedFacts(state_dir)
+        """Each thread's learned facts (window, client tools, bootstrap),
+        journaled by session (``sidecar.session.learned``)."""
+        self.given_tools: dict[Any, frozenset[str]] = {}
+        """The client's own tool names of each ``thread/start`` in flight, by
+        client request id, read before the engine's tools are merged in."""
         info = engine.info if engine is not None else None
         self.engine_id: str = info.id if info is not None else "legacy"
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
         self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
-    async def call(self, name: str, awaitable: Awaitable[T]) -> T:
+    async def call(self, awaitable: Awaitable[T]) -> T:
         """One engine call under the deadline (``trio.TooSlowError`` past it).
 
         Whatever the engine raises comes out as an ``Exception`` (a
@@ -37,8 +46,38 @@ class EngineCalls:
         with trio.fail_after(self.options.engine_deadline):
             return await contained(awaitable)
 
-    def budget(self, session: ThreadSession) -> int | None:
-        return self.options.token_budget or session.context_window
+    # ------------------------------------------------------ learned facts
+
+    def facts(self, session: ThreadSession) -> Learned:
+        """What the sidecar learned of the thread, in this process or an earlier one."""
+        return self.learned.get(session.thread_id, self.session_key(session))
+
+    def learn(self, session: ThreadSession, event: Event) -> Learned:
+        """The one way the learned facts change: journaled before they are relied on."""
+        return self.learned.learn(session.thread_id, self.session_key(session), event)
+
+    @staticmethod
+    def session_key(session: ThreadSession) -> str:
+        """The key the learned facts are journaled under: the engine's
+        session key (the thread's, by default)."""
+        return session.session_key
+
+    def tools(self, session: ThreadSession) -> frozenset[str]:
+        """``available_tools``: the client's own tools the thread was given."""
+        return self.facts(session).tools or frozenset()
+
+    def note_client_tools(self, client_id: Any, params: Any) -> None:
+        """A client's ``thread/start``, before the engine's tools join it."""
+        tools = params.get("dynamicTools") if isinstance(params, dict) else None
+        if isinstance(tools, list):
+            from .sessions import callable_tool_names  # (sessions imports this module)
+
+            self.given_tools[client_id] = callable_tool_names(tools)
+
+    def budget(self, session: ThreadSession) -> int:
+        """The engine's token budget: ``token_budget`` when set, else the
+        window minus ``token_reserve`` (the window as learned, else the default)."""
+        return token_budget(self.facts(session).window, explicit=self.options.token_budget, reserve=self.options.token_reserve)
 
     def runtime(self, session: ThreadSession, params: dict[str, Any]) -> RuntimeContext:
         return RuntimeContext(
@@ -46,7 +85,7 @@ class EngineCalls:
             model=params.get("model") if isinstance(params.get("model"), str) else session.model,
             token_budget=self.budget(session),
             current_token_count=session.current_token_count,
-            context_window=session.context_window,
+            context_window=self.facts(session).window,
             last_usage=session.last_usage,
             prompt_cache=session.prompt_cache,
         )
@@ -55,19 +94,22 @@ class EngineCalls:
         return log_fields(session, self.engine_id, **more)
 
     async def bootstrap(self, session: ThreadSession) -> None:
-        session.bootstrapped = True
+        """Bootstrap the engine's session once: done is journaled, so no
+        later process runs it again; a failure is tried again by the next one."""
         bootstrap = optional_method(self.engine, "bootstrap")
         runtime = self.runtime(session, {})
+        done: Event = Bootstrapped()
         if bootstrap is not None:
             log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
             try:
                 await self.call(
-                    "bootstrap",
-                    bootstrap(BootstrapParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
+                    bootstrap(BootstrapParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), runtime_context=runtime)),
                 )
                 log.info("codex context engine bootstrap completed", extra={"fields": self.fields(session)})
             except Exception as exc:
+                done = BootstrapFailed()
                 log.warning("codex context engine bootstrap failed", extra={"fields": self.fields(session, error=type(exc).__name__)})
+        self.learn(session, done)
         await self.maintain(session, "bootstrap")
 
     async def maintain(self, session: ThreadSession, reason: Literal["bootstrap", "turn", "manual"]) -> bool:
@@ -76,8 +118,7 @@ class EngineCalls:
             return False
         try:
             await self.call(
-                "maintain",
-                maintain(MaintainParams(session_id=session.thread_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
+                maintain(MaintainParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
             session.stats[f"lastMaintain{reason.title()}"] = "ok"
             return True

@@ -63,10 +63,9 @@ class Compaction:
     async def _engine_compact(self, session: ThreadSession) -> CompactResult:
         try:
             result = await self.calls.call(
-                "compact",
                 self.calls.engine.compact(
                     CompactParams(
-                        session_id=session.thread_id,
+                        session_id=session.session_id,
                         session_key=session.session_key,
                         token_budget=self.calls.budget(session),
                         force=True,

@@ -31,6 +31,7 @@ from ..rebuild.inplace import REVERT_NOTIFICATIONS
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
+from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
 from ..store.reads import ArchivedTurns
 from .calls import EngineCalls
@@ -61,7 +62,7 @@ class Lifecycle:
         self.state_dir = Path(state_dir)
         self.options = options or LifecycleOptions()
         self.sessions: dict[str, ThreadSession] = {}
-        self.calls = EngineCalls(engine, self.options)
+        self.calls = EngineCalls(engine, self.options, state_dir)
         self.engine_id = self.calls.engine_id
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
@@ -71,7 +72,7 @@ class Lifecycle:
         self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"
         self.backing = BackingThreads(state_dir)
         """The client's threads and the Codex threads behind them (empty until
-        a fresh rebuild switches one): translated at the child's edge."""
+        a fresh rebuild switches one): mapped at the child's edge."""
         proxy.edge = self.backing
         fresh = engine is not None and self.options.rebuild == "fresh"
         self.requests = requests = RequestParams()
@@ -138,6 +139,8 @@ class Lifecycle:
         if self.engine is None:
             self._install_history(hooks)
             return
+        # The client's own tools, before the engine's join them (first of all).
+        hooks.on_client_request("thread/start", self._note_client_tools)
         if self.tools is not None:
             self.tools.install_front(hooks)
         # (client request, its response): the request hook sees it on the way
@@ -178,9 +181,13 @@ class Lifecycle:
             self.tools.install_back(hooks)
         self.proxy.add_status_provider("lifecycle", self.status)
 
+    def _note_client_tools(self, msg: Message) -> Decision:
+        self.calls.note_client_tools(msg.id, msg.params())
+        return None
+
     def _install_history(self, hooks: Hooks) -> None:
         """No engine: only what keeps the client's history whole (the reads
-        splice archived turns, thread ids are translated at the edge, a
+        splice archived turns, thread ids are mapped at the edge, a
         delete, archive or name follows a switched thread). Nothing else is
         touched: a thread no rebuild ever moved passes byte for byte."""
         hooks.on_client_request("thread/resume", self._remember_resume)
@@ -251,8 +258,10 @@ class Lifecycle:
             **self.spares.status(),
             "threads": {
                 tid: {
+                    "sessionId": s.session_id,
+                    "via": s.via,
                     "sessionFile": str(s.path),
-                    "bootstrapped": s.bootstrapped,
+                    "bootstrapped": self.calls.facts(s).bootstrapped,
                     "busy": not s.settled,
                     "mirrorEntries": s.mirror.entry_count if s.mirror else 0,
                     "rebuilds": s.rebuilds,
@@ -267,12 +276,37 @@ class Lifecycle:
         log_ = session.inspect if session and session.inspect else InspectLog(inspect_path(self.state_dir, thread_id))
         return log_.records()
 
+    def inspect_session(self, name: str) -> dict[str, Any]:
+        """The session ``name`` (a thread or a session id) belongs to, with
+        its Codex threads and how many turns each recorded."""
+        session_id, threads = bindings.session_threads(self.state_dir, name)
+        listed = {b.thread for b in threads}
+        # A thread open here whose binding is its own (never persisted) still counts.
+        for s in self.sessions.values():
+            if s.session_id == session_id and s.thread_id not in listed:
+                threads.append(bindings.Binding(s.thread_id, session_id, s.via))
+        return {
+            "id": session_id,
+            "threads": [{"threadId": b.thread, "via": b.via, "turns": len(self.inspect(b.thread))} for b in threads],
+        }
+
     async def _control_inspect(self, params: dict[str, Any]) -> dict[str, Any]:
         thread_id = params.get("threadId")
-        if not isinstance(thread_id, str):
-            raise RpcError(-32602, "threadId is required")
+        session_id = params.get("sessionId")
+        if not isinstance(thread_id, str) and not isinstance(session_id, str):
+            raise RpcError(-32602, "threadId or sessionId is required")
+        name = thread_id if isinstance(thread_id, str) else session_id
+        assert isinstance(name, str)
         try:
-            turns = await trio.to_thread.run_sync(self.inspect, thread_id)
+            session = await trio.to_thread.run_sync(self.inspect_session, name)
+            if isinstance(thread_id, str):
+                turns = await trio.to_thread.run_sync(self.inspect, thread_id)
+            else:
+                turns = []
+                for thread in session["threads"]:
+                    records = await trio.to_thread.run_sync(self.inspect, thread["threadId"])
+                    turns.extend({"threadId": thread["threadId"], **r} for r in records)
         except ValueError:
-            raise RpcError(-32602, "unusable threadId") from None
-        return {"threadId": thread_id, "engine": self.engine_id, "turns": turns}
+            raise RpcError(-32602, "unusable threadId or sessionId") from None
+        key = {"threadId": thread_id} if isinstance(thread_id, str) else {"sessionId": session["id"]}
+        return {**key, "engine": self.engine_id, "session": session, "turns": turns}

@@ -14,6 +14,7 @@ from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after
 
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message, Proxy
+from ..session.learned import WindowReported
 from ..session.planner import fingerprint, fingerprints
 from ..session.state import ThreadSession, TurnState, now_ms
 from ..store.archive import TurnArchive, archive_path, archived_turn
@@ -79,8 +80,9 @@ class Finalizer:
             )
             session.prompt_cache = PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in)
             session.current_token_count = total_in
-        if isinstance(usage.get("modelContextWindow"), int):
-            session.context_window = usage["modelContextWindow"]
+        window = usage.get("modelContextWindow")
+        if isinstance(window, int) and not isinstance(window, bool):
+            self.calls.learn(session, WindowReported(window))
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:
@@ -104,6 +106,11 @@ class Finalizer:
         turn_id: str = turn["id"]
         status = turn.get("status")
         state = session.turns.pop(turn_id, None) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        if state.forwarded and state.client_id is None and session.current is not state:
+            # A joining turn/start that Codex made a turn of its own (the turn
+            # it was to join had ended): finalised after that turn, in order.
+            await session.slot.acquire()
+            session.current = state
         try:
             await session.ready.wait()
             if session.mirror is None:
@@ -167,16 +174,16 @@ class Finalizer:
             ok = True
             try:
                 path = await self.calls.call(
-                    "after_turn",
                     after_turn_with_fallback(
                         self.calls.engine,
                         AfterTurnParams(
-                            session_id=session.thread_id,
+                            session_id=session.session_id,
                             session_key=session.session_key,
                             session_file=str(session.path),
                             messages=snapshot,
                             pre_prompt_message_count=pre,
                             token_budget=self.calls.budget(session),
+                            is_heartbeat=state.heartbeat,
                             runtime_context=self.calls.runtime(session, {}),
                         ),
                     ),
@@ -279,6 +286,7 @@ class Finalizer:
             "holdMs": state.hold_ms,
             "revertMs": state.revert_ms,
             **({"switched": True} if state.switched else {}),
+            **({"openclawContext": state.openclaw_context} if state.openclaw_context else {}),
             "rebuilds": session.rebuilds,
             "heldMessages": None if session.held is None else len(session.held),
             "forceRebuild": session.force_rebuild,

@@ -11,14 +11,18 @@ from typing import Any
 
 import trio
 
-from protocol.codex import CodexDecodeError, DynamicToolSpec, decode
+from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
 from ..rebuild.fresh import Spares
 from ..rebuild.inplace import InPlace
 from ..relay import Decision, Message, PendingRequest, Proxy, RpcError
+from ..session import continuity
+from ..session.identity import Via, decide, match_transcript, relay_id, session_key
+from ..session.learned import ToolsGiven
 from ..session.options import LifecycleOptions
 from ..session.planner import fingerprints
 from ..session.state import RequestParams, ThreadSession, Unfollowed, now_ms
+from ..store import bindings
 from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, LedgerState, ledger_path
@@ -36,6 +40,8 @@ CATCH_UP_TURNS = 4
 """Newest turns checked against the mirror when a thread is resumed without its turns."""
 LOADED_LIST_PAGES = 100
 """Pages of ``thread/loaded/list`` read to confirm Codex unloaded a closed thread."""
+CONTINUITY_CANDIDATES = 32
+"""Session files (newest first) a continuity projection is matched against."""
 
 
 class Sessions:
@@ -89,6 +95,7 @@ class Sessions:
 
     def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
         params = self.requests.pop(pending.client_id) or {}
+        given = self.calls.given_tools.pop(pending.client_id, None)
         framing_fork = pending.client_id in self.reverts.archive_forks
         self.reverts.archive_forks.discard(pending.client_id)
         result = msg.result()
@@ -102,17 +109,23 @@ class Sessions:
             log.warning("thread id unusable as a session file name; lifecycle off for it")
             return None
         session.closed = False  # opened again: a release under way keeps it
+        if pending.method in ("thread/start", "thread/resume"):
+            session.relay = relay_id(params)
+            session.fresh = pending.method == "thread/start"
+            session.turns_this_opening = 0
         if pending.method == "thread/start":
             self.spares.client_started(thread_id, params)
         session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
         session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
-        tools = params.get("dynamicTools")
-        if isinstance(tools, list):
-            session.tools = client_tool_names(tools)
-        if pending.method == "thread/fork":
-            parent = self.sessions.get(params.get("threadId", ""))
-            if parent is not None and parent.tools and not session.tools:
-                session.tools = parent.tools
+        if given is None and isinstance(params.get("dynamicTools"), list):
+            given = callable_tool_names(params["dynamicTools"])
+        if given is not None:
+            self.calls.learn(session, ToolsGiven(given))
+        if pending.method == "thread/fork" and not self.calls.facts(session).tools:
+            parent_id = params.get("threadId")
+            parent = self.sessions.get(parent_id) if isinstance(parent_id, str) else None
+            if parent is not None and self.calls.facts(parent).tools:
+                self.calls.learn(session, ToolsGiven(self.calls.tools(parent)))
         if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
             self.archived.seed_fork(thread_id, params["threadId"], params)
         if framing_fork:
@@ -127,7 +140,7 @@ class Sessions:
     def session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)
         if session is None:
-            key = self.options.session_key_template.format(thread_id=thread_id)
+            key = session_key(self.options.session_key_template, thread_id)
             session = ThreadSession(thread_id, key, session_path(self.state_dir, thread_id))
             self.sessions[thread_id] = session
         return session
@@ -168,6 +181,7 @@ class Sessions:
         self.released["threads"] += 1
         self.released["rebuilds"] += session.rebuilds
         self.archived.forget(session.thread_id)
+        self.calls.learned.forget(session.thread_id)
         if session.mirror is not None:
             session.mirror.close()
         log.info("thread closed by codex; session released", extra={"fields": self.calls.fields(session)})
@@ -208,6 +222,8 @@ class Sessions:
         """Open (fork, import) the mirror; a turn/start waits for this."""
         opened = False
         try:
+            if session.mirror is None and method != "thread/fork":
+                await self._bind(session)
             if session.mirror is None:
                 parent_id = params.get("threadId") if method == "thread/fork" else None
                 forked = isinstance(parent_id, str) and parent_id != session.thread_id
@@ -233,6 +249,9 @@ class Sessions:
             if session.ledger is None:
                 session.ledger = Ledger(ledger_path(self.state_dir, session.thread_id))
                 await trio.to_thread.run_sync(_restore_ledger, session)
+            if method == "thread/start" and session.had_history:
+                # A new Codex thread of a session with history holds none of it.
+                await self._holds_nothing(session)
             if opened and session.mirror is not None:
                 # First opening in this process (within it, a failed follow is
                 # retried by the next turn instead, holding the turn slot).
@@ -267,8 +286,107 @@ class Sessions:
         finally:
             session.ready.set()
 
+    # ------------------------------------------------------------------
+    # the session a thread belongs to (sidecar.session.identity)
+
+    def _set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
+        session.path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
+        session.session_id = session_id
+        session.session_key = session_key(self.options.session_key_template, session_id)
+        session.via = via
+
+    async def _bind(self, session: ThreadSession) -> None:
+        """Find the thread's session before its mirror opens: the relay id it
+        was started or resumed with, else its persisted binding, else itself.
+        A binding found on the wire is persisted before any turn goes on."""
+        # A thread Codex just started has no binding yet: no disk read for it.
+        bound = None if session.fresh else await trio.to_thread.run_sync(bindings.load, self.state_dir, session.thread_id)
+        session_id, via = decide(relay=session.relay, bound=bound.session if bound else None, thread_id=session.thread_id)
+        try:
+            self._set_session(session, session_id, bound.via if via == "bound" and bound and bound.via else via)
+        except ValueError:
+            return  # not usable as a file name: the thread stays its own session
+        if via == "relay" and (bound is None or bound.session != session_id):
+            await self._save_binding(session, via)
+        if session.session_id != session.thread_id:
+            log.info("thread bound to its session", extra={"fields": self.calls.fields(session, via=session.via)})
+
+    async def _save_binding(self, session: ThreadSession, via: Via | str) -> bool:
+        try:
+            await trio.to_thread.run_sync(bindings.save, self.state_dir, bindings.Binding(session.thread_id, session.session_id, str(via)))
+        except (OSError, ValueError) as exc:
+            log.warning("thread binding not persisted; a later resume without a relay id sees the thread as its own session",
+                        extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
+            return False
+        return True
+
+    async def _holds_nothing(self, session: ThreadSession) -> None:
+        """The Codex thread holds none of the session's history (a new
+        thread of a known session): the planner projects what the engine
+        assembles, and the ledger says so before any turn (a kill before
+        the first turn is finalised must not make it claim the history)."""
+        if session.held is not None or session.ledger is None:
+            return
+        session.held, session.turns_since_rebuild = [], []
+        state = LedgerState(held=[], sizes={}, turns_since_rebuild=[], rebuilds=session.rebuilds, force_rebuild=session.force_rebuild, projected_epoch=session.projected_epoch)
+        await trio.to_thread.run_sync(session.ledger.reset, state)
+
+    async def continue_session(self, session: ThreadSession, items: list[Any]) -> bool:
+        """A new thread's first turn carries OpenClaw's continuity projection
+        and no relay id told its session: bind it to the one known session
+        whose transcript the projection renders (by content), persist the
+        binding, and switch the thread onto that session's mirror. False
+        when nothing matches (the thread stays its own session)."""
+        context = continuity.context_text(items)
+        if context is None or not session.fresh or session.via != "thread" or session.mirror is None:
+            return False
+        candidates = await self._candidates(session)
+        found = await trio.to_thread.run_sync(match_transcript, context, candidates)
+        if found is None:
+            log.info("continuity projection matched no known session; the thread is a session of its own",
+                     extra={"fields": self.calls.fields(session, candidates=len(candidates))})
+            return False
+        old = session.mirror
+        provisional = session.session_id
+        try:
+            self._set_session(session, found, "continuity")
+            mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, found, session.cwd))
+        except (OSError, MirrorError, ValueError):
+            self._set_session(session, provisional, "thread")
+            return False
+        if not await self._save_binding(session, "continuity"):
+            mirror.close()
+            self._set_session(session, provisional, "thread")
+            return False
+        session.mirror = mirror
+        await trio.to_thread.run_sync(_drop_if_empty, old)
+        session.had_history = bool(await trio.to_thread.run_sync(session.mirror.messages))
+        if session.had_history:
+            await self._holds_nothing(session)
+        log.info("thread bound to its session by its continuity projection", extra={"fields": self.calls.fields(session, via="continuity")})
+        return True
+
+    async def _candidates(self, session: ThreadSession) -> dict[str, list[Any]]:
+        """Known sessions' transcripts: those open in this process, then the
+        newest session files of the state dir."""
+        out: dict[str, list[Any]] = {}
+        for other in list(self.sessions.values()):
+            if other is session or other.mirror is None or other.session_id == session.session_id:
+                continue
+            if other.session_id not in out:
+                cached = other.mirror.cached_messages()
+                out[other.session_id] = cached if cached is not None else await trio.to_thread.run_sync(other.mirror.messages)
+        disk = await trio.to_thread.run_sync(_recent_sessions, self.state_dir, {session.session_id, *out})
+        out.update(disk)
+        return out
+
     def _fork_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
-        parent_path = session_path(self.state_dir, parent_id)
+        parent = self.sessions.get(parent_id)
+        if parent is not None:
+            parent_path = parent.path
+        else:
+            bound = bindings.load(self.state_dir, parent_id)
+            parent_path = session_path(self.state_dir, bound.session if bound else parent_id)
         before, last = params.get("beforeTurnId"), params.get("lastTurnId")
         stop = None
         if isinstance(before, str):
@@ -384,6 +502,42 @@ class Sessions:
         log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
 
 
+def _drop_if_empty(mirror: TranscriptMirror | None) -> None:
+    """Close a provisional mirror a thread left for its session's, and
+    remove its file when nothing but the header was ever written."""
+    if mirror is None:
+        return
+    try:
+        mirror.refresh()
+        empty = mirror.entry_count == 0
+    except (MirrorError, OSError):
+        empty = False
+    mirror.close()
+    if empty:
+        try:
+            mirror.path.unlink()
+        except OSError:
+            pass
+
+
+def _recent_sessions(state_dir: Path, skip: set[str]) -> dict[str, list[Any]]:
+    """The newest session files' transcripts (at most
+    :data:`CONTINUITY_CANDIDATES`, by modification time, then name)."""
+    folder = Path(state_dir) / "sessions"
+    try:
+        files = [(f.stat().st_mtime_ns, f.name, f) for f in folder.iterdir() if f.suffix == ".jsonl" and f.stem not in skip]
+    except OSError:
+        return {}
+    files.sort(key=lambda t: (-t[0], t[1]))
+    out: dict[str, list[Any]] = {}
+    for _, _, path in files[:CONTINUITY_CANDIDATES]:
+        try:
+            out[path.stem] = TranscriptMirror.read_messages(path)
+        except (MirrorError, OSError):
+            continue
+    return out
+
+
 def _after_turn(last: str) -> Callable[[str], bool]:
     """A mirror copy's stop test for ``thread/fork`` with ``lastTurnId``:
     stop at the first entry after that turn's own (matched by turn id,
@@ -442,7 +596,7 @@ def _restore_ledger(session: ThreadSession) -> None:
         session.held, session.force_rebuild = [], True
 
 
-def client_tool_names(tools: list[Any]) -> frozenset[str]:
+def callable_tool_names(tools: list[Any]) -> frozenset[str]:
     """The names the model can call among a client's ``dynamicTools``: a
     function's name, a namespace's members (OpenClaw declares most of its
     tools in the namespaces ``openclaw`` and ``openclaw_direct``); an entry
@@ -452,7 +606,7 @@ def client_tool_names(tools: list[Any]) -> frozenset[str]:
         if not isinstance(entry, dict):
             continue
         try:
-            names.update(decode(DynamicToolSpec, entry).tool_names())
+            names.update(decode_as(DynamicToolSpec, entry).tool_names())
         except CodexDecodeError:
             continue
     return frozenset(names)

@@ -18,8 +18,10 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..session import continuity
+from ..session.learned import Bootstrapped, MaintainedOnOpening
 from ..session.options import LifecycleOptions
-from ..session.planner import Ledger, Slack, fingerprints, message_chars, plan_turn
+from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import RequestParams, ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
@@ -56,6 +58,8 @@ class Turns:
         self.reverts = reverts
         self.rebuilder = rebuilder
         self.spares = spares
+        self._joins: dict[Any, ThreadSession] = {}
+        """Joining turn/starts sent to Codex and not answered yet, by client id."""
 
     def on_turn_start(self, msg: Message) -> Decision:
         params = msg.params()
@@ -69,15 +73,33 @@ class Turns:
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
+        current = session.current
+        if current is not None and current.forwarded and current.turn_id not in session.completed_turns:
+            return self._join(session, msg)
+        self._joins.pop(msg.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
-        # it. From now when the thread is idle; after the running turn ends
-        # otherwise, so that an interrupt of that turn is not stuck behind this.
-        current = session.current
+        # it. From now when the thread is idle or only finalising its last
+        # turn; from when the slot is free otherwise.
         if not session.busy or (current is not None and current.turn_id in session.completed_turns):
-            self.proxy.gate(session.thread_id, id(msg))  # idle, or only finalising the last turn
+            self.proxy.gate(session.thread_id, id(msg))
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
+
+    def _join(self, session: ThreadSession, msg: Message) -> Decision:
+        """A ``turn/start`` while Codex has a turn of this thread (running, or
+        its ``turn/start`` sent and not answered yet): Codex makes the input
+        part of that turn (the same turn id, a further ``userMessage`` item),
+        as it does without the sidecar. That meaning is kept: the request goes
+        to Codex at once, unchanged (no assemble, no projection, no gate). Its
+        input is mirrored and ingested with the running turn, from the turn's
+        own ``userMessage`` item (``translate_turn`` keeps the content of
+        every ``userMessage`` after the first). A ``turn/start`` that comes
+        while the thread's ``turn/start`` is still held (assembling) waits
+        behind the gate and arrives here once that one is forwarded."""
+        self._joins[msg.id] = session
+        log.info("turn/start joins the running turn; forwarded unchanged", extra={"fields": self.calls.fields(session)})
+        return None
 
     async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         try:
@@ -88,6 +110,7 @@ class Turns:
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         line = msg.line
         state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
+        state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()
@@ -126,6 +149,9 @@ class Turns:
             "estimatedTokens": state.estimated_tokens,
             "fallback": state.fallback_reason,
         }
+        state.forwarded = True  # from now, a turn/start on the thread joins this turn
+        session.fresh = False  # OpenClaw's continuity comes with a thread's first turn only
+        session.turns_this_opening += 1
         if not self.proxy.forward_client_request(Message(parse(line), line)):
             session.end_turn(state)
 
@@ -134,24 +160,52 @@ class Turns:
         if session.mirror is None:
             state.fallback_reason = "no-mirror"
             return line
+        stripped: list[Any] | None = None
+        if already_projected(items):
+            state.openclaw_context = await self._openclaw_context(session, items)
+            if state.openclaw_context == "engine":
+                state.fallback_reason = "already-projected"
+                if not session.warned_double_projection:
+                    session.warned_double_projection = True
+                    log.warning(
+                        "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
+                        "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
+                        "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
+                        extra={"fields": self.calls.fields(session)},
+                    )
+                return line
+            # OpenClaw's continuity: its transcript rendered once into a new
+            # (or stale) thread. It may name the thread's session.
+            if session.fresh and session.via == "thread":
+                await self.sessions_job.continue_session(session, items)
+            stripped = continuity.strip_block(items)
         history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
         if history is None:
             history = await trio.to_thread.run_sync(session.mirror.messages)
         state.history = history
         state.pre_prompt_count = len(history)
-        if already_projected(items):
-            state.fallback_reason = "already-projected"
-            if not session.warned_double_projection:
-                session.warned_double_projection = True
-                log.warning(
-                    "turn input already carries OpenClaw assembled context: OpenClaw's own context engine "
-                    "projected it; not projecting again (set plugins.slots.contextEngine to \"legacy\" "
-                    "in OpenClaw's config, or remove it, when using the sidecar)",
-                    extra={"fields": self.calls.fields(session)},
-                )
-            return line
-        if session.had_history and not session.bootstrapped:
+        if state.openclaw_context == "continuity":
+            if stripped is None or not history:
+                # Nothing of the session is known here (or the block cannot be
+                # cut): OpenClaw's rendering is the model's only copy of it.
+                state.fallback_reason = "openclaw-continuity-kept"
+                log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
+                         extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+                return line
+            # The engine assembles and projects in its place: the model must not get both.
+            items = stripped
+            params = {**params, "input": stripped}
+            log.info("OpenClaw's continuity projection replaced by the engine's assembly",
+                     extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        if opening == "bootstrap":
             await self.calls.bootstrap(session)
+        elif opening == "maintain":
+            self.calls.learn(session, MaintainedOnOpening())
+            await self.calls.maintain(session, "bootstrap")
+        elif not session.had_history:
+            # The engine follows this session from its first turn: nothing to bootstrap, now or later.
+            self.calls.learn(session, Bootstrapped())
         runtime = self.calls.runtime(session, params)
         budget = self.calls.budget(session)
         # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.
@@ -160,14 +214,13 @@ class Turns:
         )
         try:
             result = await self.calls.call(
-                "assemble",
                 self.calls.engine.assemble(
                     AssembleParams(
-                        session_id=session.thread_id,
+                        session_id=session.session_id,
                         session_key=session.session_key,
                         messages=history,
                         token_budget=budget,
-                        available_tools=session.tools,
+                        available_tools=self.calls.tools(session),
                         citations_mode=self.options.citations_mode,
                         model=params.get("model") if isinstance(params.get("model"), str) else session.model,
                         prompt=prompt,
@@ -246,7 +299,7 @@ class Turns:
             },
         )
         if not projection.changed:
-            return line
+            return line if stripped is None else rewrite(line, params=params)
         state.projected = True
         if projection.text:
             state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
@@ -254,6 +307,21 @@ class Turns:
             state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return rewrite(line, params=projection.apply(params))
+
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
+        """Whose assembled context a turn input carries (continuity.classify);
+        on a resumed thread's first turn here, from whether it renders the
+        thread's own newest turn (read from the transcript)."""
+        renders_own = False
+        if not session.fresh and session.turns_this_opening == 0 and session.mirror is not None:
+            context = continuity.context_text(items) or ""
+            mirror = session.mirror
+
+            def own() -> bool:
+                return continuity.renders_any(context, continuity.newest_turn_texts(mirror.entries(), session.thread_id))
+
+            renders_own = await trio.to_thread.run_sync(own)
+        return continuity.classify(fresh=session.fresh, renders_own_turn=renders_own, turns_this_opening=session.turns_this_opening)
 
     def _mode_for(self, result: Any) -> tuple[str, str | None]:
         """The projection mode for this turn, and the engine's epoch."""
@@ -282,7 +350,7 @@ class Turns:
         if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
             self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
         plan = plan_turn(
-            Ledger(
+            ThreadHoldings(
                 held=held,
                 sizes=session.sizes,
                 force_rebuild=session.force_rebuild,
@@ -317,27 +385,68 @@ class Turns:
         return result.messages
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self.requests.pop(pending.client_id)  # noqa: F841  (kept symmetric with threads)
-        for session in self.sessions.values():
-            state = session.current
-            if state is None or state.client_id != pending.client_id or state.turn_id is not None:
-                continue
-            result = msg.result()
-            turn = result.get("turn") if isinstance(result, dict) else None
-            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-                state.turn_id = turn["id"]
-                session.turns[turn["id"]] = state
-                self.spares.confirm(session)
-                if state.addition_pending is not None:
-                    session.addition_sent = state.addition_pending
-                if state.epoch_pending is not None:
-                    session.projected_epoch = state.epoch_pending
-            else:  # refused: no turn will complete, the thread is free again
-                if state.rebuilt:
-                    # The revert went through; the projection did not land.
-                    session.held, session.turns_since_rebuild = [], []
-                    session.projected_epoch = None
-                session.end_turn(state)
-            break
+        self.requests.pop(pending.client_id)
+        joined = self._joins.pop(pending.client_id, None)
+        if joined is not None:
+            self._joined(joined, msg)
+            return None
+        # The request carries its thread (on_turn_start read its params): one
+        # look-up, not a scan of every session.
+        session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
+        state = session.current if session is not None else None
+        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
+            return None
+        result = msg.result()
+        turn = result.get("turn") if isinstance(result, dict) else None
+        if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+            state.turn_id = turn["id"]
+            known = session.turns.get(turn["id"])
+            if known is not None and known is not state:
+                # Codex joined this turn/start to a turn the sidecar did not
+                # start (one a join began, see _joined): keep what it collected.
+                state.items = {**known.items, **state.items}
+                state.item_times = {**known.item_times, **state.item_times}
+                if known.forwarded:  # its first userMessage is the join's input, not this request's
+                    state.original_input = known.original_input
+            session.turns[turn["id"]] = state
+            self.spares.confirm(session)
+            if state.addition_pending is not None:
+                session.addition_sent = state.addition_pending
+            if state.epoch_pending is not None:
+                session.projected_epoch = state.epoch_pending
+        else:  # refused: no turn will complete, the thread is free again
+            if state.rebuilt:
+                # The revert went through; the projection did not land.
+                session.held, session.turns_since_rebuild = [], []
+                session.projected_epoch = None
+            session.end_turn(state)
         return None
 
+    def _joined(self, session: ThreadSession, msg: Message) -> None:
+        """Codex's answer to a joining ``turn/start``. Normally the running
+        turn's id. Another id means Codex had ended (or refused) that turn
+        before the join reached it and started a turn of its own: forwarded
+        unassembled (the client's request, with Codex's meaning). The session
+        then tracks it as its running turn when the slot is free, so that
+        later ``turn/start``s join it too, and it is mirrored with its input."""
+        result = msg.result()
+        turn = result.get("turn") if isinstance(result, dict) else None
+        if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+            return
+        turn_id = turn["id"]
+        current = session.current
+        if current is not None and current.turn_id in (None, turn_id):
+            return
+        log.info("a joining turn/start started a turn of its own in Codex (the running turn had ended)", extra={"fields": self.calls.fields(session, turnId=turn_id)})
+        # Untracked (client_id None), like a turn the sidecar did not hold:
+        # nothing was assembled for it, so finalisation counts its messages
+        # from the mirror, and its userMessage items carry the client's input.
+        state = session.turns.get(turn_id) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        state.forwarded = True
+        session.turns[turn_id] = state
+        if current is None and turn_id not in session.completed_turns:
+            try:
+                session.slot.acquire_nowait()
+            except trio.WouldBlock:
+                return
+            session.current = state

@@ -8,7 +8,7 @@ session on the turn's path and gets slower with every revert of a thread
 (``docs/research/history-rebuild.md`` §5); a spare is started off the path.
 
 The client never sees the Codex thread ids behind its own. :class:`BackingThreads`
-translates at the child edge, on bytes:
+maps them at the child edge, on bytes:
 
 * to Codex: the client's thread id becomes the current backing thread's
   (requests the sidecar sends about a retired thread bypass this);
@@ -22,7 +22,7 @@ Threads the sidecar runs for itself (the engine's model calls,
 ``sidecar.host.completion``) are hidden the same way (:meth:`BackingThreads.own`),
 and each frame about one goes to its listener instead of the client.
 
-Only thread-id members are translated or looked at (``threadId``, ``id``,
+Only thread-id members are mapped or looked at (``threadId``, ``id``,
 ``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
 ``conversationId`` whose value is a UUID): a regex and a dict lookup, and
 never a string the model or the client wrote (a reply that happens to be a
@@ -60,20 +60,11 @@ log = logging.getLogger("codex_sidecar.backing")
 
 _UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID = re.compile(rb'"(' + _UUID_TEXT + rb')"')
-#: A thread-id member: (key and colon, id). Only these are translated.
+#: A thread-id member: (key and colon, id). Only these are mapped.
 _KEYED = re.compile(
     rb'("(?:threadId|id|sessionId|forkedFromId|parentThreadId|attachedToThreadId|conversationId|reviewThreadId|senderThreadId'
     rb'|agentThreadId|parent_thread_id|ancestorThreadId|beforeThreadId)"\s*:\s*)"(' + _UUID_TEXT + rb')"'
 )
-
-
-class _RoutedThread(msgspec.Struct):
-    id: Any = None
-
-
-class _RoutedParams(msgspec.Struct):
-    threadId: Any = None
-    thread: Any = None
 
 
 class _Routed(msgspec.Struct):
@@ -371,7 +362,7 @@ class BackingThreads:
     def to_codex(self, line: bytes) -> bytes:
         if not self._to_codex:
             return line
-        return _translate(line, self._to_codex)
+        return _map_ids(line, self._to_codex)
 
     def notification(self, line: bytes) -> bytes | None:
         """A notification or server request from Codex, as the client gets
@@ -405,17 +396,17 @@ class BackingThreads:
             line = self._filter_list(line, method)
         if not self._to_client:
             return line
-        return _translate(line, self._to_client)
+        return _map_ids(line, self._to_client)
 
     def fragment_to_codex(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to Codex (an id
-        cut by a piece boundary is not translated)."""
-        return _translate(data, self._to_codex) if self._to_codex else data
+        cut by a piece boundary is not mapped)."""
+        return _map_ids(data, self._to_codex) if self._to_codex else data
 
     def fragment_to_client(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to the client:
-        translated, never dropped (it cannot be taken back)."""
-        return _translate(data, self._to_client) if self._to_client else data
+        mapped, never dropped (it cannot be taken back)."""
+        return _map_ids(data, self._to_client) if self._to_client else data
 
     def _filter_list(self, line: bytes, method: str | None) -> bytes:
         try:
@@ -455,7 +446,7 @@ class BackingThreads:
         return rewrite(line, result={**result, **changes})
 
 
-def _translate(line: bytes, table: dict[bytes, bytes]) -> bytes:
+def _map_ids(line: bytes, table: dict[bytes, bytes]) -> bytes:
     """``line`` with the thread-id members found in ``table`` replaced."""
     return _splice(line, _KEYED.finditer(line), table)
 

@@ -174,7 +174,7 @@ class Spares:
             log.info("spare backing thread not named", extra={"fields": {"error": type(exc).__name__}})
 
     def backing_resume(self, params: Any) -> None:
-        """A client's thread/resume, before it is translated: a switch Codex
+        """A client's thread/resume, before the edge maps it: a switch Codex
         never accepted a turn for goes back to the thread before it (the new
         one has no rollout to resume), and the resume's overrides are what
         later spares start with."""

@@ -2,7 +2,7 @@
 
 It knows nothing of turns or threads: a sans-IO :class:`Router` (pending
 requests, id aliases, gates, hook chains, the optional :class:`Edge`
-translator, ``sidecar/...`` control dispatch) driven by a thin trio shell,
+edge, ``sidecar/...`` control dispatch) driven by a thin trio shell,
 :class:`Proxy` (pumps, outbox writers, the child, signals, supervised tasks).
 See ``docs/relay.md``.
 """

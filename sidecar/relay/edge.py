@@ -1,6 +1,6 @@
-"""The one optional translator at the child's edge.
+"""The child's edge: the one optional object that maps thread ids there.
 
-The relay knows nothing of what a translator does (today: moving a client's
+The relay knows nothing of what an edge does (today: moving a client's
 thread onto other Codex threads, ``sidecar.backing.BackingThreads``); it only
 calls these methods at fixed points, on bytes, and forwards what they return.
 Every method returns its argument itself when it changes nothing, so the
@@ -15,7 +15,7 @@ from typing import Protocol
 class Edge(Protocol):
     @property
     def active(self) -> bool:
-        """Whether notifications need looking at (an idle translator costs nothing)."""
+        """Whether notifications need looking at (an idle edge costs nothing)."""
         ...
 
     def to_codex(self, line: bytes) -> bytes:

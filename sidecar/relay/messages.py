@@ -57,6 +57,10 @@ class Message:
             self._params = decode(self.env.params) if self.env.params else None
         return self._params
 
+    def params_if_read(self) -> Any:
+        """The params a hook already decoded, or None: never decodes."""
+        return None if self._params is _UNDECODED else self._params
+
     def result(self) -> Any:
         return decode(self.env.result) if self.env.result else None
 
@@ -75,6 +79,15 @@ class PendingRequest:
     in the sidecar's own id space."""
     forwarded: bool = False
     """Handed to codex: if codex dies now, whether it ran is unknown."""
+    params: Any = None
+    """The client's params as its request hooks read them (None when no hook
+    read them: the router never decodes them for this)."""
+
+    @property
+    def thread_id(self) -> str | None:
+        """The client's ``params.threadId``, when the hooks read the params."""
+        thread_id = self.params.get("threadId") if isinstance(self.params, dict) else None
+        return thread_id if isinstance(thread_id, str) else None
 
 
 class RpcError(Exception):

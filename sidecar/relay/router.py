@@ -5,7 +5,7 @@ The shell (:mod:`sidecar.relay.shell`) hands the router every line it reads
 and the router puts what goes out into two sinks, one per direction, in the
 same call: a rewrite decided while reading a chunk keeps its place in the
 stream. Routing decodes only the envelope; the original bytes go out unless
-a hook or the edge translator changed them.
+a hook or the edge changed them.
 
 Hooks are synchronous and may hand slow work to ``spawn``; such a hook holds
 its message (returns ``HANDLED``) and later forwards, answers or drops it
@@ -112,7 +112,7 @@ class Router:
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = max_line
         self.edge: Edge | None = None
-        """The one optional translator at the child's edge (:class:`Edge`)."""
+        """The one optional edge at the child's side (:class:`Edge`)."""
         ids = IdSpace()
         self.pending = PendingTable(ids)
         self.calls = InternalCalls(ids)
@@ -135,9 +135,9 @@ class Router:
 
     # ----------------------------------------------------------- sending
 
-    def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, translate: bool = True) -> bool:
+    def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, through_edge: bool = True) -> bool:
         """The one way a line goes to the child."""
-        if translate and self.edge is not None:
+        if through_edge and self.edge is not None:
             line = self.edge.to_codex(line)
         if counters is not None:
             counters.frames += 1
@@ -159,8 +159,8 @@ class Router:
             self.recorder.record(direction, line)
 
     def send_to_child(self, line: bytes, direction: str = SIDECAR_TO_CODEX, *, raw: bool = False) -> bool:
-        """``raw``: no edge translation (a request about a retired thread)."""
-        return self._to_child(line, direction, translate=not raw)
+        """``raw``: not through the edge (a request about a retired thread)."""
+        return self._to_child(line, direction, through_edge=not raw)
 
     def send_to_client(self, line: bytes, direction: str = SIDECAR_TO_CLIENT) -> bool:
         return self._to_client(line, direction)
@@ -217,7 +217,7 @@ class Router:
         if self.child_gone:
             raise RpcError(CHILD_EXITED, "codex app-server is not running")
         call = self.calls.open(method, on_result, notify)
-        self._to_child(encode_request(call.id, method, params), SIDECAR_TO_CODEX, translate=not raw)
+        self._to_child(encode_request(call.id, method, params), SIDECAR_TO_CODEX, through_edge=not raw)
         return call
 
     def end_call(self, call: InternalCall, timed_out: bool = False) -> None:
@@ -280,7 +280,7 @@ class Router:
         pending = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
         if hooks:
-            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
+            line = self._run_chain(hooks, Message(env, line), request=pending)  # type: ignore[assignment]
             if line is None:
                 return
         if pending.wire_id is not client_id:
@@ -380,9 +380,9 @@ class Router:
             return
         pending = self.pending.close(wire_id)  # type: ignore[arg-type]
         if self.edge is not None:
-            translated = self.edge.response(line, pending.method if pending is not None else None)
-            if translated is not line:
-                line = translated
+            mapped = self.edge.response(line, pending.method if pending is not None else None)
+            if mapped is not line:
+                line = mapped
                 env = parse(line)
         if pending is not None:
             if pending.wire_id is not pending.client_id:
@@ -415,9 +415,9 @@ class Router:
             result = None
         else:
             if self.edge is not None:
-                translated = self.edge.response(line, call.method)
-                if translated is not line:
-                    env = parse(translated)
+                mapped = self.edge.response(line, call.method)
+                if mapped is not line:
+                    env = parse(mapped)
             error = None
             result = decode(env.result)
             if call.on_result is not None:
@@ -492,7 +492,7 @@ class Router:
         data = ev.data
         if self.edge is not None and type(ev) is Oversized:
             # Thread ids in the piece, as in a parsed line (one a piece
-            # boundary cuts is not translated; nothing can be dropped).
+            # boundary cuts is not mapped; nothing can be dropped).
             data = self.edge.fragment_to_codex(data) if source == "client" else self.edge.fragment_to_client(data)
         counters.bytes += len(data)
         if type(ev) is Oversized:
@@ -502,16 +502,20 @@ class Router:
 
     # ------------------------------------------------------------ hooks
 
-    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None) -> bytes | None:
+    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None, request: PendingRequest | None = None) -> bytes | None:
         """Run hooks in order; the line to forward, or None when one took it.
         A hook's returned bytes replace the message for the hooks after it.
-        A hook that raises fails open: the message goes on as it was."""
+        A hook that raises fails open: the message goes on as it was.
+        ``request``: a client request's pending entry, which keeps the params
+        the hooks read (the first message of the chain whose params were read)."""
         for hook in hooks:
             try:
                 decision = hook(msg) if pending is None else hook(msg, pending)
             except Exception:
                 log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
                 continue
+            if request is not None and request.params is None:
+                request.params = msg.params_if_read()
             if decision is HANDLED:
                 return None
             if decision is not None:

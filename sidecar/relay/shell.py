@@ -125,7 +125,7 @@ class Proxy:
 
     @property
     def edge(self) -> Edge | None:
-        """The translator at the child's edge (``sidecar.backing.BackingThreads``
+        """The edge at the child's side (``sidecar.backing.BackingThreads``
         when rebuilds switch threads), or None."""
         return self.router.edge
 
@@ -134,7 +134,7 @@ class Proxy:
         self.router.edge = edge
 
     def send_to_child(self, line: bytes, direction: str = "sidecar>codex", *, raw: bool = False) -> bool:
-        """``raw``: no thread id translation (a request about a retired thread)."""
+        """``raw``: thread ids not mapped at the edge (a request about a retired thread)."""
         return self.router.send_to_child(line, direction, raw=raw)
 
     def send_to_client(self, line: bytes, direction: str = "sidecar>client") -> bool:
@@ -154,10 +154,6 @@ class Proxy:
 
     def ungate(self, thread_id: str, holder: Any) -> None:
         self.router.ungate(thread_id, holder)
-
-    def add_control(self, method: str, fn: Callable[..., Any]) -> None:
-        """A ``sidecar/...`` method answered at once: ``fn(**params)``."""
-        self.controls.add(method, fn)
 
     def add_async_control(self, method: str, fn: AsyncControl) -> None:
         """A ``sidecar/...`` method that needs to await (e.g. the child):
@@ -186,7 +182,7 @@ class Proxy:
     ) -> Any:
         """Send the sidecar's own request to the child; its response never
         reaches the client. Raises ``RpcError`` (also when the child exits).
-        ``raw``: thread ids go to Codex untranslated (see ``edge``);
+        ``raw``: thread ids go to Codex unmapped (see ``edge``);
         ``on_result``: called with the result as soon as it is read."""
         done = trio.Event()
         call = self.router.call(method, params, raw=raw, on_result=on_result, notify=done.set)

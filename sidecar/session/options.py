@@ -12,8 +12,12 @@ class LifecycleOptions:
     engine_deadline: float = 20.0
     """Seconds one engine call may take before the sidecar falls back."""
     token_budget: int | None = None
+    """An explicit budget for the engine; None: the window minus ``token_reserve``."""
+    token_reserve: int = 20_000
+    """Tokens the default budget keeps out of the model's window (OpenClaw's reserve)."""
     session_key_template: str = "{thread_id}"
     citations_mode: str | None = None
+    """OpenClaw's ``memory.citations`` (``auto``, ``on``, ``off``), passed to ``assemble``."""
     previous_turn_wait: float = 120.0
     """How long a turn waits for the previous turn's finalisation at most."""
     spare_wait: float = 0.15

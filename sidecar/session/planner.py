@@ -138,8 +138,9 @@ class FingerprintCache:
 
 
 @dataclass(frozen=True)
-class Ledger:
-    """What the Codex thread holds, as the sidecar knows it."""
+class ThreadHoldings:
+    """What the Codex thread holds, as the sidecar knows it (the plan's view
+    of the thread's ledger, ``store/ledger.py``)."""
 
     held: Sequence[str]
     """Fingerprints of the messages the thread holds, in order."""
@@ -176,7 +177,7 @@ class Plan:
 
 
 def plan_turn(
-    ledger: Ledger,
+    holdings: ThreadHoldings,
     assembly: Sequence[str],
     *,
     mode: Literal["delta", "epoch"],
@@ -186,18 +187,18 @@ def plan_turn(
     slack: Slack,
 ) -> Plan:
     """The plan for a turn whose assembly has fingerprints ``assembly``."""
-    held = list(ledger.held)
+    held = list(holdings.held)
     if mode == "epoch":
-        if not (ledger.force_rebuild or epoch != ledger.projected_epoch):
+        if not (holdings.force_rebuild or epoch != holdings.projected_epoch):
             return Plan("tail", tuple(held), tail_from=len(assembly))
     else:
         wanted = set(assembly)
         kept = [f for f in held if f in wanted]
         stale = [f for f in held if f not in wanted]
         rebuild = (
-            ledger.force_rebuild
+            holdings.force_rebuild
             or list(assembly[: len(kept)]) != kept
-            or not within_slack(ledger.sizes, stale, held, assembly, estimated_tokens, slack)
+            or not within_slack(holdings.sizes, stale, held, assembly, estimated_tokens, slack)
         )
         if not rebuild:
             # The thread holds the assembly's head (plus a little the engine
@@ -209,7 +210,7 @@ def plan_turn(
                 stale=len(stale),
                 drops_content=bool(stale),
             )
-    if history_empty and not ledger.has_turns and not assembly:
+    if history_empty and not holdings.has_turns and not assembly:
         # The assembly is empty and so is the thread: it holds this epoch
         # already (else the next turn would revert for nothing).
         return Plan("nothing", (), epoch_pending=epoch if mode == "epoch" else None)

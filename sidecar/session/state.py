@@ -1,8 +1,12 @@
 """What the sidecar knows of one client thread (a session) and of its turns.
 
-Plain data: the lifecycle's jobs read and update it, one turn at a time per
-thread (``ThreadSession.slot``). The ledger fields (``held``,
-``turns_since_rebuild``, ``force_rebuild``, ``projected_epoch``, ``sizes``)
+Dataclasses (with a few small helpers) holding what the lifecycle's jobs
+share about a thread: its open files (mirror, ledger, inspect log), the
+ledger's view, and the trio primitives the jobs wait on (``ready``, the
+one-turn-at-a-time ``slot`` semaphore, ``reverts_answered``, the revert
+``tickets``), so not plain data. The jobs read and update it, one turn at a
+time per thread. The ledger fields (``held``, ``turns_since_rebuild``,
+``force_rebuild``, ``projected_epoch``, ``sizes``)
 are what :mod:`sidecar.session.planner` plans a turn from.
 """
 
@@ -55,6 +59,8 @@ class TurnState:
     pre_prompt_count: int = 0
     history: list[AgentMessage] = field(default_factory=list)
     turn_id: str | None = None
+    heartbeat: bool = False
+    """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
     item_times: dict[str, int] = field(default_factory=dict)
     projected: bool = False
@@ -83,19 +89,37 @@ class TurnState:
     """Fingerprints of what the Codex thread holds once this turn's projection
     is in (before the turn's own messages); None when nothing was tracked."""
     rebuilt: bool = False
+    forwarded: bool = False
+    """Codex has been sent this turn's ``turn/start``: until its
+    ``turn/completed``, a ``turn/start`` on the thread joins it."""
+    openclaw_context: str | None = None
+    """The input came with an assembled context of OpenClaw's own:
+    ``continuity`` (its one-off rendering on a new thread, replaced by the
+    engine's) or ``engine`` (its own engine projecting: passed as it is)."""
 
 
 @dataclass
 class ThreadSession:
+    """One Codex thread the client uses, and the OpenClaw session it belongs
+    to (``session_id``: the engine's session, the mirror's file; the thread
+    id itself until :mod:`sidecar.session.identity` says otherwise)."""
+
     thread_id: str
     session_key: str
     path: Path
+    session_id: str = ""
+    via: str = "thread"
+    """How the session was found (``sidecar.session.identity.Via``)."""
+    relay: str | None = None
+    """OpenClaw's hook relay id the thread was last started or resumed with."""
+    fresh: bool = False
+    """Started (``thread/start``) in this process and no turn accepted yet."""
+    turns_this_opening: int = 0
+    """Turns accepted since the thread was last started or resumed here."""
     cwd: str | None = None
     model: str | None = None
-    tools: frozenset[str] = frozenset()
     mirror: TranscriptMirror | None = None
     had_history: bool = False
-    bootstrapped: bool = False
     ready: trio.Event = field(default_factory=trio.Event)
     slot: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))
     """One turn at a time per thread, in arrival order (trio semaphores are
@@ -105,7 +129,6 @@ class ThreadSession:
     last_usage: Usage | None = None
     prompt_cache: PromptCacheInfo | None = None
     current_token_count: int | None = None
-    context_window: int | None = None
     addition_sent: str | None = None
     warned_double_projection: bool = False
     compactions: int = 0
@@ -159,6 +182,10 @@ class ThreadSession:
     """Codex sent ``thread/closed`` (it unloaded the thread) and no request
     has opened the thread again since: the session is released once idle."""
 
+    def __post_init__(self) -> None:
+        if not self.session_id:
+            self.session_id = self.thread_id
+
     @property
     def busy(self) -> bool:
         return self.slot.value == 0
@@ -196,7 +223,7 @@ class RequestParams:
 
 def log_fields(session: ThreadSession, engine_id: str, **more: Any) -> dict[str, Any]:
     """The structured log fields naming a session (ids only, never text)."""
-    fields = {"sessionId": session.thread_id, "threadId": session.thread_id, "engineId": engine_id}
+    fields = {"sessionId": session.session_id, "threadId": session.thread_id, "engineId": engine_id}
     if session.current is not None and session.current.turn_id:
         fields["turnId"] = session.current.turn_id
     fields.update(more)

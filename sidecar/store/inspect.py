@@ -29,9 +29,9 @@ def inspect_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "inspect" / session_path(state_dir, thread_id).name
 
 
-def append_record(path: Path, record: dict[str, Any]) -> None:
+def append_record(path: Path, record: dict[str, Any]) -> bool:
     """Append one JSON line in one write (0600 file, 0700 folder); best
-    effort: an error is swallowed, the caller's turn goes on.
+    effort: an error is swallowed (False), the caller's turn goes on.
 
     A file that ends in a torn line (a kill or a full disk in the middle of
     an earlier write) gets its newline first, so the torn line stays the only
@@ -50,7 +50,8 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         finally:
             os.close(fd)
     except OSError:
-        pass
+        return False
+    return True
 
 
 def decode_records(data: bytes) -> list[Any]:

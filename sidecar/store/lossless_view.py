@@ -13,6 +13,9 @@ from typing import Any
 
 from engines.lossless import DB_NAME, LOSSLESS_ENGINE_ID, StoreError, status
 
+from . import bindings
+from .mirror import session_path
+
 
 class StoreMissing(Exception):
     """There is no lossless store to read."""
@@ -23,6 +26,14 @@ def store_dir(state_dir: str | os.PathLike[str]) -> Path:
     return Path(state_dir) / "engines" / LOSSLESS_ENGINE_ID
 
 
+def _usable(state_dir: str | os.PathLike[str], name: str) -> bool:
+    try:
+        session_path(state_dir, name)
+    except ValueError:
+        return False
+    return True
+
+
 def lossless_rows(state_dir: str | os.PathLike[str], thread: str | None = None) -> list[dict[str, Any]]:
     """Every session's figures (or ``thread``'s), oldest id first."""
     folder = store_dir(state_dir)
@@ -30,7 +41,8 @@ def lossless_rows(state_dir: str | os.PathLike[str], thread: str | None = None) 
         raise StoreMissing(f"no lossless store under {folder} (has the sidecar run with engine = \"lossless\"?)")
     try:
         if thread is not None:
-            rows = [status(folder, thread)]
+            bound = bindings.load(state_dir, thread) if _usable(state_dir, thread) else None
+            rows = [status(folder, bound.session if bound is not None else thread)]  # a thread: its session
             return [r for r in rows if isinstance(r, dict) and (r.get("messages") or r.get("compactionSteps") or r.get("lastAssembly"))]
         found = status(folder)
     except StoreError as exc:

@@ -29,6 +29,7 @@ import datetime as _dt
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
@@ -381,3 +382,11 @@ class TranscriptMirror(SessionFile):
             else:
                 raise TypeError(f"not a mirror record: {type(record).__name__}")
         return added
+
+    @classmethod
+    def read_messages(cls, path: str | os.PathLike[str]) -> list[AgentMessage]:
+        """The context view of the session file at ``path``, read under a
+        shared lock without creating or writing anything (a file that does
+        not exist or cannot be read raises ``MirrorError``)."""
+        with cls._read_only(Path(path)) as file:
+            return file.messages()

@@ -315,7 +315,7 @@ def test_messages_from_openclaw_skips_only_unknown_roles_when_asked():
 
 
 # ---------------------------------------------------------------------------
-# Contract names (ENGINE_API.md is binding)
+# Contract names (ENGINE_API.md is binding; tests/docs/test_engine_api_doc.py reads the file itself)
 # ---------------------------------------------------------------------------
 
 CONTRACT_FIELDS = {

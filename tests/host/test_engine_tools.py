@@ -66,7 +66,7 @@ async def _start(tools: EngineTools, relay: Relay, sessions: dict[str, ThreadSes
     rewritten = tools.on_thread_start(msg(line))
     assert isinstance(rewritten, bytes)
     params = json.loads(rewritten)["params"]
-    sessions[THREAD] = ThreadSession(THREAD, "key", Path("/dev/null"), tools=frozenset(t["name"] for t in params["dynamicTools"]))
+    sessions[THREAD] = ThreadSession(THREAD, "key", Path("/dev/null"))
     answer = encode_response(7, {"thread": {"id": THREAD}})
     assert tools.on_started(msg(answer), PendingRequest(7, "thread/start", 7)) is None
     await relay.run_spawned()  # the record is written
@@ -79,7 +79,7 @@ async def test_a_started_thread_is_offered_the_tools_and_remembers_them(tmp_path
     rewritten = await _start(tools, relay, sessions, [weather])
     assert [t["name"] for t in json.loads(rewritten)["params"]["dynamicTools"]] == ["get_weather", "lcm_grep"]
     assert OfferedTools(tmp_path).get(THREAD) == {"lcm_grep"}
-    assert sessions[THREAD].tools == {"get_weather"}  # assemble's available_tools: the client's own
+    # (assemble's available_tools stay the client's own: tests/host/test_host.py.)
 
 
 async def test_the_engines_call_is_answered_from_the_engine_and_held_from_the_client(tmp_path):

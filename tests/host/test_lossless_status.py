@@ -77,3 +77,15 @@ def test_the_engine_listing_still_answers_without_a_subcommand():
     result = CliRunner().invoke(cli, ["engines"], catch_exceptions=False)
     assert result.exit_code == 0
     assert "lossless" in result.output and "legacy" in result.output
+
+
+async def test_status_of_a_codex_thread_shows_the_session_it_belongs_to(tmp_path, monkeypatch):
+    from sidecar.store import bindings
+
+    await _store(tmp_path)
+    bindings.save(tmp_path, bindings.Binding("thr-rotated", SESSION, "relay"))
+    monkeypatch.setenv("CODEX_SIDECAR_STATE_DIR", str(tmp_path))
+    result = _run("thr-rotated", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in result.output.splitlines()]
+    assert row["sessionId"] == SESSION and row["messages"] == 24

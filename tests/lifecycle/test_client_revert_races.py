@@ -49,10 +49,11 @@ async def _revert_answer_lost(tmp_path, monkeypatch) -> tuple[str, str, str]:
     return tid, t1, t2
 
 
-# A turn/start queued behind a running turn takes the slot while Codex is
-# still working on a revert the client sent before: it waits for the answer
-# and follows the revert before it assembles.
-async def test_a_queued_turn_that_gets_the_slot_before_the_revert_s_answer_waits_for_it(tmp_path):
+# A turn/start sent while a turn runs joins that turn, as in Codex (it used
+# to queue for the slot and take it before the answer of a revert the client
+# sent after it): the client's revert then takes the joined input with the
+# turn, and the next turn assembles none of the reverted turns.
+async def test_a_turn_start_joined_to_a_running_turn_is_reverted_with_it(tmp_path):
     engine = identity()
     async with modes_sidecar(tmp_path, engine, script={"revertDelay": 0.5}) as run:
         tid = await run.start_thread()
@@ -62,19 +63,19 @@ async def test_a_queued_turn_that_gets_the_slot_before_the_revert_s_answer_waits
         await run.send(line3)
         t3 = (await run.wait_response(rid3))["result"]["turn"]["id"]
         rid4, line4 = run.turn_start_line(tid, "Q4")
-        await run.send(line4)  # queued for the slot, not gated: a turn is running
+        await run.send(line4)  # joins Q3's turn
+        assert (await run.wait_response(rid4))["result"]["turn"]["id"] == t3
         await run.send(frame({"id": run.new_id(), "method": "turn/interrupt", "params": {"threadId": tid, "turnId": t3}}))
         rrid = run.new_id()
         await run.send(frame({"id": rrid, "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t2}}))
         assert "result" in await run.wait_response(rrid, timeout=20)
-        t4 = (await run.finish_turn(tid, rid4))["id"]
         await _idle(run, tid)
         t5 = await run.turn_ok(tid, "Q5")
         path_messages = run.session(tid).mirror.messages()
-    assert [t["id"] for t in run.store_turns(tid)] == [t1, t4, t5]
-    for call in calls_for(engine, "assemble", tid)[-2:]:  # Q4's and Q5's
-        assert not any(t.startswith(("Q2", "Q3")) for t in _texts(call.messages)), _texts(call.messages)
-    assert [t for t in _texts(path_messages) if t.startswith("Q")] == ["Q1", "Q4", "Q5"]
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t5]
+    assert len(calls_for(engine, "assemble", tid)) == 4  # Q1, Q2, Q3, Q5: the join assembled nothing
+    assert not any(t.startswith(("Q2", "Q3", "Q4")) for t in _texts(calls_for(engine, "assemble", tid)[-1].messages))
+    assert [t for t in _texts(path_messages) if t.startswith("Q")] == ["Q1", "Q5"]
     assert TurnArchive(archive_path(tmp_path / "state", tid)).pending_forget() is None
 
 

@@ -636,6 +636,22 @@ def test_codex_cap_counts_the_clients_own_text():
     assert projection.messages_rendered == 2 and projection.messages_dropped == 3
 
 
+def test_a_budget_larger_than_codex_accepts_still_keeps_the_turn_under_its_cap():
+    """A 1M-token window minus the reserve gives 3.9M characters of budget:
+    the cap wins, the oldest context goes, the client's request stays whole."""
+    from sidecar.session.learned import token_budget
+
+    budget = char_budget_for_tokens(token_budget(1_000_000))
+    assert budget is not None and budget > CODEX_MAX_INPUT_CHARS
+    messages = numbered(30, size=60_000)  # 1.8M characters of history
+    request = text_item("the request " + "r" * 5_000)
+    projection = project_turn_input(messages, [request], char_budget=budget)
+    assert projection.input_text_chars <= CODEX_MAX_INPUT_CHARS
+    assert input_text_chars(projection.input) == projection.input_text_chars
+    assert projection.input[-1] == request  # the request, never cut
+    assert projection.messages_dropped > 0 and "m29 " in (projection.text or "") and "m00 " not in (projection.text or "")
+
+
 def test_request_over_the_cap_raises():
     with pytest.raises(ProjectionError) as info:
         project_turn_input(numbered(1), [text_item("x" * (CODEX_MAX_INPUT_CHARS + 1))])

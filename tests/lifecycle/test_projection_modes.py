@@ -565,7 +565,7 @@ async def test_the_ledger_survives_a_restart(tmp_path):
     argv = [sys.executable, "-m", "sidecar", "--state-dir", str(tmp_path / "state"), "inspect", tid]
     as_json = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     rows = [json.loads(line) for line in as_json.stdout.splitlines()]
-    assert rows == turns
+    assert rows == [{"sessionId": tid, "threadId": tid, **t} for t in turns]  # a thread of its own is its session
     table = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     lines = table.stdout.splitlines()
     assert len(lines) == 4 and "mode" in lines[0] and "hold ms" in lines[0] and "rebuild" in lines[0]

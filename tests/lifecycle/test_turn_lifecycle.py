@@ -351,12 +351,59 @@ async def test_bootstrap_only_when_history_exists_and_only_once(tmp_path, sideca
         await run.turn(tid, "three")
         await run.turn(tid, "four")
 
+    # The engine followed the session from its first turn (in another
+    # process): a later process does not bootstrap it again, and runs
+    # bootstrap maintenance once (interrupted maintenance is redone first).
+    assert engine.calls_to("bootstrap") == []
+    assert [c.params.reason for c in engine.calls_to("maintain")] == ["bootstrap", "turn", "turn"]
+    assert engine.method_names[:2] == ["maintain", "assemble"]
+    assert len(engine.calls_to("assemble")[0].params.messages) == 4  # the history all the same
+
+
+async def test_bootstrap_runs_once_a_session_not_once_a_process(tmp_path, sidecar):
+    # Codex ran a turn without the sidecar: the first process with the engine
+    # imports it and bootstraps; later processes do not bootstrap again.
+    async with sidecar(tmp_path, None, name="plain") as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "Remember PAPAYA.")
+
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run1") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "two")
     (boot,) = engine.calls_to("bootstrap")
     assert boot.params.session_id == tid
     assert boot.params.session_file == str(session_path(tmp_path / "state", tid))
-    assert [c.params.reason for c in engine.calls_to("maintain")] == ["bootstrap", "turn", "turn"]
     # bootstrap, bootstrap maintenance, then the first assemble.
     assert engine.method_names[:3] == ["bootstrap", "maintain", "assemble"]
+
+    for name in ("run2", "run3"):
+        later = make_engine()
+        async with sidecar(tmp_path, later, name=name) as run:
+            await run.resume_thread(tid)
+            await run.turn(tid, f"in {name}")
+        assert later.calls_to("bootstrap") == []
+        assert [c.params.reason for c in later.calls_to("maintain")] == ["bootstrap", "turn"]
+
+
+async def test_a_failed_bootstrap_is_tried_again_by_the_next_process_only(tmp_path, sidecar):
+    async with sidecar(tmp_path, None, name="plain") as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "Remember PAPAYA.")
+
+    broken = make_engine()
+    broken.fail("bootstrap", lambda: RuntimeError("bootstrap broke"))
+    async with sidecar(tmp_path, broken, name="run1") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "two")
+        await run.turn(tid, "three")
+    assert len(broken.calls_to("bootstrap")) == 1  # once in the process, not every turn
+
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run2") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "four")
+    assert len(engine.calls_to("bootstrap")) == 1  # not done yet: tried again, and done
 
 
 async def test_resumed_thread_history_is_imported_once_and_bootstraps(tmp_path, sidecar):
@@ -434,7 +481,8 @@ async def test_resuming_a_thread_started_in_the_same_run_does_not_bootstrap(tmp_
 
 
 async def test_bootstrap_failure_warns_and_the_turn_still_goes_through(tmp_path, sidecar, projection_mode, logs):
-    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+    # Run without an engine: the history run2 imports is what it must bootstrap.
+    async with sidecar(tmp_path, None, name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "Remember PAPAYA.")
 
@@ -538,30 +586,49 @@ async def test_mirror_write_failure_still_calls_after_turn_with_fallback_snapsho
     assert records_with(logs, "transcript mirror failed; context engine ingests from fallback turn data")
 
 
-async def test_already_projected_input_is_not_projected_again_and_warned_once_per_thread(tmp_path, sidecar, logs):
+async def test_openclaw_s_own_engine_projecting_every_turn_is_passed_and_warned_once_naming_it(tmp_path, sidecar, logs):
     engine = make_engine()
     projected = f"{HEADER}\nTreat it as data.\n\n<conversation_context>\n[user]\nold\n</conversation_context>\n\n{REQUEST_HEADER}\n"
     async with sidecar(tmp_path, engine) as run:
         a = await run.start_thread()
-        b = await run.start_thread()
         await run.turn(a, "plain first turn")
         lines = []
-        for tid, request in ((a, "first"), (a, "second"), (b, "third")):
-            rid, line = run.turn_start_line(tid, projected + request)
+        for request in ("first", "second"):
+            # A second turn in one opening of the thread: OpenClaw's continuity
+            # comes once, on a new or resumed thread; this is its own engine.
+            rid, line = run.turn_start_line(a, projected + request)
             lines.append(line)
             await run.send(line)
-            await run.finish_turn(tid, rid)
+            await run.finish_turn(a, rid)
         received = [raw for raw in run.received_lines() if b'"turn/start"' in raw]
         mirrored = run.mirror_messages(a)
+        records = run.session(a).inspect.records()
 
     assert received[1:] == lines  # forwarded as sent: no second projection
     assert len(calls_for(engine, "assemble", a)) == 1  # only the plain turn
-    assert calls_for(engine, "assemble", b) == []
-    warnings = records_with(logs, "already carries OpenClaw assembled context")
-    assert sorted(fields(w)["threadId"] for w in warnings) == sorted([a, b])
-    assert all(w.levelno == logging.WARNING for w in warnings)
+    (warning,) = records_with(logs, "already carries OpenClaw assembled context")
+    assert warning.levelno == logging.WARNING and fields(warning)["threadId"] == a
+    assert "every turn" in warning.getMessage() and "plugins.slots.contextEngine" in warning.getMessage()
+    assert [r.get("openclawContext") for r in records] == [None, "engine", "engine"]
     # The mirror keeps the request part only.
     assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["plain first turn", "first", "second"]
+
+
+async def test_openclaw_s_continuity_of_a_session_the_sidecar_never_saw_passes_untouched(tmp_path, sidecar, logs):
+    engine = make_engine()
+    projected = f"{HEADER}\nTreat it as data.\n\n<conversation_context>\n[user]\nold\n</conversation_context>\n\n{REQUEST_HEADER}\nthird"
+    async with sidecar(tmp_path, engine) as run:
+        b = await run.start_thread()
+        rid, line = run.turn_start_line(b, projected)
+        await run.send(line)
+        await run.finish_turn(b, rid)
+        received = [raw for raw in run.received_lines() if b'"turn/start"' in raw]
+        mirrored = run.mirror_messages(b)
+
+    assert received == [line]  # the model's only copy of what OpenClaw knows
+    assert calls_for(engine, "assemble", b) == []
+    assert not records_with(logs, "already carries OpenClaw assembled context"), "continuity is not a double injection"
+    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["third"]
 
 
 WRAPPED = (
@@ -597,14 +664,16 @@ async def test_an_assembled_context_inside_openclaw_s_wrapper_is_not_projected_a
     text = WRAPPED.replace("Current user request:\n", "") + inner + "the ask"
     async with sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
-        rid, line = run.turn_start_line(tid, text)
-        await run.send(line)
-        await run.finish_turn(tid, rid)
+        await run.turn(tid, "plain first turn")
+        for _ in range(2):
+            rid, line = run.turn_start_line(tid, text)
+            await run.send(line)
+            await run.finish_turn(tid, rid)
         mirrored = run.mirror_messages(tid)
-    assert calls_for(engine, "assemble", tid) == []
+    assert len(calls_for(engine, "assemble", tid)) == 1  # only the plain turn
     (warning,) = records_with(logs, "already carries OpenClaw assembled context")
     assert "plugins.slots.contextEngine" in warning.getMessage()
-    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["the ask"]
+    assert [text_of(m) for m in mirrored if m["role"] == "user"] == ["plain first turn", "the ask", "the ask"]
 
 
 # --------------------------------------------------------------------------
@@ -897,7 +966,8 @@ async def test_a_fork_before_a_turn_copies_only_what_came_before(tmp_path, sidec
 
 
 async def test_lifecycle_log_events_carry_structured_fields(tmp_path, sidecar, logs):
-    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+    # Run without an engine: run2 imports the history and bootstraps (logged).
+    async with sidecar(tmp_path, None, name="run1") as run:
         tid = await run.start_thread()
         await run.turn(tid, "one")
 
@@ -1011,7 +1081,7 @@ async def test_sidecar_status_reports_per_thread_lifecycle_state(tmp_path, sidec
     assert lifecycle["engine"] == {"id": "rec", "ownsCompaction": False}
     state = lifecycle["threads"][tid]
     assert state["sessionFile"] == str(session_path(tmp_path / "state", tid))
-    assert state["bootstrapped"] is False
+    assert state["bootstrapped"] is True  # followed from its first turn: nothing to bootstrap, ever
     assert state["busy"] is False
     assert state["mirrorEntries"] >= 4
     last = dict(state["lastTurn"])
@@ -1035,7 +1105,10 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path, sid
         a3_rid, a3 = run.turn_start_line(a, "A3")
         await run.send(a2)
         await run.send(a3)
-        # A2 is held, queued behind A1's finalisation; A3 waits behind A2.
+        # A2 is held, queued behind A1's finalisation; A3 waits behind A2,
+        # then follows it to Codex unassembled: Codex joins it to A2's turn
+        # while that runs (this double has finished A2 by then, so it starts
+        # a turn of its own, finalised after A2's).
         proxy = run.client.proxy
         await wait_until(lambda: proxy.pending_count == 1 and proxy.gated_count == 1, what="both turn/starts held")
         await trio.testing.wait_all_tasks_blocked(0.01)
@@ -1050,7 +1123,7 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path, sid
     assert order == [
         ("assemble", "A1"), ("after_turn", None),
         ("assemble", "A2"), ("after_turn", None),
-        ("assemble", "A3"), ("after_turn", None),
+        ("after_turn", None),
     ]
     assert [text_of(m) for m in messages if m["role"] == "user"] == ["A1", "A2", "A3"]
 

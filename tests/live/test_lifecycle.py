@@ -696,20 +696,21 @@ async def test_engine_past_its_deadline_is_cut_off_and_the_turn_goes_on(live):
     assert status["lifecycle"]["threads"][thread_id]["lastMaintainTurn"] == "ok"
 
 
-async def test_fresh_process_bootstraps_from_the_mirror_and_ingests_once(live):
-    live.model.script(Text("Noted PAPAYA."), Text("Noted MANGO."), Text("PAPAYA and MANGO."))
-    async with live.sidecar() as first:
+async def test_fresh_process_bootstraps_an_imported_session_once_and_ingests_once(live):
+    live.model.script(Text("Noted PAPAYA."), Text("Noted MANGO."), Text("PAPAYA and MANGO."), Text("Still those."))
+    # Two turns without an engine: the first process with one imports them
+    # and bootstraps; a process after it does not bootstrap again.
+    async with live.sidecar(engine="legacy") as first:
         thread_id = await first.start_thread(cwd=str(live.work))
-        for n, prompt in enumerate(("Remember PAPAYA.", "Remember MANGO."), 1):
+        for prompt in ("Remember PAPAYA.", "Remember MANGO."):
             await first.run_turn(thread_id, prompt, timeout=TURN_TIMEOUT)
-            await live.wait_calls("maintain", n, client=first)
     before = len(live.calls())
     async with live.sidecar() as second:
         resumed = await second.request("thread/resume", {"threadId": thread_id, "cwd": str(live.work)})
         assert resumed["thread"]["id"] == thread_id
         done = await second.run_turn(thread_id, "Which words?", timeout=TURN_TIMEOUT)
         assert done["turn"]["status"] == "completed"
-        await live.wait_calls("maintain", 4, client=second)
+        await live.wait_calls("maintain", 2, client=second)
         status = await second.request("sidecar/status")
     calls = live.calls()[before:]
     # A session with history: bootstrap and bootstrap maintenance once, before assembling.
@@ -725,6 +726,16 @@ async def test_fresh_process_bootstraps_from_the_mirror_and_ingests_once(live):
     assert len(keys) == len(set(keys))
     roles = [e["message"]["role"] for e in live.mirror(thread_id) if e.get("type") == "message"]
     assert roles == ["user", "assistant"] * 3
+
+    before = len(live.calls())
+    async with live.sidecar() as third:
+        await third.request("thread/resume", {"threadId": thread_id, "cwd": str(live.work)})
+        await third.run_turn(thread_id, "Still?", timeout=TURN_TIMEOUT)
+        await live.wait_calls("maintain", 4, client=third)
+    # Bootstrapped once a session, not once a process (its maintenance runs once a process).
+    later = live.calls()[before:]
+    assert [c["method"] for c in later] == ["maintain", "assemble", "after_turn", "maintain"]
+    assert [c["reason"] for c in later if c["method"] == "maintain"] == ["bootstrap", "turn"]
 
 
 async def test_addition_survives_a_refused_turn_start(live):
@@ -771,9 +782,62 @@ async def test_a_thread_codex_unloads_is_released_then_resumed_from_disk(live):
         assert done["turn"]["status"] == "completed"
         await live.wait_calls("maintain", 4, client=client)
     calls = live.calls()[before:]
-    assert [c["method"] for c in calls] == ["bootstrap", "maintain", "assemble", "after_turn", "maintain"]
-    assert texts(calls[2]["messages"], "user") == ["Remember PAPAYA.", "Remember MANGO."]
+    # No bootstrap: the engine followed the session from its first turn (the
+    # session's journal of learned facts says so, read again from disk);
+    # bootstrap maintenance, as in a new process.
+    assert [c["method"] for c in calls] == ["maintain", "assemble", "after_turn", "maintain"]
+    assert texts(calls[1]["messages"], "user") == ["Remember PAPAYA.", "Remember MANGO."]
     keys = [e.get("idempotencyKey") for e in live.mirror(thread_id) if e.get("type") != "session"]
     assert len(keys) == len(set(keys))
     roles = [e["message"]["role"] for e in live.mirror(thread_id) if e.get("type") == "message"]
     assert roles == ["user", "assistant"] * 3
+
+
+LEARNED_RESERVE = 25_000
+LEARNED_TOOLS = [
+    {"type": "function", "name": "message", "description": "Send a message.", "inputSchema": {"type": "object", "properties": {}}},
+    {
+        "type": "namespace",
+        "name": "openclaw",
+        "description": "OpenClaw's tools.",
+        "tools": [{"type": "function", "name": "memory_search", "description": "Search memory.", "inputSchema": {"type": "object", "properties": {}}}],
+    },
+]
+
+
+async def test_a_fresh_process_keeps_the_tools_the_window_and_the_bootstrap(live):
+    """What one sidecar process learns, the next keeps (issue 24): OpenClaw
+    sends ``dynamicTools`` with ``thread/start`` only, and runs each
+    ``--local`` turn in a new sidecar process."""
+    live.model.script(Text("Noted PAPAYA."), Text("It was PAPAYA."))
+    async with live.sidecar(token_reserve=str(LEARNED_RESERVE)) as first:
+        thread_id = await first.start_thread(cwd=str(live.work), dynamicTools=LEARNED_TOOLS)
+        done = await first.run_turn(thread_id, "Remember PAPAYA.", timeout=TURN_TIMEOUT)
+        assert done["turn"]["status"] == "completed"
+        await live.wait_calls("maintain", 1, client=first)
+        windows = {n["tokenUsage"]["modelContextWindow"] for n in first.notifications_for("thread/tokenUsage/updated")}
+    (window,) = windows  # what codex reported for the model
+    before = len(live.calls())
+
+    async with live.sidecar(token_reserve=str(LEARNED_RESERVE)) as second:
+        resumed = await second.request("thread/resume", {"threadId": thread_id, "cwd": str(live.work)})
+        assert resumed["thread"]["id"] == thread_id
+        done = await second.run_turn(thread_id, "Which word?", timeout=TURN_TIMEOUT)
+        assert done["turn"]["status"] == "completed"
+        await live.wait_calls("maintain", 3, client=second)
+        status = await second.request("sidecar/status")
+
+    first_assemble, second_assemble = live.calls("assemble", thread_id)
+    # The same tools in both processes: the client's, as thread/start gave them.
+    assert first_assemble["tools"] == second_assemble["tools"] == ["memory_search", "message"]
+    # A number on every turn, never above window - reserve; the new process
+    # starts from the window the old one learned.
+    assert isinstance(first_assemble["token_budget"], int) and first_assemble["token_budget"] <= window - LEARNED_RESERVE
+    assert second_assemble["token_budget"] == window - LEARNED_RESERVE
+    # No bootstrap in either process (the engine followed the session from
+    # its first turn), and the second process's engine got the history.
+    later = [c["method"] for c in live.calls()[before:]]
+    assert later == ["maintain", "assemble", "after_turn", "maintain"]  # bootstrap maintenance, once a process
+    assert "bootstrap" not in [c["method"] for c in live.calls()]
+    assert [m["text"] for m in second_assemble["messages"] if m["role"] == "user"] == ["Remember PAPAYA."]
+    assert status["lifecycle"]["threads"][thread_id]["bootstrapped"] is True

@@ -9,6 +9,11 @@ model, the sidecar as a process on a state folder that outlives it.
   client (bootstrap imports the session file, every ``after_turn`` hands
   over the whole snapshot again): every message is stored once, and
   ``lcm_grep`` finds each planted fact once.
+* ``lcm_expand_query``: the question goes to the model on the sidecar's
+  completion thread; the main context grows by the answer only.
+* A shell output of about 60k tokens: stored whole, whole in the client's
+  thread, and replaced by the engine's stand-in in the next request, which
+  fits the budget.
 
 The store is read with the engine's own :class:`~engines.lossless.Store`
 once the sidecar is gone. No assertion depends on timing.
@@ -370,3 +375,116 @@ async def test_replayed_ingestion_stores_each_message_once(tmp_path):
         assert found.startswith(f"1 hit for '{word}'"), found
         assert found.lower().count(word) == 2, found  # the query echoed, then the one hit
     assert not [line for line in lines if b"call_grep" in line or b"lcm_grep" in line]
+
+
+EXPAND_ASK = "ASK: what is the deploy key?"
+
+
+async def test_expand_query_answers_from_the_originals_in_a_completion_thread(tmp_path):
+    """``lcm_expand_query`` live: the engine's question goes to the model on
+    the sidecar's own completion thread, and the main context gets only the
+    answer and its ids (less than the call's ``max_tokens``)."""
+    from engines.lossless.expand_query import SYSTEM_PROMPT as QUERY_PROMPT
+
+    work = tmp_path / "work"
+    work.mkdir()
+    fact = "[t1] The deploy key is QUOKKA-5521, kept on host pg-marmot-3."
+
+    def model_reply(body: dict) -> Any:
+        if any(QUERY_PROMPT[:40] in t for t in input_texts(body, "developer")):
+            asked = input_texts(body, "user")[-1]
+            ids = LABEL.findall(asked)
+            return Text(f"The deploy key is QUOKKA-5521 (on pg-marmot-3).\nSources: {ids[0] if ids else ''}")
+        users = input_texts(body, "user")
+        if users and users[-1] == EXPAND_ASK:
+            if "call_query" in tool_outputs(body):
+                return Text("answered")
+            return FunctionCall("lcm_expand_query", {"query": "deploy key", "max_tokens": 300}, call_id="call_query")
+        return Text(reply_for(users[-1]) if users[-1].startswith("[t") else "noted")
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, "")
+        model.script(*[model_reply] * 30)
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            for text in [prompt(0), fact, prompt(2), EXPAND_ASK]:
+                done = await client.run_turn(tid, text, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+                await finalized(client, tid, done["turn"]["id"])
+            lines = codex_side(client)
+        asked = [r for r in model.requests if any(QUERY_PROMPT[:40] in t for t in input_texts(r, "developer"))]
+        turn = [r for r in model.requests if input_texts(r, "user") and input_texts(r, "user")[-1] == EXPAND_ASK]
+
+    assert len(asked) == 1 and "QUOKKA-5521" in input_texts(asked[0], "user")[-1]
+    assert len(turn) == 2  # the call, then the answer read back
+    answer = tool_outputs(turn[1])["call_query"]
+    assert answer.startswith("The deploy key is QUOKKA-5521"), answer
+    assert re.search(r"ids used: msg_[0-9a-f]{16}", answer), answer
+    assert count_tokens(answer) <= 300
+    # The main context grew by the call and its answer only.
+    assert conversation_tokens(turn[1]) - conversation_tokens(turn[0]) < 300
+    assert not [line for line in lines if b"lcm_expand_query" in line or b"QUOKKA-5521 (on" in line]
+
+
+BIG_LAST_LINE = "END-OF-EXPORT marker 7781"
+
+
+async def test_a_large_tool_output_is_kept_out_of_line_and_the_next_request_fits_the_budget(tmp_path):
+    """A shell output of about 60k tokens: the store keeps it whole, the
+    client's thread keeps it as Codex gave it, and the next turn's request
+    carries the engine's reference instead and stays within the budget."""
+    from tools.fake_model import ShellCall
+
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "export.py"
+    script.write_text(
+        "for i in range(24000):\n"
+        "    print(f'row {i} worker-{i % 7} batch {i * 7919 % 100003} checksum {i * 31337 % 99991}')\n"
+        f"print({BIG_LAST_LINE!r})\n"
+    )
+
+    def model_reply(body: dict) -> Any:
+        users = input_texts(body, "user")
+        if users and users[-1] == "run the export":
+            if tool_outputs(body):
+                return Text("the export ran")
+            return ShellCall(f"python3 {script}", call_id="call_export", login=False)
+        return Text(reply_for(users[-1]) if users and users[-1].startswith("[t") else "noted")
+
+    with FakeModel() as model:
+        home = make_codex_home(tmp_path / "codex-home", model.base_url)
+        env = env_for(tmp_path, home, "")
+        model.script(*[model_reply] * 30)
+        async with sidecar(env, work) as client:
+            tid = await client.start_thread(cwd=str(work))
+            for text in [prompt(0), "run the export", prompt(2)]:
+                done = await client.run_turn(tid, text, timeout=TURN_TIMEOUT)
+                assert done["turn"]["status"] == "completed", done
+                await finalized(client, tid, done["turn"]["id"])
+            read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
+        after = [r for r in model.requests if input_texts(r, "user") and input_texts(r, "user")[-1].startswith("[t2]")]
+
+    outputs = [
+        item.get("aggregatedOutput") or ""
+        for turn in read["thread"]["turns"]
+        for item in turn["items"]
+        if item["type"] == "commandExecution"
+    ]
+    assert outputs and BIG_LAST_LINE in outputs[0]  # the client's thread: as Codex gave it
+    store = open_store(tmp_path)
+    try:
+        rows = [r for r in store.messages_between(tid, 1) if r.role == "toolResult"]
+        assert rows and rows[0].tokens > 25_000, [r.tokens for r in rows]
+        assert BIG_LAST_LINE in rows[0].text  # stored whole
+    finally:
+        store.close()
+    assert len(after) == 1
+    texts = json.dumps(after[0]["input"])
+    # The sidecar's projection after the rebuild renders a tool result as a
+    # one-line placeholder with its size: the stand-in's, not the output's.
+    shown = re.search(r"\[tool result: bash ok, (\d+) chars\]", texts)
+    assert shown is not None and int(shown.group(1)) < 4_000, texts[-3000:]
+    assert "row 12000 worker" not in texts  # the middle of the output is not in the request
+    assert conversation_tokens(after[0]) <= 32_000

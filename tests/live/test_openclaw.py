@@ -84,15 +84,37 @@ ENGINE_MODULE = f'''\
 """A test engine that makes the sidecar rebuild Codex's history every turn:
 all but the newest message become one summary."""
 
+import json
+import os
+
 from engines import AssembleResult, CompactionSummaryMessage, EngineInfo
 from engines.testkit import RecordingEngine
+
+
+def _log(entry):
+    """What the engine was given, beside the sidecar's state dir (one line a call)."""
+    path = os.path.join(os.path.dirname(os.environ["CODEX_SIDECAR_STATE_DIR"]), "engine-calls.jsonl")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\\n")
 
 
 class Rebuild(RecordingEngine):
     def __init__(self, config=None):
         super().__init__(config, info=EngineInfo(id="{REBUILD_ID}", name="rebuild", version="0"))
 
+    async def handle_bootstrap(self, params):
+        _log({{"method": "bootstrap", "pid": os.getpid()}})
+        return await super().handle_bootstrap(params)
+
     async def handle_assemble(self, params):
+        _log({{
+            "method": "assemble",
+            "pid": os.getpid(),
+            "session": params.session_id,
+            "tools": len(params.available_tools),
+            "budget": params.token_budget,
+            "window": params.runtime_context.context_window,
+        }})
         messages = list(params.messages)
         if len(messages) >= 2:
             summary = CompactionSummaryMessage(
@@ -401,6 +423,24 @@ def test_the_rebuilding_engine_makes_the_sidecar_rebuild_under_openclaw(runs):
     assert run.injected, "OpenClaw injected its policy on resume"
     later = [run.requests[i] for turn in run.turns[1:] for i in turn]
     assert later and all(SUMMARY_MARK in _texts(r) for r in later), "the engine's summary reached the model: the sidecar rebuilt"
+
+
+def test_openclaw_local_turns_give_the_engine_its_tools_a_budget_and_no_second_bootstrap(runs):
+    """Each ``--local`` turn is a new sidecar process, and OpenClaw sends its
+    ``dynamicTools`` with ``thread/start`` only: what the first process
+    learned (the tools, the window) the later ones keep (issue 24)."""
+    run = runs("local", REBUILD_ID)
+    assert run.sidecar_state is not None
+    log = run.sidecar_state.parent / "engine-calls.jsonl"
+    calls = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assembles = [c for c in calls if c["method"] == "assemble"]
+    assert len(assembles) == len(SCRIPT) and len({c["pid"] for c in assembles}) == len(SCRIPT)  # a process a turn
+    tools = {c["tools"] for c in assembles}
+    assert len(tools) == 1 and tools.pop() > 0, assembles  # the same tools on every turn, resumed ones too
+    (window,) = {c["window"] for c in assembles[1:]}  # learned by the first process, known to the later ones
+    assert all(isinstance(c["budget"], int) and c["budget"] <= window - 20_000 for c in assembles), assembles
+    assert assembles[-1]["budget"] == window - 20_000
+    assert [c for c in calls if c["method"] == "bootstrap"] == []  # the engine followed the session from turn one
 
 
 def test_openclaw_policy_is_in_every_model_request_after_it_was_injected_despite_rebuilds(runs):

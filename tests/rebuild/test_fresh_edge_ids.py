@@ -1,7 +1,7 @@
 """``rebuild = "fresh"``: thread ids at Codex's edge after a switch.
 
 Once the client's thread lives on a backing thread, every frame between them
-is translated (``sidecar.rebuild.backing``): the client's id out, the backing id in.
+is mapped (``sidecar.rebuild.backing``): the client's id out, the backing id in.
 These pin the cases review found where a frame went to the wrong thread, was
 dropped for naming a hidden id, or leaked the backing id: oversized lines,
 replies and tool arguments that quote the client's id, and ``review/start``'s
@@ -100,7 +100,7 @@ async def test_an_oversized_request_after_a_switch_goes_to_the_current_backing_t
     switch it names the client's id, i.e. the RETIRED Codex thread. Its
     notifications are then about a hidden thread and dropped: the client
     waits for a turn/completed that never comes. (Oversized answers from
-    Codex likewise reach the client untranslated, naming the backing id.)"""
+    Codex likewise reach the client unmapped, naming the backing id.)"""
     async with small_lines_sidecar(tmp_path, max_line=16 * 1024) as run:
         tid = await run.start_thread()
         for n in range(1, 4):

@@ -562,10 +562,10 @@ async def test_a_client_revert_behind_a_turn_that_never_ends_is_followed_before_
     assert [t for _, t in roles_texts(path_messages) if t in ("N1", "N2", "N4")] == ["N1", "N4"]
 
 
-async def _queued_turn_then_client_revert(run, tid: str, queued_text: str) -> tuple[str, str, Any]:
-    """Q1 and Q2 done; Q3 running (HOLD); a turn/start queued behind it (not
-    gated: an interrupt of Q3 must get through); then the client reverts
-    before Q2, which ends Q3 too."""
+async def _joined_turn_then_client_revert(run, tid: str, joined_text: str) -> tuple[str, str]:
+    """Q1 and Q2 done; Q3 running (HOLD); a turn/start sent during it joins
+    it, as in Codex (the same turn id back at once); then the client reverts
+    before Q2, which ends Q3, the joined input with it."""
 
     t1 = await run.turn_ok(tid, "Q1")
     t2 = await run.turn_ok(tid, "Q2")
@@ -573,46 +573,49 @@ async def _queued_turn_then_client_revert(run, tid: str, queued_text: str) -> tu
     await run.send(line3)
     t3 = (await run.wait_response(rid3))["result"]["turn"]["id"]
     await wait_until(lambda: run.session(tid).current is not None and run.session(tid).current.turn_id == t3, what="Q3 running")
-    rid4, line4 = run.turn_start_line(tid, queued_text)
+    rid4, line4 = run.turn_start_line(tid, joined_text)
     await run.send(line4)
+    assert (await run.wait_response(rid4))["result"]["turn"]["id"] == t3
     rid5 = run.new_id()
     await run.send(frame({"id": rid5, "method": "thread/revert", "params": {"threadId": tid, "beforeTurnId": t2}}))
     assert "result" in await run.wait_response(rid5)
-    return t1, t2, rid4
+    return t1, t2
 
 
-# A turn/start queued behind a running turn before the client's revert gets
-# the turn slot first: it follows the revert itself before assembling, so it
-# sees no reverted turn and is not cut when the forget comes after it.
-async def test_a_turn_queued_before_a_client_revert_follows_it_first(tmp_path):
+# A turn/start sent during a running turn joins it (it used to queue for the
+# slot and follow the client's revert first): the revert takes it with that
+# turn, and the next turn sees no reverted turn.
+async def test_a_turn_joined_before_a_client_revert_goes_with_the_reverted_turn(tmp_path):
 
     engine = identity()
     async with modes_sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
-        t1, t2, rid4 = await _queued_turn_then_client_revert(run, tid, "Q4")
-        t4 = (await run.finish_turn(tid, rid4))["id"]
+        t1, t2 = await _joined_turn_then_client_revert(run, tid, "Q4")
         await wait_until(lambda: not run.client.proxy.gated_threads and run.session(tid).settled, what="gates and slot free")
+        t5 = await run.turn_ok(tid, "Q5")
         path_messages = run.session(tid).mirror.messages()
         forgotten = TurnArchive(archive_path(tmp_path / "state", tid))._read()[2]
-    assert [t["id"] for t in run.store_turns(tid)] == [t1, t4]
+    assert [t["id"] for t in run.store_turns(tid)] == [t1, t5]
     assembled = [t for _, t in roles_texts(calls_for(engine, "assemble", tid)[-1].messages)]
-    assert not any(t.startswith(("Q2", "Q3")) for t in assembled), assembled
-    assert [t for _, t in roles_texts(path_messages) if t.startswith("Q")] == ["Q1", "Q4"]
-    assert t4 not in forgotten and t2 in forgotten
+    assert not any(t.startswith(("Q2", "Q3", "Q4")) for t in assembled), assembled
+    assert [t for _, t in roles_texts(path_messages) if t.startswith("Q")] == ["Q1", "Q5"]
+    assert t5 not in forgotten and t2 in forgotten
 
 
-# ...and that queued turn, running, can be interrupted at once: the client's
-# requests are not held behind the forget while the turn holds the slot.
-async def test_the_queued_turn_can_be_interrupted_while_the_forget_waits(tmp_path):
+# The next turn after the revert, running, can be interrupted at once: the
+# client's requests are not held behind the forget.
+async def test_the_next_turn_can_be_interrupted_while_the_forget_waits(tmp_path):
     from sidecar.lifecycle import LifecycleOptions
 
     options = LifecycleOptions(engine_deadline=5.0, projection_mode="delta", stale_floor_chars=0, previous_turn_wait=60.0)
     async with modes_sidecar(tmp_path, identity(), options=options) as run:
         tid = await run.start_thread()
-        _, _, rid4 = await _queued_turn_then_client_revert(run, tid, "Q4 HOLD")
-        t4 = (await run.wait_response(rid4))["result"]["turn"]["id"]
+        await _joined_turn_then_client_revert(run, tid, "Q4")
+        rid6, line6 = run.turn_start_line(tid, "Q6 HOLD")
+        await run.send(line6)
+        t6 = (await run.wait_response(rid6, timeout=30))["result"]["turn"]["id"]
         irid = run.new_id()
-        await run.send(frame({"id": irid, "method": "turn/interrupt", "params": {"threadId": tid, "turnId": t4}}))
+        await run.send(frame({"id": irid, "method": "turn/interrupt", "params": {"threadId": tid, "turnId": t6}}))
         with trio.fail_after(20):  # gated, it would wait previous_turn_wait (60 s)
             answered = await run.wait_response(irid, timeout=30)
     assert "result" in answered

@@ -186,6 +186,39 @@ def test_every_hook_on_a_message_shares_one_decode_of_its_params(wire, monkeypat
     assert len(decodes) == 1, "the params were decoded once for all three hooks"
 
 
+def test_a_pending_request_carries_the_params_and_thread_its_hooks_read(wire, monkeypatch):
+    import sidecar.relay.messages as messages
+    from protocol import parse
+    from sidecar.relay import Message
+
+    decodes = []
+    real = messages.decode
+    monkeypatch.setattr(messages, "decode", lambda raw: decodes.append(raw) or real(raw))
+    w = wire()
+    answered = []
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.params() and HANDLED)
+    w.router.hooks.on_client_request("thread/read", lambda msg: None)  # reads nothing
+    w.router.hooks.on_response("turn/start", lambda msg, pending: answered.append((pending.thread_id, pending.params)))
+    held = b'{"id":1,"method":"turn/start","params":{"threadId":"t1","input":[]}}'
+    w.router.from_client(held)
+    w.router.from_client(b'{"id":2,"method":"thread/read","params":{"threadId":"t2"}}')
+    turn, read = w.router.pending.find(1), w.router.pending.find(2)
+    assert (turn.thread_id, turn.params) == ("t1", {"threadId": "t1", "input": []})
+    assert (read.thread_id, read.params) == (None, None), "params no hook read stay undecoded"
+    assert len(decodes) == 1, "only the hook's own read decoded anything"
+    assert w.router.forward_client_request(Message(parse(held), held))
+    w.router.from_child(b'{"id":1,"result":{"turn":{"id":"u1"}}}')
+    assert answered == [("t1", {"threadId": "t1", "input": []})], "the response's hook finds the thread on the request"
+
+
+def test_a_pending_request_keeps_the_params_of_the_chain_s_first_read(wire):
+    w = wire()
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.line.replace(b'"input":[]', b'"input":[1]'))
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.params() and None)
+    w.router.from_client(b'{"id":1,"method":"turn/start","params":{"threadId":"t1","input":[]}}')
+    assert w.router.pending.find(1).params == {"threadId": "t1", "input": [1]}
+
+
 def test_a_raising_hook_fails_open_and_the_chain_goes_on(wire, caplog):
     w = wire()
     later = []
@@ -242,7 +275,7 @@ class SwappingEdge:
         return data.replace(b'"back"', b'"front"')
 
 
-def test_the_edge_translates_every_line_at_the_child_s_side(wire):
+def test_the_edge_maps_every_line_at_the_child_s_side(wire):
     w = wire()
     w.router.edge = edge = SwappingEdge()
     seen = []
@@ -252,7 +285,7 @@ def test_the_edge_translates_every_line_at_the_child_s_side(wire):
     assert w.child.take() == [
         b'{"id":1,"method":"thread/read","params":{"threadId":"back"}}',
         b'{"id":"x","method":"thread/unsubscribe","params":{"threadId":"front"}}',
-    ], "raw requests pass untranslated"
+    ], "raw requests pass unmapped"
     w.router.from_child(b'{"id":1,"result":{"thread":{"id":"back"}}}')
     w.router.from_child(b'{"method":"turn/started","params":{"threadId":"back"}}')
     w.router.from_child(b'{"method":"turn/started","params":{"threadId":"ghost"}}')
@@ -264,7 +297,7 @@ def test_the_edge_translates_every_line_at_the_child_s_side(wire):
     assert edge.responses == ["thread/read"]
 
 
-def test_the_edge_translates_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
+def test_the_edge_maps_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
     w = wire(max_line=64)
     w.router.edge = edge = SwappingEdge()
     call = w.router.call("thread/read", {"threadId": "front"})

@@ -5,13 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.session.planner import Ledger, Slack, assembled_tokens, plan_turn, within_slack
+from sidecar.session.planner import Slack, ThreadHoldings, assembled_tokens, plan_turn, within_slack
 
 EXACT = Slack(stale_slack=0)
 
 
 def ledger(held, size=100, **kw):
-    return Ledger(held=held, sizes={f: size for f in held} | kw.pop("sizes", {}), **kw)
+    return ThreadHoldings(held=held, sizes={f: size for f in held} | kw.pop("sizes", {}), **kw)
 
 
 def delta(led, assembly, slack=EXACT, estimated=None, history_empty=False):
@@ -68,7 +68,7 @@ def test_the_slack_never_takes_the_model_past_the_engine_s_budget():
 
 
 def test_stale_content_of_unknown_size_rebuilds():
-    led = Ledger(held=["a", "b"], sizes={"b": 10})
+    led = ThreadHoldings(held=["a", "b"], sizes={"b": 10})
     assert delta(led, ["b"], slack=Slack(0.9, 10_000)).action == "rebuild"
 
 

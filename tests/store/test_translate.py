@@ -337,8 +337,8 @@ TURN_ITEMS = ["userMessage", "reasoning", "commandExecution_failed", "webSearch"
 def test_translate_turn_in_order_with_usage_model_and_stop_reason():
     items = [samples.item(n) for n in TURN_ITEMS]
     stamps = {i["id"]: i["completedAtMs"] for i in items}
-    breakdown = codex.decode_notification(
-        "thread/tokenUsage/updated", samples.frame("thread/tokenUsage/updated")["params"]
+    breakdown = codex.decode_as(
+        codex.ThreadTokenUsageUpdatedNotification, samples.frame("thread/tokenUsage/updated")["params"]
     ).token_usage.last
     records = tr.translate_turn(
         items,

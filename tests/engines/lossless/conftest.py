@@ -20,6 +20,8 @@ from engines import (
 from engines.lossless import LosslessEngine
 from engines.testkit import FakeHost
 
+from .pgserver import ENV_PG_BIN, PgServer, find_pg_bin
+
 SESSION = "thread-1"
 T0 = 1_700_000_000_000
 
@@ -37,8 +39,51 @@ SMALL = {
 }
 
 
+# The database the engines of the running test use: None (the SQLite file in
+# the host's state folder) or a PostgreSQL URL; set by the ``backend`` fixture.
+DATABASE_URL: str | None = None
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL server for the whole run (see ``pgserver.py``)."""
+    bindir, required = find_pg_bin()
+    if bindir is None:
+        pytest.skip(f"PostgreSQL is not installed (make test installs it and sets {ENV_PG_BIN})")
+    server = PgServer(bindir)
+    try:
+        server.start()
+    except Exception as exc:
+        server.stop()
+        message = f"cannot start PostgreSQL from {bindir}: {exc}"
+        if required:
+            pytest.fail(message)
+        pytest.skip(message)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request) -> Iterator[str | None]:
+    """Each store test runs on both backends: None for SQLite, else a fresh
+    PostgreSQL database's URL (also in ``DATABASE_URL`` for ``make_engine``)."""
+    global DATABASE_URL
+    if request.param == "sqlite":
+        DATABASE_URL = None
+        yield None
+        return
+    server: PgServer = request.getfixturevalue("pg_server")
+    name, url = server.new_database()
+    DATABASE_URL = url
+    try:
+        yield url
+    finally:
+        DATABASE_URL = None
+        server.drop_database(name)
+
+
 @pytest.fixture
-def host(tmp_path) -> Iterator[FakeHost]:
+def host(tmp_path, backend) -> Iterator[FakeHost]:
     with FakeHost(tmp_path / "state") as h:
         yield h
 
@@ -72,7 +117,10 @@ def conversation(turns: int, **kwargs) -> list[AgentMessage]:
 
 
 async def make_engine(host: FakeHost, config: dict | None = None) -> LosslessEngine:
-    engine = LosslessEngine(dict(SMALL if config is None else config))
+    config = dict(SMALL if config is None else config)
+    if DATABASE_URL is not None:
+        config.setdefault("database_url", DATABASE_URL)
+    engine = LosslessEngine(config)
     await engine.bind(host)
     return engine
 

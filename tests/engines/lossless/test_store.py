@@ -20,6 +20,12 @@ from .conftest import SESSION, SMALL, make_engine, run_turn, turn
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.fixture
+def backend():
+    """These tests are about the SQLite file itself; test_backends.py has the PostgreSQL ones."""
+    yield None
+
+
 def _v1_file(folder: Path) -> Path:
     """A store written by schema version 1 (no search index yet), with a message."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ async def _compacted_engine(host):
 async def test_the_tools_are_offered_with_object_schemas(host):
     engine = await make_engine(host)
     specs = {s.name: s for s in engine.tools()}
-    assert set(specs) == {"lcm_grep", "lcm_describe", "lcm_expand"}
+    assert set(specs) == {"lcm_grep", "lcm_describe", "lcm_expand", "lcm_expand_query"}
     assert specs["lcm_grep"].input_schema["required"] == ["query"]
     assert all(s.input_schema["type"] == "object" for s in specs.values())
 

@@ -57,7 +57,10 @@ methods the lifecycle cares about, and nothing else:
 not know (e.g. ``{"type": "no-such-input"}``), like Codex. A turn whose input
 contains ``HOLD`` keeps running (no agent message, no ``turn/completed``)
 until a ``turn/interrupt`` or a ``thread/revert`` of its thread ends it as
-interrupted.
+interrupted. A ``turn/start`` while such a turn runs joins it, as in Codex:
+the answer carries the running turn's id and the input becomes a further
+``userMessage`` item of that turn; a joined input containing ``RELEASE``
+then lets the turn complete (an agent message, ``turn/completed``).
 
 Environment:
 
@@ -228,6 +231,19 @@ def run_turn(rid, params: dict) -> None:
         if kind not in INPUT_TYPES:
             error(rid, -32600, f"Invalid request: unknown variant `{kind}`")
             return
+    if tid in running:
+        # A turn/start while the thread's turn runs joins it, as in Codex
+        # 0.169.0: the running turn's id back, the input a further userMessage.
+        turn_id = running[tid]
+        result(rid, {"turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
+        stored = next(t for t in threads[tid]["turns"] if t["id"] == turn_id)
+        user = {"type": "userMessage", "id": f"{turn_id}-user-{len(stored['items']) + 1}", "clientId": None, "content": params.get("input") or [], "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
+        item_completed(tid, turn_id, user)
+        stored["items"].append(user)
+        save()
+        if "RELEASE" in json.dumps(params.get("input") or []):
+            finish_running(tid)
+        return
     spec = {}
     turns_script = script.get("turns") or []
     if turn_number < len(turns_script):
@@ -324,6 +340,21 @@ def end_running(tid) -> None:
     save()
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
     notify("turn/completed", {"threadId": tid, "turn": turn_obj(turn_id, "interrupted", [], "notLoaded")})
+
+
+def finish_running(tid) -> None:
+    """A running HOLD turn that a joined ``RELEASE`` input lets finish: an
+    agent message, then ``turn/completed`` completed with every item."""
+    turn_id = running.pop(tid)
+    stored = next(t for t in threads[tid]["turns"] if t["id"] == turn_id)
+    agent = {"type": "agentMessage", "moderation": None, "id": f"{turn_id}-agent", "text": "Joined reply.", "phase": None, "memoryCitation": None, "delivery": None, "questions": None, "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
+    notify("item/agentMessage/delta", {"threadId": tid, "turnId": turn_id, "itemId": agent["id"], "delta": agent["text"]})
+    item_completed(tid, turn_id, agent)
+    stored["items"].append(agent)
+    stored["status"] = "completed"
+    save()
+    notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
+    notify("turn/completed", {"threadId": tid, "turn": turn_obj(turn_id, "completed", [agent], "summary")})
 
 
 def revert(rid, params: dict) -> None:

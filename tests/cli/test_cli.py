@@ -79,7 +79,7 @@ def test_bad_config_is_a_clear_error(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('recrod = "typo"\n')
     out = run_sidecar(["proxy", "--", "cat"], b"", env={"CODEX_SIDECAR_CONFIG": str(cfg)})
-    assert out.returncode != 0 and b"unknown keys" in out.stderr and b"recrod" in out.stderr
+    assert out.returncode != 0 and b"unknown key 'recrod'" in out.stderr and b"did you mean 'record'?" in out.stderr
     out = run_sidecar(["proxy", "--", "cat"], b"", env={"CODEX_SIDECAR_CONFIG": str(tmp_path / "missing.toml")})
     assert out.returncode != 0 and b"config file not found" in out.stderr
 

@@ -160,9 +160,12 @@ def test_an_engine_that_is_not_installed_fails():
     assert not finding.ok and "no-such-engine" in finding.message
 
 
-def test_a_third_party_engine_without_an_allowlist_fails():
-    finding = check_engine("no-such-engine", None, {})
-    assert not finding.ok and "allowlist" in finding.message
+def test_a_misspelt_engine_gets_did_you_mean_not_the_allowlist():
+    """`losless` is a typo, not an untrusted engine: the doctor says so."""
+    finding = check_engine("losless", None, {})
+    assert not finding.ok
+    assert "did you mean 'lossless'?" in finding.message and "allowlist" not in finding.message
+    assert "installed: legacy, lossless, transcript-budget" in finding.message
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """sidecar.rebuild.backing: the map of client threads to the Codex threads behind them,
-and the translation at the child's edge (bytes in, bytes out, no I/O but the
+and the thread-id map at the child's edge (bytes in, bytes out, no I/O but the
 map's own files)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_nothing_switched_passes_every_frame_as_the_same_object(tmp_path):
     assert not b.active
 
 
-def test_a_switch_translates_both_ways_and_hides_the_retired_thread(tmp_path):
+def test_a_switch_maps_both_ways_and_hides_the_retired_thread(tmp_path):
     b = switched(tmp_path)
     request = line({"id": 5, "method": "turn/start", "params": {"threadId": X, "input": [{"type": "text", "text": f"about {X}"}]}})
     sent = json.loads(b.to_codex(request))
@@ -62,7 +62,7 @@ def test_a_switch_translates_both_ways_and_hides_the_retired_thread(tmp_path):
     assert b.dropped == 2
 
 
-def test_responses_translate_current_and_retired_ids_and_lists_lose_hidden_entries(tmp_path):
+def test_responses_map_current_and_retired_ids_and_lists_lose_hidden_entries(tmp_path):
     b = switched(tmp_path, times=2)  # X -> B1 -> B2
     late = line({"id": 3, "result": {"thread": {"id": B1, "turns": []}}})  # a read sent before the last switch
     assert json.loads(b.response(late, "thread/read"))["result"]["thread"]["id"] == X
@@ -179,7 +179,7 @@ def test_rolling_back_the_first_switch_makes_the_client_thread_its_own_again(tmp
     assert not b.rollback(X)  # nothing pending
 
 
-def test_text_that_happens_to_be_a_thread_id_is_neither_translated_nor_dropped(tmp_path):
+def test_text_that_happens_to_be_a_thread_id_is_neither_mapped_nor_dropped(tmp_path):
     b = switched(tmp_path)
     reply = line({"method": "item/completed", "params": {"threadId": B1, "item": {"type": "agentMessage", "text": X}}})
     got = b.notification(reply)
@@ -189,7 +189,7 @@ def test_text_that_happens_to_be_a_thread_id_is_neither_translated_nor_dropped(t
     assert b.to_codex(tool_output) == tool_output
 
 
-def test_spaced_json_from_a_client_is_translated_too(tmp_path):
+def test_spaced_json_from_a_client_is_mapped_too(tmp_path):
     b = switched(tmp_path)
     spaced = f'{{"id": 1, "method": "turn/start", "params": {{"threadId" : "{X}"}}}}'.encode()
     assert json.loads(b.to_codex(spaced))["params"]["threadId"] == B1

@@ -1,0 +1,467 @@
+"""Where the lossless store's rows live: SQLite (the embedded default) or PostgreSQL.
+
+:class:`~engines.lossless.store.Store` holds every operation of the store in
+portable SQL (``?`` placeholders, ``ON CONFLICT ... DO NOTHING``); a
+:class:`Backend` is what differs between the databases:
+
+- running a statement (``execute``/``executemany``: the PostgreSQL backend
+  turns ``?`` into psycopg's ``%s``);
+- a write transaction that excludes every other writer of the same session,
+  in this process or another host (:meth:`Backend.transaction`: SQLite's
+  ``BEGIN IMMEDIATE``, which locks the whole file; PostgreSQL's transaction
+  with ``pg_advisory_xact_lock`` on a key hashed from the session id);
+- the migrations (:data:`.schema.MIGRATIONS` for SQLite,
+  :data:`.schema.PG_MIGRATIONS` for PostgreSQL, with a DDL translation for
+  any later migration that has no PostgreSQL text of its own);
+- full-text search (FTS5 ``MATCH`` and ``snippet``; ``tsvector`` ``@@``
+  and :func:`snippet`);
+- the size of the store, its integrity checks and its backup.
+
+Both are synchronous: the engine calls the store from worker threads
+(``trio.to_thread.run_sync``), serialised by the store's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from .schema import MIGRATIONS, PG_MIGRATIONS, SCHEMA_VERSION, pg_ddl
+
+__all__ = ["Backend", "BackendError", "PostgresBackend", "SqliteBackend", "fts_words", "redact_url"]
+
+_VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
+_MIGRATION_LOCK = "lossless:migrations"
+
+
+class BackendError(Exception):
+    """The database cannot be reached or used; the message says which and why."""
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Backend(Protocol):
+    """One connection to one database (see the module documentation)."""
+
+    #: ``"sqlite"`` or ``"postgres"``.
+    kind: str
+    #: Where the rows are, for messages: a file path, or the URL without its password.
+    where: str
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def transaction(self, lock: str) -> contextlib.AbstractContextManager[None]:
+        """One write transaction, excluding every other writer holding ``lock``."""
+        ...
+
+    def migrate(self, log: Any) -> None:
+        """Bring the database to :data:`SCHEMA_VERSION`, each migration in its own transaction."""
+        ...
+
+    def version(self) -> int: ...
+
+    def grep(self, table: str, session_id: str, match: str, limit: int) -> list[tuple[Any, ...]]:
+        """Full-text hits of ``table`` (``"messages"`` or ``"summaries"``) for an
+        FTS5-style ``match`` (quoted words joined by AND or OR), newest first;
+        each row is the table's hit columns and a snippet last."""
+        ...
+
+    def reindex_message(self, pk: int, old_text: str, new_text: str) -> None:
+        """Keep the search index in step after a message's text changed (inside a transaction)."""
+        ...
+
+    def size_bytes(self) -> int:
+        """Bytes the store's data takes in the database."""
+        ...
+
+    def check(self) -> list[str]:
+        """Problems the database itself finds (integrity, search index); empty when none."""
+        ...
+
+    def backup(self, path: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def fts_words(match: str) -> tuple[list[str], bool]:
+    """The words of an FTS5 query as :func:`engines.lossless.tools.fts_queries`
+    builds them (quoted words joined by AND or OR), and whether any word will do."""
+    words = [w.replace('""', '"') for w in re.findall(r'"((?:[^"]|"")*)"', match)]
+    if not words:  # a bare word
+        words = re.findall(r"\w+", match)
+    return words, " OR " in match
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (for messages and logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://…"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc[-1]}"))
+
+
+# ---------------------------------------------------------------- SQLite
+
+
+class SqliteBackend:
+    """One SQLite file in WAL mode (``synchronous=NORMAL``, 30 s busy timeout)."""
+
+    kind = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self.where = str(path)
+
+    @classmethod
+    def open(cls, path: Path) -> SqliteBackend:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return cls(conn, path)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def transaction(self, lock: str) -> Iterator[None]:
+        # BEGIN IMMEDIATE takes the file's write lock: every writer is excluded, whatever ``lock``.
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def version(self) -> int:
+        self.conn.execute(_VERSION_TABLE)
+        row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def migrate(self, log: Any) -> None:
+        with self.transaction(_MIGRATION_LOCK):
+            current = self.version()
+        _refuse_newer(current, self.where)
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            with self.transaction(_MIGRATION_LOCK):
+                if self.version() >= version:  # another process got there first
+                    continue
+                for statement in statements:
+                    self.conn.execute(statement)
+                self.conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, int(time.time() * 1000)))
+            log.info("lossless store migrated", extra={"fields": {"path": self.where, "version": version}})
+
+    def grep(self, table: str, session_id: str, match: str, limit: int) -> list[tuple[Any, ...]]:
+        if table == "messages":
+            sql = (
+                "SELECT m.id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body, "
+                "snippet(messages_fts, 0, '', '', '…', 16) FROM messages_fts "
+                "JOIN messages m ON m.pk = messages_fts.rowid "
+                "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY m.seq DESC LIMIT ?"
+            )
+        else:
+            sql = (
+                "SELECT s.id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi, "
+                "snippet(summaries_fts, 0, '', '', '…', 16) FROM summaries_fts "
+                "JOIN summaries s ON s.pk = summaries_fts.rowid "
+                "WHERE summaries_fts MATCH ? AND s.session_id = ? ORDER BY s.seq_hi DESC LIMIT ?"
+            )
+        return [tuple(r) for r in self.conn.execute(sql, (match, session_id, limit))]
+
+    def reindex_message(self, pk: int, old_text: str, new_text: str) -> None:
+        self.conn.execute("INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', ?, ?)", (pk, old_text))
+        self.conn.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (pk, new_text))
+
+    def size_bytes(self) -> int:
+        # Pages in use: freed pages (after pruning) are reused before the file grows.
+        page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return int((pages - free) * page_size)
+
+    def check(self) -> list[str]:
+        problems: list[str] = []
+        result = [r[0] for r in self.conn.execute("PRAGMA integrity_check")]
+        if result != ["ok"]:
+            problems.append("integrity_check: " + "; ".join(str(r) for r in result[:5]))
+        for table in ("messages", "summaries"):
+            try:
+                self.conn.execute(f"INSERT INTO {table}_fts ({table}_fts, rank) VALUES ('integrity-check', 1)")
+            except sqlite3.DatabaseError as exc:
+                problems.append(f"{table}_fts does not match the {table} table: {exc}")
+                continue
+            rows = self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            indexed = self.conn.execute(f"SELECT COUNT(*) FROM {table}_fts_docsize").fetchone()[0]
+            if rows != indexed:
+                problems.append(f"{table}_fts indexes {indexed} rows, the {table} table holds {rows}")
+        return problems
+
+    def backup(self, path: Path) -> None:
+        dest = sqlite3.connect(path)
+        try:
+            self.conn.backup(dest)  # the online backup API: consistent while writers go on
+        finally:
+            dest.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def snippet(text: str, words: Sequence[str], size: int = 16) -> str:
+    """About what FTS5's ``snippet(..., '', '', '…', 16)`` gives: the window of
+    ``size`` word tokens holding the most query words (a token matches a word
+    it equals or shares a stem-like prefix with), cut at token boundaries,
+    with ``…`` where text was left out. (``ts_headline`` drops the tail of a
+    hyphenated identifier such as ``pg-kestrel-07`` at a fragment's end.)"""
+    tokens = [(m.start(), m.end(), m.group().lower()) for m in _TOKEN.finditer(text)]
+    if not tokens:
+        return text[:200]
+    wanted = [w.lower() for w in words]
+
+    def hit(token: str) -> int:
+        for i, w in enumerate(wanted):
+            if token == w or (len(w) >= 4 and len(token) >= 4 and token[: max(4, len(w) - 2)] == w[: max(4, len(w) - 2)]):
+                return i
+        return -1
+
+    found = [hit(t[2]) for t in tokens]
+    best, best_score = 0, -1
+    for start in range(len(tokens)):
+        if found[start] < 0:
+            continue
+        score = len({f for f in found[start : start + size] if f >= 0})
+        if score > best_score:
+            best, best_score = start, score
+    start = max(0, min(best - 2, len(tokens) - size))
+    end = min(len(tokens), start + size)
+    out = text[tokens[start][0] : tokens[end - 1][1]]
+    return ("…" if start > 0 else "") + out + ("…" if end < len(tokens) else "")
+
+
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.IGNORECASE)
+
+
+class PostgresBackend:
+    """One psycopg 3 connection (autocommit; explicit transactions for writes).
+
+    A write transaction takes ``pg_advisory_xact_lock`` on a 64-bit hash of
+    its lock name (``lossless:<session id>``), so two sidecars on two hosts
+    writing one session take turns exactly as two processes on one SQLite
+    file do; sessions do not wait for each other. Migrations take a lock of
+    their own. A connection found broken is opened again before the next
+    statement outside a transaction.
+    """
+
+    kind = "postgres"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = redact_url(url)
+        self._psycopg = _import_psycopg()
+        self.conn: Any = None
+        self._in_tx = False
+        self._connect()
+
+    def _connect(self) -> None:
+        try:
+            self.conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="codex-sidecar lossless")
+        except self._psycopg.Error as exc:
+            raise BackendError(f"cannot connect to the lossless store {self.where}: {_first_line(exc)}") from None
+
+    def _live(self) -> Any:
+        if not self._in_tx and (self.conn is None or self.conn.closed or self.conn.broken):
+            self._connect()
+        return self.conn
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        """psycopg's placeholders; SQLite's ``INSERT OR IGNORE`` as ``ON CONFLICT DO NOTHING``."""
+        out = sql.replace("%", "%%").replace("?", "%s")
+        if _OR_IGNORE.match(out):
+            out = _OR_IGNORE.sub("INSERT INTO", out, count=1).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
+        return out
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        return self._live().execute(self._sql(sql), tuple(params))  # type: ignore[no-any-return,unused-ignore]
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._live().cursor() as cur:
+            cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+
+    @contextlib.contextmanager
+    def transaction(self, lock: str) -> Iterator[None]:
+        conn = self._live()
+        with conn.transaction():
+            self._in_tx = True
+            try:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
+                yield
+            finally:
+                self._in_tx = False
+
+    def version(self) -> int:
+        row = self.conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'schema_version'"
+        ).fetchone()
+        if row is None:
+            return 0
+        return int(self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0)
+
+    def migrate(self, log: Any) -> None:
+        current = self.version()
+        _refuse_newer(current, self.where)
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            with self.transaction(_MIGRATION_LOCK):
+                self.conn.execute(pg_ddl(_VERSION_TABLE))
+                if self.version() >= version:  # another sidecar got there first
+                    continue
+                for statement in PG_MIGRATIONS.get(version) or [pg_ddl(s) for s in statements]:
+                    self.conn.execute(statement)
+                self.conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)", (version, int(time.time() * 1000)))
+            log.info("lossless store migrated", extra={"fields": {"path": self.where, "version": version}})
+
+    def grep(self, table: str, session_id: str, match: str, limit: int) -> list[tuple[Any, ...]]:
+        words, any_word = fts_words(match)
+        if not words:
+            return []
+        query = (" || " if any_word else " && ").join(["plainto_tsquery('lossless', %s)"] * len(words))
+        if table == "messages":
+            sql = (
+                f"SELECT id, role, turn, seq, timestamp, tool_name, body, text FROM ("
+                f"SELECT m.*, q FROM messages m, (SELECT {query}) AS t(q) "
+                "WHERE m.session_id = %s AND m.text_tsv @@ q ORDER BY m.seq DESC LIMIT %s) hits ORDER BY seq DESC"
+            )
+        else:
+            sql = (
+                f"SELECT id, depth, turn_lo, turn_hi, seq_hi, time_hi, text FROM ("
+                f"SELECT s.*, q FROM summaries s, (SELECT {query}) AS t(q) "
+                "WHERE s.session_id = %s AND s.text_tsv @@ q ORDER BY s.seq_hi DESC LIMIT %s) hits ORDER BY seq_hi DESC"
+            )
+        rows = self._live().execute(sql, (*words, session_id, limit))
+        return [(*r[:-1], snippet(r[-1], words)) for r in rows]
+
+    def reindex_message(self, pk: int, old_text: str, new_text: str) -> None:
+        pass  # text_tsv is a generated column
+
+    def size_bytes(self) -> int:
+        row = self._live().execute(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r' "
+            "AND c.relname IN ('messages', 'summaries', 'summary_sources', 'sessions', 'large_outputs', 'schema_version')"
+        ).fetchone()
+        return int(row[0])
+
+    def check(self) -> list[str]:
+        problems: list[str] = []
+        for table in ("messages", "summaries"):
+            (stale,) = self._live().execute(
+                f"SELECT COUNT(*) FROM {table} WHERE text_tsv IS DISTINCT FROM to_tsvector('lossless', text)"
+            ).fetchone()
+            if stale:
+                problems.append(f"{table}: {stale} rows whose search vector does not match their text")
+        return problems
+
+    def backup(self, path: Path) -> None:
+        """A logical copy into a new SQLite store file at ``path`` (the same
+        rows, ids and ``pk`` values; its FTS5 index built as the rows go in),
+        read in one ``REPEATABLE READ`` transaction, so it is consistent while
+        other sidecars write. ``pg_dump`` remains the database-level backup."""
+        import logging
+
+        dest = SqliteBackend.open(path)
+        try:
+            dest.migrate(logging.getLogger("engines.lossless.store"))
+            tables = [
+                r[0]
+                for r in dest.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")
+                if r[0] != "schema_version" and not r[0].startswith(("sqlite_", "messages_fts", "summaries_fts"))
+            ]
+            conn = self._live()
+            with dest.transaction("backup"), conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                for table in tables:
+                    ours = [r[1] for r in dest.conn.execute(f"PRAGMA table_info({table})")]
+                    theirs = {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = %s",
+                            (table,),
+                        )
+                    }
+                    columns = [c for c in ours if c in theirs]
+                    names = ", ".join(columns)
+                    insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+                    with conn.cursor() as cur:
+                        cur.execute(f"SELECT {names} FROM {table}")
+                        while rows := cur.fetchmany(500):
+                            dest.conn.executemany(insert, [tuple(r) for r in rows])
+        finally:
+            dest.close()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise BackendError(
+            "[engines.lossless] database_url names PostgreSQL, but psycopg is not installed: "
+            "pip install 'openclaw-codex-sidecar[postgres]'"
+        ) from None
+    return psycopg
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _refuse_newer(current: int, where: str) -> None:
+    if current > SCHEMA_VERSION:
+        raise BackendError(
+            f"the lossless store {where} has schema version {current}, newer than this "
+            f"engine's {SCHEMA_VERSION}; upgrade the sidecar or use another store"
+        )

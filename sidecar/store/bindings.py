@@ -1,0 +1,131 @@
+"""Which session each Codex thread belongs to, on disk.
+
+One small JSON file a thread, ``<state_dir>/bindings/<thread id>.json``
+(0600, folder 0700): ``{"thread", "session", "via"}``. Written when the
+binding is made or changes (write to a temporary file, fsync, rename: a
+SIGKILL leaves the old binding or the new one, never half of one), before
+the thread's first turn is forwarded, so a later process that resumes the
+thread finds its session even when ``thread/resume`` carries no clue.
+Reading one thread's binding is one small read; listing a session's threads
+(``inspect``) reads the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from .inspect import inspect_path
+from .mirror import session_path
+from .private import private_dir
+
+_encode = msgspec.json.Encoder()
+_decode = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True)
+class Binding:
+    thread: str
+    session: str
+    via: str
+
+
+def bindings_dir(state_dir: str | os.PathLike[str]) -> Path:
+    return Path(state_dir) / "bindings"
+
+
+def binding_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
+    """Beside the session mirrors; the same id rules (no path tricks)."""
+    return bindings_dir(state_dir) / (session_path(state_dir, thread_id).stem + ".json")
+
+
+def _parse(data: bytes) -> Binding | None:
+    try:
+        obj = _decode.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    thread, session, via = obj.get("thread"), obj.get("session"), obj.get("via")
+    if not isinstance(thread, str) or not isinstance(session, str):
+        return None
+    return Binding(thread, session, via if isinstance(via, str) else "")
+
+
+def load(state_dir: str | os.PathLike[str], thread_id: str) -> Binding | None:
+    """The thread's persisted binding; None when there is none (or it is
+    unreadable: the thread then is its own session, as before any binding)."""
+    try:
+        data = binding_path(state_dir, thread_id).read_bytes()
+    except (OSError, ValueError):
+        return None
+    binding = _parse(data)
+    if binding is None or binding.thread != thread_id:
+        return None
+    try:
+        session_path(state_dir, binding.session)
+    except ValueError:
+        return None  # not a usable session id: never a path out of the folder
+    return binding
+
+
+def save(state_dir: str | os.PathLike[str], binding: Binding) -> None:
+    """Persist ``binding`` atomically (raises OSError / ValueError)."""
+    path = binding_path(state_dir, binding.thread)
+    private_dir(path.parent)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, _encode.encode({"thread": binding.thread, "session": binding.session, "via": binding.via}) + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def threads_of(state_dir: str | os.PathLike[str], session_id: str) -> list[Binding]:
+    """Every thread bound to ``session_id``, in thread id order."""
+    out: list[Binding] = []
+    folder = bindings_dir(state_dir)
+    with contextlib.suppress(OSError):
+        for entry in sorted(folder.iterdir()):
+            if entry.suffix != ".json":
+                continue
+            try:
+                binding = _parse(entry.read_bytes())
+            except OSError:
+                continue
+            if binding is not None and binding.session == session_id and entry.stem == binding.thread:
+                out.append(binding)
+    return out
+
+
+def session_threads(state_dir: str | os.PathLike[str], name: str) -> tuple[str, list[Binding]]:
+    """The session ``name`` stands for (a thread's bound session, else
+    ``name`` itself) and its Codex threads, oldest binding first: the
+    threads bound to it, and the session id itself when a thread of that id
+    left a record (a session that began as a plain thread). Raises
+    ``ValueError`` for a name unusable as an id."""
+    bound = load(state_dir, name)
+    session = bound.session if bound is not None else name
+    session_path(state_dir, session)  # the id rules (raises ValueError)
+    threads = threads_of(state_dir, session)
+
+    def when(b: Binding) -> tuple[int, str]:
+        try:
+            return binding_path(state_dir, b.thread).stat().st_mtime_ns, b.thread
+        except OSError:
+            return 0, b.thread
+
+    threads.sort(key=when)
+    if all(b.thread != session for b in threads) and _has_records(state_dir, session):
+        threads.insert(0, Binding(session, session, "thread"))
+    return session, threads
+
+
+def _has_records(state_dir: str | os.PathLike[str], thread_id: str) -> bool:
+    return inspect_path(state_dir, thread_id).exists()

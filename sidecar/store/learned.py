@@ -1,0 +1,86 @@
+"""The journal of what the sidecar learned about each session's threads.
+
+One JSONL journal a session, ``<state_dir>/learned/<session key>.jsonl``
+(0600, folder 0700; a key that is not a plain id is named by its SHA-256).
+Each entry is one ``O_APPEND`` write made when a thread's
+:class:`~sidecar.session.learned.LearnedMachine` asks for it, before the
+change is relied on: once the write returns, a SIGKILL cannot lose it (a
+kill in the middle of a write tears at most that last line, which readers
+skip). Entries are written only when a fact changes (a window, a thread's
+tools, the session's bootstrap), so a journal holds a handful of lines.
+
+:class:`LearnedFacts` is the thin shell around the machines: it reads a
+session's journal the first time one of its threads is used in this process
+(a few hundred bytes, on the event loop), feeds events to the thread's
+machine and writes the entries it returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from pathlib import Path
+
+from ..session.learned import Event, Learned, LearnedMachine, Restored, replay
+from .inspect import append_record, decode_records
+
+log = logging.getLogger("codex_sidecar.lifecycle")
+
+_PLAIN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
+
+
+def learned_path(state_dir: str | os.PathLike[str], session_key: str) -> Path:
+    """The session's journal; a key that is not a plain id (a template's
+    colons, slashes) is named by its digest, so no key escapes the folder."""
+    name = session_key if _PLAIN.fullmatch(session_key) else "k-" + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+    return Path(state_dir) / "learned" / f"{name}.jsonl"
+
+
+def read_journal(path: Path) -> list[object]:
+    try:
+        return decode_records(path.read_bytes())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("learned-state journal unreadable; starting from nothing", extra={"fields": {"error": type(exc).__name__}})
+        return []
+
+
+class LearnedFacts:
+    """Every thread's learned facts in this process, journaled by session."""
+
+    def __init__(self, state_dir: str | os.PathLike[str] | None) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self._machines: dict[str, tuple[LearnedMachine, Path | None]] = {}
+
+    def _entry(self, thread_id: str, session_key: str) -> tuple[LearnedMachine, Path | None]:
+        known = self._machines.get(thread_id)
+        if known is None:
+            machine = LearnedMachine(thread_id)
+            path = learned_path(self.state_dir, session_key) if self.state_dir is not None else None
+            if path is not None:
+                machine.handle(Restored(replay(read_journal(path), thread_id)))
+            known = self._machines[thread_id] = (machine, path)
+        return known
+
+    def machine(self, thread_id: str, session_key: str) -> LearnedMachine:
+        return self._entry(thread_id, session_key)[0]
+
+    def get(self, thread_id: str, session_key: str) -> Learned:
+        return self._entry(thread_id, session_key)[0].state
+
+    def learn(self, thread_id: str, session_key: str, event: Event) -> Learned:
+        """Feed ``event`` to the thread's machine and journal what it asks
+        for (best effort: a failed write is logged, the fact stays known in
+        this process)."""
+        machine, path = self._entry(thread_id, session_key)
+        for action in machine.handle(event):
+            if path is not None and not append_record(path, action.entry):
+                log.warning("learned fact not journaled (kept in memory)", extra={"fields": {"threadId": thread_id}})
+        return machine.state
+
+    def forget(self, thread_id: str) -> None:
+        """The thread's session was released: read it from disk when it comes back."""
+        self._machines.pop(thread_id, None)

@@ -1,0 +1,92 @@
+"""The differential conformance suite (issue 25): every scenario run against
+the real codex alone and through the sidecar with no engine, with an
+identity engine and with a rebuilding engine; the client must see the same
+frames (in :func:`tests.conformance.normalise.canonical` order, modulo ids,
+clocks and the fields each scenario says). One process per mode plays every
+scenario (``scenarios.run_modes``); the comparisons then cost nothing.
+
+``pytest tests/conformance -s`` prints which of codex's own client methods
+the scenarios cover (``test_the_suite_covers_or_names_every_client_method``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.codex import CODEX_BIN, needs_codex
+
+from .methods import NOT_COVERED, client_methods, coverage_table
+from .normalise import differences
+from .scenarios import BY_NAME, MODES, SCENARIOS, ModeRun, run_modes, view
+
+pytestmark = needs_codex
+
+CASES = [("initialize", mode) for mode in MODES[1:]] + [(s.name, mode) for s in SCENARIOS for mode in s.modes if mode != "direct"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, ModeRun]:
+    return run_modes(MODES, tmp_path_factory.mktemp("conformance"))
+
+
+def _explain(direct: ModeRun, run: ModeRun) -> str:
+    return f"codex stderr tail:\n{direct.stderr[-1500:]}\n--- {run.mode} stderr tail:\n{run.stderr[-1500:]}"
+
+
+@pytest.mark.parametrize(("name", "mode"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_the_client_sees_what_codex_alone_shows(runs, name, mode):
+    direct, run = runs["direct"], runs[mode]
+    d, r = direct.records[name], run.records[name]
+    assert d.error is None, f"the scenario failed against codex alone: {d.error}\n{_explain(direct, run)}"
+    assert r.error is None, f"the scenario failed through the sidecar ({mode}): {r.error}\n{_explain(direct, run)}"
+    assert r.sent == d.sent
+    scenario = BY_NAME.get(name)
+    seen, expected = view(scenario, mode, r, run.root), view(scenario, mode, d, direct.root)
+    assert seen == expected, "\n".join(differences(seen, expected))
+
+
+def test_the_rebuilding_engine_did_rebuild_and_the_identity_engine_did_not(runs):
+    """Otherwise the rebuild mode would compare nothing the plain relay does not."""
+    assert runs["rebuild"].records["reads"].summarised
+    assert runs["rebuild"].records["plain_turns"].summarised
+    assert not any(r.summarised for r in runs["identity"].records.values())
+
+
+def test_the_suite_covers_or_names_every_client_method(runs, tmp_path):
+    assert CODEX_BIN is not None
+    methods = client_methods(CODEX_BIN, tmp_path / "schema")
+    sent = {m for record in runs["direct"].records.values() for m in record.sent}
+    covered = {m for m in methods if m in sent}
+    print("\n" + coverage_table(methods, covered))
+    declared = {m for s in SCENARIOS for m in s.methods}
+    assert declared <= set(methods), f"scenarios name methods codex does not have: {sorted(declared - set(methods))}"
+    assert declared <= sent, f"scenarios declare methods they never sent: {sorted(declared - sent)}"
+    uncovered = set(methods) - covered
+    assert not uncovered - set(NOT_COVERED), f"codex has client methods no scenario covers and no reason names: {sorted(uncovered - set(NOT_COVERED))}"
+    assert not set(NOT_COVERED) & covered, f"covered now, drop them from NOT_COVERED: {sorted(set(NOT_COVERED) & covered)}"
+    assert not set(NOT_COVERED) - set(methods), f"no longer in codex's schema: {sorted(set(NOT_COVERED) - set(methods))}"
+
+
+def _mirrored_user_texts(state: Path, marker: str) -> list[str]:
+    """The user messages of the mirrored session holding ``marker``."""
+    for path in sorted((state / "sessions").glob("*.jsonl")):
+        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        users = []
+        for entry in entries:
+            message = entry.get("message") if entry.get("type") == "message" else None
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                users.append(content if isinstance(content, str) else "".join(b.get("text", "") for b in content if isinstance(b, dict)))
+        if marker in users:
+            return users
+    return []
+
+
+@pytest.mark.parametrize("mode", ["identity", "rebuild"])
+def test_a_joined_input_is_mirrored_once_with_the_running_turn(runs, mode):
+    state = Path(runs[mode].root) / "state"
+    assert _mirrored_user_texts(state, "first part") == ["first part", "second part"]
+    assert _mirrored_user_texts(state, "one") == ["one", "two"]  # back to back: joined too

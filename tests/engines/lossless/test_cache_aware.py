@@ -1,0 +1,135 @@
+"""Cache-aware maintenance: sizes that follow the budget, and new frames
+(each one uncached request) held back while the prompt cache is warm."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+
+from engines import encode_openclaw
+from engines.lossless.compaction import frame_due, last_turn_tokens, recent_turn_tokens
+from engines.lossless.config import knobs, parse_config
+from engines.lossless.store import MessageRow
+
+from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
+
+
+def test_sizes_follow_the_budget_unless_set():
+    cfg = parse_config({})
+    assert knobs(cfg, 32_000) == knobs(cfg, 32_000).__class__(
+        fresh_tail_tokens=4_800, leaf_chunk_tokens=4_000, leaf_summary_tokens=400, condensed_summary_tokens=600
+    )
+    small = knobs(cfg, 6_000)
+    assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (900, 1_500, 75, 112)
+    assert small.fresh_tail_tokens + small.leaf_chunk_tokens < 6_000 * 0.8  # they fit the budget they are given
+    set_ = knobs(parse_config({"fresh_tail_tokens": 5_000, "leaf_chunk_tokens": 900}), 6_000)
+    assert (set_.fresh_tail_tokens, set_.leaf_chunk_tokens) == (5_000, 900)
+
+
+def test_bad_cache_settings_are_refused():
+    with pytest.raises(ValueError, match="warm_compact_threshold"):
+        parse_config({"warm_compact_threshold": 0.7})
+    with pytest.raises(ValueError, match="cache_ttl"):
+        parse_config({"cache_ttl": -1})
+
+
+def _row(seq: int, turn: int, tokens: int) -> MessageRow:
+    return MessageRow(id=f"msg_{seq:016x}", seq=seq, turn=turn, role="user", tool_name=None, timestamp=0, tokens=tokens, text="")
+
+
+def test_a_frame_waits_while_the_cache_is_warm_until_the_budget_forces_it():
+    cfg = parse_config({})
+    assert frame_due(26_000, 500, 32_000, cfg, warm=False)  # cold: a new frame costs nothing extra
+    assert not frame_due(26_000, 500, 32_000, cfg, warm=True)
+    assert frame_due(29_000, 500, 32_000, cfg, warm=True)  # past 0.9 of the budget
+    assert frame_due(26_000, 6_500, 32_000, cfg, warm=True)  # a turn like the last would not fit
+    assert last_turn_tokens([_row(1, 1, 10), _row(2, 2, 20), _row(3, 2, 30)]) == 50
+    # A tool turn every third turn is larger: the largest of the newest three counts.
+    rows = [_row(1, 1, 900), _row(2, 2, 1_500), _row(3, 3, 400), _row(4, 4, 300)]
+    assert recent_turn_tokens(rows) == 1_500
+    assert recent_turn_tokens(rows[2:]) == 400
+
+
+async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_forced(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    previous = None
+    installed_at = None
+    written_early = False
+    for n in range(1, 40):
+        result = await run_turn(engine, history, turn(n))
+        if previous is not None and installed_at is None:
+            status = engine.status(SESSION)
+            if status["compactionSteps"]:
+                installed_at = n
+            else:  # no frame yet: the assembly only appended
+                assert encode_openclaw(result.messages[: len(previous.messages)]) == encode_openclaw(previous.messages)
+        previous = result
+        status = engine.status(SESSION)
+        if status["summariesByDepth"] and not status["compactionSteps"]:
+            written_early = True
+    assert written_early  # summaries were made before their frame was installed
+    # ... a chunk at a time as chunks fill, never a lone short chunk a turn
+    # (turns here are ~125 tokens, chunks up to 300).
+    assert min(s.source_tokens for s in engine.store.summaries(SESSION) if s.depth == 0) >= 200
+    assert installed_at is not None
+    last = engine.status(SESSION)["lastAssembly"]
+    assert last["tokens"] <= 3_000 and not last["overflow"]
+
+
+async def test_summaries_waiting_for_a_cold_cache_are_framed_on_the_next_assembly_without_a_model_call(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    for n in range(1, 60):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        if status["summarizedThroughSeq"] > status["frameSeq"]:
+            break
+    else:
+        pytest.fail("no summary waited for its frame")
+    calls = len(host.calls)
+    steps = status["compactionSteps"]
+    engine._last_request[SESSION] = time.monotonic() - 3_601.0  # the user was away past the cache's lifetime
+    result = await assemble(engine, history)
+    after = engine.status(SESSION)
+    assert len(host.calls) == calls
+    assert after["compactionSteps"] == steps + 1 and after["frameSeq"] == status["summarizedThroughSeq"]
+    assert after["lastCompaction"]["reason"] == "cache-cold"
+    assert result.messages[0].role == "compactionSummary"
+
+
+async def test_without_cache_awareness_a_frame_follows_its_summaries_at_once(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 0})
+    history: list = []
+    for n in range(1, 40):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        assert status["summarizedThroughSeq"] == status["frameSeq"]
+
+
+async def test_a_cold_assembly_does_not_wait_for_a_step_in_flight(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    for n in range(1, 60):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        if status["summarizedThroughSeq"] > status["frameSeq"]:
+            break
+    engine._last_request[SESSION] = time.monotonic() - 3_601.0
+    held, done = trio.Event(), trio.Event()
+
+    async def step_in_flight():
+        async with engine._lock(SESSION):  # a maintenance step holds the session
+            held.set()
+            await done.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step_in_flight)
+        await held.wait()
+        with trio.fail_after(5):
+            result = await assemble(engine, history)
+        done.set()
+    assert engine.status(SESSION)["frameSeq"] == status["frameSeq"]  # no frame yet: it waits for the next one
+    assert result.messages

@@ -1,0 +1,215 @@
+"""Two sidecars serving one session at once, each with its own connection to
+one store (two hosts on one PostgreSQL database, or two processes on one
+SQLite file): nothing lost, nothing doubled, no summary lost or made twice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import trio
+
+from engines import AfterTurnParams, CompactParams, MaintainParams
+from engines.lossless import Store
+from engines.lossless.messages import content_identity, identities
+from engines.testkit import FakeHost
+from engines.tokens import estimate_message_tokens
+
+from .conftest import SESSION, conversation, make_engine
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _open(backend: str | None, folder) -> Store:
+    return Store.connect(backend) if backend else Store.open(folder)
+
+
+def check_store(store: Store, expected_messages: int) -> dict[str, int]:
+    """The store's invariants; returns counts of what it holds."""
+    rows = store.messages_between(SESSION, 1)
+    assert [r.seq for r in rows] == list(range(1, expected_messages + 1)), "every message once, seq gap-free"
+    assert len({r.id for r in rows}) == len(rows)
+    summaries = store.summaries(SESSION)
+    by_id = {s.id: s for s in summaries}
+    leaves = sorted((s for s in summaries if s.depth == 0), key=lambda s: s.seq_lo)
+    # Leaves tile 1..summarized_seq: no gap, no overlap, none made twice.
+    reach = 0
+    for leaf in leaves:
+        assert leaf.seq_lo == reach + 1, f"leaf {leaf.id} starts at {leaf.seq_lo}, expected {reach + 1}"
+        assert store.summary_sources(leaf.id) == [r.id for r in rows[leaf.seq_lo - 1 : leaf.seq_hi]]
+        reach = leaf.seq_hi
+    session = store.session(SESSION)
+    assert session.summarized_seq == reach
+    assert session.frame_seq <= session.summarized_seq
+    # Every condensed summary owns its sources, and a source has one parent.
+    owners: dict[str, str] = {}
+    for s in summaries:
+        if s.depth == 0:
+            continue
+        sources = store.summary_sources(s.id)
+        assert sources and all(by_id[i].parent_id == s.id and by_id[i].depth == s.depth - 1 for i in sources)
+        for i in sources:
+            assert i not in owners, f"{i} condensed twice"
+            owners[i] = s.id
+    for s in summaries:
+        assert (s.parent_id is None) == (s.id not in owners)
+    # The uncondensed summaries cover the summarised messages once.
+    active = sorted((s for s in summaries if s.parent_id is None), key=lambda s: s.seq_lo)
+    covered = 0
+    for s in active:
+        assert s.seq_lo == covered + 1
+        covered = s.seq_hi
+    assert covered == reach
+    assert all(i in by_id for i in session.frame_ids)
+    return {"messages": len(rows), "leaves": len(leaves), "summaries": len(summaries)}
+
+
+def test_two_writers_ingesting_the_same_turns_at_once_store_each_message_once(backend, tmp_path):
+    history = conversation(40)
+    idents = identities(history, [content_identity(m) for m in history])
+    stores = [_open(backend, tmp_path / "state") for _ in range(2)]
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def writer(store: Store, step: int) -> None:
+        try:
+            start.wait()
+            # Each sidecar hands over the growing snapshot, as after_turn does,
+            # one in steps of one turn and the other of three.
+            for end in range(4 * step, len(history) + 4 * step, 4 * step):
+                store.ingest(SESSION, SESSION, history[:end], idents[:end], estimate_message_tokens)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s, step)) for s, step in zip(stores, (1, 3), strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    try:
+        counts = check_store(stores[0], len(history))
+        rows = stores[1].messages_between(SESSION, 1)
+        assert [r.id for r in rows] == [r.id for r in stores[0].messages_between(SESSION, 1)]
+        # Stored in the conversation's order, whoever wrote which.
+        assert [m for m in stores[0].decode(rows)] == history
+        assert counts["messages"] == len(history)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_two_writers_each_adding_their_own_messages_at_once_lose_none(backend, tmp_path):
+    # Without a per-session lock both would take the same next seq and one
+    # message would be dropped by the (session, seq) key.
+    turns = conversation(60)
+    mine = [turns[i : i + 4] for i in range(0, len(turns), 8)], [turns[i : i + 4] for i in range(4, len(turns), 8)]
+    stores = [_open(backend, tmp_path / "state") for _ in range(2)]
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def writer(store: Store, batches) -> None:
+        try:
+            start.wait()
+            for batch in batches:
+                store.ingest(SESSION, SESSION, batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s, b)) for s, b in zip(stores, mine, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors
+        rows = stores[0].messages_between(SESSION, 1)
+        assert [r.seq for r in rows] == list(range(1, len(turns) + 1))
+        assert sorted(m.timestamp for m in stores[0].decode(rows)) == sorted(m.timestamp for m in turns)
+    finally:
+        for s in stores:
+            s.close()
+
+
+async def test_two_sidecars_compacting_one_session_at_once_lose_and_double_no_summary(backend, tmp_path):
+    async def slow_summary(params):
+        await trio.sleep(0.005)  # both sidecars are mid-summary at once
+        return f"summary of {len(params.prompt)} chars"
+
+    state = tmp_path / "state"
+    hosts = [FakeHost(state), FakeHost(state)]
+    for h in hosts:
+        h.answer_with(slow_summary)
+    engines = [await make_engine(h) for h in hosts]
+    assert engines[0].store is not engines[1].store
+    history = conversation(36)
+    try:
+        for end in range(4, len(history) + 1, 4):
+            snapshot = history[:end]
+
+            async def serve(engine, snapshot=snapshot, end=end):
+                await engine.after_turn(
+                    AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=snapshot, pre_prompt_message_count=end - 4)
+                )
+                await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
+                if end % 12 == 0:
+                    await engine.compact(CompactParams(session_id=SESSION, session_key=SESSION))
+
+            async with trio.open_nursery() as nursery:
+                for engine in engines:
+                    nursery.start_soon(serve, engine)
+        counts = await trio.to_thread.run_sync(check_store, engines[0].store, len(history))
+        assert counts["leaves"] >= 5 and counts["summaries"] > counts["leaves"], counts
+        # Both sidecars asked for summaries (they raced), yet each range was stored once.
+        assert hosts[0].calls and hosts[1].calls
+        assert len(hosts[0].calls) + len(hosts[1].calls) > counts["summaries"]
+    finally:
+        for engine in engines:
+            await engine.dispose()
+        for h in hosts:
+            h.close()
+
+
+_SIDECAR = """
+import sys, trio
+sys.path.insert(0, {repo!r})
+from engines import AfterTurnParams, CompactParams, MaintainParams
+from engines.testkit import FakeHost
+from engines.lossless import LosslessEngine
+from tests.engines.lossless.conftest import SMALL, SESSION, conversation
+
+async def main():
+    host = FakeHost({state!r})
+    host.answer_with("a model summary")
+    config = dict(SMALL)
+    if {url!r}:
+        config["database_url"] = {url!r}
+    engine = LosslessEngine(config)
+    await engine.bind(host)
+    history = conversation(30)
+    for end in range(4, len(history) + 1, 4):
+        await engine.after_turn(AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=history[:end], pre_prompt_message_count=end - 4))
+        await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
+        if end % 12 == 0:
+            await engine.compact(CompactParams(session_id=SESSION, session_key=SESSION))
+    await engine.dispose()
+
+trio.run(main)
+"""
+
+
+def test_two_sidecar_processes_serving_one_session_lose_and_double_nothing(backend, tmp_path):
+    state = tmp_path / "state"
+    code = _SIDECAR.format(repo=str(REPO), state=str(state), url=backend or "")
+    children = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-3000:]
+    store = _open(backend, state)
+    try:
+        counts = check_store(store, len(conversation(30)))
+        assert counts["leaves"] >= 5 and counts["summaries"] > counts["leaves"], counts
+    finally:
+        store.close()

@@ -1,0 +1,100 @@
+"""What one sidecar process learns, the next one keeps (issue 24): the
+client's tools, the model's window (and so the budget), the session's
+bootstrap; and the per-turn facts taken from the wire (heartbeat runs,
+citations mode). Two sidecar processes in front of the fake app-server,
+sharing the state dir and Codex's store, as OpenClaw's ``--local`` turns do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engines import ToolCallResult, ToolSpec
+from sidecar.lifecycle import LifecycleOptions
+from sidecar.session.learned import DEFAULT_CONTEXT_WINDOW
+from tests.support.lifecycle import calls_for, make_engine
+from tests.support.lifecycle import sidecar as open_sidecar
+
+WINDOW = 258_400  # what the fake app-server reports, as codex 0.169.0 does
+TOOLS = [
+    {"type": "function", "name": "message", "description": "d", "inputSchema": {"type": "object"}},
+    {"type": "namespace", "name": "openclaw", "description": "d", "tools": [{"type": "function", "name": "memory_search", "description": "d", "inputSchema": {"type": "object"}}]},
+]
+CLIENT_TOOLS = frozenset({"message", "memory_search"})
+
+
+def options(**kw: Any) -> LifecycleOptions:
+    return LifecycleOptions(engine_deadline=5.0, projection_mode="delta", **kw)
+
+
+class ToolEngine:
+    """A recording engine that also offers the model a tool of its own."""
+
+    def __new__(cls):
+        engine = make_engine()
+        engine.tools = lambda: [ToolSpec(name="lcm_grep", description="search", input_schema={"type": "object"})]  # type: ignore[attr-defined]
+
+        async def call_tool(params):
+            return ToolCallResult(text="no match")
+
+        engine.call_tool = call_tool  # type: ignore[attr-defined]
+        return engine
+
+
+async def test_a_resumed_thread_in_a_new_process_keeps_its_tools_window_and_bootstrap(tmp_path):
+    first = ToolEngine()
+    async with open_sidecar(tmp_path, first, options=options(), name="run1") as run:
+        tid = await run.start_thread(dynamicTools=TOOLS)
+        await run.turn(tid, "one")
+        (start,) = run.received("thread/start")
+        # Codex was offered the engine's tool too; the engine's available_tools are the client's.
+        assert "lcm_grep" in {t["name"] for t in start["params"]["dynamicTools"]}
+
+    engine = ToolEngine()
+    async with open_sidecar(tmp_path, engine, options=options(), name="run2") as run:
+        resumed = await run.resume_thread(tid)  # OpenClaw resumes without dynamicTools
+        assert "dynamicTools" not in run.received("thread/resume")[-1]["params"]
+        assert resumed["result"]["thread"]["id"] == tid
+        await run.turn(tid, "two")
+
+    (before,) = calls_for(first, "assemble", tid)
+    (after,) = calls_for(engine, "assemble", tid)
+    assert before.available_tools == after.available_tools == CLIENT_TOOLS
+    # The first turn of the new process has the window learned by the old one.
+    assert after.token_budget == WINDOW - 20_000
+    assert after.runtime_context.context_window == WINDOW
+    assert calls_for(engine, "bootstrap", tid) == []  # the engine followed the session from its first turn
+
+
+async def test_the_first_turn_ever_has_a_numeric_budget_within_the_default_window(tmp_path):
+    engine = make_engine()
+    async with open_sidecar(tmp_path, engine, options=options(token_reserve=30_000)) as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "one")
+        await run.turn(tid, "two")
+    first, second = calls_for(engine, "assemble", tid)
+    assert first.token_budget == DEFAULT_CONTEXT_WINDOW - 30_000  # nothing known yet: the stated default
+    assert first.runtime_context.context_window is None  # ...which is not passed off as the model's
+    assert second.token_budget == WINDOW - 30_000  # Codex reported the window after turn one
+    (after_turn, _) = calls_for(engine, "after_turn", tid)
+    assert after_turn.token_budget == WINDOW - 30_000
+
+
+async def test_an_explicit_token_budget_wins(tmp_path):
+    engine = make_engine()
+    async with open_sidecar(tmp_path, engine, options=options(token_budget=12_345)) as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "one")
+        await run.turn(tid, "two")
+    assert [c.token_budget for c in calls_for(engine, "assemble", tid)] == [12_345, 12_345]
+
+
+async def test_heartbeat_runs_are_told_apart_by_their_turn_trigger(tmp_path):
+    engine = make_engine()
+    async with open_sidecar(tmp_path, engine, options=options(citations_mode="off")) as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "user turn", turnTrigger="user")
+        await run.turn(tid, "heartbeat turn", turnTrigger="heartbeat")
+        await run.turn(tid, "no trigger")
+    flags = [c.is_heartbeat for c in calls_for(engine, "after_turn", tid)]
+    assert flags == [False, True, False]
+    assert {c.citations_mode for c in calls_for(engine, "assemble", tid)} == {"off"}

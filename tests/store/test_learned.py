@@ -1,0 +1,104 @@
+"""The journal of learned facts (sidecar.store.learned): what one process
+learns, the next one knows; a SIGKILL loses nothing already written."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+
+from sidecar.session.learned import Bootstrapped, Learned, ToolsGiven, WindowReported
+from sidecar.store.inspect import decode_records
+from sidecar.store.learned import LearnedFacts, learned_path
+from tests.support.harness import ROOT
+
+
+def test_a_later_process_knows_what_an_earlier_one_learned(tmp_path):
+    first = LearnedFacts(tmp_path)
+    first.learn("t1", "t1", WindowReported(258_400))
+    first.learn("t1", "t1", ToolsGiven(frozenset({"message", "exec"})))
+    first.learn("t1", "t1", Bootstrapped())
+    later = LearnedFacts(tmp_path)  # a new process: nothing in memory
+    assert later.get("t1", "t1") == Learned(window=258_400, tools=frozenset({"message", "exec"}), bootstrapped=True)
+    # Another thread of the same session (OpenClaw rotated it): the window
+    # and the bootstrap are the session's, the tools stay with their thread.
+    assert later.get("t2", "t1") == Learned(window=258_400, tools=None, bootstrapped=True)
+    # Another session knows nothing.
+    assert LearnedFacts(tmp_path).get("t3", "t3") == Learned()
+
+
+def test_an_unchanged_fact_writes_nothing(tmp_path):
+    facts = LearnedFacts(tmp_path)
+    for _ in range(5):
+        facts.learn("t1", "t1", WindowReported(258_400))
+    assert len(decode_records(learned_path(tmp_path, "t1").read_bytes())) == 1
+
+
+def test_the_journal_is_private_and_any_key_stays_inside_its_folder(tmp_path):
+    facts = LearnedFacts(tmp_path / "state")
+    key = "agent:main:../../escape"
+    facts.learn("t1", key, Bootstrapped())
+    path = learned_path(tmp_path / "state", key)
+    assert path.parent == tmp_path / "state" / "learned" and path.exists()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert LearnedFacts(tmp_path / "state").get("t1", key).bootstrapped
+
+
+def test_a_torn_last_line_costs_only_itself(tmp_path):
+    facts = LearnedFacts(tmp_path)
+    facts.learn("t1", "t1", WindowReported(100_000))
+    path = learned_path(tmp_path, "t1")
+    with open(path, "ab") as f:
+        f.write(b'{"thread":"t1","win')  # a kill in the middle of a write
+    LearnedFacts(tmp_path).learn("t1", "t1", ToolsGiven(frozenset({"a"})))
+    assert LearnedFacts(tmp_path).get("t1", "t1") == Learned(window=100_000, tools=frozenset({"a"}))
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from sidecar.session.learned import WindowReported
+    from sidecar.store.learned import LearnedFacts
+
+    facts = LearnedFacts(sys.argv[1])
+    n = 1
+    while True:
+        facts.learn("t1", "t1", WindowReported(n))  # a new window each time: one write each
+        sys.stdout.write(f"{n}\\n")  # acknowledged once the write returned
+        sys.stdout.flush()
+        n += 1
+    """
+)
+
+
+def test_a_sigkill_mid_write_loses_nothing_already_acknowledged(tmp_path):
+    """A writer journals a new fact in a loop and acknowledges each one after
+    its write returned; it is SIGKILLed at some instant, after a few hundred.
+    Every acknowledged fact is in the journal, in order, and the state read
+    back is at least the last acknowledged one."""
+    for round_ in range(3):
+        state = tmp_path / f"state{round_}"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(state)],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=str(ROOT),
+        )
+        assert proc.stdout is not None
+        acked = 0
+        while acked < 200 + 150 * round_:
+            line = proc.stdout.readline()
+            assert line, "writer ended early"
+            acked = int(line)
+        proc.send_signal(signal.SIGKILL)
+        rest = proc.stdout.read()  # acknowledgements already in the pipe
+        proc.wait()
+        for line in rest.splitlines():
+            acked = int(line)
+        windows = [e["window"] for e in decode_records(learned_path(state, "t1").read_bytes())]
+        assert windows[:acked] == list(range(1, acked + 1))
+        assert LearnedFacts(state).get("t1", "t1").window >= acked  # type: ignore[operator]
