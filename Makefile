@@ -14,6 +14,8 @@
 #   make bench-scale    600 turns on one thread: does a turn cost the same late as early (issue 17)
 #   make bench-lossless 300 turns, native codex against the lossless engine: input, cache-weighted
 #                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
+#   make bench-startup  spawn -> initialize answered: the sidecar (legacy, lossless) minus codex alone,
+#                       paired and interleaved in one run, p50, with peak RSS (ARGS="--rounds 40")
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -53,7 +55,7 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless fixtures clean
+.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
 
 all: test
 
@@ -154,6 +156,9 @@ bench-context: setup
 
 bench-rebuild: setup
 	$(PY) -m tools.bench_rebuild --rounds 6
+
+bench-startup: setup
+	$(PY) -m tools.bench_startup $(ARGS)
 
 bench-scale: setup
 	$(PY) -m tools.bench_scale $(BENCH_SCALE_ARGS)

@@ -4,9 +4,20 @@ All I/O and concurrency of the project live here (trio, one nursery owning
 every task); the wire format itself lives in ``protocol``.
 """
 
-from importlib import metadata as _metadata
+from typing import Any
 
-try:
-    __version__ = _metadata.version("openclaw-codex-sidecar")
-except _metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+source"
+
+def __getattr__(name: str) -> Any:
+    """``__version__``, read from the installed metadata on first use:
+    importing ``importlib.metadata`` costs ~30-80 ms that every start-up
+    would pay before codex is even spawned."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        version = metadata.version("openclaw-codex-sidecar")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        version = "0.0.0+source"
+    globals()["__version__"] = version
+    return version

@@ -21,7 +21,6 @@ from typing import Any
 
 import click
 
-from . import __version__
 from .child import forward_signals_to, start_process
 from .config import ACTIVE_ENV, DEFAULT, SETTINGS, ConfigError, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
 from .logs import setup_logging
@@ -42,6 +41,17 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     else:
         ctx.meta["config_origin"] = DEFAULT
     return value
+
+
+def _print_version(ctx: click.Context, value: bool) -> None:
+    """``--version``, as click's version option prints it; the version is
+    read only then (``importlib.metadata`` is not on the start-up path)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from . import __version__
+
+    click.echo(f"codex-sidecar {__version__}")
+    ctx.exit()
 
 
 def _setting_options(fn: Any) -> Any:
@@ -75,7 +85,7 @@ def _setting_options(fn: Any) -> Any:
     help="TOML config file (default: $XDG_CONFIG_HOME/codex-sidecar/config.toml, if it exists).",
 )
 @_setting_options
-@click.version_option(__version__, "--version", prog_name="codex-sidecar", message="%(prog)s %(version)s")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, _p, v: _print_version(ctx, v), help="Show the version and exit.")
 @click.pass_context
 def cli(ctx: click.Context, **flags: Any) -> None:
     """Sits in place of `codex app-server` and relays its JSON-RPC both ways.
@@ -415,6 +425,8 @@ def doctor_cmd(ctx: click.Context) -> None:
 @cli.command("version")
 def version_cmd() -> None:
     """Print the sidecar's version."""
+    from . import __version__
+
     click.echo(f"codex-sidecar {__version__}")
 
 
@@ -463,9 +475,9 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     import trio
 
     from .child import Child
-    from .lifecycle import Lifecycle, LifecycleOptions
     from .record import Recorder
     from .relay import Proxy, ProxyOptions
+    from .session.options import LifecycleOptions
     from .store.usable import check_state_dir
 
     settings = resolved.values
@@ -503,9 +515,6 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
                 }
             },
         )
-    engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None
-    if engine is not None:
-        _log_loaded(engine, resolved, state_dir, argv[0], child_from)
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),
@@ -517,7 +526,6 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
         rebuild=settings["rebuild"],
     )
     in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
-    freeze_startup_heap()
 
     async def serve() -> int:
         # FdStreams belong to the trio run that uses them: make them inside it.
@@ -530,27 +538,66 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
         proxy.add_status_provider("settings", lambda: in_effect)
         if problem is not None:
             proxy.add_status_provider("stateDir", lambda: {"usable": False, "path": str(problem.path), "problem": problem.message(), "code": problem.code})
-        if (problem is not None and not problem.readable) or (engine is None and not os.path.isdir(state_dir)):
-            # A pure relay: the state dir cannot be read, or there is none
-            # and no engine to make one (no thread was ever rebuilt here).
-            return await proxy.run()
-        # The engine's host, bound before the relay reads the client's first
-        # line; an engine whose bind fails runs as legacy.
-        bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
-        # With no engine (legacy, or one that failed to load or bind) the lifecycle
-        # keeps only the history earlier rebuilds moved: the thread stays whole.
-        lifecycle = Lifecycle(proxy, bound, state_dir, lifecycle_options, host=host)
-        lifecycle.install(proxy.hooks)
-        try:
-            return await proxy.run()
-        finally:
-            await lifecycle.dispose()
+        # The relay runs at once and passes the client's initialize: the
+        # lifecycle is imported and the engine loaded (off the event loop)
+        # while codex starts. Everything else the client sends waits until
+        # the engine is bound and the lifecycle's hooks are in.
+        proxy.hold_client()
+        lifecycle: Any = None
+
+        async def set_up() -> None:
+            nonlocal lifecycle
+            try:
+                engine, lifecycle_cls = await trio.to_thread.run_sync(
+                    _load_lifecycle, resolved, problem, state_dir, argv[0], child_from, abandon_on_cancel=True
+                )
+                if (problem is not None and not problem.readable) or (engine is None and not os.path.isdir(state_dir)):
+                    # A pure relay: the state dir cannot be read, or there is none
+                    # and no engine to make one (no thread was ever rebuilt here).
+                    return
+                # The engine's host, bound before the client's held lines go on;
+                # an engine whose bind fails runs as legacy.
+                bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
+                # With no engine (legacy, or one that failed to load or bind) the
+                # lifecycle keeps only the history earlier rebuilds moved: the thread stays whole.
+                lifecycle = lifecycle_cls(proxy, bound, state_dir, lifecycle_options, host=host)
+                lifecycle.install(proxy.hooks)
+            finally:
+                proxy.release_client()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(set_up)
+            try:
+                return await proxy.run()
+            finally:
+                nursery.cancel_scope.cancel()
+                if lifecycle is not None:
+                    with trio.CancelScope(shield=True):
+                        await lifecycle.dispose()
 
     try:
         return trio.run(serve)
     finally:
         if recorder is not None:
             recorder.close()
+
+
+def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str, codex_from: str) -> tuple[Any, Any]:
+    """In a worker thread while the relay runs: the lifecycle's modules, the
+    engine (None for legacy, or when the state dir is unusable), then the
+    start-up heap frozen."""
+    from .lifecycle import Lifecycle
+
+    settings = resolved.values
+    if settings.get("record"):
+        from .scrub import load
+
+        load()  # the secret scanner's rules (~0.4 s), here rather than on a frame's path
+    engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None
+    if engine is not None:
+        _log_loaded(engine, resolved, state_dir, codex, codex_from)
+    freeze_startup_heap()
+    return engine, Lifecycle
 
 
 async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]:

@@ -15,9 +15,7 @@ import time
 import traceback
 from typing import Any
 
-import msgspec
-
-_encode = msgspec.json.Encoder()
+_encoders: list = []  # msgspec's JSON encoder, made by the first JSON record: msgspec is not imported before codex is spawned
 
 
 def _exception_summary(exc_info: Any) -> dict[str, Any] | None:
@@ -43,7 +41,11 @@ class JsonFormatter(logging.Formatter):
         exc = _exception_summary(record.exc_info)
         if exc:
             obj["exception"] = exc
-        return _encode.encode(obj).decode("utf-8", "replace")
+        if not _encoders:
+            import msgspec
+
+            _encoders.append(msgspec.json.Encoder())
+        return _encoders[0].encode(obj).decode("utf-8", "replace")
 
 
 class TextFormatter(logging.Formatter):

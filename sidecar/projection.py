@@ -59,7 +59,10 @@ one blank line):
 * Messages that render to nothing (e.g. thinking only) are skipped.
 * If the assembled history ends with a user message whose text equals the
   current request's text (whitespace-insensitive), it is left out: the request
-  itself follows the context.
+  itself follows the context.  Both sides are compared without OpenClaw's
+  runtime-context wrapper (``OpenClaw runtime context for this turn:`` ...
+  ``Current user request:``): an engine given the bare prompt may end with it
+  while the client's item carries it wrapped.
 * Inside bodies, ``<conversation_context>`` / ``</conversation_context>`` tags
   are written ``&lt;...`` so quoted text cannot close the block, and Codex's
   mention sigils are neutralised (``$name`` -> ``＄name``, ``[@name](`` ->
@@ -460,11 +463,12 @@ def _replayed_text(text: str) -> str:
 
 
 def _user_text(message: UserMessage) -> str:
-    """The message's text parts (images ignored), for duplicate detection."""
+    """The message's text parts (images ignored), for duplicate detection:
+    the request inside a runtime-context wrapper, as for the client's input."""
     content = message.content
     if isinstance(content, str):
-        return _replayed_text(content)
-    return "\n".join(_replayed_text(b.text) for b in content if isinstance(b, TextBlock))
+        return user_request(_replayed_text(content))
+    return "\n".join(user_request(_replayed_text(b.text)) for b in content if isinstance(b, TextBlock))
 
 
 def _render_parts(content: Any, part_limit: int) -> list[str]:
@@ -523,7 +527,10 @@ def _normalize_ws(text: str) -> str:
 
 
 def _request_text(input_items: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(item["text"] for item in input_items if item.get("type") == "text")
+    """The request as the user wrote it: inside OpenClaw's runtime-context
+    wrapper when the client wrapped it (FACTS 3a), which is what an engine
+    was given as the prompt and may end its assembly with."""
+    return "\n".join(user_request(item["text"]) for item in input_items if item.get("type") == "text")
 
 
 def _validate_items(input_items: Any) -> list[Mapping[str, Any]]:

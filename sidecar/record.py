@@ -14,12 +14,13 @@ With ``redact=True`` the text a person or model wrote is replaced by its
 length (see ``REDACTED_KEYS``), so a recording can be shared without prompts.
 
 Credentials never reach the file, with or without ``redact``: a string under
-a key that names one (``apiKey``, ``accessToken``, ``Authorization``,
-``OPENAI_API_KEY`` in an env map, ...; see ``is_credential_key``), the value
-of a ``{name, value}`` header whose name does, and anything shaped like a key
-or token wherever it appears (``sk-...``, ``Bearer ...``, a JWT) become
-``[redacted credential]``. A frame with nothing to redact is still embedded
-byte for byte.
+a key that names one (``apiKey``, ``accessToken``, ``Authorization``, header
+maps; see ``is_credential_key``), the value of a ``{name, value}`` header
+whose name does, and whatever the rules of the ``detect-secrets`` scanner
+find in any string (``sidecar.scrub``: ``ghp_...``, AWS keys, ``X-Api-Key:``
+in a command, ``password`` in a tool call's JSON-string arguments, a private
+key block...) become ``[redacted credential]``. A frame with nothing to
+redact is still embedded byte for byte.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+
+from .scrub import CREDENTIAL, anywhere, is_secret_assignment, scrub
 
 log = logging.getLogger("codex_sidecar.record")
 
@@ -69,21 +72,15 @@ _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
 
 
-CREDENTIAL = "[redacted credential]"
 _CREDENTIAL_WORDS = ("apikey", "token", "secret", "password", "passwd", "authorization", "cookie", "credential", "privatekey", "bearer", "accesskey")
 _CREDENTIAL_EXACT = frozenset({"auth"})
-# Key-shaped strings wherever they appear (message text included): OpenAI keys,
-# bearer headers, JWTs.
-_CREDENTIAL_VALUE = re.compile(
-    r"\bsk-[A-Za-z0-9_\-]{8,}|\bBearer\s+[A-Za-z0-9._~+/=\-]+|\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*"
-)
-_CREDENTIAL_VALUE_B = re.compile(_CREDENTIAL_VALUE.pattern.encode())
 # In a frame that is not JSON: `"<credential key>": "<value>"` pairs.
 _CREDENTIAL_PAIR_B = re.compile(
     rb'("[^"\\]*(?:' + b"|".join(w.encode() for w in _CREDENTIAL_WORDS) + rb')[^"\\]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE
 )
-# A frame holding none of these (case-insensitively) has nothing to redact.
-_CREDENTIAL_HINTS_B = tuple(w.encode() for w in ("key", "token", "secret", "passw", "auth", "cookie", "credential", "bearer", "sk-", "eyj"))
+# Key names that may call for a look: the protocol's credential keys and the
+# secret scanner's keywords (``pwd``, ``contraseña``...).
+_KEY_HINTS_B = tuple(w.encode() for w in ("key", "token", "secret", "passw", "pwd", "auth", "cookie", "credential", "bearer", "contrase", "headers"))
 # A dict naming what its "value" is: a header {name, value}, a config edit {keyPath, value}.
 _NAMING_KEYS = ("name", "key", "keyPath")
 
@@ -100,21 +97,45 @@ def is_credential_key(key: str) -> bool:
 
 
 def redact_credentials(value: Any) -> Any:
-    """``value`` with every credential replaced by ``[redacted credential]``."""
+    """``value`` with every credential replaced by ``[redacted credential]``:
+    under a key that names one (the protocol's ``apiKey``, ``accessToken``,
+    header maps...), under a name the secret scanner's keyword rules read as
+    one (``DB_PASSWORD`` in an env map), and wherever the scanner finds one in
+    a string (``sidecar.scrub``), JSON inside a string (a tool call's
+    ``arguments``) included."""
     if isinstance(value, dict):
         secret_header = any(isinstance(value.get(k), str) and is_credential_key(value[k]) for k in _NAMING_KEYS)
         out = {}
         for k, v in value.items():
             if is_credential_key(k) or (secret_header and k == "value"):
                 out[k] = _all_strings(v, CREDENTIAL)
+            elif isinstance(v, str):
+                # {"name": "DB_PASSWORD", "value": ...} assigns to its name.
+                name = next((value[n] for n in _NAMING_KEYS if k == "value" and isinstance(value.get(n), str)), k)
+                out[k] = CREDENTIAL if is_secret_assignment(name, v) else _scrub_string(v)
             else:
                 out[k] = redact_credentials(v)
         return out
     if isinstance(value, list):
         return [redact_credentials(v) for v in value]
     if isinstance(value, str):
-        return _CREDENTIAL_VALUE.sub(CREDENTIAL, value)
+        return _scrub_string(value)
     return value
+
+
+def _scrub_string(text: str) -> str:
+    """A string scrubbed; one holding a JSON object or array (a tool call's
+    ``arguments``) is scrubbed member by member and re-encoded when it changed."""
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+        try:
+            inner = _decode.decode(stripped)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            inner = None
+        if isinstance(inner, (dict, list)):
+            clean = redact_credentials(inner)
+            return text if clean == inner else _encode.encode(clean).decode()
+    return scrub(text)
 
 
 def _all_strings(value: Any, replacement: str) -> Any:
@@ -127,15 +148,32 @@ def _all_strings(value: Any, replacement: str) -> Any:
     return value
 
 
-def may_hold_credential(line: bytes) -> bool:
+def _may_hold_credential(line: bytes, frame: Any) -> bool:
+    """A cheap look before the walk: a key that may name a credential, or
+    anything the scanner finds in the frame's strings taken together."""
     low = line.lower()
-    return any(h in low for h in _CREDENTIAL_HINTS_B)
+    if any(h in low for h in _KEY_HINTS_B):
+        return True
+    texts: list[str] = []
+    _strings(frame, texts)
+    return anywhere(texts)
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out)
 
 
 def redact_credentials_raw(line: bytes) -> bytes:
-    """A frame that is not JSON, with credential pairs and key-shaped values blanked."""
+    """A frame that is not JSON, with credential pairs and what the scanner finds blanked."""
     line = _CREDENTIAL_PAIR_B.sub(rb'\1"' + CREDENTIAL.encode() + rb'"', line)
-    return _CREDENTIAL_VALUE_B.sub(CREDENTIAL.encode(), line)
+    return scrub(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 def redact(value: Any) -> Any:
@@ -185,25 +223,21 @@ class Recorder:
             valid = True
         except (msgspec.DecodeError, UnicodeDecodeError):
             valid = False
-        suspect = may_hold_credential(line)
-        if valid and (self.redact or suspect):
+        if valid:
             frame = _decode.decode(line)
-            clean = redact_credentials(frame) if suspect else frame
+            clean = redact_credentials(frame) if _may_hold_credential(line, frame) else frame
             if self.redact:
                 clean = redact(clean)
             body = b'"frame":' + (_encode.encode(clean) if clean != frame or self.redact else line.rstrip(b"\r")) + b"}\n"
-        elif valid:
-            body = b'"frame":' + line.rstrip(b"\r") + b"}\n"
         else:
-            raw = redact_credentials_raw(line) if suspect else line
-            body = b'"rawBase64":"' + base64.b64encode(raw) + b'"}\n'
+            body = b'"rawBase64":"' + base64.b64encode(redact_credentials_raw(line)) + b'"}\n'
         self._write(head + body)
 
     def note(self, direction: str, note: str) -> None:
         if not self.enabled:
             return
         self.seq += 1
-        note = _CREDENTIAL_VALUE.sub(CREDENTIAL, note)
+        note = scrub(note)
         rec = {"seq": self.seq, "t": round(time.monotonic() - self._t0, 6), "dir": direction, "note": note}
         self._write(_encode.encode(rec) + b"\n")
 

@@ -7,6 +7,23 @@ import logging
 import pytest
 
 from tests.support.codex import CODEX_BIN, MISSING
+from tests.support.pyenv_lock import lock_path, stale_lock, stamp
+
+_PYENV_LOCK = lock_path()
+_PYENV_BEFORE = stamp(_PYENV_LOCK)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run fails if it left pyenv's rehash lock behind (a login shell
+    SIGKILLed mid-rehash): every later codex session with the real HOME
+    would wait 60 s for it (tests/support/pyenv_lock.py)."""
+    if stale_lock(_PYENV_LOCK, _PYENV_BEFORE):
+        session.config.get_terminal_writer().line(
+            f"FAILED: a stale pyenv rehash lock appeared during the run: {_PYENV_LOCK} "
+            "(a test SIGKILLed a login shell mid-rehash; remove the file once no rehash runs)",
+            red=True,
+        )
+        session.exitstatus = 1
 
 
 @pytest.fixture

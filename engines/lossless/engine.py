@@ -42,7 +42,7 @@ from engines.api import (
 )
 from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
-from engines.tokens import count_tokens, estimate_message_tokens, preload
+from engines.tokens import count_tokens, estimate_message_tokens
 
 from . import expand_query
 from .assemble import fit_budget
@@ -83,7 +83,9 @@ class LosslessEngine(BaseContextEngine):
             owns_compaction=True,
             turn_maintenance_mode="background",
         )
-        preload()
+        # The tokenizer is not preloaded here: its load holds the GIL ~0.6 s
+        # and would delay the sidecar's first answer (the sidecar preloads it
+        # once ``initialize`` is answered; a count before that loads it).
         self._host: EngineHost | None = None
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}

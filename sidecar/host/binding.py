@@ -31,6 +31,7 @@ from engines.tokens import count_tokens
 
 from ..store.private import private_dir
 from .completion import Completions
+from .contain import contained
 
 log = logging.getLogger("codex_sidecar.host")
 
@@ -73,7 +74,7 @@ async def bind_engine(engine: Any, host: SidecarHost, deadline: float) -> bool:
     engine_id = getattr(getattr(engine, "info", None), "id", "?")
     try:
         with trio.fail_after(deadline):
-            await bind(host)
+            await contained(bind(host))
     except Exception as exc:  # TooSlowError included
         log.error(
             "context engine bind failed; running legacy",

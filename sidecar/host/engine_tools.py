@@ -32,6 +32,7 @@ from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest
 from ..session.context import LifecycleContext
 from ..session.identity import session_key
 from ..session.state import ThreadSession
+from .contain import contained, contained_sync
 from .offered import NONE, OfferedTools
 from .tools import call_arguments, engine_call, failed_answer, is_engine_item, mentions_tool_call, merge_tools, tool_answer, usable_specs, without_engine_items
 
@@ -51,7 +52,7 @@ def engine_specs(engine: Any) -> list[ToolSpec]:
     if tools is None or optional_method(engine, "call_tool") is None:
         return []
     try:
-        specs = list(tools())
+        specs = list(contained_sync(tools))
     except Exception as exc:
         log.warning("engine tools() failed; no engine tools offered", extra={"fields": {"error": type(exc).__name__}})
         return []
@@ -184,7 +185,7 @@ class EngineTools:
             )
             try:
                 with trio.fail_after(self.options.engine_deadline):
-                    result = await self.engine.call_tool(call)
+                    result = await contained(self.engine.call_tool(call))
                 answer = tool_answer(result) if isinstance(result, ToolCallResult) else failed_answer(name, "the engine gave no answer")
             except trio.TooSlowError:
                 answer = failed_answer(name, f"no answer within {self.options.engine_deadline:g} seconds")

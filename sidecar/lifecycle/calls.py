@@ -11,6 +11,7 @@ import trio
 
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
 
+from ..host.contain import contained
 from ..session.learned import BootstrapFailed, Bootstrapped, Event, Learned, token_budget
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
@@ -37,9 +38,13 @@ class EngineCalls:
         self.background_maintenance: bool = getattr(info, "turn_maintenance_mode", "foreground") == "background"
 
     async def call(self, awaitable: Awaitable[T]) -> T:
-        """One engine call under the deadline (``trio.TooSlowError`` past it)."""
+        """One engine call under the deadline (``trio.TooSlowError`` past it).
+
+        Whatever the engine raises comes out as an ``Exception`` (a
+        ``SystemExit`` too: ``sidecar.host.contain``), so every caller's
+        ``except Exception`` fails open; a cancellation passes."""
         with trio.fail_after(self.options.engine_deadline):
-            return await awaitable
+            return await contained(awaitable)
 
     # ------------------------------------------------------ learned facts
 
@@ -133,6 +138,6 @@ class EngineCalls:
             return
         try:
             with trio.move_on_after(self.options.engine_deadline):
-                await dispose()
+                await contained(dispose())
         except Exception as exc:
             log.warning("context engine dispose failed", extra={"fields": {"engineId": self.engine_id, "error": type(exc).__name__}})

@@ -111,6 +111,20 @@ class Lifecycle:
         """Threads whose rebuild revert's notifications are being kept from the client."""
         return self.inplace.reverting
 
+    def _after_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
+        self.proxy.spawn(self._preload_tokenizer)
+        return None
+
+    async def _preload_tokenizer(self) -> None:
+        """The o200k tokenizer, loaded in the background once the client has
+        its ``initialize`` answer: the load holds the GIL ~0.6 s, so it must
+        not sit on the first answer's path (start-up is paid on every
+        OpenClaw turn). A count before it is done waits for it."""
+        await trio.sleep(0.02)  # the answer is on its way to the client first
+        from engines.tokens import preload
+
+        preload()
+
     def install(self, hooks: Hooks) -> None:
         if self.engine is None:
             self._install_history(hooks)
@@ -138,6 +152,10 @@ class Lifecycle:
             if on_request is not None:
                 hooks.on_client_request(method, on_request)
             hooks.on_response(method, on_response)
+        hooks.on_response("initialize", self._after_initialize)
+        observed = getattr(getattr(self.proxy, "router", None), "observed", None)
+        if getattr(observed, "user_agent", None) is not None:
+            self.proxy.spawn(self._preload_tokenizer)  # installed after the answer passed
         hooks.on_server_notification("item/completed", self.finalizer.on_item_completed)
         hooks.on_server_notification("thread/tokenUsage/updated", self.finalizer.on_token_usage)
         hooks.on_server_notification("turn/completed", self.finalizer.on_turn_completed)

@@ -57,40 +57,66 @@ class Injections:
         await session.ready.wait()
         placed = Injection(session.last_turn, injection.items)
         session.injected = [placed if i is injection else i for i in session.injected]
-        framing = session.injected_framing
+        framing = None if session.injected_unsure else session.injected_framing
         journal = self.journal(session)
         def write() -> None:
             journal.append(placed)
-            journal.framing(framing)
+            if framing is not None:  # an unsure count stays unsure until a rebuild settles it
+                journal.framing(framing)
 
         await trio.to_thread.run_sync(write)
 
     async def load(self, session: ThreadSession, last_turn: str | None) -> None:
         """At the session's opening: the journal, then what came meanwhile."""
         journal = self.journal(session)
-        loaded, framing = await trio.to_thread.run_sync(journal.load)
+        loaded, framing, unsure = await trio.to_thread.run_sync(journal.load)
         session.injected = loaded + session.injected
         session.injected_framing = framing
+        session.injected_unsure = unsure
         session.last_turn = last_turn
 
     async def replay(self, session: ThreadSession, kept_framing: bool) -> None:
         """A rebuild moved the thread: the client's injected items go back in,
         in order, before the turn that carries the projection. A revert in
         place keeps what sat before the thread's first turn (put back by an
-        earlier rebuild); a fresh thread holds none of them."""
+        earlier rebuild); a fresh thread holds none of them.
+
+        Exactly once across a SIGKILL: the replay is journalled before it
+        is sent and settled after Codex's answer; cut in between, the next
+        process loads the thread as unsure and the rebuilder moves it only
+        onto a thread that holds none (``Rebuilder``), never in place."""
+        if kept_framing and session.injected_unsure:
+            return  # the rebuilder does not revert an unsure thread in place
         kept = session.injected_framing if kept_framing else 0
         items = [item for injection in session.injected[kept:] for item in injection.items]
+        journal = self.journal(session)
+        target = len(session.injected)
         if not items:
+            if session.injected_unsure or session.injected_framing != kept:
+                session.injected_framing, session.injected_unsure = kept, False
+                await trio.to_thread.run_sync(journal.framing, kept)
             return
+        session.injected_unsure = True
+        await trio.to_thread.run_sync(journal.replaying, target)
         try:
             await self.proxy.request("thread/inject_items", {"threadId": session.thread_id, "items": items}, timeout=self.options.engine_deadline)
-            session.injected_framing = len(session.injected)
-            await trio.to_thread.run_sync(self.journal(session).framing, session.injected_framing)
-        except (RpcError, trio.TooSlowError) as exc:
-            log.warning(
-                "items the client injected could not be put back after a rebuild; the model misses them",
-                extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
-            )
+        except RpcError as exc:
+            # Refused: the thread holds what it held before.
+            session.injected_framing, session.injected_unsure = kept, False
+            await trio.to_thread.run_sync(journal.framing, kept)
+            self._missed(session, exc)
+            return
+        except trio.TooSlowError as exc:
+            self._missed(session, exc)  # may yet have been applied: stays unsure
+            return
+        session.injected_framing, session.injected_unsure = target, False
+        await trio.to_thread.run_sync(journal.framing, target)
+
+    def _missed(self, session: ThreadSession, exc: Exception) -> None:
+        log.warning(
+            "items the client injected could not be put back after a rebuild; the model misses them",
+            extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
+        )
 
     async def forget_after(self, session: ThreadSession, gone: list[str]) -> None:
         """The client reverted these turns: what it injected after them goes too."""

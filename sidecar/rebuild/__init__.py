@@ -81,6 +81,12 @@ class Rebuilder:
             # come in the same pipe read as the revert's, before this task resumes).
             self.archived.forget(session.thread_id)
             for strategy in self.strategies:
+                if session.injected_unsure and isinstance(strategy, InPlace):
+                    # What the client injected may or may not sit before the
+                    # first turn (a replay cut by a kill): a revert keeps it,
+                    # so only a thread that holds none may take it again.
+                    log.warning("not reverting in place: a replay of injected items was cut short", extra={"fields": log_fields(session, self.engine_id)})
+                    continue
                 try:
                     if await strategy.rebuild(session, archive, first, marked):
                         if self.on_moved is not None:

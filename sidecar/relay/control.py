@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from jsonrpcserver import Error, Result, Success, dispatch_to_serializable
 
 from protocol import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcId, encode, encode_error, encode_response
 
 from .messages import RpcError
+
+if TYPE_CHECKING:
+    from jsonrpcserver import Result
+
+# jsonrpcserver (with jsonschema under it) is imported on the first control
+# request, not at start-up: ~0.1-0.3 s that every app-server start paid for
+# methods most runs never call.
 
 log = logging.getLogger("codex_sidecar.control")
 
@@ -70,6 +76,8 @@ class ControlMethods:
         """Register ``fn(**params) -> result``; exceptions become JSON-RPC errors."""
 
         def method(**params: Any) -> Result:
+            from jsonrpcserver import Error, Success
+
             try:
                 return Success(fn(**params))
             except TypeError as exc:
@@ -87,6 +95,8 @@ class ControlMethods:
         error reply."""
 
         def method(**params: Any) -> Result:
+            from jsonrpcserver import Success
+
             return Success(Later(name, fn, params))
 
         self._methods[name] = method
@@ -110,6 +120,8 @@ class ControlMethods:
             request["params"] = {}  # an async method takes an object; anything else counts as none
         elif "params" in request and request["params"] is None:
             del request["params"]
+        from jsonrpcserver import dispatch_to_serializable
+
         # Already decoded (by msgspec); hand jsonrpcserver the dict itself.
         response = dispatch_to_serializable("", methods=self._methods, deserializer=lambda _s: request)
         if not isinstance(response, dict):  # a notification: jsonrpcserver gives nothing

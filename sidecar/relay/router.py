@@ -127,6 +127,8 @@ class Router:
         self.expect_client: Callable[[], None] | None = None
         """Told when the client may write soon (it got a response or a server request)."""
         self._raw_c2s_open = False
+        self._raw_c2s_pending: PendingRequest | None = None
+        """The request an oversized client line being streamed carries."""
         """A client line too long to parse is being streamed to codex."""
         self._raw_s2c: str | None = None
         """The same from codex: "forward" it, or "drop" it (the sidecar's own answer)."""
@@ -306,11 +308,21 @@ class Router:
             self._raw_c2s_open = not ev.end
             if first:
                 ev = Oversized(self._client_raw_head(ev.data), ev.end)
+            pending = self._raw_c2s_pending
+            if ev.end and pending is not None:
+                # Codex gets the line's end: from now on it may have parsed
+                # and run it, so its death is answered outcome unknown
+                # (-32603), never -32001, which clients retry. Until then
+                # codex holds no whole line: not delivered, safe to retry.
+                self._raw_c2s_pending = None
+                if not self.child_gone:
+                    pending.forwarded = True
         self._forward_raw(ev, self.c2s, self.to_child, CLIENT_TO_CODEX, "client")
 
     def _client_raw_head(self, data: bytes) -> bytes:
         """A request too long to parse still gets what every request gets: a
-        pending entry (its -32001 if codex dies) and an alias for an id in
+        pending entry (its answer if codex dies: -32001 until codex has
+        the whole line, outcome unknown after) and an alias for an id in
         the sidecar's namespace. Its hooks cannot run: it passes unchanged."""
         head = oversized.request_head(data)
         if head is None:
@@ -319,6 +331,7 @@ class Router:
         if name.startswith(CONTROL_PREFIX) or self.child_gone:
             return data
         pending = self.pending.open(client_id, name)
+        self._raw_c2s_pending = pending
         if self.hooks.client_requests.get(name):
             log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.max_line}})
         if pending.wire_id is not client_id:

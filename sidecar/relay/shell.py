@@ -19,11 +19,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import trio
 
-from protocol import Fragment, LineSplitter, Oversized, RpcId
+import sidecar
+from protocol import Fragment, InvalidMessage, LineSplitter, Oversized, RpcId, parse
 
-from .. import __version__
 from ..child import FORWARDED_SIGNALS, Child
 from ..record import Recorder
 from .control import AsyncControl
@@ -33,6 +34,16 @@ from .pipes import Activity, effective_busy_poll, grow_pipe, receiver
 from .router import Counters, Router
 
 log = logging.getLogger("codex_sidecar.proxy")
+
+
+def _is_initialize(line: bytes) -> bool:
+    if b'"initialize"' not in line:
+        return False
+    try:
+        env = parse(line)
+    except InvalidMessage:
+        return False
+    return env.method == "initialize" and env.id is not msgspec.UNSET
 
 
 @dataclass
@@ -98,6 +109,10 @@ class Proxy:
         self._nursery: trio.Nursery | None = None
         self._child_stdout_done = trio.Event()
         self._shutdown_started = False
+        self._parked: list[tuple[bool, Any]] | None = None
+        """Client lines and pieces held until :meth:`release_client` (None: none held)."""
+        self._released = trio.Event()
+        self._released.set()
 
     # ------------------------------------------------ what hooks work with
 
@@ -218,7 +233,7 @@ class Proxy:
     def status(self) -> dict[str, Any]:
         observed = self.router.observed
         return {
-            "sidecarVersion": __version__,
+            "sidecarVersion": sidecar.__version__,
             "pid": os.getpid(),
             "childPid": self.process.pid if self.process else None,
             "childRunning": self.process is not None and self.process.returncode is None,
@@ -266,6 +281,8 @@ class Proxy:
             await self._child_stdout_done.wait()
         self.to_child.close()
         failed = self.router.child_exited(rc)
+        if self._parked is not None:
+            self.release_client()  # codex never had them: answered -32001 (not delivered)
         self.exit_status = 128 - rc if rc < 0 else rc
         log.info("child exited", extra={"fields": {"status": rc, "exitStatus": self.exit_status, "failedRequests": failed}})
         self.to_client.close()
@@ -312,8 +329,50 @@ class Proxy:
 
     # -------------------------------------------------------------- pumps
 
+    # ------------------------------------------------- held at start-up
+
+    def hold_client(self) -> None:
+        """Hold the client's lines, all but a first ``initialize``, until
+        :meth:`release_client`: the relay passes codex's start-up handshake
+        while the sidecar still imports its lifecycle and loads the engine,
+        and nothing the lifecycle hooks reaches codex before its hooks are in."""
+        self._parked = []
+        self._released = trio.Event()
+
+    def release_client(self) -> None:
+        """Relay what was held, in order, and everything after it as it comes."""
+        parked, self._parked = self._parked, None
+        self._released.set()
+        if not parked:
+            return
+        self.to_child.hold()
+        try:
+            for whole, ev in parked:
+                if whole:
+                    self.router.from_client(ev)
+                else:
+                    self.router.from_client_fragment(ev)
+        finally:
+            self.to_child.flush()
+
+    def _client_line(self, line: bytes) -> None:
+        parked = self._parked
+        if parked is not None and (parked or not _is_initialize(line)):
+            parked.append((True, line))
+            return
+        self.router.from_client(line)
+
+    def _client_piece(self, ev: Oversized | Fragment) -> None:
+        if self._parked is not None:
+            self._parked.append((False, ev))
+            return
+        self.router.from_client_fragment(ev)
+
+    # -------------------------------------------------------------- pumps
+
     async def _pump_client(self) -> None:
-        await self._pump(self._client_in, self.to_child, self.router.from_client, self.router.from_client_fragment, self._expect_client)
+        await self._pump(self._client_in, self.to_child, self._client_line, self._client_piece, self._expect_client)
+        await self._released.wait()  # what was held still goes to codex before its stdin closes
         if not self.router.child_gone:
             await self._shutdown_child("client closed its output (EOF)")
 

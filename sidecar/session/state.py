@@ -155,6 +155,9 @@ class ThreadSession:
     injected_framing: int = 0
     """How many of the first sit before the Codex thread's first turn (put
     back there by a rebuild): an in-place revert keeps those, as Codex does."""
+    injected_unsure: bool = False
+    """A replay of them was cut short (``sidecar.store.injected``): what the
+    Codex thread holds before its first turn is not known."""
     last_turn: str | None = None
     """The thread's newest client turn this process knows (where an injection goes)."""
     """The ledger's durable record (``sidecar.store.ledger``)."""

@@ -7,6 +7,14 @@ but they are the client's, not the engine's: this journal keeps them, one
 JSONL file a thread (``<state_dir>/injected/<thread id>.jsonl``, 0600), so
 the lifecycle can put them back. Each entry notes the client turn they came
 after; a client revert that drops that turn drops them too, as Codex does.
+
+Putting them back is not idempotent (``thread/inject_items`` appends), and
+Codex cannot be asked what its thread holds before its first turn. So a
+replay is journalled before it is sent (``{"replaying": N}``) and settled
+after Codex's answer (``{"framing": N}``). A journal whose last replay is
+unsettled (a SIGKILL in between) loads as *unsure*: the Codex thread holds
+either the old framing or the new one, and only a rebuild onto a thread that
+holds none of them (a fresh backing thread) may put them back again.
 """
 
 from __future__ import annotations
@@ -38,15 +46,17 @@ class InjectedItems:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def load(self) -> tuple[list[Injection], int]:
-        """The injections in order, and how many of the first sit before the
-        Codex thread's first turn (put back by a rebuild)."""
+    def load(self) -> tuple[list[Injection], int, bool]:
+        """The injections in order, how many of the first sit before the
+        Codex thread's first turn (put back by a rebuild), and whether a
+        replay was left unsettled (that count is then not known)."""
         try:
             entries = decode_records(self.path.read_bytes())
         except OSError:
-            return [], 0
+            return [], 0, False
         out: list[Injection] = []
         framing = 0
+        replaying: int | None = None
         for entry in entries:
             if not isinstance(entry, dict):
                 continue
@@ -58,10 +68,19 @@ class InjectedItems:
                 out = [i for i in out if i.after_turn not in gone]
             elif isinstance(entry.get("framing"), int):
                 framing = entry["framing"]
-        return out, min(framing, len(out))
+                replaying = None
+            elif isinstance(entry.get("replaying"), int):
+                replaying = entry["replaying"]
+        unsure = replaying is not None and replaying != framing
+        return out, min(framing, len(out)), unsure
 
     def append(self, injection: Injection) -> None:
         append_record(self.path, {"after": injection.after_turn, "items": injection.items})
+
+    def replaying(self, count: int) -> None:
+        """About to put injections back so that the first ``count`` sit
+        before the thread's first turn: settled by :meth:`framing`."""
+        append_record(self.path, {"replaying": count})
 
     def framing(self, count: int) -> None:
         """The first ``count`` injections now sit before the thread's first turn."""

@@ -104,6 +104,8 @@ async def test_the_engines_call_is_answered_from_the_engine_and_held_from_the_cl
     ("answer", "arguments", "says"),
     [
         (RuntimeError("secret"), {"query": "x"}, "RuntimeError"),
+        (SystemExit("secret"), {"query": "x"}, "SystemExit"),
+        (BaseExceptionGroup("secret", [GeneratorExit()]), {"query": "x"}, "BaseExceptionGroup"),
         ("not a result", {"query": "x"}, "no answer"),
         (ToolCallResult(text="3 hits"), "not an object", "JSON object"),
     ],

@@ -78,3 +78,40 @@ async def test_injected_items_outlive_a_restart_and_are_never_put_back_twice(tmp
         await run3.turn_ok(tid, "S4")  # another revert in place: it kept the policy put back before its first turn
     assert len(run3.child_lines("thread/revert")) == 1
     assert injected_in(run3.seen(tid)[-1]) == [POLICY]
+
+
+async def test_a_kill_between_putting_injected_items_back_and_journalling_it_never_puts_them_back_twice(tmp_path, monkeypatch):
+    """The process dies right after Codex took the replayed items, before the
+    journal says so: the next process must not put them back again."""
+    from sidecar.store.injected import InjectedItems
+
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="one") as run:
+        tid = await run.start_thread()
+        await run.turn_ok(tid, "K1")
+        assert "result" in await run.request("thread/inject_items", {"threadId": tid, "items": POLICY})
+        await run.turn_ok(tid, "K2")
+    with monkeypatch.context() as m:
+        m.setattr(InjectedItems, "framing", lambda self, count: None)  # killed before this write
+        async with modes_sidecar(tmp_path, summarising(keep=2), name="two") as run2:
+            await run2.resume_thread(tid)
+            await run2.turn_ok(tid, "K3")  # a rebuild puts the policy back
+        assert injected_in(run2.seen(tid)[-1]) == [POLICY]
+    async with modes_sidecar(tmp_path, summarising(keep=2), name="three") as run3:
+        await run3.resume_thread(tid)
+        await run3.turn_ok(tid, "K4")
+        await run3.turn_ok(tid, "K5")
+    for seen in run3.seen(tid):
+        assert injected_in(seen) == [POLICY], "the policy once, never twice, never missing"
+
+
+def test_an_unsettled_replay_loads_as_unsure_and_a_settled_one_does_not(tmp_path):
+    from sidecar.store.injected import InjectedItems, Injection
+
+    journal = InjectedItems(tmp_path / "j.jsonl")
+    journal.append(Injection("t1", POLICY))
+    journal.replaying(1)
+    assert journal.load() == ([Injection("t1", POLICY)], 0, True)
+    journal.framing(1)
+    assert journal.load() == ([Injection("t1", POLICY)], 1, False)
+    journal.replaying(1)  # the same count again: nothing unknown
+    assert journal.load()[2] is False

@@ -414,6 +414,37 @@ def test_multi_item_prompt_is_matched_as_a_whole():
     assert projection.duplicate_prompt_removed
 
 
+WRAPPED = (
+    "OpenClaw runtime context for this turn:\n"
+    "Workspace: /w\nTime: 2026-11-27 04:31 UTC\n\n"
+    f"{REQUEST_HEADER}\n"
+    "what   now?"
+)
+
+
+@pytest.mark.parametrize("tail", ["what now?", WRAPPED], ids=["bare", "wrapped"])
+def test_a_prompt_inside_openclaw_s_runtime_wrapper_is_not_sent_twice(tail):
+    """OpenClaw wraps the prompt (FACTS 3a); an engine's assembly that ends
+    with the prompt, bare or as the client sent it, must not put the request
+    in front of the model a second time."""
+    messages = [
+        UserMessage(content="hello", timestamp=1),
+        AssistantMessage(content=[TextBlock(text="hi")], timestamp=2),
+        UserMessage(content=tail, timestamp=3),
+    ]
+    projection = project_turn_input(messages, [text_item(WRAPPED)])
+    assert body_of(projection) == "[user]\nhello\n\n[assistant]\nhi"
+    assert projection.duplicate_prompt_removed
+    assert sum(item["text"].count("what") for item in projection.input) == 1
+
+
+def test_a_wrapper_without_a_request_removes_nothing():
+    context_only = "OpenClaw runtime context for this turn:\nWorkspace: /w"
+    messages = [AssistantMessage(content=[TextBlock(text="hi")], timestamp=1), UserMessage(content="Workspace: /w", timestamp=2)]
+    projection = project_turn_input(messages, [text_item(context_only)])
+    assert not projection.duplicate_prompt_removed
+
+
 def test_history_of_only_the_current_prompt_projects_nothing():
     items = [text_item("hi")]
     projection = project_turn_input([UserMessage(content="hi", timestamp=1)], items)

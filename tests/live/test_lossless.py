@@ -26,6 +26,7 @@ import json
 import os
 import re
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,11 @@ def source_ids(body: dict) -> list[str]:
     return LABEL.findall(input_texts(body, "user")[-1])
 
 
-def kill_tree(pid: int) -> list[int]:
-    """SIGKILL a process and every descendant (the sidecar, node, codex) at
-    one instant: all are stopped first, so none sees another die."""
+SHELLS = ("bash", "sh", "dash", "zsh", "pyenv")
+"""Names of the processes a login shell runs (``comm``, cut to 15 chars)."""
+
+
+def process_tree(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -109,6 +112,35 @@ def kill_tree(pid: int) -> list[int]:
         for child in children.get(todo.pop(), []):
             tree.append(child)
             todo.append(child)
+    return tree
+
+
+def shells_in(tree: list[int]) -> list[int]:
+    out = []
+    for p in tree:
+        try:
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith(SHELLS):
+            out.append(p)
+    return out
+
+
+def kill_tree(pid: int, shell_wait: float = 30.0) -> list[int]:
+    """SIGKILL a process and every descendant (the sidecar, node, codex) at
+    one instant: all are stopped first, so none sees another die.
+
+    Never while codex runs a login shell (its shell snapshot at session
+    start, a command): killed mid ``pyenv rehash`` that shell would leave
+    ``~/.pyenv/shims/.pyenv-shim`` behind, and every later codex session
+    with the real HOME would wait 60 s for it (tests/support/pyenv_lock.py
+    fails the run if one appears)."""
+    deadline = time.monotonic() + shell_wait
+    while shells_in(process_tree(pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    tree = process_tree(pid)
+    assert not shells_in(tree), "codex still runs a login shell: killing it could leave a lock behind"
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for p in tree:
             try:

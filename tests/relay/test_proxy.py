@@ -389,3 +389,34 @@ def test_a_torn_last_record_is_skipped(tmp_path):
         f.write(b'{"seq":2,"t":0.1,"dir":"client>codex","frame":{"meth')  # kill -9 mid-write
     entries = list(read_recording(path))
     assert [e.line() for e in entries] == [b'{"method":"a"}']
+
+
+# ------------------------------------------------- held at start-up
+
+
+async def test_while_the_sidecar_starts_only_initialize_goes_to_codex_and_the_rest_follows_in_order():
+    """The relay runs before the lifecycle is in: codex's handshake passes,
+    everything else waits for the hooks and then goes in the order it came."""
+    async with proxied(child("echo_rpc.py"), env={"ECHO_RPC_QUIET": "1"}) as c:
+        c.proxy.hold_client()
+        await c.send(
+            b'{"id":1,"method":"initialize","params":{}}\n{"method":"initialized"}\n'
+            b'{"id":2,"method":"thread/start","params":{}}\n{"id":3,"method":"initialize","params":{}}\n'
+        )
+        (first,) = await c.wait_lines(1)
+        await trio.sleep(0.2)
+        assert json.loads(first)["id"] == 1 and len(c.lines) == 1, "nothing but initialize before the release"
+        c.proxy.release_client()
+        lines = await c.wait_lines(4)
+    # The notification (echoed by the child) and the requests, in the order they came.
+    assert [json.loads(line).get("id", json.loads(line).get("method")) for line in lines] == [1, "initialized", 2, 3]
+
+
+async def test_a_request_held_at_start_up_when_codex_dies_is_answered_not_delivered():
+    async with proxied(child("crash_after.py", "1", "exit:0")) as c:
+        c.proxy.hold_client()
+        await c.send(b'{"id":1,"method":"initialize","params":{}}\n{"id":2,"method":"turn/start","params":{}}\n')
+        await c.wait_exit()
+        answers = {json.loads(line).get("id"): json.loads(line) for line in c.lines}
+    assert answers[1]["error"]["code"] == OUTCOME_UNKNOWN  # codex had it
+    assert answers[2]["error"]["code"] == CHILD_EXITED and answers[2]["error"]["data"]["outcome"] == "notDelivered"

@@ -404,3 +404,28 @@ def test_an_oversized_answer_to_the_sidecar_fails_its_call_and_stays_away(wire):
     w.router.from_child_fragment(Oversized(answer[60:], True))
     assert call.error is not None and "max line" in call.error.message
     assert w.client.take() == []
+
+
+def test_an_oversized_request_codex_read_whole_is_answered_outcome_unknown_when_codex_dies(wire):
+    """Codex may have run a request whose last byte it was handed: -32001
+    (notDelivered) would have OpenClaw send it again and run the turn twice."""
+    w = wire(max_line=32)
+    request = frame({"id": 7, "method": "turn/start", "params": {"pad": "x" * 64}}) + b"\n"
+    w.router.from_client_fragment(Oversized(request[:60], False))
+    w.router.from_client_fragment(Oversized(request[60:], True))
+    assert w.router.child_exited(-9) == 1
+    [error] = loads(w.client.take())
+    assert error["id"] == 7
+    assert (error["error"]["code"], error["error"]["data"]["outcome"]) == (OUTCOME_UNKNOWN, "unknown")
+
+
+def test_an_oversized_request_cut_off_by_codex_s_death_is_answered_not_delivered(wire):
+    """Codex never had the end of the line, so it cannot have parsed it: safe to retry."""
+    w = wire(max_line=32)
+    request = frame({"id": 8, "method": "turn/start", "params": {"pad": "x" * 64}}) + b"\n"
+    w.router.from_client_fragment(Oversized(request[:60], False))
+    assert w.router.child_exited(-9) == 1
+    [error] = loads(w.client.take())
+    assert (error["id"], error["error"]["code"], error["error"]["data"]["outcome"]) == (8, CHILD_EXITED, "notDelivered")
+    w.router.from_client_fragment(Oversized(request[60:], True))  # the rest of the line: nowhere to go
+    assert w.client.take() == []
