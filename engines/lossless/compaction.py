@@ -126,9 +126,12 @@ def condense_groups(active: Sequence[SummaryRow], fanout: int) -> list[SummaryRo
     return None
 
 
-def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool) -> bool:
-    """Whether maintenance should run a compaction step now."""
-    return unfinished or frame_tokens + tail_tokens > cfg.compact_threshold * budget
+def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool, last_turn: int = 0) -> bool:
+    """Whether maintenance should run a compaction step now: the assembly
+    past ``compact_threshold`` of the budget, a step left unfinished, or two
+    more turns as large as ``last_turn`` would not fit (see :func:`frame_due`)."""
+    assembly = frame_tokens + tail_tokens
+    return unfinished or assembly > cfg.compact_threshold * budget or assembly + 2 * last_turn > budget
 
 
 def last_turn_tokens(rows: Sequence[MessageRow]) -> int:
@@ -155,11 +158,15 @@ def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessCo
     the provider's prompt cache once (the next request is not a prefix of the
     last), which costs nothing when the cache has gone cold; while it is warm
     the frame waits until the budget forces it: the assembly past
-    ``warm_compact_threshold`` of the budget, or a next turn as large as
-    ``last_turn`` (the largest recent one) would not fit."""
+    ``warm_compact_threshold`` of the budget, or two more turns as large as
+    ``last_turn`` (the largest recent one) would not fit. Two, because the
+    sidecar runs maintenance in the background: the next turn may already
+    be assembled (with the old frame) when this step installs its frame, so
+    the frame must also leave room for the turn after it (8k bench: a shell
+    turn went over budget + framing when only one turn was looked ahead)."""
     if not warm:
         return True
-    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + last_turn > budget
+    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + 2 * last_turn > budget
 
 
 # --------------------------------------------------------------- the step
