@@ -347,10 +347,14 @@ async def run_step(
     sizes = ctx.knobs
     tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, cfg.fresh_tail_messages)
     chunks = leaf_chunks(tokens, cuts, tail_start, sizes.leaf_chunk_tokens)
-    if chunks and (len(chunks) > 1 or not install) and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
-        # A short last chunk waits for more messages; when the frame is not
-        # installed now, even a lone one (a summary a turn would be a cold
-        # model call a turn).
+    if chunks and not install and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
+        # While the frame waits, a short last chunk waits for more messages
+        # (a summary a turn would be a model call a turn). A step that
+        # installs its frame summarises it too (in the same batched call), so
+        # the new frame reaches the fresh tail: a short chunk left raw would
+        # stay in the assembly, up to a leaf chunk more than the fresh tail
+        # (8k bench: ~40% of the budget right after a frame, and a rebuild
+        # every ~3 turns).
         chunks.pop()
     outcomes: dict[str, int] = {}
     made_leaves = made_condensed = fallbacks = 0
