@@ -610,6 +610,7 @@ class Rules:
     USE_TOOL = re.compile(r"\bUse (?P<tool>[A-Za-z_][\w.-]*) to find (?P<query>[^\n]+?)[.?!]?\s*$", re.M)
     RUN = re.compile(r"\bRun `(?P<cmd>[^`]+)`")
     SUMMARISE = re.compile(r"^\s*Summari[sz]e\b")
+    EXCERPT = re.compile(r"^### EXCERPT (\d+):", re.M)
     COMPACTION_MARK = "CONTEXT CHECKPOINT COMPACTION"
     AT_MOST = re.compile(r"at most (\d+) tokens")
 
@@ -636,6 +637,9 @@ class Rules:
         if self.COMPACTION_MARK in prompt:
             return "compaction", Text(self.summary(prompt))
         if self.SUMMARISE.match(prompt):
+            if self.EXCERPT.search(prompt):  # the lossless engine's batched summary call
+                parts = self.EXCERPT.split(prompt)[1:]
+                return "summary", Text("\n\n".join(f"### SUMMARY {k}\n{self.summary(body)}" for k, body in zip(parts[::2], parts[1::2], strict=True)))
             return "summary", Text(self.summary(prompt))
         outputs = [i for i in after if i.get("type") in ("function_call_output", "custom_tool_call_output")]
         calls = [i for i in after if i.get("type") in ("function_call", "custom_tool_call")]

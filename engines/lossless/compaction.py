@@ -47,11 +47,22 @@ from .config import Knobs, LosslessConfig, knobs
 from .messages import valid_cuts
 from .outofline import out_of_line_view
 from .store import MessageRow, NewSummary, Store, SummaryRow
-from .summarize import Source, extractive_summary, model_summary, summary_id, summary_prompt
+from .summarize import (
+    BATCH_SYSTEM_PROMPT,
+    Source,
+    batch_prompt,
+    cap_summary,
+    extractive_summary,
+    model_summary,
+    parse_batch,
+    summary_id,
+    summary_prompt,
+)
 
 log = logging.getLogger("engines.lossless.compaction")
 
 __all__ = [
+    "condense_batch",
     "condense_groups",
     "frame_due",
     "fresh_tail_start",
@@ -126,9 +137,28 @@ def condense_groups(active: Sequence[SummaryRow], fanout: int) -> list[SummaryRo
     return None
 
 
-def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool) -> bool:
-    """Whether maintenance should run a compaction step now."""
-    return unfinished or frame_tokens + tail_tokens > cfg.compact_threshold * budget
+def condense_batch(active: Sequence[SummaryRow], fanout: int) -> list[list[SummaryRow]]:
+    """Every group :func:`condense_groups` would pick, one after another, at
+    the depth of its first pick (so they can be summarised in one call):
+    the oldest ``fanout``, the next ``fanout``, ... while more than
+    ``fanout`` of that depth would be left uncondensed."""
+    left = list(active)
+    groups: list[list[SummaryRow]] = []
+    while True:
+        group = condense_groups(left, fanout)
+        if group is None or (groups and group[0].depth != groups[0][0].depth):
+            return groups
+        groups.append(group)
+        chosen = {s.id for s in group}
+        left = [s for s in left if s.id not in chosen]
+
+
+def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool, last_turn: int = 0) -> bool:
+    """Whether maintenance should run a compaction step now: the assembly
+    past ``compact_threshold`` of the budget, a step left unfinished, or two
+    more turns as large as ``last_turn`` would not fit (see :func:`frame_due`)."""
+    assembly = frame_tokens + tail_tokens
+    return unfinished or assembly > cfg.compact_threshold * budget or assembly + 2 * last_turn > budget
 
 
 def last_turn_tokens(rows: Sequence[MessageRow]) -> int:
@@ -155,11 +185,15 @@ def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessCo
     the provider's prompt cache once (the next request is not a prefix of the
     last), which costs nothing when the cache has gone cold; while it is warm
     the frame waits until the budget forces it: the assembly past
-    ``warm_compact_threshold`` of the budget, or a next turn as large as
-    ``last_turn`` (the largest recent one) would not fit."""
+    ``warm_compact_threshold`` of the budget, or two more turns as large as
+    ``last_turn`` (the largest recent one) would not fit. Two, because the
+    sidecar runs maintenance in the background: the next turn may already
+    be assembled (with the old frame) when this step installs its frame, so
+    the frame must also leave room for the turn after it (8k bench: a shell
+    turn went over budget + framing when only one turn was looked ahead)."""
     if not warm:
         return True
-    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + last_turn > budget
+    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + 2 * last_turn > budget
 
 
 # --------------------------------------------------------------- the step
@@ -213,12 +247,84 @@ async def _summary_text(
     return text, False, outcome
 
 
+Job = tuple[int, tuple[int, int], tuple[int, int], Sequence[Source]]
+"""One summary to write: ``(depth, turns, time range, sources)``."""
+
+
+def _target(ctx: StepContext, depth: int) -> int:
+    return ctx.knobs.leaf_summary_tokens if depth == 0 else ctx.knobs.condensed_summary_tokens
+
+
+async def _summary_texts(ctx: StepContext, jobs: Sequence[Job], deadline: float) -> list[tuple[str, bool, str]]:
+    """``(text, fallback, outcome)`` for each job, asking for up to
+    ``summary_batch_size`` summaries in one host call (one prompt, numbered
+    sections). A summary the answer does not give (a call that failed, an
+    answer that does not parse, a section missing or empty) is asked for on
+    its own, then falls back to the extractive stand-in like any other."""
+    out: list[tuple[str, bool, str] | None] = [None] * len(jobs)
+    size = max(1, ctx.cfg.summary_batch_size)
+    for start in range(0, len(jobs), size):
+        batch = jobs[start : start + size]
+        if len(batch) > 1 and ctx.host is not None:
+            targets = [_target(ctx, job[0]) for job in batch]
+            prompt = batch_prompt([(*job, t) for job, t in zip(batch, targets, strict=True)])
+            timeout = min(ctx.cfg.summary_timeout * len(batch), deadline - trio.current_time())
+            text, outcome = await model_summary(ctx.host, prompt, sum(targets), timeout, ctx.count_text, system=BATCH_SYSTEM_PROMPT)
+            found = parse_batch(text, len(batch)) if text is not None else {}
+            if text is not None and len(found) < len(batch):
+                log.warning(
+                    "batched summary answer gave %d of %d sections; asking for the rest one by one",
+                    len(found),
+                    len(batch),
+                    extra={"fields": {"given": len(found), "asked": len(batch)}},
+                )
+            elif text is None:
+                log.info("batched summary call gave nothing (%s); asking one by one", outcome)
+            for k, target in enumerate(targets, 1):
+                if k in found:
+                    out[start + k - 1] = (cap_summary(found[k], target, ctx.count_text), False, "model-batch")
+        for i in range(start, start + len(batch)):
+            if out[i] is None:
+                depth, turns, times, sources = jobs[i]
+                out[i] = await _summary_text(ctx, depth, turns, times, sources, deadline)
+    return [r for r in out if r is not None]
+
+
 def _message_sources(rows: Sequence[Any]) -> list[Source]:
     return [Source(r.id, f"{r.id} turn {r.turn} {r.role}", r.text) for r in rows]
 
 
 def _summary_sources(rows: Sequence[SummaryRow]) -> list[Source]:
     return [Source(s.id, f"{s.id} depth {s.depth} turns {s.turn_lo}-{s.turn_hi}", s.text) for s in rows]
+
+
+async def _add_condensed(
+    ctx: StepContext,
+    session_id: str,
+    group: Sequence[SummaryRow],
+    depth: int,
+    turns: tuple[int, int],
+    times: tuple[int, int],
+    text: str,
+    fallback: bool,
+) -> bool:
+    """Write one condensed summary over ``group``; False if it was made elsewhere first."""
+    summary = NewSummary(
+        id=summary_id(session_id, depth, [s.id for s in group]),
+        depth=depth,
+        source_ids=[s.id for s in group],
+        seq_lo=group[0].seq_lo,
+        seq_hi=group[-1].seq_hi,
+        turn_lo=turns[0],
+        turn_hi=turns[1],
+        time_lo=times[0],
+        time_hi=times[1],
+        text=text,
+        tokens=ctx.count_text(text),
+        source_tokens=sum(s.source_tokens for s in group),
+        fallback=fallback,
+    )
+    return bool(await ctx.db(ctx.store.add_condensed, session_id, summary))
 
 
 async def run_step(
@@ -241,19 +347,26 @@ async def run_step(
     sizes = ctx.knobs
     tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, cfg.fresh_tail_messages)
     chunks = leaf_chunks(tokens, cuts, tail_start, sizes.leaf_chunk_tokens)
-    if chunks and (len(chunks) > 1 or not install) and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
-        # A short last chunk waits for more messages; when the frame is not
-        # installed now, even a lone one (a summary a turn would be a cold
-        # model call a turn).
+    if chunks and not install and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
+        # While the frame waits, a short last chunk waits for more messages
+        # (a summary a turn would be a model call a turn). A step that
+        # installs its frame summarises it too (in the same batched call), so
+        # the new frame reaches the fresh tail: a short chunk left raw would
+        # stay in the assembly, up to a leaf chunk more than the fresh tail
+        # (8k bench: ~40% of the budget right after a frame, and a rebuild
+        # every ~3 turns).
         chunks.pop()
     outcomes: dict[str, int] = {}
     made_leaves = made_condensed = fallbacks = 0
+    jobs: list[Job] = []
     for a, b in chunks:
         part = rows[a:b]
         turns = (part[0].turn, part[-1].turn)
         times = (min(r.timestamp for r in part), max(r.timestamp for r in part))
-        sources = _message_sources(part)
-        text, fallback, outcome = await _summary_text(ctx, 0, turns, times, sources, deadline)
+        jobs.append((0, turns, times, _message_sources(part)))
+    texts = await _summary_texts(ctx, jobs, deadline)
+    for (a, b), (_, turns, times, _), (text, fallback, outcome) in zip(chunks, jobs, texts, strict=True):
+        part = rows[a:b]
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         summary = NewSummary(
             id=summary_id(session_id, 0, [r.id for r in part]),
@@ -275,35 +388,24 @@ async def run_step(
             break
         made_leaves += 1
         fallbacks += fallback
-    while True:
+    stopped = False
+    while not stopped:
         active = await ctx.db(store.summaries, session_id, active_only=True)
-        group = condense_groups(active, cfg.condense_fanout)
-        if group is None:
+        groups = condense_batch(active, cfg.condense_fanout)
+        if not groups:
             break
-        depth = group[0].depth + 1
-        turns = (group[0].turn_lo, group[-1].turn_hi)
-        times = (min(s.time_lo for s in group), max(s.time_hi for s in group))
-        text, fallback, outcome = await _summary_text(ctx, depth, turns, times, _summary_sources(group), deadline)
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        summary = NewSummary(
-            id=summary_id(session_id, depth, [s.id for s in group]),
-            depth=depth,
-            source_ids=[s.id for s in group],
-            seq_lo=group[0].seq_lo,
-            seq_hi=group[-1].seq_hi,
-            turn_lo=turns[0],
-            turn_hi=turns[1],
-            time_lo=times[0],
-            time_hi=times[1],
-            text=text,
-            tokens=ctx.count_text(text),
-            source_tokens=sum(s.source_tokens for s in group),
-            fallback=fallback,
-        )
-        if not await ctx.db(store.add_condensed, session_id, summary):
-            break
-        made_condensed += 1
-        fallbacks += fallback
+        jobs = [
+            (g[0].depth + 1, (g[0].turn_lo, g[-1].turn_hi), (min(s.time_lo for s in g), max(s.time_hi for s in g)), _summary_sources(g))
+            for g in groups
+        ]
+        texts = await _summary_texts(ctx, jobs, deadline)
+        for group, (depth, turns, times, _), (text, fallback, outcome) in zip(groups, jobs, texts, strict=True):
+            stopped = not await _add_condensed(ctx, session_id, group, depth, turns, times, text, fallback)
+            if stopped:
+                break
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            made_condensed += 1
+            fallbacks += fallback
     session = await ctx.db(store.session, session_id)
     report: dict[str, Any] = {
         "reason": reason,

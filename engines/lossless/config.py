@@ -57,6 +57,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: all; past it the remaining summaries are extractive. Keep it below the
     #: sidecar's engine deadline.
     step_deadline: float = 15.0
+    #: Summaries asked for in one host call (one prompt, numbered sections;
+    #: a section the answer does not give is asked for on its own). 1: one
+    #: call per summary.
+    summary_batch_size: int = 8
     #: Extractive (fallback) summaries retried through the host per maintenance call.
     retries_per_maintain: int = 2
     #: ``lcm_expand``'s cap when the call gives none, and the largest cap it accepts.
@@ -107,6 +111,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             "expand_query_input_tokens",
             "large_output_tokens",
             "large_output_summary_tokens",
+            "summary_batch_size",
         )
         for name in positive:
             if getattr(self, name) < 1:

@@ -290,10 +290,11 @@ class LosslessEngine(BaseContextEngine):
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
                 assembly = session.frame_tokens + sum(r.tokens for r in tail)
-                if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished):
+                recent = recent_turn_tokens(tail)
+                if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent):
                     return {"reason": reason, "changed": False, "needed": False}
                 warm = self._cache_warm(session_id) is True
-                install = frame_due(assembly, recent_turn_tokens(tail), effective, self.cfg, warm=warm)
+                install = frame_due(assembly, recent, effective, self.cfg, warm=warm)
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:

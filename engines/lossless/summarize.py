@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,8 +22,12 @@ from .messages import iso_minute
 log = logging.getLogger("engines.lossless.summarize")
 
 __all__ = [
+    "BATCH_SYSTEM_PROMPT",
     "Source",
+    "batch_prompt",
+    "cap_summary",
     "extractive_summary",
+    "parse_batch",
     "model_summary",
     "summary_id",
     "summary_prompt",
@@ -38,6 +43,18 @@ SYSTEM_PROMPT = (
     "and their reasons, and open questions. Do not invent anything and do not address the "
     "user. Plain text, terse, no preamble."
 )
+
+
+BATCH_SYSTEM_PROMPT = (
+    SYSTEM_PROMPT
+    + " You are given several excerpts: summarise each one on its own, in order, each section "
+    "headed by its own marker line exactly as asked."
+)
+
+#: The line that opens excerpt ``k`` of a batched prompt, and summary ``k`` of its answer.
+EXCERPT_MARK = "### EXCERPT {k}:"
+SUMMARY_MARK = "### SUMMARY {k}"
+_SUMMARY_LINE = re.compile(r"^[ \t]*#{2,4}[ \t]*SUMMARY[ \t]+(\d+)[ \t]*:?[ \t]*$", re.M | re.I)
 
 
 class Source:
@@ -75,6 +92,52 @@ def summary_prompt(depth: int, turns: tuple[int, int], time_range: tuple[int, in
     return head + "\n" + body
 
 
+def batch_prompt(parts: Sequence[tuple[int, tuple[int, int], tuple[int, int], Sequence[Source], int]]) -> str:
+    """One prompt asking for ``len(parts)`` summaries at once, each part
+    ``(depth, turns, time_range, sources, target_tokens)``. Each excerpt is
+    introduced by its ``### EXCERPT k:`` line (with its own length limit) and
+    the answer must give each summary under a ``### SUMMARY k`` line."""
+    n = len(parts)
+    head = (
+        f"Summarise each of the {n} excerpts below on its own, in order. Answer with exactly {n} sections: "
+        f"each starts with a line '{SUMMARY_MARK.format(k='k')}' (k = 1 to {n}) and holds that excerpt's summary only; "
+        "nothing before the first section.\n"
+    )
+    sections = []
+    for k, (depth, turns, time_range, sources, target) in enumerate(parts, 1):
+        what = "messages" if depth == 0 else "summaries of earlier parts"
+        line = (
+            f"{EXCERPT_MARK.format(k=k)} {len(sources)} {what} (turns {turns[0]}-{turns[1]}, "
+            f"{iso_minute(time_range[0])} to {iso_minute(time_range[1])}), at most {target} tokens"
+        )
+        body = "\n\n".join(f"[{s.label}]\n{_clip(s.text, SOURCE_PROMPT_CHARS)}" for s in sources)
+        sections.append(line + "\n\n" + body)
+    return head + "\n" + "\n\n".join(sections)
+
+
+def parse_batch(text: str, n: int) -> dict[int, str]:
+    """The summaries a batched answer gives, by their 1-based number: the
+    text under each ``### SUMMARY k`` line up to the next such line. Numbers
+    outside ``1..n``, given twice, or with no text are left out (the caller
+    makes those summaries another way); an answer with no marker gives
+    nothing."""
+    marks = list(_SUMMARY_LINE.finditer(text))
+    found: dict[int, str] = {}
+    twice: set[int] = set()
+    for i, m in enumerate(marks):
+        k = int(m.group(1))
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        body = text[m.end() : end].strip()
+        if not 1 <= k <= n or not body:
+            continue
+        if k in found:
+            twice.add(k)
+        found[k] = body
+    for k in twice:
+        del found[k]
+    return found
+
+
 def _first_words(text: str, limit: int) -> str:
     """At most ``limit`` characters of ``text`` on one line, cut at a word."""
     flat = " ".join(text.split())
@@ -109,7 +172,12 @@ def extractive_summary(
 
 
 async def model_summary(
-    host: EngineHost | None, prompt: str, target_tokens: int, timeout: float, count_tokens: Callable[[str], int]
+    host: EngineHost | None,
+    prompt: str,
+    target_tokens: int,
+    timeout: float,
+    count_tokens: Callable[[str], int],
+    system: str = SYSTEM_PROMPT,
 ) -> tuple[str | None, str]:
     """Ask the host for a summary. Returns ``(text, outcome)``; ``text`` is
     None when the model gave nothing usable (outcome says why: ``unbound``,
@@ -123,7 +191,7 @@ async def model_summary(
     try:
         with trio.move_on_after(timeout):
             result = await host.complete(
-                CompleteParams(system=SYSTEM_PROMPT, prompt=prompt, max_output_tokens=target_tokens * 2)
+                CompleteParams(system=system, prompt=prompt, max_output_tokens=target_tokens * 2)
             )
     except Exception as exc:  # EngineHostError, or anything a host lets slip: the stand-in applies
         log.warning("summary call failed; using the extractive stand-in", extra={"fields": {"error": type(exc).__name__}})
@@ -134,10 +202,14 @@ async def model_summary(
     text = getattr(result, "text", None)
     if not isinstance(text, str) or not text.strip():
         return None, "empty"
-    text = text.strip()
+    return cap_summary(text.strip(), target_tokens, count_tokens), "model"
+
+
+def cap_summary(text: str, target_tokens: int, count_tokens: Callable[[str], int]) -> str:
+    """``text``, or its head when it runs past twice ``target_tokens``."""
     limit = target_tokens * 2
     if count_tokens(text) > limit:  # an answer far over its length: keep its head
         text = _first_words(text, limit * 4)
         while count_tokens(text) > limit and len(text) > 16:
             text = _first_words(text, len(text) * 3 // 4)
-    return text, "model"
+    return text
