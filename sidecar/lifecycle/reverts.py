@@ -16,6 +16,7 @@ from protocol import parse, rewrite
 from ..rebuild import Rebuilder
 from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
+from ..session.learned import AdditionSent
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession, Unfollowed
 from ..store.archive import TurnArchive, archive_path
@@ -283,7 +284,7 @@ class ClientReverts:
             ledger = await self._ledger_after(session, kept) if kept is not None else None
             if ledger is not None:
                 session.held, session.projected_epoch, session.force_rebuild = ledger
-                session.addition_sent = None  # it may have come in a reverted turn: send it again
+                self.calls.learn(session, AdditionSent(None))  # it may have come in a reverted turn: send it again
             else:  # not known: project the assembly afresh (exact, at a revert's cost)
                 session.held, session.force_rebuild = None, True
         else:
