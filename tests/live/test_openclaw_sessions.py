@@ -17,9 +17,11 @@ still be in the turn's aftermath: each pair of those turns is a SIGKILL
 between two turns.
 
 The marker found twice in the second turn's model request was a sidecar bug
-(an unchanged addition was sent again by every new process, and Codex keeps
-each turn's in the thread's history); tests/lifecycle/test_learned_facts.py
-pins the fix.
+(Codex keeps each turn's addition in the thread's history, and a new process
+did not know the thread already carried it: it was kept in memory, and the
+first process journals a fresh thread's facts under the thread's key, not
+yet the session's); tests/lifecycle/test_learned_facts.py and
+tests/store/test_learned.py pin the fixes.
 
 Slow (an OpenClaw turn takes 10-60 s on a loaded machine): run alone with
 `make test-openclaw PYTEST_ARGS=tests/live/test_openclaw_sessions.py`.
@@ -232,7 +234,7 @@ def check(root: Path, requests: list[dict], turns: Sequence[range]) -> None:
     rotated = "\n".join(input_texts(requests[turns[4][-1]]))
     assert rotated.count(FACT) == 1
     gatewayed = "\n".join(input_texts(requests[turns[-1][-1]]))
-    assert gatewayed.count(FACT) == 1
+    assert gatewayed.count(A_AFTER[0]) == 1 and gatewayed.count(CONTEXT_HEADER) == 1  # (the fact is quoted by lcm_grep's answer too)
     # The fact planted before the rotation, found after it with lcm_grep.
     grep = [requests[i] for i in turns[5]]
     assert "lcm_grep" in tool_names(grep[0]) and rules.kind(grep[0]) == "tool-call", [rules.kind(r) for r in grep]
