@@ -14,6 +14,7 @@ from protocol import parse, rewrite
 
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
+from ..session.learned import AdditionSent
 from ..session.state import ThreadSession, Unfollowed
 from ..store.archive import TurnArchive, archive_path
 from ..store.ledger import LedgerState
@@ -268,7 +269,7 @@ class ClientReverts:
             ledger = await self._ledger_after(session, kept) if kept is not None else None
             if ledger is not None:
                 session.held, session.projected_epoch, session.force_rebuild = ledger
-                session.addition_sent = None  # it may have come in a reverted turn: send it again
+                self.calls.learn(session, AdditionSent(None))  # it may have come in a reverted turn: send it again
             else:  # not known: project the assembly afresh (exact, at a revert's cost)
                 session.held, session.force_rebuild = None, True
         else:

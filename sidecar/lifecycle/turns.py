@@ -17,7 +17,7 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.learned import Bootstrapped, MaintainedOnOpening
+from ..session.learned import AdditionSent, Bootstrapped, MaintainedOnOpening, addition_digest
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import ThreadSession, TurnState
 from ..store.archive import TurnArchive, archive_path
@@ -240,12 +240,12 @@ class Turns:
                 return line
             messages, placement = planned, "additional_context"
             if state.rebuilt:
-                session.addition_sent = None  # the revert took the turn that carried it
+                self.calls.learn(session, AdditionSent(None))  # the revert took the turn that carried it
         else:
             session.force_rebuild = True  # a per-turn projection sits in history untracked
         addition = result.system_prompt_addition or None
-        if addition is not None and addition.strip() == (session.addition_sent or "").strip():
-            addition = None  # already in the thread's history, unchanged
+        if addition is not None and addition_digest(addition) == self.calls.facts(session).addition:
+            addition = None  # already in the thread's history, unchanged (sent by this process or an earlier one)
         try:
             projection = project_turn_input(
                 messages,
@@ -397,7 +397,7 @@ class Turns:
             session.turns[turn["id"]] = state
             self.spares.confirm(session)
             if state.addition_pending is not None:
-                session.addition_sent = state.addition_pending
+                self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
             if state.epoch_pending is not None:
                 session.projected_epoch = state.epoch_pending
         else:  # refused: no turn will complete, the thread is free again

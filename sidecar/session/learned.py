@@ -1,8 +1,7 @@
 """What the sidecar learns about a thread, kept across processes: sans I/O.
 
 OpenClaw runs one sidecar process per ``--local`` turn, so anything a
-process learns only in memory is gone by the next turn. Three facts matter
-to the engine:
+process learns only in memory is gone by the next turn. Four facts matter:
 
 * the model's **context window** (Codex reports it in
   ``thread/tokenUsage/updated``; without it the first turn of a fresh
@@ -12,7 +11,11 @@ to the engine:
   ``thread/resume``, so a resumed thread would otherwise offer the engine
   no ``available_tools``);
 * whether the engine's session is **bootstrapped** (bootstrap runs once a
-  session, not once a process; see :meth:`LearnedMachine.opening_step`).
+  session, not once a process; see :meth:`LearnedMachine.opening_step`);
+* which engine **system-prompt addition** the thread's history already
+  carries (Codex keeps a turn's ``additionalContext`` in the thread, so a
+  new process sending the same addition again would double it in every later
+  model request); kept as a digest, never the text.
 
 :class:`LearnedMachine` owns them for one thread, the way h11's connection
 owns its state: events go in (:meth:`LearnedMachine.handle`), the new state
@@ -33,6 +36,7 @@ The budget rules (:func:`token_budget`) are pure too.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -60,6 +64,9 @@ class Learned(msgspec.Struct, frozen=True, kw_only=True):
     window: int | None = None
     tools: frozenset[str] | None = None
     bootstrapped: bool = False
+    addition: str | None = None
+    """:func:`addition_digest` of the system-prompt addition the thread's
+    history carries; ``None``: none (or not known)."""
     opened_here: bool = False
     """This process already ran (or tried) the session's opening step,
     bootstrap or bootstrap maintenance. Never journaled."""
@@ -94,6 +101,19 @@ class MaintainedOnOpening(msgspec.Struct, frozen=True):
     """This process ran bootstrap maintenance for a session bootstrapped earlier."""
 
 
+class AdditionSent(msgspec.Struct, frozen=True):
+    """Codex accepted a turn carrying this addition (its digest), or, with
+    ``None``, the thread's history no longer holds the one it had (a revert
+    took the turn that carried it)."""
+
+    digest: str | None
+
+
+def addition_digest(addition: str) -> str:
+    """What the journal keeps of an addition: no prompt text on disk twice."""
+    return hashlib.sha256(addition.strip().encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class Restored(msgspec.Struct, frozen=True):
     """What the journal held when the thread was first used in this process.
     Facts learned in this process before it was read are newer and win."""
@@ -101,7 +121,7 @@ class Restored(msgspec.Struct, frozen=True):
     state: Learned
 
 
-Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | Restored
+Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | AdditionSent | Restored
 
 
 # --------------------------------------------------------------- actions
@@ -142,6 +162,11 @@ class LearnedMachine:
                 if state.bootstrapped:
                     return []
                 return [Journal({"thread": self.thread_id, "bootstrapped": True})]
+            case AdditionSent(digest):
+                if digest == state.addition:
+                    return []
+                self.state = msgspec.structs.replace(state, addition=digest)
+                return [Journal({"thread": self.thread_id, "addition": digest})]
             case BootstrapFailed() | MaintainedOnOpening():
                 self.state = msgspec.structs.replace(state, opened_here=True)
                 return []
@@ -150,6 +175,7 @@ class LearnedMachine:
                     window=state.window if state.window is not None else disk.window,
                     tools=state.tools if state.tools is not None else disk.tools,
                     bootstrapped=state.bootstrapped or disk.bootstrapped,
+                    addition=state.addition if state.addition is not None else disk.addition,
                     opened_here=state.opened_here,
                 )
                 return []
@@ -172,11 +198,12 @@ class LearnedMachine:
 
 def replay(entries: Iterable[Any], thread_id: str) -> Learned:
     """The state a session journal gives a thread: the newest window any of
-    the session's threads reported, this thread's tools, bootstrapped if any
-    entry says so. Entries of unknown shape are skipped."""
+    the session's threads reported, this thread's tools and addition,
+    bootstrapped if any entry says so. Entries of unknown shape are skipped."""
     window: int | None = None
     tools: frozenset[str] | None = None
     bootstrapped = False
+    addition: str | None = None
     for entry in entries:
         if not isinstance(entry, dict):
             continue
@@ -188,7 +215,10 @@ def replay(entries: Iterable[Any], thread_id: str) -> Learned:
             tools = frozenset(n for n in names if isinstance(n, str))
         if entry.get("bootstrapped") is True:
             bootstrapped = True
-    return Learned(window=window, tools=tools, bootstrapped=bootstrapped)
+        if entry.get("thread") == thread_id and "addition" in entry:
+            digest = entry["addition"]
+            addition = digest if isinstance(digest, str) else None
+    return Learned(window=window, tools=tools, bootstrapped=bootstrapped, addition=addition)
 
 
 # ---------------------------------------------------------------- budget

@@ -129,7 +129,6 @@ class ThreadSession:
     last_usage: Usage | None = None
     prompt_cache: PromptCacheInfo | None = None
     current_token_count: int | None = None
-    addition_sent: str | None = None
     warned_double_projection: bool = False
     compactions: int = 0
     completed_turns: set[str] = field(default_factory=set)

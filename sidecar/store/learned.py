@@ -57,12 +57,20 @@ class LearnedFacts:
 
     def _entry(self, thread_id: str, session_key: str) -> tuple[LearnedMachine, Path | None]:
         known = self._machines.get(thread_id)
+        path = learned_path(self.state_dir, session_key) if self.state_dir is not None else None
         if known is None:
             machine = LearnedMachine(thread_id)
-            path = learned_path(self.state_dir, session_key) if self.state_dir is not None else None
             if path is not None:
-                machine.handle(Restored(replay(read_journal(path), thread_id)))
+                # A fresh thread's first process journals under the thread's
+                # own key until OpenClaw's session is known: read that too.
+                own = learned_path(self.state_dir, thread_id) if self.state_dir is not None else None
+                entries = read_journal(own) if own is not None and own != path else []
+                machine.handle(Restored(replay([*entries, *read_journal(path)], thread_id)))
             known = self._machines[thread_id] = (machine, path)
+        elif known[1] != path:  # the session got known: its journal from now on, and what it holds
+            if path is not None:
+                known[0].handle(Restored(replay(read_journal(path), thread_id)))
+            known = self._machines[thread_id] = (known[0], path)
         return known
 
     def machine(self, thread_id: str, session_key: str) -> LearnedMachine:

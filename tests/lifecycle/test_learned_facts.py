@@ -98,3 +98,33 @@ async def test_heartbeat_runs_are_told_apart_by_their_turn_trigger(tmp_path):
     flags = [c.is_heartbeat for c in calls_for(engine, "after_turn", tid)]
     assert flags == [False, True, False]
     assert {c.citations_mode for c in calls_for(engine, "assemble", tid)} == {"off"}
+
+
+async def test_an_unchanged_addition_is_not_sent_again_by_a_new_process(tmp_path):
+    """Codex keeps a turn's ``additionalContext`` in the thread's history: a
+    new process that sent the same addition again doubled it in every later
+    model request (seen live with OpenClaw's ``--local`` turns)."""
+    from engines import AssembleResult
+    from sidecar.projection import ADDITIONAL_CONTEXT_KEY
+
+    def engine_with(addition: str) -> Any:
+        engine = make_engine()
+        engine.set_result("assemble", lambda p: AssembleResult(messages=list(p.messages), estimated_tokens=1, system_prompt_addition=addition))
+        return engine
+
+    async with open_sidecar(tmp_path, engine_with("Prefer metric units."), options=options(), name="run1") as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "one")
+        (t1,) = run.child_turn_starts(tid)
+    async with open_sidecar(tmp_path, engine_with("Prefer metric units."), options=options(), name="run2") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "two")
+        (t2,) = run.child_turn_starts(tid)
+    async with open_sidecar(tmp_path, engine_with("Answer in French."), options=options(), name="run3") as run:
+        await run.resume_thread(tid)
+        await run.turn(tid, "three")
+        (t3,) = run.child_turn_starts(tid)
+
+    assert t1["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: {"kind": "application", "value": "Prefer metric units."}}
+    assert ADDITIONAL_CONTEXT_KEY not in (t2["params"].get("additionalContext") or {})  # already in the thread's history
+    assert t3["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: {"kind": "application", "value": "Answer in French."}}  # changed: sent

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sidecar.session.learned import (
     DEFAULT_CONTEXT_WINDOW,
+    AdditionSent,
     BootstrapFailed,
     Bootstrapped,
     Journal,
@@ -18,6 +19,7 @@ from sidecar.session.learned import (
     Restored,
     ToolsGiven,
     WindowReported,
+    addition_digest,
     replay,
     token_budget,
 )
@@ -30,6 +32,7 @@ events = st.one_of(
     st.just(Bootstrapped()),
     st.just(BootstrapFailed()),
     st.just(MaintainedOnOpening()),
+    st.builds(AdditionSent, st.one_of(st.none(), st.sampled_from(["d1", "d2"]))),
 )
 
 
@@ -99,6 +102,7 @@ def test_replaying_the_journal_gives_back_the_state(evs):
     assert restored.window == m.state.window
     assert restored.tools == m.state.tools
     assert restored.bootstrapped == m.state.bootstrapped
+    assert restored.addition == m.state.addition
 
 
 @given(st.lists(events, max_size=30))
@@ -107,9 +111,20 @@ def test_each_entry_records_a_change(evs):
     for e in evs:
         before = m.state
         actions = m.handle(e)
-        assert bool(actions) == (
-            (before.window, before.tools, before.bootstrapped) != (m.state.window, m.state.tools, m.state.bootstrapped)
-        )
+        assert bool(actions) == ((before.window, before.tools, before.bootstrapped, before.addition) != (m.state.window, m.state.tools, m.state.bootstrapped, m.state.addition))
+
+
+def test_the_addition_a_thread_carries_is_journaled_as_a_digest_and_stays_with_its_thread():
+    m = LearnedMachine(T)
+    digest = addition_digest("  Prefer metric units.\n")
+    assert digest == addition_digest("Prefer metric units.") and "metric" not in digest  # no prompt text on disk
+    journal = [a.entry for a in m.handle(AdditionSent(digest))]
+    assert journal == [{"thread": T, "addition": digest}]
+    assert m.handle(AdditionSent(digest)) == []  # sent again unchanged: nothing to write
+    assert replay(journal, T).addition == digest  # a later process knows the thread has it
+    assert replay(journal, "new").addition is None  # a new Codex thread of the session does not
+    journal += [a.entry for a in m.handle(AdditionSent(None))]  # a revert took it
+    assert replay(journal, T).addition is None
 
 
 # ---------------------------------------------------------------- budget

@@ -102,3 +102,20 @@ def test_a_sigkill_mid_write_loses_nothing_already_acknowledged(tmp_path):
         windows = [e["window"] for e in decode_records(learned_path(state, "t1").read_bytes())]
         assert windows[:acked] == list(range(1, acked + 1))
         assert LearnedFacts(state).get("t1", "t1").window >= acked  # type: ignore[operator]
+
+
+def test_what_a_thread_learned_before_its_session_was_known_is_found_under_the_session(tmp_path):
+    """A fresh thread's first process journals under the thread's own key
+    (OpenClaw's session is told only later); the next process asks under
+    the session's key and must still find the thread's tools and addition
+    (seen live: the addition sent again, doubled in the model's request)."""
+    from sidecar.session.learned import AdditionSent
+
+    first = LearnedFacts(tmp_path)
+    first.learn("t1", "t1", ToolsGiven(frozenset({"message"})))
+    first.learn("t1", "codex-abc", AdditionSent("d1"))  # the session got known mid-process
+    first.learn("t1", "codex-abc", WindowReported(258_400))
+    later = LearnedFacts(tmp_path)
+    assert later.get("t1", "codex-abc") == Learned(window=258_400, tools=frozenset({"message"}), addition="d1")
+    # Once known, the session's journal is the one written.
+    assert LearnedFacts(tmp_path).get("t2", "codex-abc").window == 258_400
