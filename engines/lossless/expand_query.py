@@ -33,7 +33,7 @@ from engines.api import CompleteParams, EngineHost
 from .config import LosslessConfig
 from .messages import iso_minute
 from .store import MessageRow, Store
-from .tools import TOOL_NAMES, ToolArgumentError, fts_queries
+from .tools import TOOL_NAMES, ToolArgumentError, fts_queries, head_within
 
 log = logging.getLogger("engines.lossless.expand_query")
 
@@ -100,18 +100,6 @@ def _render(row: MessageRow, text: str) -> str:
     return f"[{row.id} turn {row.turn} {row.role} {iso_minute(row.timestamp)}]\n{text}"
 
 
-def _cut_to(text: str, cap: int, count_tokens: Callable[[str], int]) -> str:
-    text = text[: cap * 16]
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count_tokens(text[:mid]) <= cap:
-            lo = mid
-        else:
-            hi = mid - 1
-    return text[:lo]
-
-
 def prepare(
     store: Store,
     cfg: LosslessConfig,
@@ -173,7 +161,7 @@ def prepare(
                 if room < 200:
                     left_out += 1
                     continue
-                head = _cut_to(row.text, room - 60, count_tokens)
+                head = head_within(row.text[: (room - 60) * 16], room - 60, count_tokens)
                 text = _render(row, head) + f"\n[… cut: {len(row.text) - len(head)} more characters]"
                 tokens = count_tokens(text) + 1
             chosen[row.id] = (row, text)
@@ -220,7 +208,7 @@ def finish(plan: QueryPlan, answer: str, count_tokens: Callable[[str], int]) -> 
     )
     room = plan.max_tokens - count_tokens(footer) - 1
     if count_tokens(body) > room:
-        body = _cut_to(body, max(1, room - 8), count_tokens).rstrip() + " […]"
+        body = head_within(body[: max(1, room - 8) * 16], max(1, room - 8), count_tokens).rstrip() + " […]"
     out = body + footer
     while count_tokens(out) > plan.max_tokens and len(footer) > 40:  # very long ids lists and a small cap
         footer = footer[: len(footer) * 3 // 4] + "…]"

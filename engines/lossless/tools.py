@@ -275,7 +275,7 @@ def _page(row: MessageRow, offset: int, cap: int, cfg: LosslessConfig, count_tok
     header = f"[{row.id} turn {row.turn} {row.role} {iso_minute(row.timestamp)}, characters {offset}-{{end}} of {len(text)}]\n"
     room = max(1, cap - count_tokens(header.format(end=len(text))) - 1)
     # A token is rarely longer than 16 characters: search a window that size.
-    body = _cut_to(text[offset : offset + room * 16], room, count_tokens) or text[offset : offset + 1]
+    body = head_within(text[offset : offset + room * 16], room, count_tokens) or text[offset : offset + 1]
     end = offset + len(body)
     page = header.format(end=end) + body
     if end < len(text):
@@ -286,7 +286,7 @@ def _page(row: MessageRow, offset: int, cap: int, cfg: LosslessConfig, count_tok
     return page
 
 
-def _cut_to(text: str, cap: int, count_tokens: Callable[[str], int]) -> str:
+def head_within(text: str, cap: int, count_tokens: Callable[[str], int]) -> str:
     """The longest head of ``text`` (by characters, found by halving) within ``cap`` tokens."""
     lo, hi = 0, len(text)
     while lo < hi:
