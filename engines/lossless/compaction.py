@@ -359,35 +359,43 @@ async def run_step(
     outcomes: dict[str, int] = {}
     made_leaves = made_condensed = fallbacks = 0
     jobs: list[Job] = []
+    batch = max(1, cfg.summary_batch_size)
     for a, b in chunks:
         part = rows[a:b]
         turns = (part[0].turn, part[-1].turn)
         times = (min(r.timestamp for r in part), max(r.timestamp for r in part))
         jobs.append((0, turns, times, _message_sources(part)))
-    texts = await _summary_texts(ctx, jobs, deadline)
-    for (a, b), (_, turns, times, _), (text, fallback, outcome) in zip(chunks, jobs, texts, strict=True):
-        part = rows[a:b]
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        summary = NewSummary(
-            id=summary_id(session_id, 0, [r.id for r in part]),
-            depth=0,
-            source_ids=[r.id for r in part],
-            seq_lo=part[0].seq,
-            seq_hi=part[-1].seq,
-            turn_lo=turns[0],
-            turn_hi=turns[1],
-            time_lo=times[0],
-            time_hi=times[1],
-            text=text,
-            tokens=ctx.count_text(text),
-            source_tokens=sum(r.tokens for r in part),
-            fallback=fallback,
-        )
-        if not await ctx.db(store.add_leaf, session_id, summary):
-            log.info("leaf summary already made elsewhere; step stops here", extra={"fields": {"sessionId": session_id}})
+    stopped = False
+    for at in range(0, len(jobs), batch):
+        # Each batch's summaries are written before the next is asked for
+        # (persist as you go: a kill mid-step loses at most the batch in flight).
+        texts = await _summary_texts(ctx, jobs[at : at + batch], deadline)
+        for (a, b), (_, turns, times, _), (text, fallback, outcome) in zip(chunks[at:], jobs[at:], texts, strict=False):
+            part = rows[a:b]
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            summary = NewSummary(
+                id=summary_id(session_id, 0, [r.id for r in part]),
+                depth=0,
+                source_ids=[r.id for r in part],
+                seq_lo=part[0].seq,
+                seq_hi=part[-1].seq,
+                turn_lo=turns[0],
+                turn_hi=turns[1],
+                time_lo=times[0],
+                time_hi=times[1],
+                text=text,
+                tokens=ctx.count_text(text),
+                source_tokens=sum(r.tokens for r in part),
+                fallback=fallback,
+            )
+            if not await ctx.db(store.add_leaf, session_id, summary):
+                log.info("leaf summary already made elsewhere; step stops here", extra={"fields": {"sessionId": session_id}})
+                stopped = True
+                break
+            made_leaves += 1
+            fallbacks += fallback
+        if stopped:
             break
-        made_leaves += 1
-        fallbacks += fallback
     stopped = False
     while not stopped:
         active = await ctx.db(store.summaries, session_id, active_only=True)
@@ -398,14 +406,17 @@ async def run_step(
             (g[0].depth + 1, (g[0].turn_lo, g[-1].turn_hi), (min(s.time_lo for s in g), max(s.time_hi for s in g)), _summary_sources(g))
             for g in groups
         ]
-        texts = await _summary_texts(ctx, jobs, deadline)
-        for group, (depth, turns, times, _), (text, fallback, outcome) in zip(groups, jobs, texts, strict=True):
-            stopped = not await _add_condensed(ctx, session_id, group, depth, turns, times, text, fallback)
+        for at in range(0, len(jobs), batch):
+            texts = await _summary_texts(ctx, jobs[at : at + batch], deadline)
+            for group, (depth, turns, times, _), (text, fallback, outcome) in zip(groups[at:], jobs[at:], texts, strict=False):
+                stopped = not await _add_condensed(ctx, session_id, group, depth, turns, times, text, fallback)
+                if stopped:
+                    break
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                made_condensed += 1
+                fallbacks += fallback
             if stopped:
                 break
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            made_condensed += 1
-            fallbacks += fallback
     session = await ctx.db(store.session, session_id)
     report: dict[str, Any] = {
         "reason": reason,

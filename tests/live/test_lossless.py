@@ -60,6 +60,9 @@ leaf_summary_tokens = 60
 condensed_summary_tokens = 80
 summary_timeout = 100.0
 step_deadline = 110.0
+# One summary a call: the kill test cuts a step between two of them (batched
+# calls are tested in tests/engines/lossless/test_batched_summaries.py).
+summary_batch_size = 1
 """
 # The summary call must still be in flight when the kill comes: the engine's
 # deadline (and with it host.complete's) is far longer than the test needs.
