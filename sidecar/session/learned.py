@@ -181,6 +181,17 @@ class LearnedMachine:
                 return []
         raise TypeError(f"not a learned-state event: {event!r}")
 
+    def joined(self, session: Learned) -> list[Journal]:
+        """The thread's session journal, read once its session is known,
+        holds ``session``: a window the thread learned before (under its own
+        key: a resume's usage reported before the binding was read, a thread
+        that was a session of its own) goes to it when it has none, so the
+        session's next Codex thread has a budget from its first turn."""
+        window = self.state.window
+        if window is None or session.window is not None:
+            return []
+        return [Journal({"thread": self.thread_id, "window": window})]
+
     def opening_step(self, had_history: bool) -> Literal["bootstrap", "maintain"] | None:
         """What the first turn of the session in this process runs before it
         assembles. ``bootstrap`` (with its maintenance) once a session: for

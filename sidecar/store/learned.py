@@ -65,13 +65,24 @@ class LearnedFacts:
                 # own key until OpenClaw's session is known: read that too.
                 own = learned_path(self.state_dir, thread_id) if self.state_dir is not None else None
                 entries = read_journal(own) if own is not None and own != path else []
-                machine.handle(Restored(replay([*entries, *read_journal(path)], thread_id)))
+                session = read_journal(path)
+                machine.handle(Restored(replay([*entries, *session], thread_id)))
+                if entries:
+                    self._share_window(machine, path, replay(session, thread_id))
             known = self._machines[thread_id] = (machine, path)
         elif known[1] != path:  # the session got known: its journal from now on, and what it holds
             if path is not None:
-                known[0].handle(Restored(replay(read_journal(path), thread_id)))
+                disk = replay(read_journal(path), thread_id)
+                known[0].handle(Restored(disk))
+                self._share_window(known[0], path, disk)
             known = self._machines[thread_id] = (known[0], path)
         return known
+
+    @staticmethod
+    def _share_window(machine: LearnedMachine, path: Path, session: Learned) -> None:
+        for action in machine.joined(session):
+            if not append_record(path, action.entry):
+                log.warning("learned fact not journaled (kept in memory)", extra={"fields": {"threadId": machine.thread_id}})
 
     def machine(self, thread_id: str, session_key: str) -> LearnedMachine:
         return self._entry(thread_id, session_key)[0]

@@ -128,3 +128,53 @@ async def test_an_unchanged_addition_is_not_sent_again_by_a_new_process(tmp_path
     assert t1["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: {"kind": "application", "value": "Prefer metric units."}}
     assert ADDITIONAL_CONTEXT_KEY not in (t2["params"].get("additionalContext") or {})  # already in the thread's history
     assert t3["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: {"kind": "application", "value": "Answer in French."}}  # changed: sent
+
+
+RID = "codex-" + "ab12" * 10  # OpenClaw's hook relay id (tests/lifecycle/test_sessions.py)
+
+
+def hooks(rid: str) -> dict:
+    command = f"exec 'node' 'entry.js' 'hooks' 'relay' '--provider' 'codex' '--relay-id' '{rid}' '--generation' 'g1' '--event' 'permission_request'"
+    return {"config": {"features.hooks": True, "hooks.PermissionRequest": [{"hooks": [{"type": "command", "command": command}]}]}}
+
+
+async def test_a_session_s_new_thread_in_a_new_process_has_the_window_its_earlier_processes_learned(tmp_path):
+    """OpenClaw rotates a session onto a new Codex thread (web search turned
+    off) in a new process: the new thread's first turn has the window the
+    session's earlier processes learned, not the stated default (seen live:
+    the facts of a fresh thread's first process were journaled under the
+    thread's key, before OpenClaw's session was known)."""
+    async with open_sidecar(tmp_path, make_engine(), options=options(), name="run1") as run:
+        t1 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))
+        await run.turn(t1, "one")
+    async with open_sidecar(tmp_path, make_engine(), options=options(), name="run2") as run:
+        await run.resume_thread(t1, **hooks(RID))
+        await run.turn(t1, "two")
+
+    engine = make_engine()
+    async with open_sidecar(tmp_path, engine, options=options(), name="run3") as run:
+        t2 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))
+        assert t2 != t1
+        await run.turn(t2, "three")
+    (first,) = calls_for(engine, "assemble", RID)  # by session id: the relay id
+    assert first.token_budget == WINDOW - 20_000
+    assert first.runtime_context.context_window == WINDOW
+
+
+async def test_a_window_a_thread_learned_as_its_own_session_reaches_the_session_it_joins(tmp_path):
+    """A thread kept as a session of its own (an older sidecar, or hooks off)
+    later resumed with OpenClaw's relay id: the window it learned is the
+    session's too, so the session's next Codex thread starts with it."""
+    async with open_sidecar(tmp_path, make_engine(), options=options(), name="run1") as run:
+        t1 = await run.start_thread(dynamicTools=TOOLS)
+        await run.turn(t1, "one")
+    async with open_sidecar(tmp_path, make_engine(), options=options(), name="run2") as run:
+        await run.resume_thread(t1, **hooks(RID))
+        await run.turn(t1, "two")
+
+    engine = make_engine()
+    async with open_sidecar(tmp_path, engine, options=options(), name="run3") as run:
+        t2 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))
+        await run.turn(t2, "three")
+    (first,) = calls_for(engine, "assemble", RID)  # by session id: the relay id
+    assert first.token_budget == WINDOW - 20_000

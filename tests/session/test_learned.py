@@ -153,3 +153,11 @@ def test_the_default_budget_is_a_number_within_the_window_and_never_above_window
         assert budget == known - reserve
     else:  # the reserve would leave less than the floor: the floor
         assert budget == floor
+
+
+def test_a_window_the_thread_knows_joins_a_session_journal_without_one():
+    machine = LearnedMachine("t1")
+    assert machine.joined(Learned()) == []  # nothing known: nothing to tell
+    machine.handle(WindowReported(258_400))
+    assert machine.joined(Learned()) == [Journal({"thread": "t1", "window": 258_400})]
+    assert machine.joined(Learned(window=128_000)) == []  # the session's own window stays

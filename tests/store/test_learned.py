@@ -119,3 +119,19 @@ def test_what_a_thread_learned_before_its_session_was_known_is_found_under_the_s
     assert later.get("t1", "codex-abc") == Learned(window=258_400, tools=frozenset({"message"}), addition="d1")
     # Once known, the session's journal is the one written.
     assert LearnedFacts(tmp_path).get("t2", "codex-abc").window == 258_400
+
+
+def test_a_window_learned_before_the_session_was_known_is_journaled_under_the_session(tmp_path):
+    """Codex reports a resumed thread's usage before the sidecar has read the
+    thread's binding: the window goes under the thread's key. Once the
+    session is known, the session's journal gets it too (when it has none),
+    so the session's next Codex thread has it from its first turn."""
+    first = LearnedFacts(tmp_path)
+    first.learn("t1", "t1", WindowReported(258_400))  # before the binding was read
+    assert first.get("t1", "codex-abc").window == 258_400  # the session got known
+    assert LearnedFacts(tmp_path).get("t2", "codex-abc").window == 258_400  # a new thread of the session
+    # A session journal with a window of its own keeps it (no second entry).
+    second = LearnedFacts(tmp_path)
+    second.learn("t3", "t3", WindowReported(128_000))
+    assert second.get("t3", "codex-abc").window == 128_000  # learned in this process: newer, kept
+    assert [e.get("window") for e in decode_records(learned_path(tmp_path, "codex-abc").read_bytes())] == [258_400]
