@@ -192,15 +192,21 @@ def plan_turn(
         if not (holdings.force_rebuild or epoch != holdings.projected_epoch):
             return Plan("tail", tuple(held), tail_from=len(assembly))
     else:
-        kept, stale = match_held(held, assembly)
-        rebuild = holdings.force_rebuild or not within_slack(holdings.sizes, stale, held, assembly, estimated_tokens, slack)
+        wanted = set(assembly)
+        kept = [f for f in held if f in wanted]
+        stale = [f for f in held if f not in wanted]
+        rebuild = (
+            holdings.force_rebuild
+            or list(assembly[: len(kept)]) != kept
+            or not within_slack(holdings.sizes, stale, held, assembly, estimated_tokens, slack)
+        )
         if not rebuild:
             # The thread holds the assembly's head (plus a little the engine
             # dropped): send only the tail it lacks.
             return Plan(
                 "tail",
-                tuple(held + list(assembly[kept:])),
-                tail_from=kept,
+                tuple(held + list(assembly[len(kept) :])),
+                tail_from=len(kept),
                 stale=len(stale),
                 drops_content=bool(stale),
             )
@@ -209,25 +215,6 @@ def plan_turn(
         # already (else the next turn would revert for nothing).
         return Plan("nothing", (), epoch_pending=epoch if mode == "epoch" else None)
     return Plan("rebuild", tuple(assembly), epoch_pending=epoch if mode == "epoch" else None)
-
-
-def match_held(held: Sequence[str], assembly: Sequence[str]) -> tuple[int, list[str]]:
-    """How much of the assembly's head the thread holds, and the held
-    messages that are stale: the held messages, in order, that the
-    assembly's head takes up are kept; every other held message is stale,
-    including a copy of a message the assembly repeats out of order (a
-    retrieval engine handing back last turn's snippet at the end again): it
-    stays in the thread as stale slack and the assembly's copy is projected
-    in the tail, as a different message would be. Greedy, in one pass, so
-    it keeps the longest head there is (and so leaves the fewest stale)."""
-    kept = 0
-    stale = []
-    for f in held:
-        if kept < len(assembly) and assembly[kept] == f:
-            kept += 1
-        else:
-            stale.append(f)
-    return kept, stale
 
 
 def assembled_tokens(sizes: Mapping[str, int], assembly: Sequence[str], estimated_tokens: int | None) -> int:
