@@ -320,6 +320,11 @@ def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
     finally:
         store.close()
     click.echo(f"backed up {store.where} to {path}")
+    if store.path is None:  # PostgreSQL
+        click.echo(
+            f"{path} is a SQLite copy of the store's rows (a state folder's lossless.sqlite3); "
+            f"for a backup PostgreSQL restores: pg_dump --format=custom --file FILE '<database_url>'"
+        )
 
 
 def _normalise(name: str | None) -> str:
