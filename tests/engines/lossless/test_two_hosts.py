@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import trio
@@ -221,8 +222,9 @@ async def main():
     engine = LosslessEngine(config)
     await engine.bind(host)
     open(os.path.join(MEET, ME + ".ready"), "w").close()
-    while not os.path.exists(os.path.join(MEET, OTHER + ".ready")):  # start together
-        await trio.sleep(0.01)
+    with trio.fail_after(120):  # start together (the other may have failed to start: then give up)
+        while not os.path.exists(os.path.join(MEET, OTHER + ".ready")):
+            await trio.sleep(0.01)
     history = conversation(30)
     for end in range(4, len(history) + 1, 4):
         await engine.after_turn(AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=history[:end], pre_prompt_message_count=end - 4))
@@ -243,12 +245,29 @@ def test_two_sidecar_processes_serving_one_session_lose_and_double_nothing(backe
         _SIDECAR.format(repo=str(REPO), state=str(state), url=backend or "", me=me, other=other, meet=str(meet))
         for me, other in (("a", "b"), ("b", "a"))
     ]
-    children = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for code in codes]
+    logs = [(open(tmp_path / f"{n}.out", "w+"), open(tmp_path / f"{n}.err", "w+")) for n in range(2)]  # noqa: SIM115 - closed below
+    children = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=out, stderr=err) for code, (out, err) in zip(codes, logs, strict=True)]
     reports = []
-    for child in children:
-        out, err = child.communicate(timeout=300)
-        assert child.returncode == 0, err[-3000:]
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        deadline = time.monotonic() + 300
+        while any(c.poll() is None for c in children) and not any(c.returncode for c in children) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until both are done, or one failed
+        for child, (out, err) in zip(children, logs, strict=True):
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            out.seek(0)
+            err.seek(0)
+            assert child.returncode == 0, err.read()[-3000:]
+            reports.append(json.loads(out.read().strip().splitlines()[-1]))
+    finally:
+        for child in children:  # one failed: the other is not left behind
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        for out, err in logs:
+            out.close()
+            err.close()
     # Both sidecars were asking the model for a summary of the session at the same time.
     assert all(r["met"] for r in reports), reports
     store = _open(backend, state)
