@@ -86,6 +86,23 @@ class Turns:
         log.info("turn/start joins the running turn; forwarded unchanged", extra={"fields": self.calls.fields(session)})
         return None
 
+    def on_thread_status(self, msg: Message) -> Decision:
+        """``thread/status/changed``: a status other than active says no turn
+        runs on the thread, so a turn Codex accepted that has not completed
+        is over (``ThreadSession.codex_idle``): a ``turn/start`` from now is
+        held and assembled, not sent as a join that Codex would make a turn
+        of its own unassembled."""
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        status = params.get("status")
+        if not isinstance(status, dict) or status.get("type") not in ("idle", "notLoaded", "systemError"):
+            return None
+        session = self.sessions.get(params["threadId"])
+        if session is not None and session.codex_idle():
+            log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
+        return None
+
     async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         try:
             await self._hold_turn_start(session, msg, params)
@@ -412,11 +429,8 @@ class Turns:
         turn's id. Another id means Codex had ended (or refused) that turn
         before the join reached it and started a turn of its own: forwarded
         unassembled (the client's request, with Codex's meaning). The session
-        then tracks it as its running turn (``ThreadSession.started_by_join``:
-        taking over the slot of a turn whose ``turn/completed`` never came),
-        so that later ``turn/start``s join it too, it is mirrored with its
-        input, and once it completes the next ``turn/start`` is held and
-        assembled again."""
+        then tracks it as its running turn when the slot is free, so that
+        later ``turn/start``s join it too, and it is mirrored with its input."""
         result = msg.result()
         turn = result.get("turn") if isinstance(result, dict) else None
         if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
@@ -425,26 +439,13 @@ class Turns:
         current = session.current
         if current is not None and current.turn_id in (None, turn_id):
             return
+        # The slot is free, or held by a turn whose turn/completed never came
+        # (Codex ended it: the new turn takes the slot over, so that once it
+        # completes the next turn/start is held and assembled again), or by
+        # one finalising (the new turn is finalised after it, in order).
         ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
         _, running = session.started_by_join(turn_id)
         log.info(
             "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
             extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
         )
-
-    def on_thread_status(self, msg: Message) -> Decision:
-        """``thread/status/changed``: a status other than active says no turn
-        runs on the thread, so a turn Codex accepted that has not completed
-        is over (``ThreadSession.codex_idle``): a ``turn/start`` from now is
-        held and assembled, not sent as a join that Codex would make a turn
-        of its own unassembled."""
-        params = msg.params()
-        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
-            return None
-        status = params.get("status")
-        if not isinstance(status, dict) or status.get("type") not in ("idle", "notLoaded", "systemError"):
-            return None
-        session = self.sessions.get(params["threadId"])
-        if session is not None and session.codex_idle():
-            log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
-        return None
