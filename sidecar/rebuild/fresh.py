@@ -14,7 +14,6 @@ relay's nursery; :meth:`Spares.rebuild` is the fresh rebuild strategy
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -22,7 +21,7 @@ import trio
 
 from protocol import decode, parse, rewrite
 
-from ..relay import Decision, Hooks, Message, PendingRequest, RpcError
+from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
 from ..store.archive import TurnArchive
@@ -70,14 +69,6 @@ class Spares:
         """Client threads started (not resumed) in this process."""
 
     # ---------------------------------------- the client's requests, followed
-
-    def install(self, hooks: Hooks, remember: Callable[[Message], Decision]) -> None:
-        """The hooks only backing threads need (a name and a delete or archive
-        follow the client's thread onto every Codex thread behind it)."""
-        hooks.on_client_request("thread/name/set", self.on_name_set)
-        for method in ("thread/delete", "thread/archive"):
-            hooks.on_client_request(method, remember)
-            hooks.on_response(method, self.follow_to_retired)
 
     def client_start(self) -> None:
         """The client starts, resumes or forks a thread: notifications that
