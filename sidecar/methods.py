@@ -162,7 +162,7 @@ METHODS: tuple[Row, ...] = (
     Row(method="item/completed", source=N, request="tools.on_item", part=TOOLS, phase=FRONT),
     Row(method="turn/completed", source=N, request="tools.on_turn_completed", part=TOOLS, phase=FRONT),
     Row(method="serverRequest/resolved", source=N, request="tools.on_resolved", part=TOOLS, phase=FRONT, thread_keys=ID),
-    # (tools.on_read_response is on every read's answer, from the ``read`` column: see reads_rows)
+    # (tools.on_read_response is on every read's answer, from the ``read`` column: see derived)
     # -- hooked nowhere: only their thread ids, mapped at the edge
     Row(method="review/start", thread_keys=ID + ("reviewThreadId",) + ITEMS),
     Row(method="thread/section/move", thread_keys=ID + ("beforeThreadId",)),
@@ -171,24 +171,28 @@ METHODS: tuple[Row, ...] = (
 )
 # fmt: on
 
+def _rows(rows: Iterable[Row] | None) -> tuple[Row, ...]:
+    return tuple(METHODS if rows is None else rows)
+
+
 READ_RESPONSE = "tools.on_read_response"
 """What every read's answer goes through last with the engine's tools."""
 
 
-def reads(rows: Iterable[Row] = METHODS) -> tuple[str, ...]:
+def reads(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
     """The methods whose answers are reads of a thread's turns (the ``read`` column)."""
-    return tuple(dict.fromkeys(r.method for r in rows if r.read))
+    return tuple(dict.fromkeys(r.method for r in _rows(rows) if r.read))
 
 
-def derived(rows: Iterable[Row] = METHODS) -> tuple[Row, ...]:
+def derived(rows: Iterable[Row] | None = None) -> tuple[Row, ...]:
     """Rows the columns imply: every read's answer loses the engine's items
     (``BACK``, after the archive spliced its turns in)."""
     return tuple(Row(method=m, response=READ_RESPONSE, part=TOOLS, phase=BACK) for m in reads(rows))
 
 
-def thread_id_keys(rows: Iterable[Row] = METHODS) -> tuple[str, ...]:
+def thread_id_keys(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
     """Every member the table says carries thread ids (the edge's key list), first seen first."""
-    return tuple(dict.fromkeys(k for r in rows for k in r.thread_keys))
+    return tuple(dict.fromkeys(k for r in _rows(rows) for k in r.thread_keys))
 
 
 def resolve(root: Any, path: str) -> Callable[..., Any]:
@@ -201,15 +205,15 @@ def resolve(root: Any, path: str) -> Callable[..., Any]:
     return target
 
 
-def installed(parts: Collection[Part], rows: Iterable[Row] = METHODS) -> list[Row]:
+def installed(parts: Collection[Part], rows: Iterable[Row] | None = None) -> list[Row]:
     """The rows of ``parts``, in the order their hooks are installed."""
-    every = tuple(rows)
+    every = _rows(rows)
     every = every + derived(every)
     chosen = [(r.phase, n, r) for n, r in enumerate(every) if r.part in parts and (r.request or r.response)]
     return [r for _, _, r in sorted(chosen, key=lambda t: (t[0], t[1]))]
 
 
-def install(hooks: Hooks, root: Any, parts: Collection[Part], rows: Iterable[Row] = METHODS) -> None:
+def install(hooks: Hooks, root: Any, parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
     """Put the hooks of ``parts``' rows on ``hooks``, each handler resolved on ``root``."""
     for row in installed(parts, rows):
         if row.request is not None:
