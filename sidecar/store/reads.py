@@ -22,6 +22,9 @@ archive (``TurnArchive.unread``), and shown instead of Codex's turn in
 ``thread/readState/changed``, ``thread/read`` and ``thread/list`` while that
 turn is archived and the client has not marked its thread read since.
 
+Its hooks are rows of :data:`sidecar.methods.METHODS` (part ``HISTORY``,
+installed whatever the engine; the reads are its ``read`` column).
+
 A thread with nothing archived is never touched: Codex's answer passes byte
 for byte. The lists are loaded in a worker thread when a session opens and
 after each revert; a blocking read is the fallback for a thread this
