@@ -121,7 +121,7 @@ METHODS: tuple[Row, ...] = (
     Row(method="thread/resume", request="opening.on_resume", thread_keys=ID + THREAD + ITEMS, read=True),
     Row(method="thread/resume", response="splice_opened", part=BARE),
     Row(method="thread/fork", request="opening.remember_params", response="splice_opened", part=BARE),
-    Row(method="thread/fork", thread_keys=ID + THREAD + ITEMS, read=True),
+    Row(method="thread/fork", thread_keys=ID + THREAD + ITEMS, read=True),  # (its hooks: BARE above, ENGINE below)
     Row(method="thread/turns/list", request="archived.on_turns_list", response="archived.on_list_response", thread_keys=ID + ITEMS, read=True),
     Row(method="thread/items/list", request="archived.on_items_list", response="archived.on_list_response", thread_keys=ID + ITEMS, read=True),
     Row(method="thread/list", response="archived.on_thread_list_response", thread_keys=("parentThreadId", "ancestorThreadId", "attachedToThreadId") + THREAD + ITEMS),
@@ -170,6 +170,7 @@ METHODS: tuple[Row, ...] = (
     Row(method="execCommandApproval", source=S, thread_keys=("conversationId",)),
 )
 # fmt: on
+
 
 def _rows(rows: Iterable[Row] | None) -> tuple[Row, ...]:
     return tuple(METHODS if rows is None else rows)
