@@ -45,7 +45,7 @@ import trio
 from engines import CompleteParams, CompleteResult, EngineHostError, Usage
 from protocol import encode_error
 
-from ..rebuild.backing import BackingThreads
+from ..history.backing import BackingThreads
 from ..rebuild.fresh import SPARE_QUIET
 from ..relay import Proxy, RpcError
 

@@ -21,13 +21,14 @@ from typing import Any
 import trio
 
 from .. import methods
+from ..history.backing import BackingThreads
+from ..history.reads import ArchivedTurns
 from ..host import Completions, EngineTools, SidecarHost
 from ..host.completion import START_KEYS
 from ..host.engine_tools import engine_specs
 from ..host.offered import OfferedTools
 from ..methods import Part
 from ..rebuild import InPlace, Rebuilder, Strategy
-from ..rebuild.backing import BackingThreads
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..session.context import LifecycleContext
@@ -35,7 +36,6 @@ from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
 from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
-from ..store.reads import ArchivedTurns
 from .calls import EngineCalls
 from .compaction import Compaction
 from .context import HistoryMoves

@@ -21,12 +21,12 @@ import trio
 
 from protocol import decode, parse, rewrite
 
+from ..history.archive import TurnArchive
+from ..history.backing import STICKY_TURN_KEYS, Alias, BackingThreads
+from ..history.reads import ArchivedTurns
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..store.archive import TurnArchive
-from ..store.reads import ArchivedTurns
-from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 

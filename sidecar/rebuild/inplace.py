@@ -8,11 +8,11 @@ import logging
 
 import trio
 
+from ..history.archive import TurnArchive
+from ..history.reads import ArchivedTurns
 from ..relay import HANDLED, Decision, Message, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RevertNoise, ThreadSession, log_fields
-from ..store.archive import TurnArchive
-from ..store.reads import ArchivedTurns
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 

@@ -22,9 +22,9 @@ from engines.api import EngineInfo
 from engines.testkit import RecordingEngine
 from protocol import encode_response, rewrite
 from sidecar import methods
+from sidecar.history.backing import BackingThreads, keyed_members
 from sidecar.lifecycle import Lifecycle
 from sidecar.methods import METHODS, Part, Phase, Row, Source
-from sidecar.rebuild.backing import BackingThreads, keyed_members
 from sidecar.relay import Hooks, Message, PendingRequest, Proxy
 from tests.support.lifecycle import make_engine, sidecar
 

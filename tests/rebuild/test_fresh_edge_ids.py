@@ -17,8 +17,8 @@ from typing import Any
 
 import trio
 
+from sidecar.history.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle
-from sidecar.rebuild.backing import BackingThreads
 from sidecar.relay import ProxyOptions
 from tests.support.fresh import FIRST_THREAD, SCRIPT, fresh, spare_ready
 from tests.support.harness import child, frame, proxied, wait_until
