@@ -90,7 +90,7 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     phase: Phase = Phase.MAIN
     thread_keys: tuple[str, ...] = ()
     """Members of its params or its answer whose UUID values are thread ids
-    (mapped at the child's edge, :mod:`sidecar.rebuild.backing`)."""
+    (mapped at the child's edge, :mod:`sidecar.history.backing`)."""
     read: bool = False
     """A read of a thread's turns: the archive splices the turns rebuilds
     took out of Codex into its answer, and the engine's items leave it."""

@@ -69,7 +69,7 @@ class Lifecycle:
         self.engine_id = self.calls.engine_id
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
-        items/list with the turns rebuilds took out of Codex (``sidecar.store.reads``)."""
+        items/list with the turns rebuilds took out of Codex (``sidecar.history.reads``)."""
         # Cursors handed out wrapped outlive rebuilds; wrapped ones are
         # unwrapped whatever the engine.
         self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"

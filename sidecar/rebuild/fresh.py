@@ -1,6 +1,6 @@
 """Spare Codex threads and the switch onto them (``rebuild = "fresh"``).
 
-The lifecycle's half of :mod:`sidecar.backing`: when to start a thread's
+The lifecycle's half of :mod:`sidecar.history.backing`: when to start a thread's
 spare (once the engine shows it rebuilds), starting it off any turn's path
 and hiding it from the moment Codex answers, switching a rebuild onto it
 (the map saved first), what follows the client's thread onto each new

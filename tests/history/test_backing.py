@@ -1,4 +1,4 @@
-"""sidecar.rebuild.backing: the map of client threads to the Codex threads behind them,
+"""sidecar.history.backing: the map of client threads to the Codex threads behind them,
 and the thread-id map at the child's edge (bytes in, bytes out, no I/O but the
 map's own files)."""
 

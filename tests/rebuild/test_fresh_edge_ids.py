@@ -1,7 +1,7 @@
 """``rebuild = "fresh"``: thread ids at Codex's edge after a switch.
 
 Once the client's thread lives on a backing thread, every frame between them
-is mapped (``sidecar.rebuild.backing``): the client's id out, the backing id in.
+is mapped (``sidecar.history.backing``): the client's id out, the backing id in.
 These pin the cases review found where a frame went to the wrong thread, was
 dropped for naming a hidden id, or leaked the backing id: oversized lines,
 replies and tool arguments that quote the client's id, and ``review/start``'s
