@@ -13,6 +13,7 @@ import trio
 
 from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
+from ..history.archive import TurnArchive, archive_path
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
 from ..session.context import LifecycleContext
@@ -21,7 +22,6 @@ from ..session.learned import AdditionSent, ToolsGiven
 from ..session.planner import fingerprints
 from ..session.state import ThreadSession, Unfollowed, now_ms
 from ..store import bindings
-from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, LedgerState, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, session_path

@@ -13,6 +13,7 @@ import trio
 from engines import AgentMessage, AssembleParams
 from protocol import parse, rewrite
 
+from ..history.archive import TurnArchive, archive_path
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
@@ -20,7 +21,6 @@ from ..session.context import LifecycleContext
 from ..session.learned import AdditionSent, Bootstrapped, MaintainedOnOpening, addition_digest
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import ThreadSession, TurnState
-from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts

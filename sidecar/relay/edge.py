@@ -1,7 +1,7 @@
 """The child's edge: the one optional object that maps thread ids there.
 
 The relay knows nothing of what an edge does (today: moving a client's
-thread onto other Codex threads, ``sidecar.backing.BackingThreads``); it only
+thread onto other Codex threads, ``sidecar.history.backing.BackingThreads``); it only
 calls these methods at fixed points, on bytes, and forwards what they return.
 Every method returns its argument itself when it changes nothing, so the
 relay can tell "unchanged" by identity and skip a parse.

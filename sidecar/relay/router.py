@@ -40,6 +40,7 @@ from protocol import (
 )
 from protocol.ids import PREFIX as INTERNAL_PREFIX
 
+from .. import methods
 from . import oversized
 from .control import ControlMethods, Later
 from .edge import Edge
@@ -120,7 +121,7 @@ class Router:
         self.c2s = Counters()
         self.s2c = Counters()
         self.observed = Observed()
-        self.observed.install(self.hooks)
+        methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
         self.expect_child: Callable[[], None] | None = None
         """Told when the child will answer soon (a request went to it)."""

@@ -14,7 +14,7 @@ import json
 
 import trio
 
-from sidecar.rebuild.backing import BackingThreads, routing_ids
+from sidecar.history.backing import BackingThreads, routing_ids
 from tests.support.fresh import SCRIPT, fresh, spare_ready
 from tests.support.lifecycle import wait_until
 from tests.support.modes import assert_client_unaware, context_of, inspect_records, modes_sidecar, summarising, summary_text

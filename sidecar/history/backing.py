@@ -23,8 +23,8 @@ Threads the sidecar runs for itself (the engine's model calls,
 and each frame about one goes to its listener instead of the client.
 
 Only thread-id members are mapped or looked at (``threadId``, ``id``,
-``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
-``conversationId`` whose value is a UUID): a regex and a dict lookup, and
+``sessionId``, ``forkedFromId``, ... whose value is a UUID: the
+``thread_keys`` column of :data:`sidecar.methods.METHODS`): a regex and a dict lookup, and
 never a string the model or the client wrote (a reply that happens to be a
 thread id is text, not routing); ids inside other strings (a rollout path, a
 cursor) are left alone.
@@ -54,17 +54,23 @@ import msgspec
 
 from protocol import rewrite
 
+from ..methods import thread_id_keys
 from ..store.private import private_dir
 
 log = logging.getLogger("codex_sidecar.backing")
 
 _UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID = re.compile(rb'"(' + _UUID_TEXT + rb')"')
-#: A thread-id member: (key and colon, id). Only these are mapped.
-_KEYED = re.compile(
-    rb'("(?:threadId|id|sessionId|forkedFromId|parentThreadId|attachedToThreadId|conversationId|reviewThreadId|senderThreadId'
-    rb'|agentThreadId|parent_thread_id|ancestorThreadId|beforeThreadId)"\s*:\s*)"(' + _UUID_TEXT + rb')"'
-)
+
+
+def keyed_members(keys: Iterable[str]) -> re.Pattern[bytes]:
+    """A thread-id member, ``(key and colon, id)``, for any of ``keys``."""
+    names = b"|".join(re.escape(k.encode()) for k in keys)
+    return re.compile(rb'("(?:' + names + rb')"\s*:\s*)"(' + _UUID_TEXT + rb')"')
+
+
+#: A thread-id member of the table's ``thread_keys`` column. Only these are mapped.
+_KEYED = keyed_members(thread_id_keys())
 
 
 class _Routed(msgspec.Struct):

@@ -1,4 +1,4 @@
-"""sidecar.rebuild.backing: the map of client threads to the Codex threads behind them,
+"""sidecar.history.backing: the map of client threads to the Codex threads behind them,
 and the thread-id map at the child's edge (bytes in, bytes out, no I/O but the
 map's own files)."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.rebuild.backing import BackingThreads
+from sidecar.history.backing import BackingThreads
 
 X = "01a20000-0000-7000-8000-000000000001"  # the client's thread
 B1 = "01a20000-0000-7000-8000-0000000000b1"
