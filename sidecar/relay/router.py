@@ -38,7 +38,7 @@ from protocol import (
     parse,
     rewrite,
 )
-from protocol.ids import PREFIX as INTERNAL_PREFIX
+from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
 from . import oversized
 from .control import ControlMethods, Later

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Oversized
-from protocol.ids import PREFIX
+from protocol.jsonrpc import PREFIX
 from sidecar.relay import HANDLED, RpcError
 
 
