@@ -11,7 +11,7 @@ import trio
 
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
 
-from ..host.contain import contained
+from ..host.contain import contained, raise_contained
 from ..session.learned import BootstrapFailed, Bootstrapped, Event, Learned, token_budget
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession, log_fields
@@ -42,9 +42,16 @@ class EngineCalls:
 
         Whatever the engine raises comes out as an ``Exception`` (a
         ``SystemExit`` too: ``sidecar.host.contain``), so every caller's
-        ``except Exception`` fails open; a cancellation passes."""
+        ``except Exception`` fails open; a cancellation passes. (The
+        engine is awaited here, not through ``contained``: an answer costs
+        no second frame.)"""
         with trio.fail_after(self.options.engine_deadline):
-            return await contained(awaitable)
+            try:
+                return await awaitable
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise_contained(exc)
 
     # ------------------------------------------------------ learned facts
 
