@@ -12,9 +12,8 @@ import trio
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
 
 from ..host.contain import contained, raise_contained
-from ..session.learned import BootstrapFailed, Bootstrapped, Event, Learned, token_budget
 from ..session.options import LifecycleOptions
-from ..session.state import ThreadSession, log_fields
+from ..session.state import BootstrapFailed, Bootstrapped, Event, Learned, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -28,7 +27,7 @@ class EngineCalls:
         self.options = options
         self.learned = LearnedFacts(state_dir)
         """Each thread's learned facts (window, client tools, bootstrap),
-        journaled by session (``sidecar.session.learned``)."""
+        journaled by session (``sidecar.session.state.LearnedMachine``)."""
         self.given_tools: dict[Any, frozenset[str]] = {}
         """The client's own tool names of each ``thread/start`` in flight, by
         client request id, read before the engine's tools are merged in."""

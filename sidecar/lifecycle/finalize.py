@@ -14,9 +14,8 @@ from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
-from ..session.learned import WindowReported
 from ..session.planner import fingerprint, fingerprints
-from ..session.state import ThreadSession, TurnState, now_ms
+from ..session.state import ThreadSession, TurnState, WindowReported, now_ms
 from ..store.archive import TurnArchive, archive_path, archived_turn
 from ..store.mirror import MirrorError, TranscriptMirror
 from ..translate import messages_of, translate_turn

@@ -14,8 +14,7 @@ from protocol import parse, rewrite
 
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
-from ..session.learned import AdditionSent
-from ..session.state import ThreadSession, Unfollowed
+from ..session.state import AdditionSent, ThreadSession, Unfollowed
 from ..store.archive import TurnArchive, archive_path
 from ..store.ledger import LedgerState
 from ..store.mirror import MirrorError

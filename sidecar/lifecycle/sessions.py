@@ -17,9 +17,8 @@ from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, match_transcript, relay_id, session_key
-from ..session.learned import ToolsGiven
 from ..session.planner import fingerprints
-from ..session.state import ThreadSession, Unfollowed, now_ms
+from ..session.state import ThreadSession, ToolsGiven, Unfollowed, now_ms
 from ..store import bindings
 from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path

@@ -17,9 +17,8 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.learned import AdditionSent, Bootstrapped, MaintainedOnOpening, addition_digest
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
-from ..session.state import ThreadSession, TurnState
+from ..session.state import AdditionSent, Bootstrapped, MaintainedOnOpening, ThreadSession, TurnState, addition_digest
 from ..store.archive import TurnArchive, archive_path
 from .calls import EngineCalls
 from .context import HistoryMoves

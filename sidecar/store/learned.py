@@ -3,7 +3,7 @@
 One JSONL journal a session, ``<state_dir>/learned/<session key>.jsonl``
 (0600, folder 0700; a key that is not a plain id is named by its SHA-256).
 Each entry is one ``O_APPEND`` write made when a thread's
-:class:`~sidecar.session.learned.LearnedMachine` asks for it, before the
+:class:`~sidecar.session.state.LearnedMachine` asks for it, before the
 change is relied on: once the write returns, a SIGKILL cannot lose it (a
 kill in the middle of a write tears at most that last line, which readers
 skip). Entries are written only when a fact changes (a window, a thread's
@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from ..session.learned import Event, Learned, LearnedMachine, Restored, replay
+from ..session.state import Event, Learned, LearnedMachine, Restored, replay
 from .inspect import append_record, decode_records
 
 log = logging.getLogger("codex_sidecar.lifecycle")

@@ -10,7 +10,7 @@ from typing import Any
 
 from engines import ToolCallResult, ToolSpec
 from sidecar.lifecycle import LifecycleOptions
-from sidecar.session.learned import DEFAULT_CONTEXT_WINDOW
+from sidecar.session.state import DEFAULT_CONTEXT_WINDOW
 from tests.support.lifecycle import calls_for, make_engine
 from tests.support.lifecycle import sidecar as open_sidecar
 
