@@ -13,7 +13,7 @@ from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_me
 
 from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
-from ..session.state import BootstrapFailed, Bootstrapped, Event, Learned, ThreadSession, log_fields, token_budget
+from ..session.state import BootstrapFailed, Bootstrapped, Event, Learned, LearnedMachine, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -54,13 +54,29 @@ class EngineCalls:
 
     # ------------------------------------------------------ learned facts
 
+    def machine(self, session: ThreadSession) -> LearnedMachine:
+        """The thread's learned facts, as the session holds them: read from
+        the session's journal the first time the thread is used in this
+        process, and again when its session becomes known (its key changes);
+        in between a turn reads them without touching the journal."""
+        key = self.session_key(session)
+        if session.learned is None or session.learned_key != key:
+            session.learned = self.learned.machine(session.thread_id, key)
+            session.learned_key = key
+        return session.learned
+
     def facts(self, session: ThreadSession) -> Learned:
         """What the sidecar learned of the thread, in this process or an earlier one."""
-        return self.learned.get(session.thread_id, self.session_key(session))
+        return self.machine(session).state
 
     def learn(self, session: ThreadSession, event: Event) -> Learned:
-        """The one way the learned facts change: journaled before they are relied on."""
-        return self.learned.learn(session.thread_id, self.session_key(session), event)
+        """The one way the learned facts change: journaled before they are
+        relied on. An event that changes nothing writes nothing."""
+        machine = self.machine(session)
+        actions = machine.handle(event)
+        if actions:
+            self.learned.journal(session.thread_id, self.session_key(session), actions)
+        return machine.state
 
     @staticmethod
     def session_key(session: ThreadSession) -> str:

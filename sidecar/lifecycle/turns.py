@@ -182,7 +182,7 @@ class Turns:
             params = {**params, "input": stripped}
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        opening = self.calls.machine(session).opening_step(session.had_history)
         if opening == "bootstrap":
             await self.calls.bootstrap(session)
         elif opening == "maintain":

@@ -217,6 +217,13 @@ class ThreadSession:
     """Turn id -> id of its last item (None: none), for the turns finalised in
     this process: where a client revert's ``itemsBackwardsCursor`` points."""
     stats: dict[str, Any] = field(default_factory=dict)
+    learned: LearnedMachine | None = None
+    """What the thread's processes learned (window, client tools, bootstrap,
+    addition sent), read from its session's journal once in this process
+    (``sidecar.lifecycle.calls.EngineCalls.machine``)."""
+    learned_key: str | None = None
+    """The session key ``learned`` was read under: another key (the session
+    got known) reads it again."""
     closed: bool = False
     """Codex sent ``thread/closed`` (it unloaded the thread) and no request
     has opened the thread again since: the session is released once idle."""

@@ -12,7 +12,9 @@ tools, the session's bootstrap), so a journal holds a handful of lines.
 :class:`LearnedFacts` is the thin shell around the machines: it reads a
 session's journal the first time one of its threads is used in this process
 (a few hundred bytes, on the event loop), feeds events to the thread's
-machine and writes the entries it returns.
+machine and writes the entries it returns. The lifecycle keeps each thread's
+machine on its session (``ThreadSession.learned``), so a turn that learns
+nothing new does not come here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import re
 from pathlib import Path
 
-from ..session.state import Event, Learned, LearnedMachine, Restored, replay
+from ..session.state import Event, Journal, Learned, LearnedMachine, Restored, replay
 from .inspect import append_record, decode_records
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -94,11 +96,16 @@ class LearnedFacts:
         """Feed ``event`` to the thread's machine and journal what it asks
         for (best effort: a failed write is logged, the fact stays known in
         this process)."""
-        machine, path = self._entry(thread_id, session_key)
-        for action in machine.handle(event):
+        machine = self._entry(thread_id, session_key)[0]
+        self.journal(thread_id, session_key, machine.handle(event))
+        return machine.state
+
+    def journal(self, thread_id: str, session_key: str, actions: list[Journal]) -> None:
+        """Append the entries the thread's machine asked for to its session's journal."""
+        path = self._entry(thread_id, session_key)[1]
+        for action in actions:
             if path is not None and not append_record(path, action.entry):
                 log.warning("learned fact not journaled (kept in memory)", extra={"fields": {"threadId": thread_id}})
-        return machine.state
 
     def forget(self, thread_id: str) -> None:
         """The thread's session was released: read it from disk when it comes back."""
