@@ -50,7 +50,6 @@ class Turns:
         params = msg.params()
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
-        self.spares.remember_sticky(params)
         session = self.sessions.get(params["threadId"])
         if session is None:
             try:
@@ -371,6 +370,11 @@ class Turns:
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
         self.requests.pop(pending.client_id)
+        if pending.thread_id is not None and not msg.env.error:
+            # Codex took the turn/start: its settings stick for the thread's
+            # later turns (a switch's first turn gets them again). Noted here,
+            # off the request's path.
+            self.spares.remember_sticky(pending.params)
         joined = self._joins.pop(pending.client_id, None)
         if joined is not None:
             self._joined(joined, msg)
