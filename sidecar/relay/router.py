@@ -137,7 +137,7 @@ class Router:
 
     def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, through_edge: bool = True) -> bool:
         """The one way a line goes to the child."""
-        if through_edge and self.edge is not None:
+        if through_edge and self.edge is not None and self.edge.maps_to_codex:
             line = self.edge.to_codex(line)
         if counters is not None:
             counters.frames += 1
