@@ -374,7 +374,7 @@ class Turns:
             # Codex took the turn/start: its settings stick for the thread's
             # later turns (a switch's first turn gets them again). Noted here,
             # off the request's path.
-            self.spares.remember_sticky(pending.params)
+            self.spares.remember_sticky(pending.thread_id, pending.params)
         joined = self._joins.pop(pending.client_id, None)
         if joined is not None:
             self._joined(joined, msg)
