@@ -98,7 +98,6 @@ class Router:
         to_client: Sink,
         *,
         hooks: Hooks | None = None,
-        recorder: Recorder | None = None,
         spawn: Callable[..., None] = _no_spawn,
         max_line: int = DEFAULT_MAX_LINE,
     ) -> None:
@@ -107,7 +106,9 @@ class Router:
         self.hooks = hooks or Hooks()
         self.controls = ControlMethods()
         """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
-        self.recorder = recorder
+        self.recorder: Recorder | None = None
+        """What every line in and out is shown to (``--record``): optional,
+        attached by the shell like the edge."""
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = max_line

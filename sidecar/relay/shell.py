@@ -87,10 +87,10 @@ class Proxy:
             self.to_child,
             self.to_client,
             hooks=hooks,
-            recorder=recorder,
             spawn=self.spawn,
             max_line=self.options.max_line,
         )
+        self.router.recorder = recorder
         self.controls = self.router.controls
         self.controls.add("sidecar/status", self.status)
         self._status_providers: dict[str, Callable[[], Any]] = {}
