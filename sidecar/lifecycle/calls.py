@@ -13,7 +13,7 @@ from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_me
 
 from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
-from ..session.state import BootstrapFailed, Bootstrapped, Event, Learned, LearnedMachine, ThreadSession, log_fields, token_budget
+from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -69,7 +69,7 @@ class EngineCalls:
         """What the sidecar learned of the thread, in this process or an earlier one."""
         return self.machine(session).state
 
-    def learn(self, session: ThreadSession, event: Event) -> Learned:
+    def learn(self, session: ThreadSession, event: LearnedEvent) -> Learned:
         """The one way the learned facts change: journaled before they are
         relied on. An event that changes nothing writes nothing."""
         machine = self.machine(session)
@@ -120,7 +120,7 @@ class EngineCalls:
         later process runs it again; a failure is tried again by the next one."""
         bootstrap = optional_method(self.engine, "bootstrap")
         runtime = self.runtime(session, {})
-        done: Event = Bootstrapped()
+        done: LearnedEvent = Bootstrapped()
         if bootstrap is not None:
             log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
             try:

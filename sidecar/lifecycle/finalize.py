@@ -15,9 +15,9 @@ from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
 from ..session.planner import fingerprint, fingerprints
-from ..session.state import ThreadSession, TurnState, WindowReported, now_ms
+from ..session.state import ThreadSession, TurnState, WindowReported
 from ..store.archive import TurnArchive, archive_path, archived_turn
-from ..store.mirror import MirrorError, TranscriptMirror
+from ..store.mirror import MirrorError, TranscriptMirror, now_ms
 from ..translate import messages_of, translate_turn
 from .calls import EngineCalls
 

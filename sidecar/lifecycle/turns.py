@@ -292,7 +292,7 @@ class Turns:
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return rewrite(line, params=projection.apply(params))
 
-    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);
         on a resumed thread's first turn here, from whether it renders the
         thread's own newest turn (read from the transcript)."""

@@ -50,7 +50,6 @@ The budget rules (:func:`token_budget`) are pure too.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,11 +275,6 @@ def log_fields(session: ThreadSession, engine_id: str, **more: Any) -> dict[str,
     return fields
 
 
-def now_ms() -> int:
-    """The clock mirror entries are stamped with (wall time, ms)."""
-    return int(time.time() * 1000)
-
-
 # -- what a thread's processes learned (sans I/O) --------------------------------
 
 
@@ -363,7 +357,7 @@ class Restored(msgspec.Struct, frozen=True):
     state: Learned
 
 
-Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | AdditionSent | Restored
+LearnedEvent = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | AdditionSent | Restored
 
 
 # --------------------------------------------------------------- actions
@@ -386,7 +380,7 @@ class LearnedMachine:
         self.thread_id = thread_id
         self.state = state or Learned()
 
-    def handle(self, event: Event) -> list[Journal]:
+    def handle(self, event: LearnedEvent) -> list[Journal]:
         state = self.state
         match event:
             case WindowReported(tokens):

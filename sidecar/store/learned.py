@@ -25,7 +25,7 @@ import os
 import re
 from pathlib import Path
 
-from ..session.state import Event, Journal, Learned, LearnedMachine, Restored, replay
+from ..session.state import Journal, Learned, LearnedEvent, LearnedMachine, Restored, replay
 from .inspect import append_record, decode_records
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -92,7 +92,7 @@ class LearnedFacts:
     def get(self, thread_id: str, session_key: str) -> Learned:
         return self._entry(thread_id, session_key)[0].state
 
-    def learn(self, thread_id: str, session_key: str, event: Event) -> Learned:
+    def learn(self, thread_id: str, session_key: str, event: LearnedEvent) -> Learned:
         """Feed ``event`` to the thread's machine and journal what it asks
         for (best effort: a failed write is logged, the fact stays known in
         this process)."""

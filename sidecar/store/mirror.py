@@ -116,6 +116,7 @@ def iso_timestamp(ms: int | float) -> str:
 
 
 def now_ms() -> int:
+    """The clock mirror entries are stamped with (wall time, ms)."""
     return int(time.time() * 1000)
 
 
