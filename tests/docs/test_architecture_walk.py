@@ -103,6 +103,17 @@ async def test_the_documented_turn_start_walk_is_the_traced_one(tmp_path):
     assert count == len(traced), f"docs/architecture.md says {count} modules; the list and the trace have {len(traced)}"
 
 
+MOST_MODULES = 10
+"""Issue 26: a steady ``turn/start`` crosses at most ten modules. What a
+turn needs only now and then (a journal read, a switch's settings, the edge
+of a switched thread) stays off its path."""
+
+
+async def test_a_steady_turn_start_crosses_at_most_ten_modules(tmp_path):
+    traced = {doc_name(module) for module in await trace_steady_turn(tmp_path)}
+    assert len(traced) <= MOST_MODULES, f"a turn/start crosses {len(traced)} modules: {sorted(traced)}"
+
+
 @pytest.mark.parametrize(
     ("module", "name"),
     [("sidecar.relay.shell", "relay/shell"), ("protocol.jsonrpc", "protocol/jsonrpc"), ("sidecar.projection", "projection"), ("sidecar.rebuild", "rebuild/")],
