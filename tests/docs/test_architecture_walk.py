@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from sidecar.relay.shell import Outbox
 from tests.support.lifecycle import make_engine, sidecar
@@ -83,6 +85,11 @@ async def trace_steady_turn(tmp_path) -> dict[str, set[str]]:
     async with sidecar(tmp_path, make_engine(), mode="auto") as run:
         thread_id = await run.start_thread()
         await run.turn(thread_id, "the first turn opens the session")
+        # Background work of the sidecar's start is no part of the turn: the
+        # lifecycle's tokenizer preload (0.02 s after initialize's answer) has
+        # run, and every other task waits, before the trace begins.
+        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()
         rid, line = run.turn_start_line(thread_id, "the traced turn")
         with traced_until_child_write(b'"method":"turn/start"') as seen:
             await run.send(line)
