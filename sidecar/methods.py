@@ -70,7 +70,7 @@ class Phase(enum.IntEnum):
     """After the jobs: sees (and may trim) what they made of the answer."""
 
 
-class Source(enum.Enum):
+class Sender(enum.Enum):
     CLIENT = "client"
     """A client request (``request``) and Codex's answer to it (``response``)."""
     NOTIFICATION = "notification"
@@ -81,7 +81,7 @@ class Source(enum.Enum):
 
 class Row(msgspec.Struct, frozen=True, kw_only=True):
     method: str
-    source: Source = Source.CLIENT
+    source: Sender = Sender.CLIENT
     request: str | None = None
     """The hook on the request (or notification, or server request), by path."""
     response: str | None = None
@@ -104,7 +104,7 @@ ITEMS = ("senderThreadId", "agentThreadId")
 notifications) whose values are thread ids."""
 ID = ("threadId",)
 
-C, N, S = Source.CLIENT, Source.NOTIFICATION, Source.SERVER_REQUEST
+C, N, S = Sender.CLIENT, Sender.NOTIFICATION, Sender.SERVER_REQUEST
 RELAY, HISTORY, BARE, ENGINE, TOOLS = Part.RELAY, Part.HISTORY, Part.BARE, Part.ENGINE, Part.TOOLS
 SEE, FRONT, MAIN, BACK = Phase.SEE, Phase.FRONT, Phase.MAIN, Phase.BACK
 
@@ -221,13 +221,13 @@ def install(hooks: Hooks, root: Any, parts: Collection[Part], rows: Iterable[Row
     for row in installed(parts, rows):
         if row.request is not None:
             hook = resolve(root, row.request)
-            if row.source is Source.CLIENT:
+            if row.source is Sender.CLIENT:
                 hooks.on_client_request(row.method, hook)
-            elif row.source is Source.NOTIFICATION:
+            elif row.source is Sender.NOTIFICATION:
                 hooks.on_server_notification(row.method, hook)
             else:
                 hooks.on_server_request(row.method, hook)
         if row.response is not None:
-            if row.source is not Source.CLIENT:
+            if row.source is not Sender.CLIENT:
                 raise ValueError(f"{row.method}: only a client request has a response hook")
             hooks.on_response(row.method, resolve(root, row.response))

@@ -169,6 +169,8 @@ class BackingThreads:
         self.aliases: dict[str, Alias] = {}
         self._to_codex: dict[bytes, bytes] = {}
         """Client id -> its current backing id, for switched threads only."""
+        self.maps_to_codex = False
+        """Some client thread is switched (``_to_codex`` is not empty)."""
         self._to_client: dict[bytes, bytes] = {}
         """Current and retired backing ids -> the client's id (responses)."""
         self._hidden: set[bytes] = set()
@@ -230,6 +232,7 @@ class BackingThreads:
             self._to_client[current] = client
         else:
             self._to_codex.pop(client, None)
+        self.maps_to_codex = bool(self._to_codex)
         self._hidden.discard(current)
         for old in alias.retired:
             self._to_client[old.encode()] = client

@@ -18,9 +18,8 @@ from ..projection import ProjectionError, already_projected, char_budget_for_tok
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.learned import AdditionSent, Bootstrapped, MaintainedOnOpening, addition_digest
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
-from ..session.state import ThreadSession, TurnState
+from ..session.state import AdditionSent, Bootstrapped, MaintainedOnOpening, ThreadSession, TurnState, addition_digest
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -51,7 +50,6 @@ class Turns:
         params = msg.params()
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
-        self.spares.remember_sticky(params)
         session = self.sessions.get(params["threadId"])
         if session is None:
             try:
@@ -199,7 +197,7 @@ class Turns:
             params = {**params, "input": stripped}
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        opening = self.calls.machine(session).opening_step(session.had_history)
         if opening == "bootstrap":
             await self.calls.bootstrap(session)
         elif opening == "maintain":
@@ -310,7 +308,7 @@ class Turns:
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return rewrite(line, params=projection.apply(params))
 
-    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);
         on a resumed thread's first turn here, from whether it renders the
         thread's own newest turn (read from the transcript)."""
@@ -388,6 +386,11 @@ class Turns:
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
         self.requests.pop(pending.client_id)
+        if pending.thread_id is not None and not msg.env.error:
+            # Codex took the turn/start: its settings stick for the thread's
+            # later turns (a switch's first turn gets them again). Noted here,
+            # off the request's path.
+            self.spares.remember_sticky(pending.thread_id, pending.params)
         joined = self._joins.pop(pending.client_id, None)
         if joined is not None:
             self._joined(joined, msg)

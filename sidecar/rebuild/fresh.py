@@ -121,12 +121,12 @@ class Spares:
             log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
             return False
 
-    def remember_sticky(self, params: dict[str, Any]) -> None:
-        """Settings a turn/start makes stick for later turns: a new backing
-        thread's first turn gets them again."""
+    def remember_sticky(self, thread_id: str, params: dict[str, Any]) -> None:
+        """Settings a turn/start (its decoded ``params``) makes stick for
+        later turns: a new backing thread's first turn gets them again."""
         if not self.fresh:
             return
-        alias = self.backing.aliases.get(params["threadId"])
+        alias = self.backing.aliases.get(thread_id)
         if alias is None:
             return
         changed = {k: params[k] for k in STICKY_TURN_KEYS if k in params and params[k] is not None and alias.sticky.get(k) != params[k]}

@@ -13,6 +13,10 @@ from typing import Protocol
 
 
 class Edge(Protocol):
+    maps_to_codex: bool
+    """Whether :meth:`to_codex` can change a line (an attribute, read on
+    every line to the child: while it is false the relay does not call it)."""
+
     @property
     def active(self) -> bool:
         """Whether notifications need looking at (an idle edge costs nothing)."""

@@ -38,7 +38,7 @@ from protocol import (
     parse,
     rewrite,
 )
-from protocol.ids import PREFIX as INTERNAL_PREFIX
+from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
 from .. import methods
 from . import oversized
@@ -99,7 +99,6 @@ class Router:
         to_client: Sink,
         *,
         hooks: Hooks | None = None,
-        recorder: Recorder | None = None,
         spawn: Callable[..., None] = _no_spawn,
         max_line: int = DEFAULT_MAX_LINE,
     ) -> None:
@@ -108,7 +107,9 @@ class Router:
         self.hooks = hooks or Hooks()
         self.controls = ControlMethods()
         """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
-        self.recorder = recorder
+        self.recorder: Recorder | None = None
+        """What every line in and out is shown to (``--record``): optional,
+        attached by the shell like the edge."""
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = max_line
@@ -138,7 +139,7 @@ class Router:
 
     def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, through_edge: bool = True) -> bool:
         """The one way a line goes to the child."""
-        if through_edge and self.edge is not None:
+        if through_edge and self.edge is not None and self.edge.maps_to_codex:
             line = self.edge.to_codex(line)
         if counters is not None:
             counters.frames += 1

@@ -24,17 +24,17 @@ from protocol import encode_response, rewrite
 from sidecar import methods
 from sidecar.history.backing import BackingThreads, keyed_members
 from sidecar.lifecycle import Lifecycle
-from sidecar.methods import METHODS, Part, Phase, Row, Source
+from sidecar.methods import METHODS, Part, Phase, Row, Sender
 from sidecar.relay import Hooks, Message, PendingRequest, Proxy
 from tests.support.lifecycle import make_engine, sidecar
 
 CLIENT = "01a20000-0000-7000-8000-0000000000a1"
 BACKING = "01a20000-0000-7000-8000-0000000000b1"
 KINDS = {
-    "client_requests": (Source.CLIENT, "request"),
-    "responses": (Source.CLIENT, "response"),
-    "server_notifications": (Source.NOTIFICATION, "request"),
-    "server_requests": (Source.SERVER_REQUEST, "request"),
+    "client_requests": (Sender.CLIENT, "request"),
+    "responses": (Sender.CLIENT, "response"),
+    "server_notifications": (Sender.NOTIFICATION, "request"),
+    "server_requests": (Sender.SERVER_REQUEST, "request"),
 }
 
 
@@ -219,4 +219,4 @@ def test_the_edges_key_list_is_the_tables_column():
 
 def test_a_response_hook_on_a_notification_row_is_refused():
     with pytest.raises(ValueError, match="only a client request"):
-        methods.install(Hooks(), object(), {Part.HISTORY}, (Row(method="x/y", source=Source.NOTIFICATION, response="a"),))
+        methods.install(Hooks(), object(), {Part.HISTORY}, (Row(method="x/y", source=Sender.NOTIFICATION, response="a"),))
