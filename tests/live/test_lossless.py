@@ -58,6 +58,8 @@ fresh_tail_messages = 2
 leaf_chunk_tokens = 300
 leaf_summary_tokens = 60
 condensed_summary_tokens = 80
+# room for summaries beside the 200-token fresh tail (the default 0.15 leaves 100)
+compact_target = 0.3
 summary_timeout = 100.0
 step_deadline = 110.0
 # One summary a call: the kill test cuts a step between two of them (batched
