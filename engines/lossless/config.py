@@ -29,7 +29,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: ... and at least this many messages, whatever their size.
     fresh_tail_messages: int = 4
     #: A leaf summary covers raw messages of about this many tokens (unset:
-    #: a quarter of the budget, 256 to 4,000).
+    #: a quarter of the budget, 256 to 8,000).
     leaf_chunk_tokens: int | None = None
     #: Target length of a leaf summary (unset: budget / 80, 48 to 400).
     leaf_summary_tokens: int | None = None
@@ -44,7 +44,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: the summaries shown). Low on purpose: every request re-reads the
     #: assembly (cached, at about a tenth of the price), and a new frame's first
     #: request reads it uncached, so a small frame is cheap both ways.
-    compact_target: float = 0.15
+    compact_target: float = 0.12
     #: While the provider's prompt cache is warm (a request within
     #: ``cache_ttl`` seconds), a new frame (which costs one uncached request)
     #: waits until it pays for itself: the cached re-reads of what the
@@ -177,12 +177,12 @@ def _clamp(value: int, lo: int, hi: int) -> int:
 def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
     """The compaction sizes for ``budget``: what the config sets, else a
     share of the budget (at the default 32,000-token budget the derived
-    values are 2,560 / 4,000 / 400 / 600; at 6,000 they are 480 / 1,500 / 75 /
+    values are 2,560 / 8,000 / 400 / 600; at 6,000 they are 480 / 1,500 / 75 /
     112)."""
     budget = max(1, budget)
     return Knobs(
         fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 2 // 25),
-        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 4_000),
+        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 8_000),
         leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
         condensed_summary_tokens=(
             cfg.condensed_summary_tokens if cfg.condensed_summary_tokens is not None else _clamp(budget * 3 // 160, 64, 600)

@@ -19,7 +19,7 @@ from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
 def test_sizes_follow_the_budget_unless_set():
     cfg = parse_config({})
     assert knobs(cfg, 32_000) == knobs(cfg, 32_000).__class__(
-        fresh_tail_tokens=2_560, leaf_chunk_tokens=4_000, leaf_summary_tokens=400, condensed_summary_tokens=600
+        fresh_tail_tokens=2_560, leaf_chunk_tokens=8_000, leaf_summary_tokens=400, condensed_summary_tokens=600
     )
     small = knobs(cfg, 6_000)
     assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (480, 1_500, 75, 112)
