@@ -22,9 +22,12 @@ The fake model answers by rules (:class:`tools.fake_model.Rules`): "Run
 `cmd`" runs Codex's shell tool, "Use lcm_grep to find <query>" calls that
 tool when the request offers it (natively it is not offered, and the model
 answers in text), a summary prompt (the engine's ``host.complete`` calls, or
-Codex's own compaction) gets the head of each block. Five facts are planted
-in the first 20 turns; two are asked back midway (from 100 turns on) and all
-of them in the last turns.
+Codex's own compaction) gets the head of each block, and ``lcm_expand_query``'s
+model call (:class:`BenchRules`) the excerpt sentence that holds the most of
+the question's words. Five facts are planted in the first 20 turns; two are
+asked back midway (from 100 turns on) and all of them in the last turns. One
+question (the second midway one, or the first of the last in a short run)
+asks with ``lcm_expand_query``, the others with ``lcm_grep``.
 
 Every figure comes from this run:
 
@@ -37,9 +40,11 @@ Every figure comes from this run:
 * largest turn request against the engine's budget + Codex's framing (the
   native first request without the user's prompt: tools, base and
   developer instructions, environment context) + 5%;
-* each planted fact: found in ``lcm_grep``'s output (and in which turn's
-  hit), and present in the model's input after the call; natively, present
-  in the model's input when asked;
+* each planted fact: found in the recall tool's output (and, for
+  ``lcm_grep``, in which turn's hit), and present in the model's input after
+  the call; natively, present in the model's input when asked; for the
+  ``lcm_expand_query`` question, how much the call and its result grew the
+  main context, against the tool's ``max_tokens``;
 * summaries per depth, extractive (fallback) summaries and compaction steps
   (the engine's store, as ``codex-sidecar engines lossless status``);
   rebuilds (``sidecar/status`` and the inspection records); the host's
