@@ -179,8 +179,13 @@ def query_turn(turns: int) -> int:
     return turns // 2 + 1 if turns >= 100 else min(recall)
 
 
-def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> list[Turn]:
-    """The deterministic conversation (see the module doc)."""
+def _scaled(n: int, scale: float) -> int:
+    return n if scale == 1 else max(8, round(n * scale))
+
+
+def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED, scale: float = 1.0) -> list[Turn]:
+    """The deterministic conversation (see the module doc); ``scale``
+    multiplies the length of the prompts (``--turn-scale``)."""
     rng = random.Random(seed)
     plant, recall = plan(turns)
     script: list[Turn] = []
@@ -192,11 +197,11 @@ def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> list[T
             script.append(Turn(f"Earlier I told you something. Use {tool} to find {FACTS[k].query}.", "recall", k, tool))
         elif i in plant:
             k = plant[i]
-            script.append(Turn(f"About {topic}: {_notes(rng, rng.randint(120, 200))} {FACTS[k].text} {_notes(rng, 40)}", "plant", k))
+            script.append(Turn(f"About {topic}: {_notes(rng, rng.randint(_scaled(120, scale), _scaled(200, scale)))} {FACTS[k].text} {_notes(rng, _scaled(40, scale))}", "plant", k))
         elif i % 3 == 2:
             script.append(Turn(f"Run `cat logs/{log_name(i)}` and tell me what stands out for {topic}.", "shell"))
         else:
-            script.append(Turn(f"Next, {topic} (step {i + 1}). {_notes(rng, rng.randint(150, 300))} What do you suggest?", "talk"))
+            script.append(Turn(f"Next, {topic} (step {i + 1}). {_notes(rng, rng.randint(_scaled(150, scale), _scaled(300, scale)))} What do you suggest?", "talk"))
     return script
 
 
@@ -204,14 +209,14 @@ def log_name(i: int) -> str:
     return f"job-{i % 23:02d}.log"
 
 
-def make_workspace(folder: Path, seed: int = DEFAULT_SEED) -> Path:
-    """A work folder with 23 job logs of about 500 tokens each."""
+def make_workspace(folder: Path, seed: int = DEFAULT_SEED, scale: float = 1.0) -> Path:
+    """A work folder with 23 job logs of about 500 tokens each (times ``scale``)."""
     rng = random.Random(seed)
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     (folder / "README.md").write_text("# services\n\nScratch folder for the lossless benchmark.\n")
     for n in range(23):
         lines = []
-        for k in range(26):
+        for k in range(_scaled(26, scale) if scale != 1 else 26):
             level = rng.choice(["INFO", "INFO", "INFO", "WARN", "ERROR"])
             lines.append(f"2026-11-{1 + n:02d}T{k // 2:02d}:{(k * 7) % 60:02d}:00Z {level} job={n} step={k} {' '.join(rng.choice(_NOTE_WORDS) for _ in range(6))}")
         (folder / "logs" / f"job-{n:02d}.log").write_text("\n".join(lines) + "\n")
@@ -385,14 +390,16 @@ class SideResult:
 
 
 class Session:
-    def __init__(self, name: str, script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str], scale: float = 1.0
+    ) -> None:
         self.name, self.script, self.codex_bin, self.engine_config, self.settings = name, script, codex_bin, engine_config, settings
         self.result = SideResult(name)
         self.dir = root / "runs" / name
         self.dir.mkdir(parents=True)
         self.state = self.dir / "state"
         self.work = root / "work"
-        self.rules = BenchRules(seed=seed, reply_words=(300, 500))
+        self.rules = BenchRules(seed=seed, reply_words=(_scaled(300, scale), _scaled(500, scale)), quote_chars=_scaled(1200, scale))
         self.model: BenchModel | None = None
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
@@ -615,9 +622,11 @@ async def run_sessions(sessions: Sequence[Session], turns: int) -> None:
             await s.close()
 
 
-def run(script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str] | None = None) -> list[SideResult]:
-    make_workspace(root / "work", seed)
-    sessions = [Session(name, script, root, codex_bin, engine_config, seed, settings or {}) for name in CONFIGS]
+def run(
+    script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str] | None = None, scale: float = 1.0
+) -> list[SideResult]:
+    make_workspace(root / "work", seed, scale)
+    sessions = [Session(name, script, root, codex_bin, engine_config, seed, settings or {}, scale) for name in CONFIGS]
     drive(sessions, functools.partial(run_sessions, sessions, len(script)))
     return [s.result for s in sessions]
 
@@ -804,7 +813,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"leaf_chunk_tokens {sizes.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}, "
         f"warm {cfg.warm_compact_threshold}, cache_ttl {cfg.cache_ttl:g} s); "
         f"sidecar {meta.get('sidecarSettings') or 'defaults'}; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
-        f"mean tokens a turn {meta.get('tokensPerTurn')}.",
+        f"mean tokens a turn {meta.get('tokensPerTurn')} (turn scale {meta.get('turnScale', 1.0):g}).",
     ]
     return {
         "turns": len(script),
@@ -842,6 +851,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_lossless", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns of the conversation (default %(default)s; at least 4)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--turn-scale", type=float, default=1.0, metavar="F",
+                    help="multiply the length of prompts, replies and logs by F (default 1: ~920 tokens a turn; 0.35: ~330, "
+                    "a conversation whose ten turns fit an 8,000-token budget)")
     ap.add_argument("--engine-setting", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of [engines.lossless] (TOML value), e.g. token_budget=16000; repeatable; default: the engine's defaults")
     ap.add_argument("--sidecar-setting", action="append", default=[], metavar="NAME=VALUE",
@@ -852,6 +864,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.turns < 4:
         ap.error("--turns must be at least 4")
+    if not 0.05 <= args.turn_scale <= 4:
+        ap.error("--turn-scale must be between 0.05 and 4")
     table = ["[engines.lossless]"]
     for item in args.engine_setting:
         key, eq, value = item.partition("=")
@@ -875,13 +889,13 @@ def main(argv: list[str] | None = None) -> int:
     if not codex_bin:
         print("real codex not found: run `make setup` or pass --codex-bin", file=sys.stderr)
         return 2
-    script = build_script(args.turns, args.seed)
+    script = build_script(args.turns, args.seed, args.turn_scale)
     started = time.monotonic()
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with contextlib.ExitStack() as stack:
         root = work_root(stack, args.keep, "bench-lossless-", ap.error)
         progress(f"{args.turns} turns, native + lossless; HOME {os.environ.get('HOME')}; load {load_start}")
-        results = run(script, root, codex_bin, engine_config, args.seed, settings)
+        results = run(script, root, codex_bin, engine_config, args.seed, settings, args.turn_scale)
     meta = {
         "engineSettings": ", ".join(args.engine_setting),
         "sidecarSettings": ", ".join(args.sidecar_setting),
@@ -890,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadEnd": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "seconds": time.monotonic() - started,
         "seed": args.seed,
+        "turnScale": args.turn_scale,
         "tokensPerTurn": tokens_per_turn(script, results[0]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},

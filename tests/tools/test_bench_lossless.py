@@ -221,3 +221,17 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     assert data["largestTurnRequest"] == max(r["tokens"] for r in lossless["requests"] if r["kind"] not in ("summary", "compaction"))
     assert data["cacheWeightedRatio"] == pytest.approx(lossless["all"]["cacheWeightedInput"] / native["all"]["cacheWeightedInput"])
     assert "pg-kestrel-07" in text and "BLUE HERON" in text
+
+
+def test_a_turn_scale_shortens_prompts_replies_and_logs_and_one_keeps_the_standard_run(tmp_path):
+    from engines.tokens import count_tokens
+
+    assert bl.build_script(60, 19, 1.0) == bl.build_script(60)
+    small = bl.build_script(60, 19, 0.35)
+    assert [t.kind for t in small] == [t.kind for t in bl.build_script(60)]
+    size = lambda script: sum(count_tokens(t.prompt) for t in script if t.kind in ("talk", "plant"))  # noqa: E731
+    assert size(small) < 0.5 * size(bl.build_script(60))
+    assert all(bl.FACTS[t.fact].text in t.prompt for t in small if t.kind == "plant")
+    full, short = bl.make_workspace(tmp_path / "a"), bl.make_workspace(tmp_path / "b", scale=0.35)
+    assert len((short / "logs" / "job-00.log").read_text().splitlines()) == 9
+    assert len((full / "logs" / "job-00.log").read_text().splitlines()) == 26
