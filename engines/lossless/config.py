@@ -61,6 +61,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: (instructions, tool specs: about 7,800 for Codex 0.169.0), which a new
     #: frame's first request also reads uncached.
     framing_tokens: int = 8_000
+    #: false: no frame for cost alone; a warm frame waits until the budget
+    #: forces it (the assembly then fills toward ``warm_compact_threshold``
+    #: of the budget, so the model reads more raw history at a higher price).
+    frames_when_paid: bool = True
     #: Seconds one summary call to the host may take before the extractive stand-in is used.
     summary_timeout: float = 10.0
     #: Seconds one maintenance or compaction call may spend on summary calls in

@@ -291,7 +291,7 @@ class LosslessEngine(BaseContextEngine):
                 unfinished = session.summarized_seq != session.frame_seq
                 assembly = session.frame_tokens + sum(r.tokens for r in tail)
                 recent = recent_turn_tokens(tail)
-                pays = frame_pays(tail, session.frame_tokens, effective, self.cfg)
+                pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
                 if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent, pays):
                     return {"reason": reason, "changed": False, "needed": False}
                 warm = self._cache_warm(session_id) is True

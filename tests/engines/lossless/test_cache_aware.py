@@ -199,13 +199,18 @@ async def test_a_request_stays_within_the_budget_when_maintenance_finishes_a_tur
 
 
 
-@pytest.mark.parametrize(("framing", "share"), [(100, (0.2, 0.45)), (1_000_000, (0.8, 1.0))])
-async def test_a_warm_engine_installs_its_frame_when_it_pays_before_the_budget_forces_it(host, framing, share):
+@pytest.mark.parametrize(
+    ("framing", "paid", "share"), [(100, True, (0.2, 0.45)), (1_000_000, True, (0.8, 1.0)), (100, False, (0.8, 1.0))]
+)
+async def test_a_warm_engine_installs_its_frame_when_it_pays_before_the_budget_forces_it(host, framing, paid, share):
     """A cheap cold request (little framing): the frame comes as soon as the
     cached re-reads above the target have cost as much, well below the
-    budget; a frame that never pays comes when the budget forces it, as before."""
+    budget; a frame that never pays, or with ``frames_when_paid = false``,
+    comes when the budget forces it, as before."""
     budget = 6_000
-    engine = await make_engine(host, {**SMALL, "token_budget": budget, "compact_target": 0.15, "cache_ttl": 3_600.0, "framing_tokens": framing})
+    engine = await make_engine(
+        host, {**SMALL, "token_budget": budget, "compact_target": 0.15, "cache_ttl": 3_600.0, "framing_tokens": framing, "frames_when_paid": paid}
+    )
     history: list = []
     for n in range(1, 80):
         await run_turn(engine, history, turn(n))
