@@ -26,6 +26,9 @@ its place in :data:`METHODS`. The phases that matter today:
   mirrors the turn (``MAIN``);
 * ``thread/readState/changed``: a rebuild revert's notifications are
   swallowed (``FRONT``) before the archive rewrites the read state (``MAIN``);
+* ``thread/status/changed``: likewise swallowed (``FRONT``) before an idle
+  status ends the joins of a turn whose ``turn/completed`` was lost
+  (``MAIN``), so a rebuild's own revert never ends one;
 * the reads: the archive splices its turns in (``MAIN``), then the engine's
   items are taken out of the whole answer (``BACK``).
 """

@@ -1,4 +1,4 @@
-"""Fresh backing threads: a rebuild moves the client's thread onto a new Codex thread.
+"""Backing threads: the Codex threads behind a client's thread, mapped at the child's edge.
 
 With ``rebuild = "fresh"``, a ``delta`` rebuild does not revert the Codex
 thread in place: it switches the client's thread onto a *spare*, a Codex

@@ -1,8 +1,11 @@
-"""The lifecycle: its jobs built and wired to the relay's hooks.
+"""The lifecycle: its jobs built, and their rows of the method table
+(:data:`sidecar.methods.METHODS`) installed on the relay's hooks.
 
 Each job is a module of this package (sessions, turns, finalize, reverts,
-compaction, calls); they share the sessions table and the stores, and each
-gets the collaborators it calls. This class owns no turn logic itself.
+injections, compaction, calls); they share the two context objects
+(:class:`sidecar.session.context.LifecycleContext` and
+:class:`sidecar.lifecycle.context.HistoryMoves`), and each gets the
+collaborators it calls. This class owns no turn logic itself.
 
 A thread's history is the client's, not the engine's: the backing-thread
 map and the archive of turns rebuilds took out of Codex are applied at the

@@ -2,8 +2,8 @@
 engine's whole assembly.
 
 Two strategies sit behind one interface (:class:`Strategy`): on a fresh
-backing thread (:mod:`.fresh`, with :mod:`.backing`, the only modules that
-know backing threads exist) and in place (:mod:`.inplace`, a
+backing thread (:mod:`.fresh`, with :mod:`sidecar.history.backing`, the
+only modules that know backing threads exist) and in place (:mod:`.inplace`, a
 ``thread/revert``). :class:`Rebuilder` does what both share (which turn is
 Codex's first, the archive's marks persisted before anything moves) and
 tries the strategies in order.

@@ -122,8 +122,8 @@ class Proxy:
 
     @property
     def edge(self) -> Edge | None:
-        """The edge at the child's side (``sidecar.backing.BackingThreads``
-        when rebuilds switch threads), or None."""
+        """The edge at the child's side (``sidecar.history.backing.BackingThreads``
+        whenever the lifecycle is installed), or None."""
         return self.router.edge
 
     @edge.setter

@@ -4,8 +4,9 @@ per session, read from its store: the PostgreSQL database
 state directory.
 
 The figures are :meth:`engines.lossless.Store.status`'s; this module finds
-the store (never creating a SQLite file; see :func:`open_store`) and renders
-one block per session.
+the store (never creating a SQLite file; see :func:`open_store`, which
+``engines lossless doctor`` and ``backup`` use too) and renders one block
+per session.
 """
 
 from __future__ import annotations

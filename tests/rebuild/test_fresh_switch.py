@@ -1,5 +1,5 @@
 """``rebuild = "fresh"``: a rebuild moves the client's thread onto a spare
-Codex thread (sidecar/backing.py), behind the client's unchanged thread id.
+Codex thread (sidecar/history/backing.py), behind the client's unchanged thread id.
 
 The fake app-server (tests/support/children/fake_codex.py) hands out Codex-shaped
 thread ids here (``uuidThreadIds``). The engine replaces everything but the
