@@ -2,9 +2,11 @@
 
 These are msgspec Structs for *reading* only. A Struct keeps the fields
 listed here and silently drops every other one, so a message must never be
-re-encoded from them: to change a client message, rewrite its dict form
-(``protocol.rewrite``) so every field survives, including ones this module
-has never heard of.
+re-encoded from them. The relay decodes a message once, to its dict form, and
+hands hooks a typed view converted from it (``Message.typed``); a hook that
+changes a request sets new params built from the dict form
+(``Message.set_params``), so every field survives, including ones this
+module has never heard of, and the message is encoded once on its way out.
 
 Tolerance is the design rule. Codex adds fields and item types between
 releases; a message that the protocol allows must always decode:

@@ -20,8 +20,6 @@ from typing import Any
 import msgspec
 import trio
 
-from protocol import decode, parse, rewrite
-
 from ..relay import Decision, Hooks, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
@@ -130,12 +128,12 @@ class Spares:
             log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
             return False
 
-    def remember_sticky(self, params: dict[str, Any]) -> None:
-        """Settings a turn/start makes stick for later turns: a new backing
-        thread's first turn gets them again."""
+    def remember_sticky(self, thread_id: str, params: dict[str, Any]) -> None:
+        """Settings a turn/start (its decoded ``params``) makes stick for
+        later turns: a new backing thread's first turn gets them again."""
         if not self.fresh:
             return
-        alias = self.backing.aliases.get(params["threadId"])
+        alias = self.backing.aliases.get(thread_id)
         if alias is None:
             return
         changed = {k: params[k] for k in STICKY_TURN_KEYS if k in params and params[k] is not None and alias.sticky.get(k) != params[k]}
@@ -221,16 +219,14 @@ class Spares:
             except (RpcError, trio.TooSlowError) as exc:
                 log.info("retired backing thread not followed", extra={"fields": {"method": method, "error": type(exc).__name__}})
 
-    def with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
-        """The switch turn's turn/start with the sticky settings it lacks."""
+    def with_sticky(self, session: ThreadSession, params: dict[str, Any]) -> dict[str, Any]:
+        """The switch turn's turn/start params with the sticky settings they
+        lack (``params`` itself when none is missing; never modified)."""
         alias = self.backing.aliases.get(session.thread_id)
         if alias is None or not alias.sticky:
-            return line
-        params = decode(parse(line).params)
-        if not isinstance(params, dict):
-            return line
+            return params
         missing = {k: v for k, v in sorted(alias.sticky.items()) if k not in params}
-        return rewrite(line, params={**params, **missing}) if missing else line
+        return {**params, **missing} if missing else params
 
     def want_spare(self, session: ThreadSession) -> None:
         """After a turn: start the thread's next spare, unless one is ready."""
