@@ -11,7 +11,7 @@ from typing import Any, Literal
 import trio
 
 from engines import AgentMessage, AssembleParams
-from protocol.codex import CodexDecodeError, TurnStartParams
+from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
 from ..relay import HANDLED, Decision, Message, PendingRequest
@@ -391,11 +391,10 @@ class Turns:
         state = session.current if session is not None else None
         if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
             return None
-        result = msg.result()
-        turn = result.get("turn") if isinstance(result, dict) else None
-        if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-            state.turn_id = turn["id"]
-            known = session.turns.get(turn["id"])
+        turn_id = _started_turn_id(msg)
+        if turn_id is not None:
+            state.turn_id = turn_id
+            known = session.turns.get(turn_id)
             if known is not None and known is not state:
                 # Codex joined this turn/start to a turn the sidecar did not
                 # start (one a join began, see _joined): keep what it collected.
@@ -403,7 +402,7 @@ class Turns:
                 state.item_times = {**known.item_times, **state.item_times}
                 if known.forwarded:  # its first userMessage is the join's input, not this request's
                     state.original_input = known.original_input
-            session.turns[turn["id"]] = state
+            session.turns[turn_id] = state
             self.spares.confirm(session)
             if state.addition_pending is not None:
                 self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
@@ -424,11 +423,9 @@ class Turns:
         unassembled (the client's request, with Codex's meaning). The session
         then tracks it as its running turn when the slot is free, so that
         later ``turn/start``s join it too, and it is mirrored with its input."""
-        result = msg.result()
-        turn = result.get("turn") if isinstance(result, dict) else None
-        if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+        turn_id = _started_turn_id(msg)
+        if turn_id is None:
             return
-        turn_id = turn["id"]
         current = session.current
         if current is not None and current.turn_id in (None, turn_id):
             return
@@ -445,3 +442,12 @@ class Turns:
             except trio.WouldBlock:
                 return
             session.current = state
+
+
+def _started_turn_id(msg: Message) -> str | None:
+    """The id of the turn Codex's ``turn/start`` answer started (None: refused)."""
+    try:
+        result = msg.result_as(TurnStartResult)
+    except CodexDecodeError:
+        return None
+    return result.turn.id if result is not None else None

@@ -143,6 +143,12 @@ class Message:
     def result(self) -> Any:
         return decode(self.env.result) if self.env.result else None
 
+    def result_as(self, cls: type[_S]) -> _S | None:
+        """A response's result decoded straight into ``cls`` (a
+        ``protocol.codex`` Struct; one decode, no dict); None for an error
+        response. Raises ``CodexDecodeError`` when the result does not fit."""
+        return decode_as(cls, self.env.result) if self.env.result else None
+
     def error(self) -> Any:
         return decode(self.env.error) if self.env.error else None
 

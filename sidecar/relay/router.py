@@ -263,7 +263,14 @@ class Router:
         if method.startswith(CONTROL_PREFIX):
             self._control(line)
             return
-        self._client_request(Message(env, line))
+        if self.gates or self.child_gone or self.hooks.client_requests.get(method) or IdSpace.is_reserved(env.id):
+            self._client_request(Message(env, line))
+            return
+        # Nobody reads it and nothing changes it: the relay's fast path, no Message.
+        self.pending.open(env.id, method).forwarded = True
+        if self.expect_child is not None:
+            self.expect_child()
+        self._to_child(line, CLIENT_TO_CODEX, self.c2s)
 
     def _client_request(self, msg: Message) -> None:
         """A client request (parsed, not a control method): gated, failed,
