@@ -81,9 +81,8 @@ class Message:
         return self._body.get("params")
 
     def params_if_read(self) -> Any:
-        """The params a hook already decoded, or None: never decodes."""
-        if self._changes is not None and "params" in self._changes:
-            return self._changes["params"]
+        """The client's params as a reader decoded them (before any
+        :meth:`set_params`), or None: never decodes."""
         return None if self._body is _UNDECODED else self._body.get("params")
 
     @property
@@ -123,6 +122,15 @@ class Message:
         if self._changes is None:
             self._changes = {}
         self._changes["id"] = id
+
+    def edits(self) -> dict[str, Any] | None:
+        """The changes so far (a copy), to :meth:`restore` them."""
+        return None if self._changes is None else dict(self._changes)
+
+    def restore(self, edits: dict[str, Any] | None) -> None:
+        """Back to the changes :meth:`edits` returned (a failed hook's undone)."""
+        self._changes = edits
+        self._views = None
 
     def wire(self) -> bytes:
         """The line to send: the original bytes when nothing changed, else

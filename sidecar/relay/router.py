@@ -536,14 +536,17 @@ class Router:
         (and thread) the hooks read (the first message of the chain whose
         params were read)."""
         for hook in hooks:
+            edits = msg.edits()
             try:
                 decision = hook(msg) if pending is None else hook(msg, pending)
             except Exception:
                 log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
+                msg.restore(edits)  # what it changed before it failed goes too
                 continue
-            if request is not None and request.params is None and msg.decoded:
-                request.params = msg.params()
-                request.thread_id = msg.thread_id
+            if request is not None and request.params is None:
+                request.params = msg.params_if_read()
+                if request.params is not None:
+                    request.thread_id = msg.thread_id
             if decision is HANDLED:
                 return None
             if decision is not None:

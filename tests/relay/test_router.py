@@ -489,3 +489,16 @@ def test_a_request_no_hook_decoded_is_mapped_on_its_bytes(wire):
     w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"t1"}}')
     assert w.child.take() == [b'{"id":1,"method":"thread/read","params":{"threadId":"t9"}}']
     assert edge.byte_maps == 1
+
+
+def test_a_hook_that_fails_after_changing_the_params_leaves_the_request_as_it_was(wire):
+    w = wire()
+
+    def half_done(msg):
+        msg.set_params({**msg.params(), "input": ["half"]})
+        raise RuntimeError("engine state broke")
+
+    w.router.hooks.on_client_request("turn/start", half_done)
+    line = b'{"id":4,"method":"turn/start","params":{"threadId":"t1","input":[]}}'
+    w.router.from_client(line)
+    assert w.child.take() == [line]
