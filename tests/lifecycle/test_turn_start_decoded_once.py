@@ -92,3 +92,47 @@ async def test_an_aliased_turn_start_behind_another_threads_gate_is_still_decode
     assert sent["id"] != "codex-sidecar:7" and sent["id"].startswith("codex-sidecar:"), "the alias went to codex"
     assert "openclaw_context" in sent["params"]["additionalContext"]
     assert sent["params"]["clientOnlyField"] == {"kept": [1, "two"]}
+
+
+def rebuilding_twice():
+    """Summaries that rebuild the thread twice (a revert, then a switch onto
+    its spare), then plain deltas on the switched thread."""
+    from engines import CompactionSummaryMessage
+    from tests.support.modes import scripted_engine, summary_text
+
+    def assemble(p: Any) -> AssembleResult:
+        messages = list(p.messages)
+        cut = 4 if len(messages) >= 8 else 2 if len(messages) >= 4 else 0
+        if cut:
+            messages = [CompactionSummaryMessage(summary=summary_text(cut), tokens_before=cut * 10, timestamp=0), *messages[cut:]]
+        return AssembleResult(messages=messages, estimated_tokens=1)
+
+    return scripted_engine(assemble)
+
+
+async def test_a_turn_start_on_a_switched_thread_is_mapped_on_its_decoded_params_and_encoded_once(tmp_path):
+    """After a rebuild moved the client's thread onto a spare Codex thread,
+    the edge maps the request's thread id on the params the hooks decoded:
+    no byte-level pass, one encode."""
+    from tests.support.fresh import SCRIPT, fresh
+    from tests.support.modes import modes_sidecar
+
+    async with modes_sidecar(tmp_path, rebuilding_twice(), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread()
+        alias = None
+        for n in range(8):
+            await run.turn_ok(tid, f"turn {n}")
+            alias = run.lifecycle.backing.aliases.get(tid)
+            if alias is not None and alias.current != tid:
+                break
+        assert alias is not None and alias.current != tid, "the thread was switched onto its spare"
+        rebuilds = run.session(tid).rebuilds
+        rid, line = run.turn_start_line(tid, f"the {MARKER} turn", clientOnlyField=1)
+        with counted(MARKER.encode()) as counts:
+            await run.send(line)
+            await wait_until(lambda: any(MARKER in json.dumps(m) for m in run.child_turn_starts(alias.current)), what="the traced turn/start")
+        await run.finish_turn(tid, rid)
+        assert run.session(tid).rebuilds == rebuilds, "no rebuild on the traced turn"
+    assert_once(counts)
+    [sent] = [m for m in run.child_turn_starts(alias.current) if MARKER in json.dumps(m)]
+    assert sent["params"]["threadId"] == alias.current and sent["params"]["clientOnlyField"] == 1
