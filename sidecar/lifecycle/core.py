@@ -164,6 +164,7 @@ class Lifecycle:
         for method in REVERT_NOTIFICATIONS:
             hooks.on_server_notification(method, self.inplace.swallow_noise)
         hooks.on_server_notification("thread/readState/changed", self.archived.on_read_state)  # after the revert's are swallowed
+        hooks.on_server_notification("thread/status/changed", self.turns.on_thread_status)  # likewise: a rebuild's own never ends a turn
         hooks.on_response("thread/start", self.archived.note_opened)
         self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)

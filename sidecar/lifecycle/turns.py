@@ -61,15 +61,14 @@ class Turns:
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
-        current = session.current
-        if current is not None and current.forwarded and current.turn_id not in session.completed_turns:
+        if session.joins_running_turn():
             return self._join(session, msg)
         self._joins.pop(msg.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
         # it. From now when the thread is idle or only finalising its last
         # turn; from when the slot is free otherwise.
-        if not session.busy or (current is not None and current.turn_id in session.completed_turns):
+        if not session.busy or session.turn_over_in_codex():
             self.proxy.gate(session.thread_id, id(msg))
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
@@ -87,6 +86,23 @@ class Turns:
         behind the gate and arrives here once that one is forwarded."""
         self._joins[msg.id] = session
         log.info("turn/start joins the running turn; forwarded unchanged", extra={"fields": self.calls.fields(session)})
+        return None
+
+    def on_thread_status(self, msg: Message) -> Decision:
+        """``thread/status/changed``: a status other than active says no turn
+        runs on the thread, so a turn Codex accepted that has not completed
+        is over (``ThreadSession.codex_idle``): a ``turn/start`` from now is
+        held and assembled, not sent as a join that Codex would make a turn
+        of its own unassembled."""
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        status = params.get("status")
+        if not isinstance(status, dict) or status.get("type") not in ("idle", "notLoaded", "systemError"):
+            return None
+        session = self.sessions.get(params["threadId"])
+        if session is not None and session.codex_idle():
+            log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
         return None
 
     async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
@@ -429,19 +445,16 @@ class Turns:
         current = session.current
         if current is not None and current.turn_id in (None, turn_id):
             return
-        log.info("a joining turn/start started a turn of its own in Codex (the running turn had ended)", extra={"fields": self.calls.fields(session, turnId=turn_id)})
-        # Untracked (client_id None), like a turn the sidecar did not hold:
-        # nothing was assembled for it, so finalisation counts its messages
-        # from the mirror, and its userMessage items carry the client's input.
-        state = session.turns.get(turn_id) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
-        state.forwarded = True
-        session.turns[turn_id] = state
-        if current is None and turn_id not in session.completed_turns:
-            try:
-                session.slot.acquire_nowait()
-            except trio.WouldBlock:
-                return
-            session.current = state
+        # The slot is free, or held by a turn whose turn/completed never came
+        # (Codex ended it: the new turn takes the slot over, so that once it
+        # completes the next turn/start is held and assembled again), or by
+        # one finalising (the new turn is finalised after it, in order).
+        ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
+        _, running = session.started_by_join(turn_id)
+        log.info(
+            "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
+            extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
+        )
 
 
 def _started_turn_id(msg: Message) -> str | None:

@@ -121,7 +121,18 @@ class Restored(msgspec.Struct, frozen=True):
     state: Learned
 
 
-Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | AdditionSent | Restored
+class SessionChanged(msgspec.Struct, frozen=True):
+    """The thread now belongs to another session, whose journal holds
+    ``state`` (OpenClaw's session got known mid-process). What is the
+    thread's own (its tools, the addition its history carries) and the
+    window stay as :class:`Restored` keeps them; what is the session's (its
+    bootstrap, this process's opening step) is the new session's: a thread
+    that was a session of its own bootstrapped that session, not this one."""
+
+    state: Learned
+
+
+Event = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | MaintainedOnOpening | AdditionSent | Restored | SessionChanged
 
 
 # --------------------------------------------------------------- actions
@@ -179,6 +190,10 @@ class LearnedMachine:
                     opened_here=state.opened_here,
                 )
                 return []
+            case SessionChanged(disk):
+                self.handle(Restored(disk))
+                self.state = msgspec.structs.replace(self.state, bootstrapped=disk.bootstrapped, opened_here=False)
+                return []
         raise TypeError(f"not a learned-state event: {event!r}")
 
     def joined(self, session: Learned) -> list[Journal]:
@@ -230,6 +245,18 @@ def replay(entries: Iterable[Any], thread_id: str) -> Learned:
             digest = entry["addition"]
             addition = digest if isinstance(digest, str) else None
     return Learned(window=window, tools=tools, bootstrapped=bootstrapped, addition=addition)
+
+
+def restore(own: Iterable[Any], session: Iterable[Any], thread_id: str) -> Learned:
+    """The state a thread's first read in a process gives it: the journal
+    kept under the thread's own key (``own``: until its session was known,
+    or while it was a session of its own) read before the session's. The
+    thread's facts and the window come from both; whether the session is
+    bootstrapped from the session's journal alone (the thread's own journal
+    says so of the session it was then, not of this one)."""
+    session = list(session)
+    state = replay([*own, *session], thread_id)
+    return msgspec.structs.replace(state, bootstrapped=replay(session, thread_id).bootstrapped)
 
 
 # ---------------------------------------------------------------- budget

@@ -91,7 +91,13 @@ class TurnState:
     rebuilt: bool = False
     forwarded: bool = False
     """Codex has been sent this turn's ``turn/start``: until its
-    ``turn/completed``, a ``turn/start`` on the thread joins it."""
+    ``turn/completed`` (or until Codex says otherwise that it is over, see
+    ``ended``), a ``turn/start`` on the thread joins it."""
+    ended: bool = False
+    """Codex said the turn is over though its ``turn/completed`` has not come
+    (lost, or still on its way): the thread went idle, or a ``turn/start``
+    sent to join it started a turn of its own. A ``turn/start`` no longer
+    joins it; its ``turn/completed``, if it comes, is finalised as usual."""
     openclaw_context: str | None = None
     """The input came with an assembled context of OpenClaw's own:
     ``continuity`` (its one-off rendering on a new thread, replaced by the
@@ -193,6 +199,67 @@ class ThreadSession:
     def settled(self) -> bool:
         """No turn under way and every finalized marker written."""
         return not self.busy and not self.marking
+
+    def joins_running_turn(self) -> bool:
+        """Whether a ``turn/start`` now joins the thread's running turn in
+        Codex: its current turn was sent to Codex and Codex has not said it is
+        over (``turn/completed``, or an ``ended`` signal)."""
+        current = self.current
+        return current is not None and current.forwarded and not current.ended and current.turn_id not in self.completed_turns
+
+    def turn_over_in_codex(self) -> bool:
+        """The current turn (holding the slot) no longer runs in Codex: its
+        ``turn/completed`` was taken (finalising) or Codex said it ended."""
+        current = self.current
+        return current is not None and (current.ended or current.turn_id in self.completed_turns)
+
+    def codex_idle(self) -> bool:
+        """Codex says no turn runs on the thread (``thread/status/changed``
+        to idle, notLoaded or systemError). A current turn Codex accepted
+        (its ``turn/start`` answered, so the status is not an earlier one)
+        and whose ``turn/completed`` has not come is over: returns whether
+        that is news. Its completion normally follows at once; if it was
+        lost, the next ``turn/start`` is held like any other and takes the
+        slot over after ``previous_turn_wait``."""
+        current = self.current
+        if current is None or not current.forwarded or current.ended or current.turn_id is None or current.turn_id in self.completed_turns:
+            return False
+        current.ended = True
+        return True
+
+    def started_by_join(self, turn_id: str) -> tuple[TurnState, bool]:
+        """Codex answered a joining ``turn/start`` with ``turn_id``, a turn
+        other than the current one: it had ended that turn (its
+        ``turn/completed`` taken, lost or on its way) and started a turn of
+        its own. Returns the new turn's state (untracked, like a turn the
+        sidecar did not hold, so finalisation reads its input from its
+        items) and whether it is now the thread's running turn, so that later
+        ``turn/start``s join it and its end frees the thread:
+
+        - the thread is free: it takes the slot;
+        - the current turn's ``turn/completed`` was taken (finalising): it
+          waits for the slot, finalised after that turn, in order;
+        - the current turn has no ``turn/completed``: Codex ended it, so the
+          new turn takes its slot over (that turn, should its completion
+          still come, is finalised without freeing the slot)."""
+        state = self.turns.get(turn_id) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        state.forwarded = True
+        self.turns[turn_id] = state
+        current = self.current
+        if turn_id in self.completed_turns or current is state:
+            return state, current is state
+        if current is None:
+            try:
+                self.slot.acquire_nowait()
+            except trio.WouldBlock:
+                return state, False
+            self.current = state
+            return state, True
+        if current.turn_id in self.completed_turns:
+            return state, False
+        current.ended = True
+        self.current = state
+        return state, True
 
     def end_turn(self, state: TurnState) -> None:
         """The turn is over (finalised, refused or never forwarded): free the slot."""

@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from ..session.learned import Event, Learned, LearnedMachine, Restored, replay
+from ..session.learned import Event, Learned, LearnedMachine, Restored, SessionChanged, replay, restore
 from .inspect import append_record, decode_records
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -66,14 +66,14 @@ class LearnedFacts:
                 own = learned_path(self.state_dir, thread_id) if self.state_dir is not None else None
                 entries = read_journal(own) if own is not None and own != path else []
                 session = read_journal(path)
-                machine.handle(Restored(replay([*entries, *session], thread_id)))
+                machine.handle(Restored(restore(entries, session, thread_id)))
                 if entries:
                     self._share_window(machine, path, replay(session, thread_id))
             known = self._machines[thread_id] = (machine, path)
         elif known[1] != path:  # the session got known: its journal from now on, and what it holds
             if path is not None:
                 disk = replay(read_journal(path), thread_id)
-                known[0].handle(Restored(disk))
+                known[0].handle(SessionChanged(disk))
                 self._share_window(known[0], path, disk)
             known = self._machines[thread_id] = (known[0], path)
         return known

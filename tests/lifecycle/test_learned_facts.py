@@ -130,6 +130,35 @@ async def test_an_unchanged_addition_is_not_sent_again_by_a_new_process(tmp_path
     assert t3["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: {"kind": "application", "value": "Answer in French."}}  # changed: sent
 
 
+async def test_a_whole_fork_knows_the_addition_its_parent_s_history_carries(tmp_path):
+    """A fork holds its parent's history, the addition's turn included:
+    sending the addition again would hold it twice in every later model
+    request of the fork. A fork cut at a turn may have lost the turn that
+    carried it: it sends it again (never missing, at worst twice)."""
+    from engines import AssembleResult
+    from sidecar.projection import ADDITIONAL_CONTEXT_KEY
+
+    engine = make_engine()
+    engine.set_result("assemble", lambda p: AssembleResult(messages=list(p.messages), estimated_tokens=1, system_prompt_addition="Prefer metric units."))
+    async with open_sidecar(tmp_path, engine, options=options()) as run:
+        tid = await run.start_thread()
+        first = await run.turn(tid, "one")
+        await run.turn(tid, "two")
+        whole = (await run.request("thread/fork", {"threadId": tid}))["result"]["thread"]["id"]
+        cut = (await run.request("thread/fork", {"threadId": tid, "lastTurnId": first["id"]}))["result"]["thread"]["id"]
+        await run.settle_thread(whole)
+        await run.settle_thread(cut)
+        await run.turn(whole, "three")
+        await run.turn(cut, "four")
+        (parent_first, parent_second) = run.child_turn_starts(tid)
+        (w,) = run.child_turn_starts(whole)
+        (c,) = run.child_turn_starts(cut)
+    assert ADDITIONAL_CONTEXT_KEY in parent_first["params"]["additionalContext"]
+    assert ADDITIONAL_CONTEXT_KEY not in (parent_second["params"].get("additionalContext") or {})
+    assert ADDITIONAL_CONTEXT_KEY not in (w["params"].get("additionalContext") or {})  # in the history it forked
+    assert c["params"]["additionalContext"][ADDITIONAL_CONTEXT_KEY] == {"kind": "application", "value": "Prefer metric units."}
+
+
 RID = "codex-" + "ab12" * 10  # OpenClaw's hook relay id (tests/lifecycle/test_sessions.py)
 
 

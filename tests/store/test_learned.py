@@ -135,3 +135,23 @@ def test_a_window_learned_before_the_session_was_known_is_journaled_under_the_se
     second.learn("t3", "t3", WindowReported(128_000))
     assert second.get("t3", "codex-abc").window == 128_000  # learned in this process: newer, kept
     assert [e.get("window") for e in decode_records(learned_path(tmp_path, "codex-abc").read_bytes())] == [258_400]
+
+
+def test_a_thread_that_was_its_own_session_bootstraps_the_session_it_joins(tmp_path):
+    """A thread bootstrapped as a session of its own (no relay id told its
+    session) and later bound to OpenClaw's session: its tools come along,
+    but that session was never bootstrapped, so its first turn bootstraps
+    it (a later process and this one alike)."""
+    first = LearnedFacts(tmp_path)
+    first.learn("t1", "t1", ToolsGiven(frozenset({"message"})))
+    first.learn("t1", "t1", Bootstrapped())
+    assert first.machine("t1", "t1").opening_step(had_history=True) is None
+    # This process: the thread's session got known.
+    assert first.machine("t1", "codex-abc").opening_step(had_history=True) == "bootstrap"
+    # A later process: the thread's own journal does not bootstrap the session.
+    later = LearnedFacts(tmp_path)
+    assert later.get("t1", "codex-abc") == Learned(tools=frozenset({"message"}))
+    assert later.machine("t1", "codex-abc").opening_step(had_history=True) == "bootstrap"
+    # Once the session is bootstrapped, its journal says so to the next process.
+    later.learn("t1", "codex-abc", Bootstrapped())
+    assert LearnedFacts(tmp_path).machine("t1", "codex-abc").opening_step(had_history=True) == "maintain"
