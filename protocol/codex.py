@@ -454,15 +454,21 @@ class AdditionalContextEntry(_Codex, kw_only=True):
 
 
 class TurnStartParams(_Codex, kw_only=True):
+    """``turn/start``'s params. ``input`` stays as decoded (dicts, every
+    field kept: the projection copies the client's items as they are);
+    :meth:`inputs` gives them typed. Decoding runs no Python code of this
+    module, so the relay's typed view of a request costs a conversion only."""
+
     thread_id: str
-    input: list[Any] = msgspec.field(default_factory=list)  # list[UserInput]
+    input: list[Any] = msgspec.field(default_factory=list)  # the decoded UserInput items
     additional_context: dict[str, AdditionalContextEntry] | None = None
     model: str | None = None
     cwd: str | None = None
     collaboration_mode: dict[str, Any] | None = None
 
-    def __post_init__(self) -> None:
-        self.input = user_inputs(self.input)
+    def inputs(self) -> list[UserInput]:
+        """The input items typed (see :func:`user_input`)."""
+        return user_inputs(self.input)
 
 
 # --------------------------------------------------------------------------

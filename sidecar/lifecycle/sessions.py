@@ -13,18 +13,17 @@ import trio
 
 from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
+from ..history.archive import TurnArchive, archive_path
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, match_transcript, relay_id, session_key
-from ..session.learned import AdditionSent, ToolsGiven
 from ..session.planner import fingerprints
-from ..session.state import ThreadSession, Unfollowed, now_ms
+from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed
 from ..store import bindings
-from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, LedgerState, ledger_path
-from ..store.mirror import MirrorError, TranscriptMirror, session_path
+from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from .calls import EngineCalls
 from .context import HistoryMoves

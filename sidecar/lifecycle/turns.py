@@ -13,14 +13,13 @@ import trio
 from engines import AgentMessage, AssembleParams
 from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
+from ..history.archive import TurnArchive, archive_path
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.learned import AdditionSent, Bootstrapped, MaintainedOnOpening, addition_digest
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
-from ..session.state import ThreadSession, TurnState
-from ..store.archive import TurnArchive, archive_path
+from ..session.state import AdditionSent, Bootstrapped, MaintainedOnOpening, ThreadSession, TurnState, addition_digest
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -53,7 +52,6 @@ class Turns:
         except CodexDecodeError:
             return None  # not a turn/start the sidecar understands: Codex answers it
         params = msg.params()
-        self.spares.remember_sticky(view.thread_id, params)
         session = self.sessions.get(view.thread_id)
         if session is None:
             try:
@@ -208,7 +206,7 @@ class Turns:
             params = {**params, "input": stripped}
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        opening = self.calls.machine(session).opening_step(session.had_history)
         if opening == "bootstrap":
             await self.calls.bootstrap(session)
         elif opening == "maintain":
@@ -319,7 +317,7 @@ class Turns:
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
         return projection.apply(params)
 
-    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);
         on a resumed thread's first turn here, from whether it renders the
         thread's own newest turn (read from the transcript)."""
@@ -397,6 +395,11 @@ class Turns:
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
         self.requests.pop(pending.client_id)
+        if pending.thread_id is not None and not msg.env.error:
+            # Codex took the turn/start: its settings stick for the thread's
+            # later turns (a switch's first turn gets them again). Noted here,
+            # off the request's path.
+            self.spares.remember_sticky(pending.thread_id, pending.params)
         joined = self._joins.pop(pending.client_id, None)
         if joined is not None:
             self._joined(joined, msg)

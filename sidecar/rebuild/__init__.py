@@ -17,12 +17,12 @@ from typing import Any, Protocol
 
 import trio
 
+from ..history.archive import UNKNOWN, TurnArchive, archive_path
+from ..history.reads import ArchivedTurns
 from ..relay import RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..store.archive import UNKNOWN, TurnArchive, archive_path
 from ..store.ledger import LedgerState
-from ..store.reads import ArchivedTurns
 from .inplace import FirstTurnGone, InPlace
 
 log = logging.getLogger("codex_sidecar.lifecycle")

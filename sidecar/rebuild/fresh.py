@@ -1,6 +1,6 @@
 """Spare Codex threads and the switch onto them (``rebuild = "fresh"``).
 
-The lifecycle's half of :mod:`sidecar.backing`: when to start a thread's
+The lifecycle's half of :mod:`sidecar.history.backing`: when to start a thread's
 spare (once the engine shows it rebuilds), starting it off any turn's path
 and hiding it from the moment Codex answers, switching a rebuild onto it
 (the map saved first), what follows the client's thread onto each new
@@ -14,18 +14,17 @@ relay's nursery; :meth:`Spares.rebuild` is the fresh rebuild strategy
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import trio
 
-from ..relay import Decision, Hooks, Message, PendingRequest, RpcError
+from ..history.archive import TurnArchive
+from ..history.backing import STICKY_TURN_KEYS, Alias, BackingThreads
+from ..history.reads import ArchivedTurns
+from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..store.archive import TurnArchive
-from ..store.reads import ArchivedTurns
-from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -68,14 +67,6 @@ class Spares:
         """Client threads started (not resumed) in this process."""
 
     # ---------------------------------------- the client's requests, followed
-
-    def install(self, hooks: Hooks, remember: Callable[[Message], Decision]) -> None:
-        """The hooks only backing threads need (a name and a delete or archive
-        follow the client's thread onto every Codex thread behind it)."""
-        hooks.on_client_request("thread/name/set", self.on_name_set)
-        for method in ("thread/delete", "thread/archive"):
-            hooks.on_client_request(method, remember)
-            hooks.on_response(method, self.follow_to_retired)
 
     def client_start(self) -> None:
         """The client starts, resumes or forks a thread: notifications that

@@ -1,7 +1,7 @@
 """The child's edge: the one optional object that maps thread ids there.
 
 The relay knows nothing of what an edge does (today: moving a client's
-thread onto other Codex threads, ``sidecar.backing.BackingThreads``); it only
+thread onto other Codex threads, ``sidecar.history.backing.BackingThreads``); it only
 calls these methods at fixed points, on bytes, and forwards what they return.
 Every method returns its argument itself when it changes nothing, so the
 relay can tell "unchanged" by identity and skip a parse (or an encode).
@@ -13,6 +13,10 @@ from typing import Any, Protocol
 
 
 class Edge(Protocol):
+    maps_to_codex: bool
+    """Whether :meth:`to_codex` can change a line (an attribute, read on
+    every line to the child: while it is false the relay does not call it)."""
+
     @property
     def active(self) -> bool:
         """Whether notifications need looking at (an idle edge costs nothing)."""

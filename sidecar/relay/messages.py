@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Envelope, InvalidMessage, RpcId, decode, encode
-from protocol.codex import decode_as
+from protocol.codex import CodexDecodeError, decode_as
 
 _S = TypeVar("_S", bound=msgspec.Struct)
 
@@ -100,7 +100,10 @@ class Message:
             views = self._views = {}
         view = views.get(cls)
         if view is None:
-            view = views[cls] = decode_as(cls, self.params())
+            try:
+                view = views[cls] = msgspec.convert(self.params(), cls)
+            except msgspec.ValidationError as exc:  # as protocol.codex.decode_as says it
+                raise CodexDecodeError(f"{cls.__name__}: {str(exc)[:200]}") from None
         return view
 
     @property

@@ -38,8 +38,9 @@ from protocol import (
     parse,
     rewrite,
 )
-from protocol.ids import PREFIX as INTERNAL_PREFIX
+from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
+from .. import methods
 from . import oversized
 from .control import ControlMethods, Later
 from .edge import Edge
@@ -98,7 +99,6 @@ class Router:
         to_client: Sink,
         *,
         hooks: Hooks | None = None,
-        recorder: Recorder | None = None,
         spawn: Callable[..., None] = _no_spawn,
         max_line: int = DEFAULT_MAX_LINE,
     ) -> None:
@@ -107,7 +107,9 @@ class Router:
         self.hooks = hooks or Hooks()
         self.controls = ControlMethods()
         """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
-        self.recorder = recorder
+        self.recorder: Recorder | None = None
+        """What every line in and out is shown to (``--record``): optional,
+        attached by the shell like the edge."""
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = max_line
@@ -120,7 +122,7 @@ class Router:
         self.c2s = Counters()
         self.s2c = Counters()
         self.observed = Observed()
-        self.observed.install(self.hooks)
+        methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
         self.expect_child: Callable[[], None] | None = None
         """Told when the child will answer soon (a request went to it)."""
@@ -137,7 +139,7 @@ class Router:
 
     def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, through_edge: bool = True) -> bool:
         """The one way a line goes to the child."""
-        if through_edge and self.edge is not None:
+        if through_edge and self.edge is not None and self.edge.maps_to_codex:
             line = self.edge.to_codex(line)
         if counters is not None:
             counters.frames += 1
@@ -306,7 +308,7 @@ class Router:
         if pending.wire_id is not pending.client_id:
             msg.set_id(pending.wire_id)
         edge = self.edge
-        if edge is not None and msg.decoded:
+        if edge is not None and edge.maps_to_codex and msg.decoded:
             params = msg.params()
             mapped = edge.request_params(params)
             if mapped is not params:

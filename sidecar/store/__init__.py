@@ -1,7 +1,7 @@
 """What the sidecar keeps under its state directory, one file kind a module.
 
-``mirror`` / ``session_file`` (a thread's history as an OpenClaw session
-file), ``archive`` (turns rebuilds took out of Codex), ``reads`` (splicing
+``mirror`` (a thread's history as an OpenClaw session file: the file and
+what its entries mean), ``archive`` (turns rebuilds took out of Codex), ``reads`` (splicing
 them back into the client's reads), ``ledger`` (what each Codex thread
 holds), ``injected`` (what the client injected outside turns), ``inspect``
 (per-turn records), ``private`` (0700 folders), ``usable`` (whether the

@@ -10,7 +10,7 @@ from typing import Any
 
 from engines import ToolCallResult, ToolSpec
 from sidecar.lifecycle import LifecycleOptions
-from sidecar.session.learned import DEFAULT_CONTEXT_WINDOW
+from sidecar.session.state import DEFAULT_CONTEXT_WINDOW
 from tests.support.lifecycle import calls_for, make_engine
 from tests.support.lifecycle import sidecar as open_sidecar
 
@@ -207,3 +207,52 @@ async def test_a_window_a_thread_learned_as_its_own_session_reaches_the_session_
         await run.turn(t2, "three")
     (first,) = calls_for(engine, "assemble", RID)  # by session id: the relay id
     assert first.token_budget == WINDOW - 20_000
+
+
+# -- the facts as the session holds them (sidecar.lifecycle.calls) ---------------
+
+
+class NoJournal:
+    """A journal store that must not be touched."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the journal was used: {name}")
+
+
+def test_a_thread_s_turns_read_its_facts_from_the_session_not_the_journal(tmp_path):
+    """Once the thread's facts are read (the first use in a process), a turn
+    asks for its budget, tools and opening step and reports facts it already
+    has without reading or writing the journal."""
+    from sidecar.lifecycle.calls import EngineCalls
+    from sidecar.session.state import Bootstrapped, ThreadSession, ToolsGiven, WindowReported
+
+    calls = EngineCalls(None, options(), tmp_path)
+    session = ThreadSession("t1", "t1", tmp_path / "t1.jsonl")
+    calls.learn(session, WindowReported(WINDOW))
+    calls.learn(session, ToolsGiven(CLIENT_TOOLS))
+    calls.learn(session, Bootstrapped())
+    calls.learned = NoJournal()  # type: ignore[assignment]
+    assert calls.budget(session) == WINDOW - 20_000
+    assert calls.tools(session) == CLIENT_TOOLS
+    assert calls.machine(session).opening_step(had_history=True) is None
+    assert calls.learn(session, Bootstrapped()).bootstrapped  # nothing new: nothing written
+    assert calls.learn(session, WindowReported(WINDOW)).window == WINDOW
+
+
+def test_a_thread_s_facts_are_read_again_once_its_session_is_known(tmp_path):
+    """Facts used under the thread's own key before OpenClaw's session was
+    known: once the session's key is the thread's, its journal is read (what
+    earlier processes of the session learned) and the thread's window goes
+    to it."""
+    from sidecar.lifecycle.calls import EngineCalls
+    from sidecar.session.state import Bootstrapped, ThreadSession, WindowReported
+    from sidecar.store.learned import LearnedFacts
+
+    LearnedFacts(tmp_path).learn("t0", "codex-abc", Bootstrapped())  # an earlier process of the session
+    calls = EngineCalls(None, options(), tmp_path)
+    session = ThreadSession("t1", "t1", tmp_path / "t1.jsonl")
+    calls.learn(session, WindowReported(WINDOW))  # before the binding was read
+    assert not calls.facts(session).bootstrapped
+    session.session_key = "codex-abc"  # the session got known
+    assert calls.facts(session).bootstrapped
+    assert LearnedFacts(tmp_path).get("t2", "codex-abc").window == WINDOW

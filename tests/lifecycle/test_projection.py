@@ -639,7 +639,7 @@ def test_codex_cap_counts_the_clients_own_text():
 def test_a_budget_larger_than_codex_accepts_still_keeps_the_turn_under_its_cap():
     """A 1M-token window minus the reserve gives 3.9M characters of budget:
     the cap wins, the oldest context goes, the client's request stays whole."""
-    from sidecar.session.learned import token_budget
+    from sidecar.session.state import token_budget
 
     budget = char_budget_for_tokens(token_budget(1_000_000))
     assert budget is not None and budget > CODEX_MAX_INPUT_CHARS

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Oversized
-from protocol.ids import PREFIX
+from protocol.jsonrpc import PREFIX
 from sidecar.relay import HANDLED, RpcError
 
 
@@ -252,11 +252,14 @@ class SwappingEdge:
     """Calls the client's thread "front" and Codex's "back"; hides "ghost"."""
 
     active = True
+    maps_to_codex = True
 
     def __init__(self) -> None:
         self.responses: list[str | None] = []
+        self.to_codex_calls = 0
 
     def to_codex(self, line: bytes) -> bytes:
+        self.to_codex_calls += 1
         return line.replace(b'"front"', b'"back"') if b'"front"' in line else line
 
     def response(self, line: bytes, method: str | None) -> bytes:
@@ -295,6 +298,19 @@ def test_the_edge_maps_every_line_at_the_child_s_side(wire):
     ]
     assert seen == [{"threadId": "front"}], "hooks see the client's ids; a hidden notification reaches no hook"
     assert edge.responses == ["thread/read"]
+
+
+def test_an_edge_with_no_thread_to_map_is_not_asked_about_lines_to_the_child(wire):
+    w = wire()
+    w.router.edge = edge = SwappingEdge()
+    edge.maps_to_codex = False
+    w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"front"}}')
+    w.router.call("thread/read", {"threadId": "front"})
+    assert edge.to_codex_calls == 0
+    assert [m["params"] for m in loads(w.child.take())] == [{"threadId": "front"}] * 2
+    edge.maps_to_codex = True
+    w.router.from_client(b'{"id":2,"method":"thread/read","params":{"threadId":"front"}}')
+    assert edge.to_codex_calls == 1 and loads(w.child.take())[0]["params"] == {"threadId": "back"}
 
 
 def test_the_edge_maps_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
@@ -438,6 +454,7 @@ class _MappingEdge:
     """An edge that moves thread ``t1`` to ``t9``, counting byte-level maps."""
 
     active = False
+    maps_to_codex = True
 
     def __init__(self) -> None:
         self.byte_maps = 0

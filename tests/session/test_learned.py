@@ -1,4 +1,4 @@
-"""What the sidecar learns about a thread (sidecar.session.learned): the
+"""What the sidecar learns about a thread (sidecar.session.state, its second half): the
 state machine, its journal replay, and the budget rules. Pure: no files, no
 processes."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.session.learned import (
+from sidecar.session.state import (
     DEFAULT_CONTEXT_WINDOW,
     AdditionSent,
     BootstrapFailed,

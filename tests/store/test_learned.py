@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from sidecar.session.learned import Bootstrapped, Learned, ToolsGiven, WindowReported
+from sidecar.session.state import Bootstrapped, Learned, ToolsGiven, WindowReported
 from sidecar.store.inspect import decode_records
 from sidecar.store.learned import LearnedFacts, learned_path
 from tests.support.harness import ROOT
@@ -61,7 +61,7 @@ def test_a_torn_last_line_costs_only_itself(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from sidecar.session.learned import WindowReported
+    from sidecar.session.state import WindowReported
     from sidecar.store.learned import LearnedFacts
 
     facts = LearnedFacts(sys.argv[1])
@@ -109,7 +109,7 @@ def test_what_a_thread_learned_before_its_session_was_known_is_found_under_the_s
     (OpenClaw's session is told only later); the next process asks under
     the session's key and must still find the thread's tools and addition
     (seen live: the addition sent again, doubled in the model's request)."""
-    from sidecar.session.learned import AdditionSent
+    from sidecar.session.state import AdditionSent
 
     first = LearnedFacts(tmp_path)
     first.learn("t1", "t1", ToolsGiven(frozenset({"message"})))

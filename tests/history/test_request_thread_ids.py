@@ -12,7 +12,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.rebuild.backing import THREAD_ID_KEYS, BackingThreads, map_thread_ids
+from sidecar.history.backing import THREAD_ID_KEYS, BackingThreads, map_thread_ids
 
 CLIENT = "11111111-1111-4111-8111-111111111111"
 BACKING = "22222222-2222-4222-8222-222222222222"

@@ -23,8 +23,8 @@ Threads the sidecar runs for itself (the engine's model calls,
 and each frame about one goes to its listener instead of the client.
 
 Only thread-id members are mapped or looked at (``threadId``, ``id``,
-``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
-``conversationId`` whose value is a UUID): a regex and a dict lookup, and
+``sessionId``, ``forkedFromId``, ... whose value is a UUID: the
+``thread_keys`` column of :data:`sidecar.methods.METHODS`): a regex and a dict lookup, and
 never a string the model or the client wrote (a reply that happens to be a
 thread id is text, not routing); ids inside other strings (a rollout path, a
 cursor) are left alone.
@@ -54,20 +54,26 @@ import msgspec
 
 from protocol import rewrite
 
+from ..methods import thread_id_keys
 from ..store.private import private_dir
 
 log = logging.getLogger("codex_sidecar.backing")
 
 _UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID = re.compile(rb'"(' + _UUID_TEXT + rb')"')
-#: A thread-id member: (key and colon, id). Only these are mapped.
-THREAD_ID_KEYS = (
-    "threadId", "id", "sessionId", "forkedFromId", "parentThreadId", "attachedToThreadId", "conversationId",
-    "reviewThreadId", "senderThreadId", "agentThreadId", "parent_thread_id", "ancestorThreadId", "beforeThreadId",
-)
+
+
+def keyed_members(keys: Iterable[str]) -> re.Pattern[bytes]:
+    """A thread-id member, ``(key and colon, id)``, for any of ``keys``."""
+    names = b"|".join(re.escape(k.encode()) for k in keys)
+    return re.compile(rb'("(?:' + names + rb')"\s*:\s*)"(' + _UUID_TEXT + rb')"')
+
+
+#: A thread-id member of the table's ``thread_keys`` column. Only these are mapped.
+THREAD_ID_KEYS = thread_id_keys()
 """The members that carry thread ids (in bytes: :data:`_KEYED`; decoded: :func:`map_thread_ids`)."""
+_KEYED = keyed_members(THREAD_ID_KEYS)
 _THREAD_ID_KEYS = frozenset(THREAD_ID_KEYS)
-_KEYED = re.compile(rb'("(?:' + "|".join(THREAD_ID_KEYS).encode() + rb')"\s*:\s*)"(' + _UUID_TEXT + rb')"')
 
 
 class _Routed(msgspec.Struct):
@@ -166,6 +172,8 @@ class BackingThreads:
         self.aliases: dict[str, Alias] = {}
         self._to_codex: dict[bytes, bytes] = {}
         """Client id -> its current backing id, for switched threads only."""
+        self.maps_to_codex = False
+        """Some client thread is switched (``_to_codex`` is not empty)."""
         self._to_client: dict[bytes, bytes] = {}
         """Current and retired backing ids -> the client's id (responses)."""
         self._hidden: set[bytes] = set()
@@ -227,6 +235,7 @@ class BackingThreads:
             self._to_client[current] = client
         else:
             self._to_codex.pop(client, None)
+        self.maps_to_codex = bool(self._to_codex)
         self._hidden.discard(current)
         for old in alias.retired:
             self._to_client[old.encode()] = client

@@ -39,8 +39,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .inspect import append_record, decode_records
-from .mirror import session_path
+from ..store.inspect import append_record, decode_records
+from ..store.mirror import session_path
 
 ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
 """Where Codex keeps an archived thread's rollout (under its home)."""
