@@ -550,8 +550,19 @@ def _omitted_line(count: int) -> str:
     return f"[{count} earlier message{'s' if count != 1 else ''} omitted to fit the context budget]"
 
 
-def _normalize_ws(text: str) -> str:
-    return " ".join(text.split())
+def _same_words(a: str, b: str) -> bool:
+    """``" ".join(a.split()) == " ".join(b.split())``, splitting no more of
+    either than it takes to tell: a long request (a data URL, a pasted file)
+    against a short history message costs one bounded split, not a split and
+    a join of its whole text on every turn."""
+    k = 64
+    while True:
+        pa, pb = a.split(maxsplit=k), b.split(maxsplit=k)
+        if len(pa) <= k or len(pb) <= k:
+            return pa == pb  # one side split whole: equal only if the other was too
+        if pa[:k] != pb[:k]:
+            return False
+        a, b, k = pa[k], pb[k], k * 2
 
 
 def _request_text(input_items: Sequence[Mapping[str, Any]]) -> str:
@@ -644,9 +655,9 @@ def project_turn_input(
     # Drop a tail message that repeats the current request.
     history = list(messages)
     duplicate = False
-    request = _normalize_ws(_request_text(items))
-    if request and history and isinstance(history[-1], UserMessage):
-        if _normalize_ws(_user_text(history[-1])) == request:
+    request = _request_text(items)
+    if history and isinstance(history[-1], UserMessage) and request and not request.isspace():
+        if _same_words(_user_text(history[-1]), request):
             history.pop()
             duplicate = True
 

@@ -70,7 +70,10 @@ def keyed_members(keys: Iterable[str]) -> re.Pattern[bytes]:
 
 
 #: A thread-id member of the table's ``thread_keys`` column. Only these are mapped.
-_KEYED = keyed_members(thread_id_keys())
+THREAD_ID_KEYS = thread_id_keys()
+"""The members that carry thread ids (in bytes: :data:`_KEYED`; decoded: :func:`map_thread_ids`)."""
+_KEYED = keyed_members(THREAD_ID_KEYS)
+_THREAD_ID_KEYS = frozenset(THREAD_ID_KEYS)
 
 
 class _Routed(msgspec.Struct):
@@ -379,6 +382,14 @@ class BackingThreads:
             return line
         return _map_ids(line, self._to_codex)
 
+    def request_params(self, params: Any) -> Any:
+        """A decoded client request's params as Codex gets them: the same
+        members as :meth:`to_codex` maps in bytes, mapped in the value (the
+        router encodes the request once, with its other changes)."""
+        if not self._to_codex:
+            return params
+        return map_thread_ids(params, {k.decode(): v.decode() for k, v in self._to_codex.items()})
+
     def notification(self, line: bytes) -> bytes | None:
         """A notification or server request from Codex, as the client gets
         it; None when it is about a thread the client does not know."""
@@ -488,6 +499,38 @@ class BackingThreads:
         if not changes:
             return line
         return rewrite(line, result={**result, **changes})
+
+
+def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
+    """``value`` (decoded JSON) with the ids of its thread-id members
+    (:data:`THREAD_ID_KEYS`, at any depth) that ``table`` maps replaced, as
+    :func:`_map_ids` does in bytes; ``value`` itself when none is, and never
+    modified (a changed container is a copy)."""
+    if type(value) is dict:
+        out: dict[str, Any] | None = None
+        for key, child in value.items():
+            if key in _THREAD_ID_KEYS and type(child) is str:
+                new = table.get(child)
+            elif type(child) is dict or type(child) is list:
+                new = map_thread_ids(child, table)
+                new = None if new is child else new
+            else:
+                new = None
+            if new is not None:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
+    if type(value) is list:
+        items: list[Any] | None = None
+        for i, child in enumerate(value):
+            new = map_thread_ids(child, table)
+            if new is not child:
+                if items is None:
+                    items = list(value)
+                items[i] = new
+        return value if items is None else items
+    return value
 
 
 def _map_ids(line: bytes, table: dict[bytes, bytes]) -> bytes:

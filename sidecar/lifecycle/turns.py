@@ -11,7 +11,7 @@ from typing import Any, Literal
 import trio
 
 from engines import AgentMessage, AssembleParams
-from protocol import parse, rewrite
+from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
@@ -47,13 +47,15 @@ class Turns:
         """Joining turn/starts sent to Codex and not answered yet, by client id."""
 
     def on_turn_start(self, msg: Message) -> Decision:
+        try:
+            view = msg.typed(TurnStartParams)
+        except CodexDecodeError:
+            return None  # not a turn/start the sidecar understands: Codex answers it
         params = msg.params()
-        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
-            return None
-        session = self.sessions.get(params["threadId"])
+        session = self.sessions.get(view.thread_id)
         if session is None:
             try:
-                session = self.sessions_job.session(params["threadId"])
+                session = self.sessions_job.session(view.thread_id)
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
@@ -108,8 +110,9 @@ class Turns:
             self.proxy.ungate(session.thread_id, id(msg))
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
-        line = msg.line
-        state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
+        edited: dict[str, Any] | None = None
+        # The typed view (on_turn_start made it) vouches for the input's shape: a list, or absent.
+        state = TurnState(client_id=msg.id, original_input=params.get("input"))
         state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
@@ -129,9 +132,11 @@ class Turns:
                 # before it, or the mirror failed to follow): before this turn
                 # assembles, and is mirrored after the reverted turns.
                 await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
-            line = await self._assemble_and_project(session, state, params, msg.line)
+            edited = await self._assemble_and_project(session, state, params, msg.typed(TurnStartParams).model)
             if state.switched:
-                line = self.spares.with_sticky(session, line)
+                base = edited if edited is not None else params
+                sticky = self.spares.with_sticky(session, base)
+                edited = sticky if sticky is not base else edited
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
             log.warning(
@@ -139,7 +144,7 @@ class Turns:
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
-            line = msg.line
+            edited = None
         state.hold_ms = round((trio.current_time() - started) * 1000, 2)
         log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
         session.stats["lastTurn"] = {
@@ -152,14 +157,18 @@ class Turns:
         state.forwarded = True  # from now, a turn/start on the thread joins this turn
         session.fresh = False  # OpenClaw's continuity comes with a thread's first turn only
         session.turns_this_opening += 1
-        if not self.proxy.forward_client_request(Message(parse(line), line)):
+        if edited is not None:
+            msg.set_params(edited)  # encoded once, as the request leaves for Codex
+        if not self.proxy.forward_client_request(msg):
             session.end_turn(state)
 
-    async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], line: bytes) -> bytes:
+    async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
+        """The turn/start params with the engine's context projected (None:
+        forward the client's request as it is). ``params`` is not modified."""
         items = state.original_input or []
         if session.mirror is None:
             state.fallback_reason = "no-mirror"
-            return line
+            return None
         stripped: list[Any] | None = None
         if already_projected(items):
             state.openclaw_context = await self._openclaw_context(session, items)
@@ -173,7 +182,7 @@ class Turns:
                         "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
                         extra={"fields": self.calls.fields(session)},
                     )
-                return line
+                return None
             # OpenClaw's continuity: its transcript rendered once into a new
             # (or stale) thread. It may name the thread's session.
             if session.fresh and session.via == "thread":
@@ -191,7 +200,7 @@ class Turns:
                 state.fallback_reason = "openclaw-continuity-kept"
                 log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
                          extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-                return line
+                return None
             # The engine assembles and projects in its place: the model must not get both.
             items = stripped
             params = {**params, "input": stripped}
@@ -222,7 +231,7 @@ class Turns:
                         token_budget=budget,
                         available_tools=self.calls.tools(session),
                         citations_mode=self.options.citations_mode,
-                        model=params.get("model") if isinstance(params.get("model"), str) else session.model,
+                        model=model or session.model,
                         prompt=prompt,
                         runtime_context=runtime,
                     )
@@ -231,7 +240,7 @@ class Turns:
         except trio.TooSlowError:
             state.fallback_reason = "assemble-deadline"
             log.warning("context engine assemble exceeded its deadline; forwarding the original request", extra={"fields": self.calls.fields(session)})
-            return line
+            return None
         except Exception as exc:
             state.fallback_reason = "assemble-error"
             log.warning(
@@ -239,7 +248,7 @@ class Turns:
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
-            return line
+            return None
         state.assembled_count = len(result.messages)
         state.estimated_tokens = result.estimated_tokens
         # The newest only: an inspection record costs the same late as early.
@@ -251,7 +260,7 @@ class Turns:
         if mode in ("delta", "epoch"):
             planned = await self._plan(session, state, result, history, mode, epoch)
             if planned is None:
-                return line
+                return None
             messages, placement = planned, "additional_context"
             if state.rebuilt:
                 self.calls.learn(session, AdditionSent(None))  # the revert took the turn that carried it
@@ -276,7 +285,7 @@ class Turns:
                 state.held_plan = []  # reverted, and nothing projected after all
             state.fallback_reason = f"projection-{exc.reason}"
             log.warning("projection failed; forwarding the original request", extra={"fields": self.calls.fields(session, reason=exc.reason)})
-            return line
+            return None
         state.rendered, state.dropped = projection.messages_rendered, projection.messages_dropped
         state.context_chars = len(projection.text or "")
         state.original_chars = input_text_chars(items)
@@ -299,14 +308,14 @@ class Turns:
             },
         )
         if not projection.changed:
-            return line if stripped is None else rewrite(line, params=params)
+            return None if stripped is None else params
         state.projected = True
         if projection.text:
             state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
         if addition is not None:
             state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
-        return rewrite(line, params=projection.apply(params))
+        return projection.apply(params)
 
     async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);
@@ -401,11 +410,10 @@ class Turns:
         state = session.current if session is not None else None
         if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
             return None
-        result = msg.result()
-        turn = result.get("turn") if isinstance(result, dict) else None
-        if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-            state.turn_id = turn["id"]
-            known = session.turns.get(turn["id"])
+        turn_id = _started_turn_id(msg)
+        if turn_id is not None:
+            state.turn_id = turn_id
+            known = session.turns.get(turn_id)
             if known is not None and known is not state:
                 # Codex joined this turn/start to a turn the sidecar did not
                 # start (one a join began, see _joined): keep what it collected.
@@ -413,7 +421,7 @@ class Turns:
                 state.item_times = {**known.item_times, **state.item_times}
                 if known.forwarded:  # its first userMessage is the join's input, not this request's
                     state.original_input = known.original_input
-            session.turns[turn["id"]] = state
+            session.turns[turn_id] = state
             self.spares.confirm(session)
             if state.addition_pending is not None:
                 self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
@@ -434,11 +442,9 @@ class Turns:
         unassembled (the client's request, with Codex's meaning). The session
         then tracks it as its running turn when the slot is free, so that
         later ``turn/start``s join it too, and it is mirrored with its input."""
-        result = msg.result()
-        turn = result.get("turn") if isinstance(result, dict) else None
-        if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+        turn_id = _started_turn_id(msg)
+        if turn_id is None:
             return
-        turn_id = turn["id"]
         current = session.current
         if current is not None and current.turn_id in (None, turn_id):
             return
@@ -452,3 +458,12 @@ class Turns:
             "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
             extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
         )
+
+
+def _started_turn_id(msg: Message) -> str | None:
+    """The id of the turn Codex's ``turn/start`` answer started (None: refused)."""
+    try:
+        result = msg.result_as(TurnStartResult)
+    except CodexDecodeError:
+        return None
+    return result.turn.id if result is not None else None

@@ -19,8 +19,6 @@ from typing import Any
 import msgspec
 import trio
 
-from protocol import decode, parse, rewrite
-
 from ..history.archive import TurnArchive
 from ..history.backing import STICKY_TURN_KEYS, Alias, BackingThreads
 from ..history.reads import ArchivedTurns
@@ -212,16 +210,14 @@ class Spares:
             except (RpcError, trio.TooSlowError) as exc:
                 log.info("retired backing thread not followed", extra={"fields": {"method": method, "error": type(exc).__name__}})
 
-    def with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
-        """The switch turn's turn/start with the sticky settings it lacks."""
+    def with_sticky(self, session: ThreadSession, params: dict[str, Any]) -> dict[str, Any]:
+        """The switch turn's turn/start params with the sticky settings they
+        lack (``params`` itself when none is missing; never modified)."""
         alias = self.backing.aliases.get(session.thread_id)
         if alias is None or not alias.sticky:
-            return line
-        params = decode(parse(line).params)
-        if not isinstance(params, dict):
-            return line
+            return params
         missing = {k: v for k, v in sorted(alias.sticky.items()) if k not in params}
-        return rewrite(line, params={**params, **missing}) if missing else line
+        return {**params, **missing} if missing else params
 
     def want_spare(self, session: ThreadSession) -> None:
         """After a turn: start the thread's next spare, unless one is ready."""
