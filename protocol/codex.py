@@ -415,34 +415,6 @@ class DynamicToolSpec(_Codex, kw_only=True):
         return [self.name] if self.name else []
 
 
-class ThreadStartParams(_Codex, kw_only=True):
-    model: str | None = None
-    cwd: str | None = None
-    developer_instructions: str | None = None
-    dynamic_tools: list[DynamicToolSpec] | None = None
-
-    def dynamic_tool_names(self) -> list[str]:
-        return [n for spec in self.dynamic_tools or () for n in spec.tool_names()]
-
-
-class ThreadResumeParams(_Codex, kw_only=True):
-    thread_id: str
-    model: str | None = None
-    cwd: str | None = None
-    developer_instructions: str | None = None
-    history: list[Any] | None = None  # [UNSTABLE] raw Responses API items
-
-
-class ThreadForkParams(_Codex, kw_only=True):
-    thread_id: str
-    before_turn_id: str | None = None
-    last_turn_id: str | None = None
-    model: str | None = None
-    cwd: str | None = None
-    developer_instructions: str | None = None
-    ephemeral: bool | None = None
-
-
 class ThreadCompactStartParams(_Codex, kw_only=True):
     thread_id: str
 
@@ -501,24 +473,6 @@ class Turn(_Codex, kw_only=True):
         self.items = _thread_items(self.items)
 
 
-class Thread(_Codex, kw_only=True):
-    id: str
-    path: str | None = None
-    cwd: str | None = None
-    model: str | None = None
-    forked_from_id: str | None = None
-    ephemeral: bool | None = None
-    turns: list[Turn] = msgspec.field(default_factory=list)
-
-
-class ThreadResult(_Codex, kw_only=True):
-    """Result of ``thread/start``, ``thread/resume`` and ``thread/fork``."""
-
-    thread: Thread
-    model: str | None = None
-    cwd: str | None = None
-
-
 class TurnStartResult(_Codex, kw_only=True):
     turn: Turn
 
@@ -528,28 +482,9 @@ class TurnStartResult(_Codex, kw_only=True):
 # --------------------------------------------------------------------------
 
 
-class ThreadStartedNotification(_Codex, kw_only=True):
-    thread: Thread
-
-
-class TurnStartedNotification(_Codex, kw_only=True):
-    thread_id: str
-    turn: Turn
-
-
 class TurnCompletedNotification(_Codex, kw_only=True):
     thread_id: str
     turn: Turn
-
-
-class ItemStartedNotification(_Codex, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item: Any  # ThreadItem
-    started_at_ms: int | None = None
-
-    def __post_init__(self) -> None:
-        self.item = thread_item(self.item)
 
 
 class ItemCompletedNotification(_Codex, kw_only=True):

@@ -39,24 +39,15 @@ from tests.support.harness import ROOT
 # Which Struct types which method's params or result (the tests' own table:
 # the sidecar decodes by Struct, with codex.decode_as).
 NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
-    "thread/started": codex.ThreadStartedNotification,
-    "turn/started": codex.TurnStartedNotification,
     "turn/completed": codex.TurnCompletedNotification,
-    "item/started": codex.ItemStartedNotification,
     "item/completed": codex.ItemCompletedNotification,
     "thread/tokenUsage/updated": codex.ThreadTokenUsageUpdatedNotification,
 }
 REQUEST_PARAMS: dict[str, type[msgspec.Struct]] = {
-    "thread/start": codex.ThreadStartParams,
-    "thread/resume": codex.ThreadResumeParams,
-    "thread/fork": codex.ThreadForkParams,
     "thread/compact/start": codex.ThreadCompactStartParams,
     "turn/start": codex.TurnStartParams,
 }
 RESULTS: dict[str, type[msgspec.Struct]] = {
-    "thread/start": codex.ThreadResult,
-    "thread/resume": codex.ThreadResult,
-    "thread/fork": codex.ThreadResult,
     "turn/start": codex.TurnStartResult,
 }
 
@@ -105,21 +96,13 @@ SCHEMA_MAP: dict[type, Any] = {
     codex.PlanItem: ("ThreadItem", "plan"),
     codex.DynamicToolNamespaceTool: ("*", "DynamicToolNamespaceTool"),
     codex.DynamicToolSpec: ("*", "DynamicToolSpec"),
-    codex.ThreadStartParams: "ThreadStartParams",
-    codex.ThreadResumeParams: "ThreadResumeParams",
-    codex.ThreadForkParams: "ThreadForkParams",
     codex.ThreadCompactStartParams: "ThreadCompactStartParams",
     codex.AdditionalContextEntry: "AdditionalContextEntry",
     codex.TurnStartParams: "TurnStartParams",
     codex.TurnError: "TurnError",
     codex.Turn: "Turn",
-    codex.Thread: "Thread",
-    codex.ThreadResult: ["ThreadStartResponse", "ThreadResumeResponse", "ThreadForkResponse"],
     codex.TurnStartResult: "TurnStartResponse",
-    codex.ThreadStartedNotification: "ThreadStartedNotification",
-    codex.TurnStartedNotification: "TurnStartedNotification",
     codex.TurnCompletedNotification: "TurnCompletedNotification",
-    codex.ItemStartedNotification: "ItemStartedNotification",
     codex.ItemCompletedNotification: "ItemCompletedNotification",
     codex.TokenUsageBreakdown: "TokenUsageBreakdown",
     codex.ThreadTokenUsage: "ThreadTokenUsage",
@@ -523,8 +506,6 @@ def test_turn_notifications_and_usage():
     assert failed.turn.error.message.endswith("scenario model failure")
     interrupted = decode_notification("turn/completed", samples.frame("turn/completed:interrupted")["params"])
     assert interrupted.turn.status == codex.TURN_INTERRUPTED and interrupted.turn.error is None
-    started = decode_notification("turn/started", samples.frame("turn/started")["params"])
-    assert started.turn.status == codex.TURN_IN_PROGRESS
     usage = decode_notification("thread/tokenUsage/updated", samples.frame("thread/tokenUsage/updated")["params"])
     raw = samples.frame("thread/tokenUsage/updated")["params"]["tokenUsage"]
     assert usage.token_usage.last.input_tokens == raw["last"]["inputTokens"]
@@ -533,24 +514,19 @@ def test_turn_notifications_and_usage():
 
 
 def test_request_params_decode_into_typed_structs():
-    start = decode_params("thread/start", samples.frame("thread/start")["params"])
-    assert start.developer_instructions == "Scenario developer instructions: answer briefly."
-    assert start.dynamic_tool_names() == ["get_weather"]
     turn = decode_params("turn/start", samples.frame("turn/start")["params"])
     assert [type(i) for i in turn.inputs()] == [codex.TextInput]
     assert turn.input == samples.frame("turn/start")["params"]["input"], "the items as decoded, every field kept"
     projected = decode_params("turn/start", samples.frame("turn/start_projected")["params"])
     assert projected.additional_context["openclaw"] == codex.AdditionalContextEntry(kind="application", value="ctx")
     assert (projected.model, projected.cwd) == ("gpt-test", "/w")
-    resume = decode_params("thread/resume", samples.frame("thread/resume")["params"])
-    assert resume.thread_id.startswith("01a20130") and resume.history is None
     compact = decode_params("thread/compact/start", samples.frame("thread/compact/start")["params"])
     assert compact.thread_id.startswith("01a20130")
     spec = codex.DynamicToolSpec(
         name="ns", type="namespace", tools=[codex.DynamicToolNamespaceTool(name="a"), codex.DynamicToolNamespaceTool(name="b")]
     )
     untyped = msgspec.convert({"name": "legacy_tool", "description": "d", "inputSchema": {}}, codex.DynamicToolSpec)
-    assert codex.ThreadStartParams(dynamic_tools=[spec, untyped]).dynamic_tool_names() == ["a", "b", "legacy_tool"]
+    assert [n for t in (spec, untyped) for n in t.tool_names()] == ["a", "b", "legacy_tool"]
 
 
 # --------------------------------------------------------------------------
