@@ -483,18 +483,33 @@ class TurnStartResult(_Codex, kw_only=True):
 
 
 class TurnCompletedNotification(_Codex, kw_only=True):
+    """``turn/completed``. ``turn`` stays as decoded (the dict, every field
+    kept: the archive stores the turn as Codex sent it, and a field of an
+    unexpected shape must not cost the turn); :meth:`typed_turn` gives it
+    typed."""
+
     thread_id: str
-    turn: Turn
+    turn: Any  # the decoded Turn
+
+    def typed_turn(self) -> Turn:
+        """The turn typed; raises :class:`CodexDecodeError` when it does not fit."""
+        return decode_as(Turn, self.turn)
 
 
 class ItemCompletedNotification(_Codex, kw_only=True):
+    """``item/completed``. ``item`` stays as decoded (the dict, every field
+    kept: the mirror stores the item as Codex sent it); :meth:`typed_item`
+    gives it typed. ``completedAtMs`` is not checked: a stamp of the wrong
+    type must not cost the item (the reader keeps only an int)."""
+
     thread_id: str
     turn_id: str
-    item: Any  # ThreadItem
-    completed_at_ms: int | None = None
+    item: Any = None  # the decoded ThreadItem
+    completed_at_ms: Any = None  # int
 
-    def __post_init__(self) -> None:
-        self.item = thread_item(self.item)
+    def typed_item(self) -> ThreadItem:
+        """The item typed (see :func:`thread_item`)."""
+        return thread_item(self.item)
 
 
 class TokenUsageBreakdown(_Codex, kw_only=True):
@@ -508,14 +523,15 @@ class TokenUsageBreakdown(_Codex, kw_only=True):
 
 class ThreadTokenUsage(_Codex, kw_only=True):
     total: TokenUsageBreakdown = msgspec.field(default_factory=TokenUsageBreakdown)
-    last: TokenUsageBreakdown = msgspec.field(default_factory=TokenUsageBreakdown)
+    last: TokenUsageBreakdown | None = None  # None: not sent
     model_context_window: int | None = None
 
 
 class ThreadTokenUsageUpdatedNotification(_Codex, kw_only=True):
+    """``thread/tokenUsage/updated`` (its ``turnId`` is not read)."""
+
     thread_id: str
-    turn_id: str
-    token_usage: ThreadTokenUsage = msgspec.field(default_factory=ThreadTokenUsage)
+    token_usage: ThreadTokenUsage | None = None  # None: not sent
 
 
 # --------------------------------------------------------------------------
