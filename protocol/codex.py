@@ -415,34 +415,6 @@ class DynamicToolSpec(_Codex, kw_only=True):
         return [self.name] if self.name else []
 
 
-class ThreadStartParams(_Codex, kw_only=True):
-    model: str | None = None
-    cwd: str | None = None
-    developer_instructions: str | None = None
-    dynamic_tools: list[DynamicToolSpec] | None = None
-
-    def dynamic_tool_names(self) -> list[str]:
-        return [n for spec in self.dynamic_tools or () for n in spec.tool_names()]
-
-
-class ThreadResumeParams(_Codex, kw_only=True):
-    thread_id: str
-    model: str | None = None
-    cwd: str | None = None
-    developer_instructions: str | None = None
-    history: list[Any] | None = None  # [UNSTABLE] raw Responses API items
-
-
-class ThreadForkParams(_Codex, kw_only=True):
-    thread_id: str
-    before_turn_id: str | None = None
-    last_turn_id: str | None = None
-    model: str | None = None
-    cwd: str | None = None
-    developer_instructions: str | None = None
-    ephemeral: bool | None = None
-
-
 class ThreadCompactStartParams(_Codex, kw_only=True):
     thread_id: str
 
@@ -501,24 +473,6 @@ class Turn(_Codex, kw_only=True):
         self.items = _thread_items(self.items)
 
 
-class Thread(_Codex, kw_only=True):
-    id: str
-    path: str | None = None
-    cwd: str | None = None
-    model: str | None = None
-    forked_from_id: str | None = None
-    ephemeral: bool | None = None
-    turns: list[Turn] = msgspec.field(default_factory=list)
-
-
-class ThreadResult(_Codex, kw_only=True):
-    """Result of ``thread/start``, ``thread/resume`` and ``thread/fork``."""
-
-    thread: Thread
-    model: str | None = None
-    cwd: str | None = None
-
-
 class TurnStartResult(_Codex, kw_only=True):
     turn: Turn
 
@@ -528,38 +482,34 @@ class TurnStartResult(_Codex, kw_only=True):
 # --------------------------------------------------------------------------
 
 
-class ThreadStartedNotification(_Codex, kw_only=True):
-    thread: Thread
-
-
-class TurnStartedNotification(_Codex, kw_only=True):
-    thread_id: str
-    turn: Turn
-
-
 class TurnCompletedNotification(_Codex, kw_only=True):
+    """``turn/completed``. ``turn`` stays as decoded (the dict, every field
+    kept: the archive stores the turn as Codex sent it, and a field of an
+    unexpected shape must not cost the turn); :meth:`typed_turn` gives it
+    typed."""
+
     thread_id: str
-    turn: Turn
+    turn: Any  # the decoded Turn
 
-
-class ItemStartedNotification(_Codex, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item: Any  # ThreadItem
-    started_at_ms: int | None = None
-
-    def __post_init__(self) -> None:
-        self.item = thread_item(self.item)
+    def typed_turn(self) -> Turn:
+        """The turn typed; raises :class:`CodexDecodeError` when it does not fit."""
+        return decode_as(Turn, self.turn)
 
 
 class ItemCompletedNotification(_Codex, kw_only=True):
+    """``item/completed``. ``item`` stays as decoded (the dict, every field
+    kept: the mirror stores the item as Codex sent it); :meth:`typed_item`
+    gives it typed. ``completedAtMs`` is not checked: a stamp of the wrong
+    type must not cost the item (the reader keeps only an int)."""
+
     thread_id: str
     turn_id: str
-    item: Any  # ThreadItem
-    completed_at_ms: int | None = None
+    item: Any = None  # the decoded ThreadItem
+    completed_at_ms: Any = None  # int
 
-    def __post_init__(self) -> None:
-        self.item = thread_item(self.item)
+    def typed_item(self) -> ThreadItem:
+        """The item typed (see :func:`thread_item`)."""
+        return thread_item(self.item)
 
 
 class TokenUsageBreakdown(_Codex, kw_only=True):
@@ -573,14 +523,15 @@ class TokenUsageBreakdown(_Codex, kw_only=True):
 
 class ThreadTokenUsage(_Codex, kw_only=True):
     total: TokenUsageBreakdown = msgspec.field(default_factory=TokenUsageBreakdown)
-    last: TokenUsageBreakdown = msgspec.field(default_factory=TokenUsageBreakdown)
+    last: TokenUsageBreakdown | None = None  # None: not sent
     model_context_window: int | None = None
 
 
 class ThreadTokenUsageUpdatedNotification(_Codex, kw_only=True):
+    """``thread/tokenUsage/updated`` (its ``turnId`` is not read)."""
+
     thread_id: str
-    turn_id: str
-    token_usage: ThreadTokenUsage = msgspec.field(default_factory=ThreadTokenUsage)
+    token_usage: ThreadTokenUsage | None = None  # None: not sent
 
 
 # --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from engines import CompactParams, CompactResult
+from protocol.codex import CodexDecodeError, ThreadCompactStartParams
 
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
@@ -33,8 +34,11 @@ class Compaction:
     def on_compact_start(self, msg: Message) -> Decision:
         if not self.calls.owns_compaction:
             return None  # native compaction, unchanged
-        params = msg.params()
-        session = self.sessions.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        try:
+            thread_id = msg.typed(ThreadCompactStartParams).thread_id
+        except CodexDecodeError:
+            return None  # no string threadId: not a thread the sidecar tracks; Codex answers it
+        session = self.sessions.get(thread_id)
         if session is None:
             return None
         self.proxy.spawn(self._engine_compaction_then_native, session, msg)

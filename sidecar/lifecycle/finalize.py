@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after_turn_with_fallback
+from protocol.codex import CodexDecodeError, ItemCompletedNotification, ThreadTokenUsageUpdatedNotification, TurnCompletedNotification
 
 from ..history.archive import TurnArchive, archive_path, archived_turn
 from ..rebuild.fresh import Spares
@@ -35,19 +36,19 @@ class Finalizer:
         self.spares = spares
 
     def on_item_completed(self, msg: Message) -> Decision:
-        params = msg.params()
-        if not isinstance(params, dict):
-            return None
-        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
-        item = params.get("item")
-        turn_id = params.get("turnId")
-        if session is None or not isinstance(item, dict) or not isinstance(turn_id, str) or not isinstance(item.get("id"), str):
+        try:
+            note = msg.typed(ItemCompletedNotification)
+        except CodexDecodeError:
+            return None  # no string threadId and turnId: no turn the sidecar follows
+        session = self.sessions.get(note.thread_id)
+        item, turn_id = note.item, note.turn_id
+        if session is None or not isinstance(item, dict) or not isinstance(item.get("id"), str):
             return None
         state = session.turns.get(turn_id)
         if state is None:
             state = session.turns[turn_id] = TurnState(client_id=None, original_input=None, turn_id=turn_id)
         state.items[item["id"]] = item
-        stamp = params.get("completedAtMs") or item.get("completedAtMs")
+        stamp = note.completed_at_ms or item.get("completedAtMs")
         if isinstance(stamp, int):
             state.item_times[item["id"]] = stamp
         if item.get("type") == "contextCompaction":
@@ -59,37 +60,37 @@ class Finalizer:
         return None
 
     def on_token_usage(self, msg: Message) -> Decision:
-        params = msg.params()
-        if not isinstance(params, dict):
+        try:
+            note = msg.typed(ThreadTokenUsageUpdatedNotification)
+        except CodexDecodeError:
+            return None  # no string threadId, or counts that are not integers: nothing learnt
+        session = self.sessions.get(note.thread_id)
+        usage = note.token_usage
+        if session is None or usage is None:
             return None
-        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
-        usage = params.get("tokenUsage")
-        if session is None or not isinstance(usage, dict):
-            return None
-        last = usage.get("last") if isinstance(usage.get("last"), dict) else None
-        if last:
-            cached = int(last.get("cachedInputTokens") or 0)
-            total_in = int(last.get("inputTokens") or 0)
+        last = usage.last
+        if last is not None:
+            cached, total_in = last.cached_input_tokens, last.input_tokens
             session.last_usage = Usage(
                 input=max(0, total_in - cached),
-                output=int(last.get("outputTokens") or 0),
+                output=last.output_tokens,
                 cache_read=cached,
-                cache_write=int(last.get("cacheWriteInputTokens") or 0),
-                total_tokens=int(last.get("totalTokens") or 0),
+                cache_write=last.cache_write_input_tokens,
+                total_tokens=last.total_tokens,
             )
             session.prompt_cache = PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in)
             session.current_token_count = total_in
-        window = usage.get("modelContextWindow")
-        if isinstance(window, int) and not isinstance(window, bool):
-            self.calls.learn(session, WindowReported(window))
+        if usage.model_context_window is not None:
+            self.calls.learn(session, WindowReported(usage.model_context_window))
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:
-        params = msg.params()
-        if not isinstance(params, dict):
-            return None
-        session = self.sessions.get(params.get("threadId"))  # type: ignore[arg-type]
-        turn = params.get("turn")
+        try:
+            note = msg.typed(TurnCompletedNotification)
+        except CodexDecodeError:
+            return None  # no string threadId: no thread the sidecar follows
+        session = self.sessions.get(note.thread_id)
+        turn = note.turn
         if session is None or not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
             return None
         if turn["id"] in session.completed_turns:

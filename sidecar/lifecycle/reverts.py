@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from protocol import parse, rewrite
+from protocol import rewrite
 
 from ..history.archive import TurnArchive, archive_path
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
@@ -124,7 +124,6 @@ class ClientReverts:
     async def _into_archive(self, msg: Message, thread_id: str, flagged: set[Any]) -> None:
         """Send a client's revert or fork that names an archived turn to
         Codex as the same request before Codex's first turn."""
-        line = msg.line
         try:
             try:
                 first = await self.rebuilder.first_codex_turn(thread_id, self.sessions.get(thread_id))
@@ -133,11 +132,11 @@ class ClientReverts:
                 log.warning("cannot list the thread's turns for a request into archived turns", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
             if isinstance(first, str):
                 params = {k: v for k, v in msg.params().items() if k != "lastTurnId"}
-                line = rewrite(msg.line, params={**params, "beforeTurnId": first})
+                msg.set_params({**params, "beforeTurnId": first})  # encoded once, on the way out
                 flagged.add(msg.id)
             # else: Codex holds no turn (or did not say): the request goes as
             # it is, and Codex's answer (turn not found) reaches the client.
-            self.proxy.forward_client_request(Message(parse(line), line))
+            self.proxy.forward_client_request(msg)
         finally:
             self.proxy.ungate(thread_id, id(msg))
 

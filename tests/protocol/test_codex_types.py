@@ -39,24 +39,15 @@ from tests.support.harness import ROOT
 # Which Struct types which method's params or result (the tests' own table:
 # the sidecar decodes by Struct, with codex.decode_as).
 NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
-    "thread/started": codex.ThreadStartedNotification,
-    "turn/started": codex.TurnStartedNotification,
     "turn/completed": codex.TurnCompletedNotification,
-    "item/started": codex.ItemStartedNotification,
     "item/completed": codex.ItemCompletedNotification,
     "thread/tokenUsage/updated": codex.ThreadTokenUsageUpdatedNotification,
 }
 REQUEST_PARAMS: dict[str, type[msgspec.Struct]] = {
-    "thread/start": codex.ThreadStartParams,
-    "thread/resume": codex.ThreadResumeParams,
-    "thread/fork": codex.ThreadForkParams,
     "thread/compact/start": codex.ThreadCompactStartParams,
     "turn/start": codex.TurnStartParams,
 }
 RESULTS: dict[str, type[msgspec.Struct]] = {
-    "thread/start": codex.ThreadResult,
-    "thread/resume": codex.ThreadResult,
-    "thread/fork": codex.ThreadResult,
     "turn/start": codex.TurnStartResult,
 }
 
@@ -105,21 +96,13 @@ SCHEMA_MAP: dict[type, Any] = {
     codex.PlanItem: ("ThreadItem", "plan"),
     codex.DynamicToolNamespaceTool: ("*", "DynamicToolNamespaceTool"),
     codex.DynamicToolSpec: ("*", "DynamicToolSpec"),
-    codex.ThreadStartParams: "ThreadStartParams",
-    codex.ThreadResumeParams: "ThreadResumeParams",
-    codex.ThreadForkParams: "ThreadForkParams",
     codex.ThreadCompactStartParams: "ThreadCompactStartParams",
     codex.AdditionalContextEntry: "AdditionalContextEntry",
     codex.TurnStartParams: "TurnStartParams",
     codex.TurnError: "TurnError",
     codex.Turn: "Turn",
-    codex.Thread: "Thread",
-    codex.ThreadResult: ["ThreadStartResponse", "ThreadResumeResponse", "ThreadForkResponse"],
     codex.TurnStartResult: "TurnStartResponse",
-    codex.ThreadStartedNotification: "ThreadStartedNotification",
-    codex.TurnStartedNotification: "TurnStartedNotification",
     codex.TurnCompletedNotification: "TurnCompletedNotification",
-    codex.ItemStartedNotification: "ItemStartedNotification",
     codex.ItemCompletedNotification: "ItemCompletedNotification",
     codex.TokenUsageBreakdown: "TokenUsageBreakdown",
     codex.ThreadTokenUsage: "ThreadTokenUsage",
@@ -479,9 +462,11 @@ def test_item_notifications_decode_in_every_input_form(name, form):
     assert note.thread_id == frame["params"]["threadId"]
     assert note.turn_id == frame["params"]["turnId"]
     assert note.completed_at_ms == frame["params"]["completedAtMs"]
-    assert type(note.item) is EXPECTED_ITEM_CLASS[name]
-    assert note.item.id == raw_item["id"]
-    assert note.item.type == raw_item["type"]
+    assert note.item == raw_item, "the item as decoded, every field kept"
+    typed = note.typed_item()
+    assert type(typed) is EXPECTED_ITEM_CLASS[name]
+    assert typed.id == raw_item["id"]
+    assert typed.type == raw_item["type"]
 
 
 def test_real_item_fields():
@@ -516,15 +501,14 @@ def test_real_item_fields():
 def test_turn_notifications_and_usage():
     done = decode_notification("turn/completed", samples.frame("turn/completed:completed")["params"])
     assert isinstance(done, codex.TurnCompletedNotification)
-    assert done.turn.status == codex.TURN_COMPLETED and done.turn.items_view == "summary"
-    assert [type(i) for i in done.turn.items] == [codex.AgentMessageItem]
+    assert done.turn == samples.frame("turn/completed:completed")["params"]["turn"], "the turn as decoded"
+    assert done.typed_turn().status == codex.TURN_COMPLETED and done.typed_turn().items_view == "summary"
+    assert [type(i) for i in done.typed_turn().items] == [codex.AgentMessageItem]
     failed = decode_notification("turn/completed", samples.frame("turn/completed:failed")["params"])
-    assert failed.turn.status == codex.TURN_FAILED
-    assert failed.turn.error.message.endswith("scenario model failure")
+    assert failed.typed_turn().status == codex.TURN_FAILED
+    assert failed.typed_turn().error.message.endswith("scenario model failure")
     interrupted = decode_notification("turn/completed", samples.frame("turn/completed:interrupted")["params"])
-    assert interrupted.turn.status == codex.TURN_INTERRUPTED and interrupted.turn.error is None
-    started = decode_notification("turn/started", samples.frame("turn/started")["params"])
-    assert started.turn.status == codex.TURN_IN_PROGRESS
+    assert interrupted.typed_turn().status == codex.TURN_INTERRUPTED and interrupted.typed_turn().error is None
     usage = decode_notification("thread/tokenUsage/updated", samples.frame("thread/tokenUsage/updated")["params"])
     raw = samples.frame("thread/tokenUsage/updated")["params"]["tokenUsage"]
     assert usage.token_usage.last.input_tokens == raw["last"]["inputTokens"]
@@ -533,24 +517,19 @@ def test_turn_notifications_and_usage():
 
 
 def test_request_params_decode_into_typed_structs():
-    start = decode_params("thread/start", samples.frame("thread/start")["params"])
-    assert start.developer_instructions == "Scenario developer instructions: answer briefly."
-    assert start.dynamic_tool_names() == ["get_weather"]
     turn = decode_params("turn/start", samples.frame("turn/start")["params"])
     assert [type(i) for i in turn.inputs()] == [codex.TextInput]
     assert turn.input == samples.frame("turn/start")["params"]["input"], "the items as decoded, every field kept"
     projected = decode_params("turn/start", samples.frame("turn/start_projected")["params"])
     assert projected.additional_context["openclaw"] == codex.AdditionalContextEntry(kind="application", value="ctx")
     assert (projected.model, projected.cwd) == ("gpt-test", "/w")
-    resume = decode_params("thread/resume", samples.frame("thread/resume")["params"])
-    assert resume.thread_id.startswith("01a20130") and resume.history is None
     compact = decode_params("thread/compact/start", samples.frame("thread/compact/start")["params"])
     assert compact.thread_id.startswith("01a20130")
     spec = codex.DynamicToolSpec(
         name="ns", type="namespace", tools=[codex.DynamicToolNamespaceTool(name="a"), codex.DynamicToolNamespaceTool(name="b")]
     )
     untyped = msgspec.convert({"name": "legacy_tool", "description": "d", "inputSchema": {}}, codex.DynamicToolSpec)
-    assert codex.ThreadStartParams(dynamic_tools=[spec, untyped]).dynamic_tool_names() == ["a", "b", "legacy_tool"]
+    assert [n for t in (spec, untyped) for n in t.tool_names()] == ["a", "b", "legacy_tool"]
 
 
 # --------------------------------------------------------------------------
@@ -588,8 +567,8 @@ def test_new_fields_and_missing_optional_fields_are_tolerated():
     note["turn"]["status"] = "someNewStatus"
     note["turn"]["items"].append({"type": "hologram", "id": "h"})
     decoded = decode_notification("turn/completed", note)
-    assert decoded.turn.status == "someNewStatus"
-    assert isinstance(decoded.turn.items[-1], codex.UnknownItem)
+    assert decoded.typed_turn().status == "someNewStatus"
+    assert isinstance(decoded.typed_turn().items[-1], codex.UnknownItem)
 
 
 def test_invalid_messages_raise_without_quoting_content():
@@ -601,14 +580,20 @@ def test_invalid_messages_raise_without_quoting_content():
         b"{not json",
         {"turn": {"id": "t"}},  # no threadId
         {"threadId": 7, "turn": {"id": "t"}},
-        {"threadId": secret, "turn": {"id": 5, "status": secret}},
-        {"threadId": "t", "turn": secret},
+        {"threadId": [secret], "turn": {"id": "t"}},
     ]
     for data in cases:
         with pytest.raises(codex.CodexDecodeError) as info:
             decode_notification("turn/completed", data)
         assert secret not in str(info.value)
         assert "TurnCompletedNotification" in str(info.value)
+    # The turn stays as decoded; its typed view raises the same way.
+    for turn in ({"id": 5, "status": secret}, secret, [secret]):
+        note = decode_notification("turn/completed", {"threadId": "t", "turn": turn})
+        with pytest.raises(codex.CodexDecodeError) as info:
+            note.typed_turn()
+        assert secret not in str(info.value)
+        assert "Turn" in str(info.value)
 
 
 _json_leaf = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8)
@@ -679,7 +664,7 @@ def test_recorded_frames_decode(fixture):
             typed = decode_notification(method, msg.get("params"))
             if typed is not None:
                 decoded += 1
-                item = getattr(typed, "item", None)
+                item = typed.typed_item() if isinstance(typed, codex.ItemCompletedNotification) else None
                 if item is not None and msg["params"]["item"].get("type") in codex.ITEM_TYPES:
                     assert not isinstance(item, codex.UnknownItem), msg["params"]["item"].get("type")
         elif "result" in msg:
