@@ -23,6 +23,7 @@ import click
 
 from .child import forward_signals_to, start_process
 from .config import ACTIVE_ENV, DEFAULT, SETTINGS, ConfigError, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
+from .launch import adopt, child_env, discard, serves_app_server
 from .logs import setup_logging
 
 log = logging.getLogger("codex_sidecar.cli")
@@ -101,6 +102,8 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     file. Options may come before or after doctor, engines, inspect and
     version. Logs go to stderr; stdout carries protocol frames only.
     """
+    if ctx.invoked_subcommand not in ("proxy", _DROP_IN):
+        gc.enable()  # off for start-up (sidecar.launch); only a session's start-up ends in freeze_startup_heap
     given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE}
     resolved = resolve_settings(given, os.environ, ctx.meta.get("config_file"), ctx.meta.get("config_origin", DEFAULT))
     ctx.meta["resolved"] = resolved
@@ -145,26 +148,10 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
     if not serves_app_server(codex_args):
         # `app-server --help`, `--version`, or another codex command: not a
         # JSON-RPC session; codex answers it itself.
+        discard()
         os.execv(codex, [codex, *codex_args])
     origin = resolved.origins["codex_bin"]
     sys.exit(_serve(resolved, [codex, *codex_args], "codex on PATH" if origin.kind == "default" else str(origin)))
-
-
-NOT_A_SESSION = frozenset({"-h", "--help", "-V", "--version", "help", "daemon", "generate-ts", "generate-json-schema", "--print-startup-config"})
-"""Words after ``app-server`` (codex 0.169.0's ``app-server --help``) that
-print something and exit instead of speaking JSON-RPC on stdio."""
-
-
-def serves_app_server(codex_args: tuple[str, ...] | list[str]) -> bool:
-    """Whether codex's argv starts an app-server session (to relay), rather
-    than asking for help or a version, generating bindings, managing the
-    daemon, or running another codex command."""
-    args = list(codex_args)
-    if "--" in args:
-        args = args[: args.index("--")]
-    if any(a in ("-h", "--help", "-V", "--version") for a in args) or "app-server" not in args:
-        return False
-    return not any(a in NOT_A_SESSION for a in args[args.index("app-server") + 1 :])
 
 
 @cli.group("engines", invoke_without_command=True)
@@ -446,19 +433,24 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
     settings = resolved.values
     protocol_out = _claim_stdout()
     setup_logging(settings["log_format"], settings["log_level"])
-    env = dict(os.environ)
-    env[ACTIVE_ENV] = str(os.getpid())
-    # Codex takes ~0.2 s to start: start it first, and import the rest of
-    # the sidecar and load the engine while it does.
-    try:
-        popen = start_process(argv, env)
-    except FileNotFoundError:
-        log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
-        return 127
-    except PermissionError:
-        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
-        return 126
-    previous = forward_signals_to(popen)
+    env = child_env()
+    # Codex takes ~0.2 s to start: the entry point started it before the
+    # sidecar's imports if it could tell which child this is (sidecar.launch);
+    # else it starts now, and the rest of the sidecar is imported and the
+    # engine loaded while it does.
+    early = adopt(argv, env)
+    if early is not None:
+        popen, previous = early
+    else:
+        try:
+            popen = start_process(argv, env)
+        except FileNotFoundError:
+            log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
+            return 127
+        except PermissionError:
+            log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
+            return 126
+        previous = forward_signals_to(popen)
     try:
         return _serve_started(resolved, argv, protocol_out, popen, child_from)
     finally:
@@ -538,15 +530,21 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
         proxy.add_status_provider("settings", lambda: in_effect)
         if problem is not None:
             proxy.add_status_provider("stateDir", lambda: {"usable": False, "path": str(problem.path), "problem": problem.message(), "code": problem.code})
-        # The relay runs at once and passes the client's initialize: the
-        # lifecycle is imported and the engine loaded (off the event loop)
-        # while codex starts. Everything else the client sends waits until
-        # the engine is bound and the lifecycle's hooks are in.
-        proxy.hold_client()
+        # The relay runs at once and passes the client's initialize to codex
+        # and codex's answer back, with nothing else competing for the CPU
+        # (codex is starting meanwhile: start-up is paid on every OpenClaw
+        # turn). Then the lifecycle is imported and the engine loaded, off the
+        # event loop; it starts earlier if the client sends anything else
+        # first (or ends), since that waits until the engine is bound and the
+        # lifecycle's hooks are in.
+        go = trio.Event()
+        proxy.hold_client(on_held=go.set)
+        proxy.hooks.on_response("initialize", lambda _msg, _pending: go.set())
         lifecycle: Any = None
 
         async def set_up() -> None:
             nonlocal lifecycle
+            await go.wait()
             try:
                 engine, lifecycle_cls = await trio.to_thread.run_sync(
                     _load_lifecycle, resolved, problem, state_dir, argv[0], child_from, abandon_on_cancel=True
@@ -630,6 +628,7 @@ def freeze_startup_heap() -> int:
     """
     gc.collect()
     gc.freeze()
+    gc.enable()  # the entry point turned it off for start-up (sidecar.launch)
     return gc.get_freeze_count()
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
-import sys
 import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,9 +27,10 @@ from typing import Any
 
 import click
 
+from .launch import ACTIVE_ENV as ACTIVE_ENV
+from .launch import is_self as _is_self
+
 ENV_PREFIX = "CODEX_SIDECAR_"
-ACTIVE_ENV = "CODEX_SIDECAR_ACTIVE"
-"""Set in the child's environment, so a sidecar that would spawn itself can tell."""
 
 
 class NameList(click.ParamType):
@@ -325,16 +325,3 @@ def resolve_codex_bin(configured: str | None, origin: Origin = DEFAULT) -> str:
         "cannot find the real codex binary: set --codex-bin, CODEX_SIDECAR_CODEX_BIN "
         "or codex_bin in the config file, or put codex on PATH"
     )
-
-
-def _is_self(path: str) -> bool:
-    """True for this program or a console script that launches it."""
-    real = os.path.realpath(path)
-    if sys.argv and sys.argv[0] and real == os.path.realpath(sys.argv[0]):
-        return True
-    try:
-        with open(real, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return head.startswith(b"#!") and b"sidecar.cli" in head
