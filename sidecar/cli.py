@@ -584,9 +584,20 @@ def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str
     """In a worker thread while the relay runs: the lifecycle's modules, the
     engine (None for legacy, or when the state dir is unusable), then the
     start-up heap frozen."""
+    settings = resolved.values
+    if problem is None and settings["engine"] != "legacy":
+        # An engine counts tokens: the o200k tokenizer first, while the
+        # process is at its smallest (its build needs ~68 MB on top of what
+        # the process holds; see sidecar.tokenizer), then engines.tokens
+        # takes it and releases the pages it no longer needs.
+        from .tokenizer import build
+
+        build()
+        from engines.tokens import load
+
+        load()
     from .lifecycle import Lifecycle
 
-    settings = resolved.values
     if settings.get("record"):
         from .scrub import load
 
