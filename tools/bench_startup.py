@@ -50,10 +50,17 @@ INITIALIZE = (
 )
 
 
-def sidecar_exe() -> list[str]:
-    """The console script users (and OpenClaw) start, beside this Python."""
-    script = Path(sys.executable).parent / "codex-sidecar"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "sidecar"]
+def sidecar_exe(tree: Path = ROOT) -> list[str]:
+    """What the console script users (and OpenClaw) start runs, for the
+    source tree ``tree``: its own ``codex-sidecar`` entry point (from its
+    pyproject.toml), run as the script runs it. A tree's entry point may
+    differ from the installed script's (sidecar.cli:main before issue 25,
+    sidecar.launch:main after), so --compare measures each tree's own."""
+    import tomllib
+
+    entry = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["scripts"]["codex-sidecar"]
+    module, _, fn = entry.partition(":")
+    return [sys.executable, "-c", f"import sys; from {module} import {fn}; sys.argv[0] = 'codex-sidecar'; sys.exit({fn}())"]
 
 
 def peak_rss_kib(pid: int) -> int | None:
@@ -142,11 +149,11 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT, compare: Path | N
     codex_argv = [codex, "app-server"]
     configs = {"codex": (codex_argv, env)}
     for engine in ENGINES:
-        configs[engine] = ([*sidecar_exe(), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
+        configs[engine] = ([*sidecar_exe(src), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
     if compare is not None:  # another tree's sidecar, in the same rounds
         other = {**env, "PYTHONPATH": str(compare) + env["PYTHONPATH"][len(str(src)) :]}
         for engine in ENGINES:
-            configs[f"{engine}@compare"] = ([*sidecar_exe(), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
+            configs[f"{engine}@compare"] = ([*sidecar_exe(compare), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
     names = list(configs)
     sidecars = [n for n in names if n != "codex"]
     series = {name: Series() for name in names}
