@@ -14,8 +14,9 @@ it. The CLI resolves everything as it always did and, where it would start
 the child, takes this one if it is the same command with the same
 environment (:func:`adopt`). Anything else (a setting the CLI rejects,
 ``--help``, another command, a codex the CLI resolves differently) ends the
-early child before the sidecar exits or starts its own (:func:`discard`):
-what the user sees is unchanged, and no child is left behind.
+early child before the sidecar exits or starts its own (:func:`discard`, as
+gently as the relay ends codex): what the user sees is unchanged, and no
+child is left behind.
 
 Nothing here may import more than the standard library's cheapest modules
 (``tests/cli/test_launch.py`` checks what this module imports).
@@ -265,30 +266,39 @@ def adopt(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
     return None
 
 
+EOF_GRACE = 2.0
+"""Seconds a discarded child gets to exit on its own after its stdin closes
+(the relay's default ``eof_grace``: the settings may be what is wrong)."""
 TERM_GRACE = 3.0
-"""Seconds a discarded child gets between SIGTERM and SIGKILL."""
+"""Then seconds between SIGTERM and SIGKILL (the relay's default ``kill_grace``)."""
 
 
 def discard() -> None:
-    """End the early child the CLI did not take: its stdin closed and SIGTERM
-    (what the sidecar's own death would send it), SIGKILL after
-    :data:`TERM_GRACE`; then the signal handlers are put back."""
+    """End the early child the CLI did not take as the relay ends codex when
+    its client leaves: stdin closed, then SIGTERM after :data:`EOF_GRACE`,
+    SIGKILL after :data:`TERM_GRACE` more; then the signal handlers are put
+    back. Codex exits on its own at stdin EOF once started (~1 s): no signal
+    cuts short the login shell it may be snapshotting (a pyenv rehash lock
+    left behind stalls every later codex; docs/testing.md)."""
     global _early
     early, _early = _early, None
     if early is None:
         return
     popen = early.popen
     try:
-        if popen.poll() is None:
-            for pipe in (popen.stdin, popen.stdout):
-                if pipe is not None:
-                    pipe.close()
-            popen.send_signal(signal.SIGTERM)
+        if popen.stdin is not None:
+            popen.stdin.close()
+        for sig, grace in ((None, EOF_GRACE), (signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, None)):
+            if popen.poll() is not None:
+                break
+            if sig is not None:
+                popen.send_signal(sig)
             try:
-                popen.wait(TERM_GRACE)
+                popen.wait(grace)
             except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait()
+                continue
+        if popen.stdout is not None:
+            popen.stdout.close()
     finally:
         for signum, handler in early.handlers.items():
             signal.signal(signum, handler)

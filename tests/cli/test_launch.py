@@ -240,3 +240,32 @@ def test_an_early_child_with_another_environment_is_not_adopted():
         assert early.popen.poll() is not None
     finally:
         launch.discard()
+
+
+def test_a_discarded_child_that_exits_at_stdin_eof_gets_no_signal(tmp_path):
+    """Codex at stdin EOF finishes starting and exits: not cut short (it may
+    be snapshotting a login shell), as when the relay's client leaves."""
+    mark = tmp_path / "mark"
+    script = (
+        "import signal, sys, time\n"
+        f"mark = {str(mark)!r}\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (open(mark, 'a').write('term\\n'), sys.exit(9)))\n"
+        "open(mark, 'a').write('ready\\n')\n"
+        "sys.stdin.buffer.read()\n"
+        "time.sleep(0.3)\n"
+        "open(mark, 'a').write('eof\\n')\n"
+    )
+    early = launch.start_early(["proxy", "--", sys.executable, "-c", script])
+    try:
+        assert early is not None
+        deadline = time.monotonic() + 10
+        while not (mark.exists() and "ready" in mark.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        launch.discard()
+        assert early.popen.returncode == 0
+        assert mark.read_text() == "ready\neof\n"
+    finally:
+        launch.discard()
+        if early is not None and early.popen.poll() is None:
+            early.popen.kill()
+            early.popen.wait()
