@@ -90,8 +90,9 @@ def start_once(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 
     loads in the background once it answered included), and the CPU it had
     used when it answered (ms): on a busy machine the wall time is mostly
     waiting for a core, the CPU is not."""
+    err = tempfile.TemporaryFile()  # shown if it fails, else never read
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=cwd)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(INITIALIZE)
@@ -100,7 +101,10 @@ def start_once(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 
         while True:
             line = proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"{argv[0]} exited before answering initialize")
+                proc.wait()
+                err.seek(0)
+                tail = err.read()[-4000:].decode(errors="replace")
+                raise RuntimeError(f"{argv[:3]} exited ({proc.returncode}) before answering initialize; its stderr ends:\n{tail}")
             if b'"id":1' in line.replace(b" ", b""):
                 elapsed = (time.perf_counter() - t0) * 1000
                 cpu = cpu_ms(proc.pid)
@@ -118,6 +122,7 @@ def start_once(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 
             proc.kill()
             proc.wait()
         proc.stdout.close()
+        err.close()
     return elapsed, rss, cpu
 
 
