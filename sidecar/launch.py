@@ -102,12 +102,12 @@ def is_self(path: str) -> bool:
 # ----------------------------------------------------------- the prediction
 
 
-def _leading_options(args: list[str]) -> tuple[dict[str, str], int] | None:
+def _leading_options(args: list[str]) -> tuple[dict[str, Any], int] | None:
     """The sidecar's own options before the command (name -> raw value, the
     last one given, as click keeps it) and the index of the first token after
     them; None when a token is not one this module understands for sure
     (``--help``, ``--version``, a typo): the CLI decides then."""
-    given: dict[str, str] = {}
+    given: dict[str, Any] = {}
     i = 0
     while i < len(args):
         tok = args[i]
@@ -125,13 +125,14 @@ def _leading_options(args: list[str]) -> tuple[dict[str, str], int] | None:
         elif key in BOOL_SETTINGS or (key.startswith("no_") and key[3:] in BOOL_SETTINGS):
             if eq:
                 return None
+            given[key.removeprefix("no_")] = not key.startswith("no_")
         else:
             return None
         i += 1
     return given, i
 
 
-def _config_table(given: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, Any] | None:
+def _config_table(given: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any] | None:
     """The config file's table as the CLI will read it (``{}``: no file);
     None when the CLI would stop on it (missing, unreadable, unknown keys)."""
     explicit = given.get("config_file") or environ.get("CODEX_SIDECAR_CONFIG") or None
@@ -168,11 +169,28 @@ def _codex_path(configured: str | None, environ: Mapping[str, str]) -> str | Non
     return None
 
 
+class Plan:
+    """A session this module is sure of: the child's argv, the sidecar
+    options given before the command (name -> raw value, as click would pass
+    them), and whether it is the drop-in (codex's argv) or ``proxy``."""
+
+    __slots__ = ("argv", "drop_in", "given")
+
+    def __init__(self, argv: list[str], given: dict[str, Any], drop_in: bool) -> None:
+        self.argv, self.given, self.drop_in = argv, given, drop_in
+
+
 def predict_child(args: list[str], environ: Mapping[str, str]) -> list[str] | None:
     """The argv of the child the CLI will relay for ``args``, when this is
     sure of it; None otherwise (another command, help, anything the CLI may
     reject or resolve differently). A wrong guess costs a child started and
     ended for nothing, never a different behaviour: :func:`adopt` compares."""
+    plan = plan_session(args, environ)
+    return None if plan is None else plan.argv
+
+
+def plan_session(args: list[str], environ: Mapping[str, str]) -> Plan | None:
+    """:func:`predict_child`, with what the session needs to run without click."""
     lead = _leading_options(args)
     if lead is None:
         return None
@@ -189,7 +207,7 @@ def predict_child(args: list[str], environ: Mapping[str, str]) -> list[str] | No
             return None  # options of `proxy` itself, or unknown ones click may take: the CLI decides
         if not command or _config_table(given, environ) is None:
             return None
-        return command
+        return Plan(command, given, drop_in=False)
     if head.startswith("-") and not (head in ("-c", "--config") or head.startswith("--config=")):
         return None
     if head in SUBCOMMANDS or not serves_app_server(rest):
@@ -203,7 +221,7 @@ def predict_child(args: list[str], environ: Mapping[str, str]) -> list[str] | No
     if environ.get(ACTIVE_ENV) and not configured:
         return None  # `codex` on PATH may be another sidecar: the CLI refuses
     codex = _codex_path(configured or None, environ)
-    return None if codex is None else [codex, *rest]
+    return None if codex is None else Plan([codex, *rest], given, drop_in=True)
 
 
 # ---------------------------------------------------------- the early child
@@ -214,13 +232,14 @@ class EarlyChild:
     and the signal handlers :func:`~sidecar.child.forward_signals_to` replaced.
     (A plain class: ``dataclasses`` costs ~8 ms of imports before the spawn.)"""
 
-    __slots__ = ("argv", "env", "handlers", "popen")
+    __slots__ = ("argv", "env", "handlers", "plan", "popen")
 
-    def __init__(self, popen: subprocess.Popen[bytes], argv: list[str], env: dict[str, str], handlers: dict[int, Any]) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], argv: list[str], env: dict[str, str], handlers: dict[int, Any], plan: Plan | None = None) -> None:
         self.popen = popen
         self.argv = argv
         self.env = env
         self.handlers = handlers
+        self.plan = plan
 
 
 _early: EarlyChild | None = None
@@ -239,15 +258,16 @@ def start_early(args: list[str], start: Callable[[list[str], dict[str, str]], su
     discarded. A child that cannot be started is left to the CLI, which
     tries again and says why."""
     global _early
-    argv = predict_child(args, os.environ)
-    if argv is None:
+    plan = plan_session(args, os.environ)
+    if plan is None:
         return None
+    argv = plan.argv
     env = child_env()
     try:
         popen = start(argv, env)
     except OSError:
         return None
-    _early = EarlyChild(popen, argv, env, forward_signals_to(popen))
+    _early = EarlyChild(popen, argv, env, forward_signals_to(popen), plan)
     return _early
 
 
@@ -312,11 +332,34 @@ def main(argv: list[str] | None = None) -> None:
     # any other command at once.
     gc.disable()
     args = list(sys.argv[1:] if argv is None else argv)
-    start_early(args)
+    early = start_early(args)
     try:
+        if early is not None and early.plan is not None:
+            # Sure of the command: the session runs without click when every
+            # setting is good (sidecar.serve); else the CLI says what is not.
+            status = _serve_without_click(early.plan)
+            if status is not None:
+                sys.exit(status)
         from .cli import main as cli_main
 
         cli_main(args)
     finally:
         discard()
         gc.enable()
+
+
+def _serve_without_click(plan: Plan) -> int | None:
+    """The session's exit status, or None when the CLI must run it (a
+    setting with a problem, which it reports). An error once the session
+    started shows as click shows it."""
+    from .serve import serve_planned
+
+    try:
+        return serve_planned(plan.argv, plan.given, plan.drop_in)
+    except Exception as exc:
+        import click
+
+        if not isinstance(exc, click.ClickException):
+            raise
+        exc.show()
+        return exc.exit_code

@@ -169,9 +169,9 @@ def test_no_early_drop_in_child_when_the_cli_would_refuse(tmp_path, monkeypatch)
 
 
 def test_the_child_starts_before_the_sidecar_imports_its_heavy_modules(tmp_path):
-    """The point of the entry point: codex runs while click, the settings,
-    trio and the relay are imported. The same session through the CLI's own
-    entry starts it after them."""
+    """The point of the entry point: codex runs while the settings, trio and
+    the relay are imported, and click not at all. The same session through
+    the CLI's own entry starts it after them."""
     argv = [sys.executable, str(CHILDREN / "echo_rpc.py")]
     stdin = b'{"id":1,"method":"initialize","params":{}}\n'
     env = {"ECHO_RPC_QUIET": "1"}
@@ -182,7 +182,9 @@ def test_the_child_starts_before_the_sidecar_imports_its_heavy_modules(tmp_path)
     assert len(spawns) == 1, events  # started once: the CLI adopted it
     first_import = next(i for i, e in enumerate(events) if e[0] == "import")
     assert events.index(spawns[0]) < first_import, events
-    assert {e[1] for e in events[first_import:] if e[0] == "import"} >= {"click", "trio", "msgspec", "sidecar.cli"}
+    imported = {e[1] for e in events[first_import:] if e[0] == "import"}
+    assert imported >= {"trio", "msgspec", "sidecar.relay"}
+    assert not imported & {"click", "sidecar.cli"}  # every setting good: the session runs without click
     # Through sidecar.cli:main (no early start) the order is the other way round.
     _out, events = traced(tmp_path, ["proxy", "--", *argv], env, stdin=stdin, module="cli")
     spawn_at = next(i for i, e in enumerate(events) if e[0] == "spawn" and e[1] == argv)
@@ -269,3 +271,28 @@ def test_a_discarded_child_that_exits_at_stdin_eof_gets_no_signal(tmp_path):
         if early is not None and early.popen.poll() is None:
             early.popen.kill()
             early.popen.wait()
+
+
+def test_a_session_with_options_runs_without_click_and_with_them(tmp_path):
+    """Options before the command reach the session as the CLI passes them."""
+    rec = tmp_path / "rec.jsonl"
+    argv = [sys.executable, str(CHILDREN / "echo_rpc.py")]
+    out, events = traced(
+        tmp_path,
+        ["--record", str(rec), "--record-redact", "--log-format=json", "proxy", "--", *argv],
+        {"ECHO_RPC_QUIET": "1"},
+        stdin=b'{"id":1,"method":"initialize","params":{}}\n',
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    assert ["import", "click"] not in events
+    assert rec.exists() and b'"initialize"' in rec.read_bytes()
+    assert all(json.loads(line)["logger"].startswith("codex_sidecar") for line in out.stderr.decode().splitlines())
+
+
+def test_a_recording_that_cannot_be_opened_is_reported_as_the_cli_reports_it(tmp_path):
+    argv = [sys.executable, str(CHILDREN / "echo_rpc.py")]
+    args = ["--record", str(tmp_path / "missing-dir" / "rec.jsonl"), "proxy", "--", *argv]
+    fast, _ = traced(tmp_path, args, {})
+    plain, _ = traced(tmp_path, args, {}, module="cli")
+    assert fast.returncode == plain.returncode == 1
+    assert fast.stderr == plain.stderr and b"Error: cannot open recording" in fast.stderr
