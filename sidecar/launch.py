@@ -2,21 +2,23 @@
 
 OpenClaw starts one app-server per turn and waits for its ``initialize``
 answer, so whatever the sidecar spends before codex can answer adds to every
-turn. Its own start-up (click and the settings, trio, the relay: ~0.15 s of
-CPU) can overlap codex's (~0.1-0.2 s) only if codex is already running.
+turn. Its own start-up (the settings, trio, the relay: ~0.12 s of CPU) can
+overlap codex's (~0.1-0.2 s) only if codex is already running.
 
 :func:`main` works out, from the argv, the environment and the config file
 and with the standard library only (no click, no trio), which child a
-session would run (:func:`predict_child`); when it can tell for sure, it
+session would run (:func:`plan_session`); when it can tell for sure, it
 starts that child at once and passes it signals as the CLI would
-(:func:`~sidecar.child.forward_signals_to`), then imports the CLI and runs
-it. The CLI resolves everything as it always did and, where it would start
-the child, takes this one if it is the same command with the same
-environment (:func:`adopt`). Anything else (a setting the CLI rejects,
-``--help``, another command, a codex the CLI resolves differently) ends the
-early child before the sidecar exits or starts its own (:func:`discard`, as
-gently as the relay ends codex): what the user sees is unchanged, and no
-child is left behind.
+(:func:`~sidecar.child.forward_signals_to`). Then the session runs without
+click (:func:`sidecar.serve.serve_planned`: the settings resolved as the CLI
+resolves them) if every setting is good; otherwise, and for every other
+command, the click CLI runs as it always did. Either takes the early child
+where it would start one if it is the same command with the same
+environment (:func:`adopt`). Anything else (a setting with a problem,
+``--help``, another command, a codex resolved differently) ends the early
+child before the sidecar exits or starts its own (:func:`discard`, as gently
+as the relay ends codex): what the user sees is unchanged, and no child is
+left behind.
 
 Nothing here may import more than the standard library's cheapest modules
 (``tests/cli/test_launch.py`` checks what this module imports).
@@ -253,7 +255,7 @@ def child_env() -> dict[str, str]:
 
 
 def start_early(args: list[str], start: Callable[[list[str], dict[str, str]], subprocess.Popen[bytes]] = start_process) -> EarlyChild | None:
-    """Start the child :func:`predict_child` names, if it names one; it is
+    """Start the child :func:`plan_session` names, if it names one; it is
     then passed :data:`~sidecar.child.FORWARDED_SIGNALS` until adopted or
     discarded. A child that cannot be started is left to the CLI, which
     tries again and says why."""
