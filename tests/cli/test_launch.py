@@ -161,7 +161,6 @@ def test_no_early_drop_in_child_when_the_cli_would_refuse(tmp_path, monkeypatch)
     cfg.write_text('recrod = "typo"\n')  # the CLI stops on an unknown key
     monkeypatch.setenv("CODEX_SIDECAR_CONFIG", str(cfg))
     assert launch.predict_child(args, os.environ) is None
-    assert launch.predict_child(["proxy", "--", "cat"], os.environ) is None
     cfg.write_text("not toml = = =\n")
     assert launch.predict_child(args, os.environ) is None
     monkeypatch.setenv("CODEX_SIDECAR_CONFIG", str(tmp_path / "missing.toml"))
@@ -296,3 +295,19 @@ def test_a_recording_that_cannot_be_opened_is_reported_as_the_cli_reports_it(tmp
     plain, _ = traced(tmp_path, args, {}, module="cli")
     assert fast.returncode == plain.returncode == 1
     assert fast.stderr == plain.stderr and b"Error: cannot open recording" in fast.stderr
+
+
+def test_a_config_file_the_cli_rejects_after_the_early_start_gives_the_same_error(tmp_path):
+    """``proxy`` starts its child before the config file is read (it cannot
+    name that child): a bad file is still the CLI's error, and no child stays."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('recrod = "typo"\n')
+    marker = str(tmp_path / f"early-config-{time.monotonic_ns()}")
+    argv = [sys.executable, str(CHILDREN / "stubborn.py"), marker]
+    env = {"CODEX_SIDECAR_CONFIG": str(cfg)}
+    out, events = traced(tmp_path, ["proxy", "--", *argv], env)
+    assert ["spawn", argv] in events
+    plain, _ = traced(tmp_path, ["proxy", "--", *argv], env, module="cli")
+    assert out.returncode == plain.returncode != 0
+    assert out.stderr == plain.stderr and b"unknown key 'recrod'" in out.stderr
+    assert running_with(marker) == []
