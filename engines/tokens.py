@@ -75,7 +75,7 @@ __all__ = [
     "count_tokens",
     "estimate_message_tokens",
     "estimate_messages_tokens",
-    "load",
+    "load_tokenizer",
     "preload",
     "tokenizer_name",
 ]
@@ -211,7 +211,7 @@ def _preload_quietly() -> None:
         pass
 
 
-def load() -> None:
+def load_tokenizer() -> None:
     """Load the tokenizer now, in this thread (or wait for a load under
     way). Never raises: counting raises :class:`TokenizerUnavailable` if it
     failed."""

@@ -1,10 +1,9 @@
-"""The wire: JSON-RPC lines (framing and envelope), id space and typed Codex messages.
+"""The wire: JSON-RPC lines (framing, envelope and the id space) and typed Codex messages.
 
 Nothing in this package does I/O: it turns bytes into events and values into
 bytes, so it can be tested exhaustively and reused by any transport.
 """
 
-from .ids import IdSpace
 from .jsonrpc import (
     CHILD_EXITED,
     DEFAULT_MAX_LINE,
@@ -16,6 +15,7 @@ from .jsonrpc import (
     PARSE_ERROR,
     Envelope,
     Fragment,
+    IdSpace,
     InvalidMessage,
     Kind,
     LineSplitter,

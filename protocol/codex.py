@@ -2,9 +2,11 @@
 
 These are msgspec Structs for *reading* only. A Struct keeps the fields
 listed here and silently drops every other one, so a message must never be
-re-encoded from them: to change a client message, rewrite its dict form
-(``protocol.rewrite``) so every field survives, including ones this module
-has never heard of.
+re-encoded from them. The relay decodes a message once, to its dict form, and
+hands hooks a typed view converted from it (``Message.typed``); a hook that
+changes a request sets new params built from the dict form
+(``Message.set_params``), so every field survives, including ones this
+module has never heard of, and the message is encoded once on its way out.
 
 Tolerance is the design rule. Codex adds fields and item types between
 releases; a message that the protocol allows must always decode:
@@ -452,15 +454,21 @@ class AdditionalContextEntry(_Codex, kw_only=True):
 
 
 class TurnStartParams(_Codex, kw_only=True):
+    """``turn/start``'s params. ``input`` stays as decoded (dicts, every
+    field kept: the projection copies the client's items as they are);
+    :meth:`inputs` gives them typed. Decoding runs no Python code of this
+    module, so the relay's typed view of a request costs a conversion only."""
+
     thread_id: str
-    input: list[Any] = msgspec.field(default_factory=list)  # list[UserInput]
+    input: list[Any] = msgspec.field(default_factory=list)  # the decoded UserInput items
     additional_context: dict[str, AdditionalContextEntry] | None = None
     model: str | None = None
     cwd: str | None = None
     collaboration_mode: dict[str, Any] | None = None
 
-    def __post_init__(self) -> None:
-        self.input = user_inputs(self.input)
+    def inputs(self) -> list[UserInput]:
+        """The input items typed (see :func:`user_input`)."""
+        return user_inputs(self.input)
 
 
 # --------------------------------------------------------------------------

@@ -204,19 +204,23 @@ def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -
     summaries per depth, extractive summaries pending, the last compaction
     and what the last assembly held.
 
-    Reads the engine's store under the state directory (read-only), so it
-    works while the sidecar runs or after.
+    Reads the store the config names: the PostgreSQL database of
+    [engines.lossless] database_url, else the SQLite file under the state
+    directory (read-only, never created), so it works while the sidecar
+    runs or after.
     """
     from .store.lossless_view import StoreMissing, lossless_rows, render_lossless
 
+    cfg = _lossless_config(ctx)
     settings = _settings(ctx, ("state_dir",))
     state_dir = settings.get("state_dir") or str(default_state_dir())
     try:
-        rows = lossless_rows(state_dir, thread)
+        rows = lossless_rows(state_dir, thread, cfg.database_url)
     except StoreMissing as exc:
         raise click.ClickException(str(exc)) from None
     if not rows:
-        raise click.ClickException(f"the lossless store under {state_dir} holds no session{' ' + thread if thread else ''}")
+        where = _redacted(cfg.database_url) if cfg.database_url else f"under {state_dir}"
+        raise click.ClickException(f"the lossless store {where} holds no session{' ' + thread if thread else ''}")
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, sort_keys=True))
@@ -225,24 +229,32 @@ def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -
         click.echo(line)
 
 
+def _lossless_config(ctx: click.Context) -> Any:
+    """The ``[engines.lossless]`` table of the config, parsed."""
+    from engines.lossless import parse_config
+
+    try:
+        return parse_config(ctx.meta.get("engines_config", {}).get("lossless"))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _redacted(url: str) -> str:
+    from engines.lossless.backends import redact_url
+
+    return redact_url(url)
+
+
 def _open_lossless_store(ctx: click.Context) -> Any:
     """The lossless store the sidecar's config names (``database_url``) or the
     SQLite file under the state directory, which must exist (nothing is created)."""
-    from engines.lossless import DB_NAME, Store, StoreError, parse_config
+    from .store.lossless_view import StoreMissing, open_store
 
-    from .store.lossless_view import store_dir
-
-    try:
-        cfg = parse_config(ctx.meta.get("engines_config", {}).get("lossless"))
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+    cfg = _lossless_config(ctx)
     settings = _settings(ctx, ("state_dir", "engine"))
-    folder = store_dir(settings.get("state_dir") or str(default_state_dir()))
-    if not cfg.database_url and not (folder / DB_NAME).is_file():
-        raise click.ClickException(f"no lossless store under {folder} (has the sidecar run with engine = \"lossless\"?)")
     try:
-        return Store.open_configured(cfg.database_url, folder, DB_NAME), int(cfg.max_store_mb * 2**20)
-    except StoreError as exc:
+        return open_store(settings.get("state_dir") or str(default_state_dir()), cfg.database_url), int(cfg.max_store_mb * 2**20)
+    except StoreMissing as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -294,6 +306,11 @@ def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
     finally:
         store.close()
     click.echo(f"backed up {store.where} to {path}")
+    if store.path is None:  # PostgreSQL
+        click.echo(
+            f"{path} is a SQLite copy of the store's rows (a state folder's lossless.sqlite3); "
+            f"for a backup PostgreSQL restores: pg_dump --format=custom --file FILE '<database_url>'"
+        )
 
 
 def _normalise(name: str | None) -> str:

@@ -87,7 +87,7 @@ def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     """Usable (the check the sidecar makes at start-up, which decides whether
     it runs an engine, the history part or a pure relay), and private (0700):
     it holds every mirrored prompt."""
-    from .store.usable import check_state_dir as usable
+    from .store.usable import state_dir_problem as usable
 
     p = Path(path)
     problem = usable(p, create=False)

@@ -174,7 +174,7 @@ def _codex_path(configured: str | None, environ: Mapping[str, str]) -> str | Non
     return None
 
 
-class Plan:
+class SessionPlan:
     """A session this module is sure of: the child's argv, the sidecar
     options given before the command (name -> raw value, as click would pass
     them), and whether it is the drop-in (codex's argv) or ``proxy``."""
@@ -194,7 +194,7 @@ def predict_child(args: list[str], environ: Mapping[str, str]) -> list[str] | No
     return None if plan is None else plan.argv
 
 
-def plan_session(args: list[str], environ: Mapping[str, str]) -> Plan | None:
+def plan_session(args: list[str], environ: Mapping[str, str]) -> SessionPlan | None:
     """:func:`predict_child`, with what the session needs to run without click."""
     lead = _leading_options(args)
     if lead is None:
@@ -214,7 +214,7 @@ def plan_session(args: list[str], environ: Mapping[str, str]) -> Plan | None:
             return None
         # The config file is checked after the spawn, by the settings'
         # resolution (a problem: the CLI reports it, the child is ended).
-        return Plan(command, given, drop_in=False)
+        return SessionPlan(command, given, drop_in=False)
     if head.startswith("-") and not (head in ("-c", "--config") or head.startswith("--config=")):
         return None
     if head in SUBCOMMANDS or not serves_app_server(rest):
@@ -230,7 +230,7 @@ def plan_session(args: list[str], environ: Mapping[str, str]) -> Plan | None:
     if environ.get(ACTIVE_ENV) and not configured:
         return None  # `codex` on PATH may be another sidecar: the CLI refuses
     codex = _codex_path(configured or None, environ)
-    return None if codex is None else Plan([codex, *rest], given, drop_in=True)
+    return None if codex is None else SessionPlan([codex, *rest], given, drop_in=True)
 
 
 # ---------------------------------------------------------- the early child
@@ -243,7 +243,7 @@ class EarlyChild:
 
     __slots__ = ("argv", "env", "handlers", "plan", "popen")
 
-    def __init__(self, popen: subprocess.Popen[bytes], argv: list[str], env: dict[str, str], handlers: dict[int, Any], plan: Plan | None = None) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], argv: list[str], env: dict[str, str], handlers: dict[int, Any], plan: SessionPlan | None = None) -> None:
         self.popen = popen
         self.argv = argv
         self.env = env
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
         gc.enable()
 
 
-def _serve_without_click(plan: Plan) -> int | None:
+def _serve_without_click(plan: SessionPlan) -> int | None:
     """The session's exit status, or None when the CLI must run it (a
     setting with a problem, which it reports). An error once the session
     started shows as click shows it."""

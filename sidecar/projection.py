@@ -51,7 +51,14 @@ one blank line):
   compact JSON with sorted keys, cut to :data:`TOOL_ARGS_PREVIEW_CHARS` with
   ``…``.
 * ``toolResult``: ``[tool result: <name> ok|error, <N> chars]`` (plus
-  ``, <K> image(s)``), never the content itself.
+  ``, <K> image(s)``), never the content itself; except an engine's
+  *stand-in* for an output it keeps out of line (its only content one text
+  part that starts as :data:`OUT_OF_LINE_STAND_IN` matches, as the
+  ``lossless`` engine writes it: ``[large bash output kept out of line:
+  msg_…, 60000 tokens, not shown here. Read it with lcm_expand id=…``): the
+  line ``[tool result: <name> ok|error, kept out of line]`` and then the
+  stand-in's text (cut at the part limit like any text), since the model
+  needs its reference to read the original and the engine made it short.
 * ``compactionSummary``: label ``[summary]``, the summary text.
 * A text part longer than the part limit (see ``max_part_chars``) keeps its
   head and gets ``\\n[truncated <N> chars]``.
@@ -133,6 +140,7 @@ __all__ = [
     "CONTEXT_SAFETY_NOTE",
     "MAX_TEXT_PART_CHARS",
     "MIN_TEXT_PART_CHARS",
+    "OUT_OF_LINE_STAND_IN",
     "REQUEST_HEADER",
     "TOOL_ARGS_PREVIEW_CHARS",
     "Projection",
@@ -183,6 +191,10 @@ _PREFIX = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n"
 _SUFFIX = f"\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
 _SUFFIX_BLOCK = f"\n{CONTEXT_CLOSE}"  # the block alone, in additionalContext
 _ENTRY_SEPARATOR = "\n\n"
+
+OUT_OF_LINE_STAND_IN = re.compile(r"\[large [^\n\]]{1,120} kept out of line: [^\s,\]]{1,200}, \d+ tokens, not shown here\.")
+"""How an engine's stand-in for a tool output kept out of line starts (see
+the rendering rules): the projection shows such a tool result's text."""
 
 _TAG_RE = re.compile(r"<(\s*/?\s*conversation_context)", re.IGNORECASE)
 _DOLLAR_MENTION_RE = re.compile(r"\$(?=[A-Za-z0-9_:-])")
@@ -500,6 +512,22 @@ def _tool_result_line(message: ToolResultMessage) -> str:
     return line + "]"
 
 
+def _stand_in_text(message: ToolResultMessage) -> str | None:
+    """The text of an engine's out-of-line stand-in, or None for any other tool result."""
+    content = message.content
+    if len(content) == 1 and isinstance(content[0], TextBlock) and OUT_OF_LINE_STAND_IN.match(content[0].text):
+        return content[0].text.strip()
+    return None
+
+
+def _tool_result_parts(message: ToolResultMessage, part_limit: int) -> list[str]:
+    stand_in = _stand_in_text(message)
+    if stand_in is None:
+        return [_tool_result_line(message)]
+    status = "error" if message.is_error else "ok"
+    return [f"[tool result: {_one_line(message.tool_name)} {status}, kept out of line]", _truncate(stand_in, part_limit)]
+
+
 def _render_entry(message: Any, part_limit: int) -> str | None:
     """``[label]\\n<body>`` for one message, or ``None`` when it shows nothing."""
     if isinstance(message, UserMessage):
@@ -507,7 +535,7 @@ def _render_entry(message: Any, part_limit: int) -> str | None:
     elif isinstance(message, AssistantMessage):
         label, parts = "assistant", _render_parts(message.content, part_limit)
     elif isinstance(message, ToolResultMessage):
-        label, parts = "toolResult", [_tool_result_line(message)]
+        label, parts = "toolResult", _tool_result_parts(message, part_limit)
     elif isinstance(message, CompactionSummaryMessage):
         summary = message.summary.strip()
         label, parts = "summary", [_truncate(summary, part_limit)] if summary else []
@@ -522,8 +550,19 @@ def _omitted_line(count: int) -> str:
     return f"[{count} earlier message{'s' if count != 1 else ''} omitted to fit the context budget]"
 
 
-def _normalize_ws(text: str) -> str:
-    return " ".join(text.split())
+def _same_words(a: str, b: str) -> bool:
+    """``" ".join(a.split()) == " ".join(b.split())``, splitting no more of
+    either than it takes to tell: a long request (a data URL, a pasted file)
+    against a short history message costs one bounded split, not a split and
+    a join of its whole text on every turn."""
+    k = 64
+    while True:
+        pa, pb = a.split(maxsplit=k), b.split(maxsplit=k)
+        if len(pa) <= k or len(pb) <= k:
+            return pa == pb  # one side split whole: equal only if the other was too
+        if pa[:k] != pb[:k]:
+            return False
+        a, b, k = pa[k], pb[k], k * 2
 
 
 def _request_text(input_items: Sequence[Mapping[str, Any]]) -> str:
@@ -616,9 +655,9 @@ def project_turn_input(
     # Drop a tail message that repeats the current request.
     history = list(messages)
     duplicate = False
-    request = _normalize_ws(_request_text(items))
-    if request and history and isinstance(history[-1], UserMessage):
-        if _normalize_ws(_user_text(history[-1])) == request:
+    request = _request_text(items)
+    if history and isinstance(history[-1], UserMessage) and request and not request.isspace():
+        if _same_words(_user_text(history[-1]), request):
             history.pop()
             duplicate = True
 

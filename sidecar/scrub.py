@@ -72,7 +72,7 @@ def _rules() -> Rules:
     return whole, keys, words, re.compile("|".join(keyword.DENYLIST), re.IGNORECASE)
 
 
-def load() -> None:
+def compile_rules() -> None:
     """Compile the rules now (``--record`` does, before the first frame)."""
     _rules()
 

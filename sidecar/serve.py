@@ -111,7 +111,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     from .record import Recorder
     from .relay import Proxy, ProxyOptions
     from .session.options import LifecycleOptions
-    from .store.usable import check_state_dir
+    from .store.usable import state_dir_problem
 
     settings = resolved.values
     recorder = None
@@ -136,7 +136,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     # Nothing is created here: the engine's bind creates the state dir, so an
     # engine that fails to load leaves none behind.
     wanted = settings["engine"] != "legacy"
-    problem = check_state_dir(state_dir, create=False, missing_ok=not wanted)
+    problem = state_dir_problem(state_dir, create=False, missing_ok=not wanted)
     if problem is not None:
         log.error(
             problem.message(),
@@ -236,15 +236,15 @@ def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str
         from .tokenizer import build
 
         build()
-        from engines.tokens import load
+        from engines.tokens import load_tokenizer
 
-        load()
+        load_tokenizer()
     from .lifecycle import Lifecycle
 
     if settings.get("record"):
-        from .scrub import load
+        from .scrub import compile_rules
 
-        load()  # the secret scanner's rules (~0.4 s), here rather than on a frame's path
+        compile_rules()  # the secret scanner's rules (~0.4 s), here rather than on a frame's path
     engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None
     if engine is not None:
         _log_loaded(engine, resolved, state_dir, codex, codex_from)

@@ -22,9 +22,12 @@ The fake model answers by rules (:class:`tools.fake_model.Rules`): "Run
 `cmd`" runs Codex's shell tool, "Use lcm_grep to find <query>" calls that
 tool when the request offers it (natively it is not offered, and the model
 answers in text), a summary prompt (the engine's ``host.complete`` calls, or
-Codex's own compaction) gets the head of each block. Five facts are planted
-in the first 20 turns; two are asked back midway (from 100 turns on) and all
-of them in the last turns.
+Codex's own compaction) gets the head of each block, and ``lcm_expand_query``'s
+model call (:class:`BenchRules`) the excerpt sentence that holds the most of
+the question's words. Five facts are planted in the first 20 turns; two are
+asked back midway (from 100 turns on) and all of them in the last turns. One
+question (the second midway one, or the first of the last in a short run)
+asks with ``lcm_expand_query``, the others with ``lcm_grep``.
 
 Every figure comes from this run:
 
@@ -37,9 +40,11 @@ Every figure comes from this run:
 * largest turn request against the engine's budget + Codex's framing (the
   native first request without the user's prompt: tools, base and
   developer instructions, environment context) + 5%;
-* each planted fact: found in ``lcm_grep``'s output (and in which turn's
-  hit), and present in the model's input after the call; natively, present
-  in the model's input when asked;
+* each planted fact: found in the recall tool's output (and, for
+  ``lcm_grep``, in which turn's hit), and present in the model's input after
+  the call; natively, present in the model's input when asked; for the
+  ``lcm_expand_query`` question, how much the call and its result grew the
+  main context, against the tool's ``max_tokens``;
 * summaries per depth, extractive (fallback) summaries and compaction steps
   (the engine's store, as ``codex-sidecar engines lossless status``);
   rebuilds (``sidecar/status`` and the inspection records); the host's
@@ -79,7 +84,7 @@ from tools.bench_context import CountingFakeModel, work_root, item_tokens, norma
 from tools.bench_scale import drive, read_inspect
 from tools.client import AppServerClient, RpcError
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
-from tools.fake_model import Rules, input_texts
+from tools.fake_model import Rules, Text, input_texts, request_prompt
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,6 +97,11 @@ CACHED_SHARE = 0.1
 BOUND_SLACK = 0.05
 TARGET_CACHE_RATIO = 0.5
 RECALL_TOOL = "lcm_grep"
+QUERY_TOOL = "lcm_expand_query"
+"""One recall question asks with this tool instead (see :func:`plan`)."""
+HOST_KINDS = frozenset({"summary", "expand-query"})
+"""Request kinds the engine's ``host.complete`` calls make."""
+BACKGROUND = HOST_KINDS | {"compaction"}
 CONFIGS = ("native", "lossless")
 
 
@@ -133,6 +143,7 @@ class Turn:
     prompt: str
     kind: str  # "talk", "shell", "plant", "recall"
     fact: int | None = None  # index into FACTS for plant and recall turns
+    tool: str = RECALL_TOOL  # the tool a recall turn asks the model to use
 
 
 def _notes(rng: random.Random, words: int) -> str:
@@ -149,7 +160,9 @@ def _notes(rng: random.Random, words: int) -> str:
 def plan(turns: int) -> tuple[dict[int, int], dict[int, int]]:
     """``(plant, recall)``: turn index -> fact index. Facts go in the first
     20 turns (the first half of a short run); from 100 turns on two are asked
-    back midway; every fact is asked back in the last turns."""
+    back midway; every fact is asked back in the last turns. One recall
+    question (:func:`query_turn`) asks with ``lcm_expand_query``, the others
+    with ``lcm_grep``."""
     n = min(len(FACTS), max(1, turns // 4))
     span = max(1, min(20, turns // 2))
     plant = {min(span - 1, 1 + k * span // n): k for k in range(n)}
@@ -159,8 +172,20 @@ def plan(turns: int) -> tuple[dict[int, int], dict[int, int]]:
     return plant, recall
 
 
-def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> list[Turn]:
-    """The deterministic conversation (see the module doc)."""
+def query_turn(turns: int) -> int:
+    """The recall turn that asks with ``lcm_expand_query``: the second
+    midway one from 100 turns on, else the first of the last ones."""
+    plant, recall = plan(turns)
+    return turns // 2 + 1 if turns >= 100 else min(recall)
+
+
+def _scaled(n: int, scale: float) -> int:
+    return n if scale == 1 else max(8, round(n * scale))
+
+
+def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED, scale: float = 1.0) -> list[Turn]:
+    """The deterministic conversation (see the module doc); ``scale``
+    multiplies the length of the prompts (``--turn-scale``)."""
     rng = random.Random(seed)
     plant, recall = plan(turns)
     script: list[Turn] = []
@@ -168,14 +193,15 @@ def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> list[T
         topic = _TOPICS[(i // 5) % len(_TOPICS)]
         if i in recall:
             k = recall[i]
-            script.append(Turn(f"Earlier I told you something. Use {RECALL_TOOL} to find {FACTS[k].query}.", "recall", k))
+            tool = QUERY_TOOL if i == query_turn(turns) else RECALL_TOOL
+            script.append(Turn(f"Earlier I told you something. Use {tool} to find {FACTS[k].query}.", "recall", k, tool))
         elif i in plant:
             k = plant[i]
-            script.append(Turn(f"About {topic}: {_notes(rng, rng.randint(120, 200))} {FACTS[k].text} {_notes(rng, 40)}", "plant", k))
+            script.append(Turn(f"About {topic}: {_notes(rng, rng.randint(_scaled(120, scale), _scaled(200, scale)))} {FACTS[k].text} {_notes(rng, _scaled(40, scale))}", "plant", k))
         elif i % 3 == 2:
             script.append(Turn(f"Run `cat logs/{log_name(i)}` and tell me what stands out for {topic}.", "shell"))
         else:
-            script.append(Turn(f"Next, {topic} (step {i + 1}). {_notes(rng, rng.randint(150, 300))} What do you suggest?", "talk"))
+            script.append(Turn(f"Next, {topic} (step {i + 1}). {_notes(rng, rng.randint(_scaled(150, scale), _scaled(300, scale)))} What do you suggest?", "talk"))
     return script
 
 
@@ -183,14 +209,14 @@ def log_name(i: int) -> str:
     return f"job-{i % 23:02d}.log"
 
 
-def make_workspace(folder: Path, seed: int = DEFAULT_SEED) -> Path:
-    """A work folder with 23 job logs of about 500 tokens each."""
+def make_workspace(folder: Path, seed: int = DEFAULT_SEED, scale: float = 1.0) -> Path:
+    """A work folder with 23 job logs of about 500 tokens each (times ``scale``)."""
     rng = random.Random(seed)
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     (folder / "README.md").write_text("# services\n\nScratch folder for the lossless benchmark.\n")
     for n in range(23):
         lines = []
-        for k in range(26):
+        for k in range(_scaled(26, scale) if scale != 1 else 26):
             level = rng.choice(["INFO", "INFO", "INFO", "WARN", "ERROR"])
             lines.append(f"2026-11-{1 + n:02d}T{k // 2:02d}:{(k * 7) % 60:02d}:00Z {level} job={n} step={k} {' '.join(rng.choice(_NOTE_WORDS) for _ in range(6))}")
         (folder / "logs" / f"job-{n:02d}.log").write_text("\n".join(lines) + "\n")
@@ -199,6 +225,38 @@ def make_workspace(folder: Path, seed: int = DEFAULT_SEED) -> Path:
 
 # ======================================================================
 # The fake model and what each request cost
+
+
+class BenchRules(Rules):
+    """:class:`~tools.fake_model.Rules`, and an answer to ``lcm_expand_query``'s
+    model call (a prompt ``Question: ...`` with ``Excerpts``): the sentence
+    of the excerpts that holds the most of the question's words, then the
+    ``Sources:`` line with its message id, as the engine's prompt asks."""
+
+    QUESTION = re.compile(r"^Question: (?P<q>[^\n]+)")
+    EXCERPT_HEAD = re.compile(r"^\[(?P<id>msg_[0-9a-f]{16}) [^\]\n]*\]$", re.M)
+
+    def decide(self, request: dict) -> tuple[str, Any]:
+        prompt, _ = request_prompt(request)
+        asked = self.QUESTION.match(prompt)
+        if asked is not None and "\nExcerpts (" in prompt:
+            return "expand-query", Text(self.answer(asked.group("q"), prompt))
+        return super().decide(request)
+
+    @classmethod
+    def answer(cls, question: str, prompt: str) -> str:
+        words = {w for w in re.findall(r"[a-z0-9]+", question.lower()) if len(w) > 3}
+        heads = list(cls.EXCERPT_HEAD.finditer(prompt))
+        best: tuple[int, str, str] = (0, "", "")
+        for k, head in enumerate(heads):
+            body = prompt[head.end() : heads[k + 1].start() if k + 1 < len(heads) else len(prompt)]
+            for sentence in re.split(r"(?<=[.!?])\s+", body):
+                score = len(words & set(re.findall(r"[a-z0-9]+", sentence.lower())))
+                if score > best[0]:
+                    best = (score, sentence.strip(), head.group("id"))
+        if not best[0]:
+            return "The excerpts do not answer the question.\nSources: none"
+        return f"From the excerpts: {best[1]}\nSources: {best[2]}"
 
 
 @dataclasses.dataclass
@@ -291,7 +349,7 @@ class BenchModel(CountingFakeModel):
             self._lock.notify_all()
         with self._pending_lock:
             self.pending.append((self.turn, kind, body))
-            self.summary_requests += kind == "summary"
+            self.summary_requests += kind in HOST_KINDS
         return index, step
 
     def drain(self) -> None:
@@ -299,10 +357,10 @@ class BenchModel(CountingFakeModel):
         with self._pending_lock:
             todo, self.pending = self.pending, []
         for turn, kind, body in todo:
-            if self.first_body is None and kind not in ("summary", "compaction"):
+            if self.first_body is None and kind not in BACKGROUND:
                 self.first_body = body
             self.ledger.add(turn, kind, body)
-            if turn in self.recall_turns and kind not in ("summary", "compaction"):
+            if turn in self.recall_turns and kind not in BACKGROUND:
                 self.recall_bodies.setdefault(turn, []).append((kind, body))
 
 
@@ -332,14 +390,16 @@ class SideResult:
 
 
 class Session:
-    def __init__(self, name: str, script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str], scale: float = 1.0
+    ) -> None:
         self.name, self.script, self.codex_bin, self.engine_config, self.settings = name, script, codex_bin, engine_config, settings
         self.result = SideResult(name)
         self.dir = root / "runs" / name
         self.dir.mkdir(parents=True)
         self.state = self.dir / "state"
         self.work = root / "work"
-        self.rules = Rules(seed=seed, reply_words=(300, 500))
+        self.rules = BenchRules(seed=seed, reply_words=(_scaled(300, scale), _scaled(500, scale)), quote_chars=_scaled(1200, scale))
         self.model: BenchModel | None = None
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
@@ -492,6 +552,11 @@ def _visible(body: dict) -> str:
     return "\n".join(parts + _outputs(body))
 
 
+def body_tokens(body: dict) -> int:
+    """A request's input tokens, as :class:`Ledger` counts them."""
+    return sum(_tokens_of(d, v) for d, v in _elements(body))
+
+
 def fact_checks(script: Sequence[Turn], bodies: dict[int, list[tuple[str, dict]]], sidecar: bool) -> list[dict]:
     """Per recall turn: did the model call lcm_grep, was the fact in its
     output (and in a hit of the turn that planted it), did it reach the
@@ -507,7 +572,7 @@ def fact_checks(script: Sequence[Turn], bodies: dict[int, list[tuple[str, dict]]
         called = any(kind == "tool-call" for kind, _ in reqs)
         answers = [b for kind, b in reqs if kind == "tool-answer"]
         answer = answers[-1] if answers else None
-        output = _call_output(answer, RECALL_TOOL) if answer is not None else ""
+        output = _call_output(answer, t.tool) if answer is not None else ""
         hit_turns = []
         for line in output.splitlines():
             m = _HIT.match(line)
@@ -516,6 +581,10 @@ def fact_checks(script: Sequence[Turn], bodies: dict[int, list[tuple[str, dict]]
         out.append(
             {
                 "fact": t.fact,
+                "tool": t.tool,
+                # What the call and its result added to the main context: the
+                # request after the call against the turn's first request.
+                "contextGrowth": body_tokens(answer) - body_tokens(first) if answer is not None and reqs else None,
                 "key": fact.key,
                 "plantedTurn": planted.get(t.fact),
                 "askedTurn": i + 1,
@@ -553,9 +622,11 @@ async def run_sessions(sessions: Sequence[Session], turns: int) -> None:
             await s.close()
 
 
-def run(script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str] | None = None) -> list[SideResult]:
-    make_workspace(root / "work", seed)
-    sessions = [Session(name, script, root, codex_bin, engine_config, seed, settings or {}) for name in CONFIGS]
+def run(
+    script: Sequence[Turn], root: Path, codex_bin: str, engine_config: str, seed: int, settings: dict[str, str] | None = None, scale: float = 1.0
+) -> list[SideResult]:
+    make_workspace(root / "work", seed, scale)
+    sessions = [Session(name, script, root, codex_bin, engine_config, seed, settings or {}, scale) for name in CONFIGS]
     drive(sessions, functools.partial(run_sessions, sessions, len(script)))
     return [s.result for s in sessions]
 
@@ -595,8 +666,8 @@ def breakdown(requests: Sequence[Request]) -> dict[str, dict[str, Any]]:
     seen: set[str] = set()
     parts: dict[str, list[Request]] = {"summary calls": [], "compactions": [], "first on a key": [], "prefix broken": [], "prefix reused": []}
     for r in requests:
-        if r.kind in ("summary", "compaction"):
-            part = "summary calls" if r.kind == "summary" else "compactions"
+        if r.kind in BACKGROUND:
+            part = "summary calls" if r.kind in HOST_KINDS else "compactions"
         elif r.key not in seen:
             part = "first on a key"
         elif r.cached < 0.5 * r.tokens:
@@ -638,13 +709,13 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
     native, lossless = results
     framing = framing_of(native.first_body, script[0].prompt)
     bound = int((cfg.token_budget + framing) * (1 + BOUND_SLACK)) if framing is not None else None
-    background = {"summary", "compaction"}
+    background = BACKGROUND
     sides: dict[str, Any] = {}
     for r in results:
         sides[r.name] = {
             "all": _sums(r.requests),
             "turnRequests": _sums(r.requests, exclude=background),
-            "summaryCalls": _sums(r.requests, kinds={"summary"}),
+            "summaryCalls": _sums(r.requests, kinds=set(HOST_KINDS)),
             "nativeCompactions": _sums(r.requests, kinds={"compaction"}),
             "turns": len(r.walls),
             "wallMeanSeconds": statistics.fmean(r.walls) if r.walls else None,
@@ -672,6 +743,8 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "largestWithinBound": bound is not None and largest <= bound,
         "cacheWeightedAtMostHalf": cache_ratio is not None and cache_ratio <= TARGET_CACHE_RATIO,
         "everyFactFound": bool(facts) and all(f["toolCalled"] and f["inToolOutput"] and f["inInputAfterCall"] for f in facts),
+        "expandQueryGrowthBelowMax": any(f["tool"] == QUERY_TOOL for f in facts)
+        and all(f["contextGrowth"] is not None and f["contextGrowth"] < cfg.expand_query_default_tokens for f in facts if f["tool"] == QUERY_TOOL),
     }
     window = max(10, len(script) // 6)
     lines = [f"bench-lossless: {len(script)} turns, native codex and the sidecar with lossless, paired ABBA, one run", ""]
@@ -719,13 +792,18 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
     for f in facts:
         nf = native_by_turn.get(f["askedTurn"], {})
         frows.append([
-            f["key"], str(f["plantedTurn"]), str(f["askedTurn"]), "yes" if f["toolCalled"] else "NO",
+            f["key"], str(f["plantedTurn"]), str(f["askedTurn"]), f["tool"], "yes" if f["toolCalled"] else "NO",
             "yes" if f["inToolOutput"] else "NO", ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in f["hitTurns"]) or "-",
             "yes" if f["inInputAfterCall"] else "NO", "yes" if f["inInputWhenAsked"] else "no",
-            "yes" if nf.get("inInputWhenAsked") else "no",
+            "yes" if nf.get("inInputWhenAsked") else "no", "-" if f["contextGrowth"] is None else f"{f['contextGrowth']:,}",
         ])
-    lines += _table(["fact", "planted", "asked", "lcm_grep called", "in its output", "hit turns", "in model input after", "in context before call", "native: in input"], frows)
+    lines += _table(["fact", "planted", "asked", "tool", "called", "in its output", "hit turns", "in model input after", "in context before call",
+                     "native: in input", "context growth"], frows)
+    queried = [f for f in facts if f["tool"] == QUERY_TOOL]
     lines += [
+        f"{QUERY_TOOL}: the main context grew by {', '.join(str(f['contextGrowth']) for f in queried) or '-'} tokens (the call and its result) "
+        f"against the tool's max_tokens {cfg.expand_query_default_tokens:,} (the call gives none): "
+        f"{'below' if checks['expandQueryGrowthBelowMax'] else 'NOT below'}",
         "",
         "input tok: every request's tools, instructions and input items (model-visible strings, o200k); cache-weighted: tokens after the "
         f"longest prefix unchanged from the previous request with the same prompt_cache_key, plus {CACHED_SHARE} x the prefix; both include "
@@ -735,7 +813,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"leaf_chunk_tokens {sizes.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}, "
         f"warm {cfg.warm_compact_threshold}, cache_ttl {cfg.cache_ttl:g} s); "
         f"sidecar {meta.get('sidecarSettings') or 'defaults'}; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
-        f"mean tokens a turn {meta.get('tokensPerTurn')}.",
+        f"mean tokens a turn {meta.get('tokensPerTurn')} (turn scale {meta.get('turnScale', 1.0):g}).",
     ]
     return {
         "turns": len(script),
@@ -773,6 +851,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_lossless", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns of the conversation (default %(default)s; at least 4)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--turn-scale", type=float, default=1.0, metavar="F",
+                    help="multiply the length of prompts, replies and logs by F (default 1: ~920 tokens a turn; 0.35: ~330, "
+                    "a conversation whose ten turns fit an 8,000-token budget)")
     ap.add_argument("--engine-setting", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of [engines.lossless] (TOML value), e.g. token_budget=16000; repeatable; default: the engine's defaults")
     ap.add_argument("--sidecar-setting", action="append", default=[], metavar="NAME=VALUE",
@@ -783,6 +864,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.turns < 4:
         ap.error("--turns must be at least 4")
+    if not 0.05 <= args.turn_scale <= 4:
+        ap.error("--turn-scale must be between 0.05 and 4")
     table = ["[engines.lossless]"]
     for item in args.engine_setting:
         key, eq, value = item.partition("=")
@@ -806,13 +889,13 @@ def main(argv: list[str] | None = None) -> int:
     if not codex_bin:
         print("real codex not found: run `make setup` or pass --codex-bin", file=sys.stderr)
         return 2
-    script = build_script(args.turns, args.seed)
+    script = build_script(args.turns, args.seed, args.turn_scale)
     started = time.monotonic()
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with contextlib.ExitStack() as stack:
         root = work_root(stack, args.keep, "bench-lossless-", ap.error)
         progress(f"{args.turns} turns, native + lossless; HOME {os.environ.get('HOME')}; load {load_start}")
-        results = run(script, root, codex_bin, engine_config, args.seed, settings)
+        results = run(script, root, codex_bin, engine_config, args.seed, settings, args.turn_scale)
     meta = {
         "engineSettings": ", ".join(args.engine_setting),
         "sidecarSettings": ", ".join(args.sidecar_setting),
@@ -821,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadEnd": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "seconds": time.monotonic() - started,
         "seed": args.seed,
+        "turnScale": args.turn_scale,
         "tokensPerTurn": tokens_per_turn(script, results[0]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},

@@ -43,6 +43,8 @@ leaf_chunk_tokens = 250
 leaf_summary_tokens = 50
 condensed_summary_tokens = 70
 condense_fanout = 3
+# room for summaries beside the 250-token fresh tail (the default 0.12 leaves none)
+compact_target = 0.3
 """
 FACT = "I booked the Hotel Avenida Palace, room 512, for the Lisbon trip."
 TOPICS = [

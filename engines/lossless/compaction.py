@@ -66,6 +66,7 @@ __all__ = [
     "condense_groups",
     "frame_due",
     "fresh_tail_start",
+    "frame_pays",
     "install_frame",
     "last_turn_tokens",
     "leaf_chunks",
@@ -153,12 +154,48 @@ def condense_batch(active: Sequence[SummaryRow], fanout: int) -> list[list[Summa
         left = [s for s in left if s.id not in chosen]
 
 
-def step_needed(frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool, last_turn: int = 0) -> bool:
+def step_needed(
+    frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool, last_turn: int = 0, pays: bool = False
+) -> bool:
     """Whether maintenance should run a compaction step now: the assembly
-    past ``compact_threshold`` of the budget, a step left unfinished, or two
-    more turns as large as ``last_turn`` would not fit (see :func:`frame_due`)."""
+    past ``compact_threshold`` of the budget, a step left unfinished, two
+    more turns as large as ``last_turn`` would not fit (see :func:`frame_due`),
+    or a new frame would pay for itself (``pays``, :func:`frame_pays`)."""
     assembly = frame_tokens + tail_tokens
-    return unfinished or assembly > cfg.compact_threshold * budget or assembly + 2 * last_turn > budget
+    return unfinished or pays or assembly > cfg.compact_threshold * budget or assembly + 2 * last_turn > budget
+
+
+CACHED_SHARE = 0.1
+"""What a prompt-cache hit costs against an uncached input token (OpenAI's
+and Anthropic's cached reads are priced at about a tenth)."""
+
+
+def excess_reads(rows: Sequence[MessageRow], frame_tokens: int, target: int) -> int:
+    """Tokens the model requests since the frame read above ``target``: for
+    each request (one per assistant message: the model answered one request
+    with it), how far the assembly it was sent with (the frame and every
+    message before it) exceeded ``target``, summed."""
+    total = 0
+    running = frame_tokens
+    for r in rows:
+        if r.role == "assistant":
+            total += max(0, running - target)
+        running += r.tokens
+    return total
+
+
+def frame_pays(rows: Sequence[MessageRow], frame_tokens: int, budget: int, cfg: LosslessConfig) -> bool:
+    """Whether a new frame has paid for itself: the cached re-reads of what
+    the assembly held above ``compact_target`` of the budget since the last
+    frame (``rows``: the messages after it) cost as much as the uncached
+    first request a new frame brings (framing plus a ``compact_target``
+    assembly). For an assembly that grows by about the same each turn this
+    is the cheapest time to install it: waiting longer costs more in cached
+    re-reads a turn than the cold request saves, installing earlier costs
+    more in cold requests (the classic order-quantity trade-off)."""
+    target = int(cfg.compact_target * budget)
+    cold = (1 - CACHED_SHARE) * (cfg.framing_tokens + target)
+    return CACHED_SHARE * excess_reads(rows, frame_tokens, target) >= cold
 
 
 def last_turn_tokens(rows: Sequence[MessageRow]) -> int:
@@ -180,18 +217,19 @@ def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = 3) -> int:
     return max(sizes.values(), default=0)
 
 
-def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool) -> bool:
+def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False) -> bool:
     """Whether a step should install its new frame now. A new frame breaks
     the provider's prompt cache once (the next request is not a prefix of the
     last), which costs nothing when the cache has gone cold; while it is warm
-    the frame waits until the budget forces it: the assembly past
+    the frame waits until it pays for itself (``pays``, :func:`frame_pays`)
+    or the budget forces it: the assembly past
     ``warm_compact_threshold`` of the budget, or two more turns as large as
     ``last_turn`` (the largest recent one) would not fit. Two, because the
     sidecar runs maintenance in the background: the next turn may already
     be assembled (with the old frame) when this step installs its frame, so
     the frame must also leave room for the turn after it (8k bench: a shell
     turn went over budget + framing when only one turn was looked ahead)."""
-    if not warm:
+    if not warm or pays:
         return True
     return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + 2 * last_turn > budget
 

@@ -24,12 +24,12 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: The assembly's ceiling in tokens (the smaller of this and the sidecar's budget applies).
     token_budget: int = 32_000
     #: The newest messages kept verbatim by a compaction step, in tokens
-    #: (unset: 15% of the budget) ...
+    #: (unset: 8% of the budget) ...
     fresh_tail_tokens: int | None = None
     #: ... and at least this many messages, whatever their size.
     fresh_tail_messages: int = 4
     #: A leaf summary covers raw messages of about this many tokens (unset:
-    #: a quarter of the budget, 256 to 4,000).
+    #: a quarter of the budget, 256 to 8,000).
     leaf_chunk_tokens: int | None = None
     #: Target length of a leaf summary (unset: budget / 80, 48 to 400).
     leaf_summary_tokens: int | None = None
@@ -41,16 +41,30 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: Summaries are written when the assembly exceeds this share of the budget ...
     compact_threshold: float = 0.8
     #: ... and a new frame brings it back to about this share (fresh tail plus
-    #: the summaries shown).
-    compact_target: float = 0.3
+    #: the summaries shown). Low on purpose: every request re-reads the
+    #: assembly (cached, at about a tenth of the price), and a new frame's first
+    #: request reads it uncached, so a small frame is cheap both ways.
+    compact_target: float = 0.12
     #: While the provider's prompt cache is warm (a request within
     #: ``cache_ttl`` seconds), a new frame (which costs one uncached request)
-    #: waits until the assembly passes this share of the budget, or the next
-    #: turn as large as the last would pass the budget ...
+    #: waits until it pays for itself: the cached re-reads of what the
+    #: assembly holds above ``compact_target`` since the last frame cost as
+    #: much as that uncached request (framing included, see
+    #: ``framing_tokens``). At the latest it comes when the assembly passes
+    #: this share of the budget, or two turns as large as the largest recent
+    #: one would pass the budget ...
     warm_compact_threshold: float = 0.9
     #: ... the cache's lifetime in seconds (0: no waiting, frames are
-    #: installed as soon as their summaries exist).
+    #: installed as soon as their summaries exist) ...
     cache_ttl: float = 300.0
+    #: ... and the tokens the client adds around the assembly in every request
+    #: (instructions, tool specs: about 7,800 for Codex 0.169.0), which a new
+    #: frame's first request also reads uncached.
+    framing_tokens: int = 8_000
+    #: false: no frame for cost alone; a warm frame waits until the budget
+    #: forces it (the assembly then fills toward ``warm_compact_threshold``
+    #: of the budget, so the model reads more raw history at a higher price).
+    frames_when_paid: bool = True
     #: Seconds one summary call to the host may take before the extractive stand-in is used.
     summary_timeout: float = 10.0
     #: Seconds one maintenance or compaction call may spend on summary calls in
@@ -116,7 +130,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("fresh_tail_messages", "retries_per_maintain"):
+        for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.condense_fanout < 2:
@@ -167,12 +181,12 @@ def _clamp(value: int, lo: int, hi: int) -> int:
 def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
     """The compaction sizes for ``budget``: what the config sets, else a
     share of the budget (at the default 32,000-token budget the derived
-    values are 4,800 / 4,000 / 400 / 600; at 6,000 they are 900 / 1,500 / 75 /
+    values are 2,560 / 8,000 / 400 / 600; at 6,000 they are 480 / 1,500 / 75 /
     112)."""
     budget = max(1, budget)
     return Knobs(
-        fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 3 // 20),
-        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 4_000),
+        fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 2 // 25),
+        leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 8_000),
         leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
         condensed_summary_tokens=(
             cfg.condensed_summary_tokens if cfg.condensed_summary_tokens is not None else _clamp(budget * 3 // 160, 64, 600)

@@ -46,7 +46,7 @@ from engines.tokens import count_tokens, estimate_message_tokens
 
 from . import expand_query
 from .assemble import fit_budget
-from .compaction import StepContext, frame_due, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
+from .compaction import StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities
 from .outofline import out_of_line_view
@@ -291,10 +291,11 @@ class LosslessEngine(BaseContextEngine):
                 unfinished = session.summarized_seq != session.frame_seq
                 assembly = session.frame_tokens + sum(r.tokens for r in tail)
                 recent = recent_turn_tokens(tail)
-                if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent):
+                pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
+                if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent, pays):
                     return {"reason": reason, "changed": False, "needed": False}
                 warm = self._cache_warm(session_id) is True
-                install = frame_due(assembly, recent, effective, self.cfg, warm=warm)
+                install = frame_due(assembly, recent, effective, self.cfg, warm=warm, pays=pays)
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:

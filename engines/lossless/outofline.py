@@ -78,7 +78,10 @@ def exploration_summary(text: str, target_tokens: int, count_tokens: Callable[[s
 
 
 def stand_in_text(row: MessageRow, summary: str) -> str:
-    """What the model reads in place of an out-of-line message."""
+    """What the model reads in place of an out-of-line message. The sidecar's
+    projection shows a tool result's text only when it opens as
+    ``sidecar.projection.OUT_OF_LINE_STAND_IN`` matches (every other tool
+    result is a one-line placeholder there), so the opening stays as it is."""
     what = f"{row.tool_name or 'tool'} output" if row.role == "toolResult" else "user message"
     return (
         f"[large {what} kept out of line: {row.id}, {row.tokens} tokens, not shown here. "

@@ -17,7 +17,7 @@ it uses the user's model, provider and credentials:
    of its own. A Codex that refuses those params gets the plain start from
    then on;
 2. from the moment Codex answers, the thread is *owned*: the edge
-   (:class:`~sidecar.rebuild.backing.BackingThreads`) drops every frame
+   (:class:`~sidecar.history.backing.BackingThreads`) drops every frame
    naming it before any hook or the client sees it, hands it to this call's
    :class:`Collector`, and leaves it out of ``thread/loaded/list``;
 3. ``turn/start`` with the prompt; the answer is the last ``agentMessage``
@@ -45,7 +45,7 @@ import trio
 from engines import CompleteParams, CompleteResult, EngineHostError, Usage
 from protocol import encode_error
 
-from ..rebuild.backing import BackingThreads
+from ..history.backing import BackingThreads
 from ..rebuild.fresh import SPARE_QUIET
 from ..relay import Proxy, RpcError
 

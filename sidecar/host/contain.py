@@ -21,7 +21,7 @@ that comes out of an engine is the engine's own doing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import trio
 
@@ -54,6 +54,17 @@ def as_exception(exc: BaseException) -> EngineBaseException:
     return cls(name)
 
 
+def raise_contained(exc: BaseException) -> NoReturn:
+    """Raise ``exc``, caught out of an engine call, as its caller must see
+    it: a cancellation as it is, anything else as an :class:`EngineBaseException`.
+    For a caller that awaits the engine itself (``except Exception: raise``,
+    then ``except BaseException as exc: raise_contained(exc)``), so the
+    common path, an answer, never comes here."""
+    if is_cancellation(exc):
+        raise exc
+    raise as_exception(exc) from exc
+
+
 async def contained(awaitable: Awaitable[T]) -> T:
     """Await an engine call; a ``BaseException`` out of it that is not a
     cancellation comes out as an :class:`EngineBaseException`."""
@@ -62,9 +73,7 @@ async def contained(awaitable: Awaitable[T]) -> T:
     except Exception:
         raise
     except BaseException as exc:
-        if is_cancellation(exc):
-            raise
-        raise as_exception(exc) from exc
+        raise_contained(exc)
 
 
 def contained_sync(fn: Callable[[], T]) -> T:
@@ -74,6 +83,4 @@ def contained_sync(fn: Callable[[], T]) -> T:
     except Exception:
         raise
     except BaseException as exc:
-        if is_cancellation(exc):
-            raise
-        raise as_exception(exc) from exc
+        raise_contained(exc)

@@ -28,7 +28,7 @@ import trio
 from engines import RuntimeContext, ToolCallParams, ToolCallResult, ToolSpec, optional_method
 from protocol import decode, encode_response, parse, rewrite
 
-from ..relay import HANDLED, Decision, Hooks, Message, PendingRequest
+from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session.context import LifecycleContext
 from ..session.identity import session_key
 from ..session.state import ThreadSession
@@ -38,8 +38,6 @@ from .tools import call_arguments, engine_call, failed_answer, is_engine_item, m
 
 log = logging.getLogger("codex_sidecar.host")
 
-READS = ("thread/read", "thread/resume", "thread/fork", "thread/turns/list", "thread/items/list")
-"""Client reads whose answers may hold the engine's tool call items."""
 ANSWERED_KEPT = 1024
 """Ids of answered tool calls remembered for their ``serverRequest/resolved``
 (and listings remembered for their answers)."""
@@ -90,28 +88,12 @@ class EngineTools:
         self.stats = {"calls": 0, "errors": 0, "framesDropped": 0}
 
     # ------------------------------------------------------------ wiring
-
-    def install_front(self, hooks: Hooks) -> None:
-        """The hooks that must run before the lifecycle's: the rewritten
-        thread/start is what the lifecycle remembers (a backing thread is
-        started with the same tools), and the engine's items never reach
-        the mirror."""
-        hooks.on_client_request("thread/start", self.on_thread_start)
-        hooks.on_client_request("thread/fork", self.on_fork)
-        hooks.on_client_request("thread/turns/list", self.on_list)
-        hooks.on_client_request("thread/items/list", self.on_list)
-        hooks.on_server_request("item/tool/call", self.on_tool_call)
-        hooks.on_server_notification("item/started", self.on_item)
-        hooks.on_server_notification("item/completed", self.on_item)
-        hooks.on_server_notification("turn/completed", self.on_turn_completed)
-        hooks.on_server_notification("serverRequest/resolved", self.on_resolved)
-
-    def install_back(self, hooks: Hooks) -> None:
-        """The hooks that run after the lifecycle's (which splice archived
-        turns into the reads): what the client reads loses the engine's items."""
-        hooks.on_response("thread/start", self.on_started)
-        for method in READS:
-            hooks.on_response(method, self.on_read_response)
+    # Its hooks are rows of sidecar.methods.METHODS (part TOOLS): the
+    # request hooks and the item drops run before the lifecycle's (FRONT:
+    # the rewritten thread/start is what the lifecycle remembers, so a
+    # backing thread is started with the same tools, and the engine's items
+    # never reach the mirror); the answers' after them (BACK: what the
+    # client reads, archived turns spliced in, loses the engine's items).
 
     def names_for(self, thread_id: str) -> frozenset[str]:
         return self.offered.get(thread_id)

@@ -1,9 +1,10 @@
 """The context engine's lifecycle around every Codex turn.
 
 This is the harness spec implemented at the protocol boundary. Each Codex
-thread is an OpenClaw session: session id = thread id, session key from a
-template (default: the thread id), transcript mirror = an OpenClaw JSONL
-file under the state directory.
+thread belongs to an OpenClaw session (:mod:`sidecar.session.identity`; a
+thread with no clue to another is a session of its own, session id = thread
+id), and the session's transcript mirror is an OpenClaw JSONL file under the
+state directory.
 
 Before a turn (``turn/start`` is held while this runs; other traffic flows):
 read the mirror; bootstrap and bootstrap maintenance once, when history

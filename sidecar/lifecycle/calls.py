@@ -11,10 +11,9 @@ import trio
 
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
 
-from ..host.contain import contained
-from ..session.learned import BootstrapFailed, Bootstrapped, Event, Learned, token_budget
+from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
-from ..session.state import ThreadSession, log_fields
+from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -28,7 +27,7 @@ class EngineCalls:
         self.options = options
         self.learned = LearnedFacts(state_dir)
         """Each thread's learned facts (window, client tools, bootstrap),
-        journaled by session (``sidecar.session.learned``)."""
+        journaled by session (``sidecar.session.state.LearnedMachine``)."""
         self.given_tools: dict[Any, frozenset[str]] = {}
         """The client's own tool names of each ``thread/start`` in flight, by
         client request id, read before the engine's tools are merged in."""
@@ -42,19 +41,42 @@ class EngineCalls:
 
         Whatever the engine raises comes out as an ``Exception`` (a
         ``SystemExit`` too: ``sidecar.host.contain``), so every caller's
-        ``except Exception`` fails open; a cancellation passes."""
+        ``except Exception`` fails open; a cancellation passes. (The
+        engine is awaited here, not through ``contained``: an answer costs
+        no second frame.)"""
         with trio.fail_after(self.options.engine_deadline):
-            return await contained(awaitable)
+            try:
+                return await awaitable
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise_contained(exc)
 
     # ------------------------------------------------------ learned facts
 
+    def machine(self, session: ThreadSession) -> LearnedMachine:
+        """The thread's learned facts, as the session holds them: read from
+        the session's journal the first time the thread is used in this
+        process, and again when its session becomes known (its key changes);
+        in between a turn reads them without touching the journal."""
+        key = self.session_key(session)
+        if session.learned is None or session.learned_key != key:
+            session.learned = self.learned.machine(session.thread_id, key)
+            session.learned_key = key
+        return session.learned
+
     def facts(self, session: ThreadSession) -> Learned:
         """What the sidecar learned of the thread, in this process or an earlier one."""
-        return self.learned.get(session.thread_id, self.session_key(session))
+        return self.machine(session).state
 
-    def learn(self, session: ThreadSession, event: Event) -> Learned:
-        """The one way the learned facts change: journaled before they are relied on."""
-        return self.learned.learn(session.thread_id, self.session_key(session), event)
+    def learn(self, session: ThreadSession, event: LearnedEvent) -> Learned:
+        """The one way the learned facts change: journaled before they are
+        relied on. An event that changes nothing writes nothing."""
+        machine = self.machine(session)
+        actions = machine.handle(event)
+        if actions:
+            self.learned.journal(session.thread_id, self.session_key(session), actions)
+        return machine.state
 
     @staticmethod
     def session_key(session: ThreadSession) -> str:
@@ -98,7 +120,7 @@ class EngineCalls:
         later process runs it again; a failure is tried again by the next one."""
         bootstrap = optional_method(self.engine, "bootstrap")
         runtime = self.runtime(session, {})
-        done: Event = Bootstrapped()
+        done: LearnedEvent = Bootstrapped()
         if bootstrap is not None:
             log.info("codex context engine bootstrap started", extra={"fields": self.fields(session)})
             try:

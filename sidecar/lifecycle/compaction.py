@@ -12,8 +12,8 @@ from engines import CompactParams, CompactResult
 
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
-from ..session.state import ThreadSession, now_ms
-from ..store.mirror import MirrorError
+from ..session.state import ThreadSession
+from ..store.mirror import MirrorError, now_ms
 from .calls import EngineCalls
 
 log = logging.getLogger("codex_sidecar.lifecycle")

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..history.reads import ArchivedTurns
 from ..rebuild import InPlace, Rebuilder
 from ..rebuild.fresh import Spares
-from ..store.reads import ArchivedTurns
 from .compaction import Compaction
 
 

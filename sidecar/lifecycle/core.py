@@ -1,8 +1,11 @@
-"""The lifecycle: its jobs built and wired to the relay's hooks.
+"""The lifecycle: its jobs built, and their rows of the method table
+(:data:`sidecar.methods.METHODS`) installed on the relay's hooks.
 
 Each job is a module of this package (sessions, turns, finalize, reverts,
-compaction, calls); they share the sessions table and the stores, and each
-gets the collaborators it calls. This class owns no turn logic itself.
+injections, compaction, calls); they share the two context objects
+(:class:`sidecar.session.context.LifecycleContext` and
+:class:`sidecar.lifecycle.context.HistoryMoves`), and each gets the
+collaborators it calls. This class owns no turn logic itself.
 
 A thread's history is the client's, not the engine's: the backing-thread
 map and the archive of turns rebuilds took out of Codex are applied at the
@@ -20,21 +23,22 @@ from typing import Any
 
 import trio
 
+from .. import methods
+from ..history.backing import BackingThreads
+from ..history.reads import ArchivedTurns
 from ..host import Completions, EngineTools, SidecarHost
 from ..host.completion import START_KEYS
 from ..host.engine_tools import engine_specs
 from ..host.offered import OfferedTools
+from ..methods import Part
 from ..rebuild import InPlace, Rebuilder, Strategy
-from ..rebuild.backing import BackingThreads
 from ..rebuild.fresh import Spares
-from ..rebuild.inplace import REVERT_NOTIFICATIONS
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..session.context import LifecycleContext
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
 from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
-from ..store.reads import ArchivedTurns
 from .calls import EngineCalls
 from .compaction import Compaction
 from .context import HistoryMoves
@@ -68,7 +72,7 @@ class Lifecycle:
         self.engine_id = self.calls.engine_id
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
-        items/list with the turns rebuilds took out of Codex (``sidecar.store.reads``)."""
+        items/list with the turns rebuilds took out of Codex (``sidecar.history.reads``)."""
         # Cursors handed out wrapped outlive rebuilds; wrapped ones are
         # unwrapped whatever the engine.
         self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"
@@ -111,7 +115,7 @@ class Lifecycle:
         """Threads whose rebuild revert's notifications are being kept from the client."""
         return self.inplace.reverting
 
-    def _after_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
+    def after_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
         self.proxy.spawn(self._preload_tokenizer)
         return None
 
@@ -126,83 +130,35 @@ class Lifecycle:
         preload()
 
     def install(self, hooks: Hooks) -> None:
+        """The hooks of :data:`sidecar.methods.METHODS` this lifecycle runs:
+        the history part whatever the engine; with an engine its turn
+        lifecycle, and the engine's tools if it has some. Without an engine
+        nothing else is touched: a thread no rebuild ever moved passes byte
+        for byte."""
+        methods.install(hooks, self, self.parts())
         if self.engine is None:
-            self._install_history(hooks)
             return
-        # The client's own tools, before the engine's join them (first of all).
-        hooks.on_client_request("thread/start", self._note_client_tools)
-        if self.tools is not None:
-            self.tools.install_front(hooks)
-        # (client request, its response): the request hook sees it on the way
-        # in, the response hook on the way back.
-        pairs = [
-            ("thread/start", self.opening.remember_params, self.opening.on_thread_response),
-            ("thread/resume", self.opening.on_resume, self.opening.on_thread_response),
-            ("thread/fork", self.reverts.on_fork, self.opening.on_thread_response),
-            ("thread/read", self.archived.on_thread_read, self.archived.on_thread_read_response),
-            ("thread/revert", self.reverts.on_revert, self.reverts.on_revert_response),
-            ("thread/turns/list", self.archived.on_turns_list, self.archived.on_list_response),
-            ("thread/items/list", self.archived.on_items_list, self.archived.on_list_response),
-            ("thread/list", None, self.archived.on_thread_list_response),
-            ("turn/start", self.turns.on_turn_start, self.turns.on_turn_start_response),
-            ("thread/compact/start", self.compaction.on_compact_start, self.compaction.on_compact_response),
-            ("thread/inject_items", self.injections.on_inject, self.injections.on_inject_response),
-        ]
-        for method, on_request, on_response in pairs:
-            if on_request is not None:
-                hooks.on_client_request(method, on_request)
-            hooks.on_response(method, on_response)
-        hooks.on_response("initialize", self._after_initialize)
         observed = getattr(getattr(self.proxy, "router", None), "observed", None)
         if getattr(observed, "user_agent", None) is not None:
             self.proxy.spawn(self._preload_tokenizer)  # installed after the answer passed
-        hooks.on_server_notification("item/completed", self.finalizer.on_item_completed)
-        hooks.on_server_notification("thread/tokenUsage/updated", self.finalizer.on_token_usage)
-        hooks.on_server_notification("turn/completed", self.finalizer.on_turn_completed)
-        hooks.on_server_notification("thread/closed", self.opening.on_thread_closed)
-        self.spares.install(hooks, self.opening.remember_request)
-        for method in REVERT_NOTIFICATIONS:
-            hooks.on_server_notification(method, self.inplace.swallow_noise)
-        hooks.on_server_notification("thread/readState/changed", self.archived.on_read_state)  # after the revert's are swallowed
-        hooks.on_response("thread/start", self.archived.note_opened)
         self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
         self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
-        for method in ("thread/start", "thread/resume", "thread/fork"):
-            hooks.on_response(method, self._note_client_thread)
-        if self.tools is not None:
-            self.tools.install_back(hooks)
         self.proxy.add_status_provider("lifecycle", self.status)
 
-    def _note_client_tools(self, msg: Message) -> Decision:
+    def parts(self) -> set[Part]:
+        """The parts of the method table this lifecycle installs."""
+        if self.engine is None:
+            return {Part.HISTORY, Part.BARE}
+        return {Part.HISTORY, Part.ENGINE} | ({Part.TOOLS} if self.tools is not None else set())
+
+    def note_client_tools(self, msg: Message) -> Decision:
+        """thread/start: the client's own tools, before the engine's join them."""
         self.calls.note_client_tools(msg.id, msg.params())
         return None
 
-    def _install_history(self, hooks: Hooks) -> None:
-        """No engine: only what keeps the client's history whole (the reads
-        splice archived turns, thread ids are mapped at the edge, a
-        delete, archive or name follows a switched thread). Nothing else is
-        touched: a thread no rebuild ever moved passes byte for byte."""
-        hooks.on_client_request("thread/resume", self._remember_resume)
-        hooks.on_response("thread/resume", self._splice_opened)
-        hooks.on_client_request("thread/fork", self.opening.remember_params)
-        hooks.on_response("thread/fork", self._splice_opened)
-        hooks.on_client_request("thread/read", self.archived.on_thread_read)
-        hooks.on_response("thread/read", self.archived.on_thread_read_response)
-        hooks.on_client_request("thread/turns/list", self.archived.on_turns_list)
-        hooks.on_response("thread/turns/list", self.archived.on_list_response)
-        hooks.on_client_request("thread/items/list", self.archived.on_items_list)
-        hooks.on_response("thread/items/list", self.archived.on_list_response)
-        hooks.on_response("thread/list", self.archived.on_thread_list_response)
-        hooks.on_server_notification("thread/readState/changed", self.archived.on_read_state)
-        self.spares.install(hooks, self.opening.remember_request)
-
-    def _remember_resume(self, msg: Message) -> Decision:
-        self.opening.remember_params(msg)
-        self.spares.backing_resume(msg.params())
-        params = self.requests.get(msg.id)
-        return self.archived.on_resume(msg, params) if params else None
-
-    def _splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:
+    def splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:
+        """No engine: a resume's or a fork's answer gets the archived turns
+        (with an engine, ``Sessions.on_thread_response`` does it as the session opens)."""
         params = self.requests.pop(pending.client_id) or {}
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
@@ -215,7 +171,7 @@ class Lifecycle:
             self.archived.seed_fork(thread["id"], parent, params)
         return None if params.get("excludeTurns") else self.archived.splice_thread(msg, result, thread)
 
-    def _note_client_thread(self, msg: Message, pending: PendingRequest) -> Decision:
+    def note_client_thread(self, msg: Message, pending: PendingRequest) -> Decision:
         """The settings of the client's newest thread (what the engine's own
         model calls run with): its cwd, model and provider as Codex answered."""
         result = msg.result()

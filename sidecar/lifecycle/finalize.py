@@ -11,14 +11,13 @@ import trio
 
 from engines import AfterTurnParams, AgentMessage, PromptCacheInfo, Usage, after_turn_with_fallback
 
+from ..history.archive import TurnArchive, archive_path, archived_turn
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
-from ..session.learned import WindowReported
 from ..session.planner import fingerprint, fingerprints
-from ..session.state import ThreadSession, TurnState, now_ms
-from ..store.archive import TurnArchive, archive_path, archived_turn
-from ..store.mirror import MirrorError, TranscriptMirror
+from ..session.state import ThreadSession, TurnState, WindowReported
+from ..store.mirror import MirrorError, TranscriptMirror, now_ms
 from ..translate import messages_of, translate_turn
 from .calls import EngineCalls
 

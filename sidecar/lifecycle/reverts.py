@@ -12,11 +12,10 @@ import trio
 
 from protocol import parse, rewrite
 
+from ..history.archive import TurnArchive, archive_path
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
-from ..session.learned import AdditionSent
-from ..session.state import ThreadSession, Unfollowed
-from ..store.archive import TurnArchive, archive_path
+from ..session.state import AdditionSent, ThreadSession, Unfollowed
 from ..store.ledger import LedgerState
 from ..store.mirror import MirrorError
 from ..translate import turn_key_prefix

@@ -13,18 +13,17 @@ import trio
 
 from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
 
+from ..history.archive import TurnArchive, archive_path
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, match_transcript, relay_id, session_key
-from ..session.learned import ToolsGiven
 from ..session.planner import fingerprints
-from ..session.state import ThreadSession, Unfollowed, now_ms
+from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed
 from ..store import bindings
-from ..store.archive import TurnArchive, archive_path
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, LedgerState, ledger_path
-from ..store.mirror import MirrorError, TranscriptMirror, session_path
+from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from .calls import EngineCalls
 from .context import HistoryMoves
@@ -111,6 +110,8 @@ class Sessions:
                 self.calls.learn(session, ToolsGiven(self.calls.tools(parent)))
         if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
             self.archived.seed_fork(thread_id, params["threadId"], params)
+            if not framing_fork:
+                self._inherit_addition(session, params)
         if framing_fork:
             session.framing_only = True
         self.proxy.spawn(self.open, session, pending.method, params, thread)
@@ -119,6 +120,23 @@ class Sessions:
         if pending.method == "thread/fork" and not params.get("excludeTurns"):
             return self.archived.splice_thread(msg, result, thread)
         return None
+
+    def _inherit_addition(self, session: ThreadSession, params: dict[str, Any]) -> None:
+        """A whole fork holds its parent's history, and so the engine's
+        system-prompt addition that history carries: the fork knows it, so
+        its first turn does not send it again (Codex would hold it twice). A
+        fork cut at a turn (``lastTurnId``, ``beforeTurnId``) may have lost
+        the turn that carried it, so it sends it again: at worst twice,
+        never missing. A parent this process has not opened is known only
+        if it was opened here (like its tools)."""
+        if isinstance(params.get("lastTurnId"), str) or isinstance(params.get("beforeTurnId"), str):
+            return
+        parent = self.sessions.get(params["threadId"])
+        if parent is None or self.calls.facts(session).addition is not None:
+            return
+        digest = self.calls.facts(parent).addition
+        if digest is not None:
+            self.calls.learn(session, AdditionSent(digest))
 
     def session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)

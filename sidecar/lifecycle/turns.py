@@ -11,16 +11,15 @@ from typing import Any, Literal
 import trio
 
 from engines import AgentMessage, AssembleParams
-from protocol import parse, rewrite
+from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
+from ..history.archive import TurnArchive, archive_path
 from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.learned import AdditionSent, Bootstrapped, MaintainedOnOpening, addition_digest
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
-from ..session.state import ThreadSession, TurnState
-from ..store.archive import TurnArchive, archive_path
+from ..session.state import AdditionSent, Bootstrapped, MaintainedOnOpening, ThreadSession, TurnState, addition_digest
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -48,26 +47,26 @@ class Turns:
         """Joining turn/starts sent to Codex and not answered yet, by client id."""
 
     def on_turn_start(self, msg: Message) -> Decision:
+        try:
+            view = msg.typed(TurnStartParams)
+        except CodexDecodeError:
+            return None  # not a turn/start the sidecar understands: Codex answers it
         params = msg.params()
-        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
-            return None
-        self.spares.remember_sticky(params)
-        session = self.sessions.get(params["threadId"])
+        session = self.sessions.get(view.thread_id)
         if session is None:
             try:
-                session = self.sessions_job.session(params["threadId"])
+                session = self.sessions_job.session(view.thread_id)
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
-        current = session.current
-        if current is not None and current.forwarded and current.turn_id not in session.completed_turns:
+        if session.joins_running_turn():
             return self._join(session, msg)
         self._joins.pop(msg.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
         # it. From now when the thread is idle or only finalising its last
         # turn; from when the slot is free otherwise.
-        if not session.busy or (current is not None and current.turn_id in session.completed_turns):
+        if not session.busy or session.turn_over_in_codex():
             self.proxy.gate(session.thread_id, id(msg))
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
@@ -87,6 +86,23 @@ class Turns:
         log.info("turn/start joins the running turn; forwarded unchanged", extra={"fields": self.calls.fields(session)})
         return None
 
+    def on_thread_status(self, msg: Message) -> Decision:
+        """``thread/status/changed``: a status other than active says no turn
+        runs on the thread, so a turn Codex accepted that has not completed
+        is over (``ThreadSession.codex_idle``): a ``turn/start`` from now is
+        held and assembled, not sent as a join that Codex would make a turn
+        of its own unassembled."""
+        params = msg.params()
+        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
+            return None
+        status = params.get("status")
+        if not isinstance(status, dict) or status.get("type") not in ("idle", "notLoaded", "systemError"):
+            return None
+        session = self.sessions.get(params["threadId"])
+        if session is not None and session.codex_idle():
+            log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
+        return None
+
     async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         try:
             await self._hold_turn_start(session, msg, params)
@@ -94,8 +110,9 @@ class Turns:
             self.proxy.ungate(session.thread_id, id(msg))
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
-        line = msg.line
-        state = TurnState(client_id=msg.id, original_input=params.get("input") if isinstance(params.get("input"), list) else None)
+        edited: dict[str, Any] | None = None
+        # The typed view (on_turn_start made it) vouches for the input's shape: a list, or absent.
+        state = TurnState(client_id=msg.id, original_input=params.get("input"))
         state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
@@ -115,9 +132,11 @@ class Turns:
                 # before it, or the mirror failed to follow): before this turn
                 # assembles, and is mirrored after the reverted turns.
                 await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
-            line = await self._assemble_and_project(session, state, params, msg.line)
+            edited = await self._assemble_and_project(session, state, params, msg.typed(TurnStartParams).model)
             if state.switched:
-                line = self.spares.with_sticky(session, line)
+                base = edited if edited is not None else params
+                sticky = self.spares.with_sticky(session, base)
+                edited = sticky if sticky is not base else edited
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
             log.warning(
@@ -125,7 +144,7 @@ class Turns:
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
-            line = msg.line
+            edited = None
         state.hold_ms = round((trio.current_time() - started) * 1000, 2)
         log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
         session.stats["lastTurn"] = {
@@ -138,14 +157,18 @@ class Turns:
         state.forwarded = True  # from now, a turn/start on the thread joins this turn
         session.fresh = False  # OpenClaw's continuity comes with a thread's first turn only
         session.turns_this_opening += 1
-        if not self.proxy.forward_client_request(Message(parse(line), line)):
+        if edited is not None:
+            msg.set_params(edited)  # encoded once, as the request leaves for Codex
+        if not self.proxy.forward_client_request(msg):
             session.end_turn(state)
 
-    async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], line: bytes) -> bytes:
+    async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
+        """The turn/start params with the engine's context projected (None:
+        forward the client's request as it is). ``params`` is not modified."""
         items = state.original_input or []
         if session.mirror is None:
             state.fallback_reason = "no-mirror"
-            return line
+            return None
         stripped: list[Any] | None = None
         if already_projected(items):
             state.openclaw_context = await self._openclaw_context(session, items)
@@ -159,7 +182,7 @@ class Turns:
                         "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
                         extra={"fields": self.calls.fields(session)},
                     )
-                return line
+                return None
             # OpenClaw's continuity: its transcript rendered once into a new
             # (or stale) thread. It may name the thread's session.
             if session.fresh and session.via == "thread":
@@ -177,13 +200,13 @@ class Turns:
                 state.fallback_reason = "openclaw-continuity-kept"
                 log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
                          extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-                return line
+                return None
             # The engine assembles and projects in its place: the model must not get both.
             items = stripped
             params = {**params, "input": stripped}
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-        opening = self.calls.learned.machine(session.thread_id, self.calls.session_key(session)).opening_step(session.had_history)
+        opening = self.calls.machine(session).opening_step(session.had_history)
         if opening == "bootstrap":
             await self.calls.bootstrap(session)
         elif opening == "maintain":
@@ -208,7 +231,7 @@ class Turns:
                         token_budget=budget,
                         available_tools=self.calls.tools(session),
                         citations_mode=self.options.citations_mode,
-                        model=params.get("model") if isinstance(params.get("model"), str) else session.model,
+                        model=model or session.model,
                         prompt=prompt,
                         runtime_context=runtime,
                     )
@@ -217,7 +240,7 @@ class Turns:
         except trio.TooSlowError:
             state.fallback_reason = "assemble-deadline"
             log.warning("context engine assemble exceeded its deadline; forwarding the original request", extra={"fields": self.calls.fields(session)})
-            return line
+            return None
         except Exception as exc:
             state.fallback_reason = "assemble-error"
             log.warning(
@@ -225,7 +248,7 @@ class Turns:
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
-            return line
+            return None
         state.assembled_count = len(result.messages)
         state.estimated_tokens = result.estimated_tokens
         # The newest only: an inspection record costs the same late as early.
@@ -237,7 +260,7 @@ class Turns:
         if mode in ("delta", "epoch"):
             planned = await self._plan(session, state, result, history, mode, epoch)
             if planned is None:
-                return line
+                return None
             messages, placement = planned, "additional_context"
             if state.rebuilt:
                 self.calls.learn(session, AdditionSent(None))  # the revert took the turn that carried it
@@ -262,7 +285,7 @@ class Turns:
                 state.held_plan = []  # reverted, and nothing projected after all
             state.fallback_reason = f"projection-{exc.reason}"
             log.warning("projection failed; forwarding the original request", extra={"fields": self.calls.fields(session, reason=exc.reason)})
-            return line
+            return None
         state.rendered, state.dropped = projection.messages_rendered, projection.messages_dropped
         state.context_chars = len(projection.text or "")
         state.original_chars = input_text_chars(items)
@@ -285,16 +308,16 @@ class Turns:
             },
         )
         if not projection.changed:
-            return line if stripped is None else rewrite(line, params=params)
+            return None if stripped is None else params
         state.projected = True
         if projection.text:
             state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
         if addition is not None:
             state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
-        return rewrite(line, params=projection.apply(params))
+        return projection.apply(params)
 
-    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.Kind:
+    async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);
         on a resumed thread's first turn here, from whether it renders the
         thread's own newest turn (read from the transcript)."""
@@ -372,6 +395,11 @@ class Turns:
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
         self.requests.pop(pending.client_id)
+        if pending.thread_id is not None and not msg.env.error:
+            # Codex took the turn/start: its settings stick for the thread's
+            # later turns (a switch's first turn gets them again). Noted here,
+            # off the request's path.
+            self.spares.remember_sticky(pending.thread_id, pending.params)
         joined = self._joins.pop(pending.client_id, None)
         if joined is not None:
             self._joined(joined, msg)
@@ -382,11 +410,10 @@ class Turns:
         state = session.current if session is not None else None
         if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
             return None
-        result = msg.result()
-        turn = result.get("turn") if isinstance(result, dict) else None
-        if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-            state.turn_id = turn["id"]
-            known = session.turns.get(turn["id"])
+        turn_id = _started_turn_id(msg)
+        if turn_id is not None:
+            state.turn_id = turn_id
+            known = session.turns.get(turn_id)
             if known is not None and known is not state:
                 # Codex joined this turn/start to a turn the sidecar did not
                 # start (one a join began, see _joined): keep what it collected.
@@ -394,7 +421,7 @@ class Turns:
                 state.item_times = {**known.item_times, **state.item_times}
                 if known.forwarded:  # its first userMessage is the join's input, not this request's
                     state.original_input = known.original_input
-            session.turns[turn["id"]] = state
+            session.turns[turn_id] = state
             self.spares.confirm(session)
             if state.addition_pending is not None:
                 self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
@@ -415,24 +442,28 @@ class Turns:
         unassembled (the client's request, with Codex's meaning). The session
         then tracks it as its running turn when the slot is free, so that
         later ``turn/start``s join it too, and it is mirrored with its input."""
-        result = msg.result()
-        turn = result.get("turn") if isinstance(result, dict) else None
-        if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
+        turn_id = _started_turn_id(msg)
+        if turn_id is None:
             return
-        turn_id = turn["id"]
         current = session.current
         if current is not None and current.turn_id in (None, turn_id):
             return
-        log.info("a joining turn/start started a turn of its own in Codex (the running turn had ended)", extra={"fields": self.calls.fields(session, turnId=turn_id)})
-        # Untracked (client_id None), like a turn the sidecar did not hold:
-        # nothing was assembled for it, so finalisation counts its messages
-        # from the mirror, and its userMessage items carry the client's input.
-        state = session.turns.get(turn_id) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
-        state.forwarded = True
-        session.turns[turn_id] = state
-        if current is None and turn_id not in session.completed_turns:
-            try:
-                session.slot.acquire_nowait()
-            except trio.WouldBlock:
-                return
-            session.current = state
+        # The slot is free, or held by a turn whose turn/completed never came
+        # (Codex ended it: the new turn takes the slot over, so that once it
+        # completes the next turn/start is held and assembled again), or by
+        # one finalising (the new turn is finalised after it, in order).
+        ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
+        _, running = session.started_by_join(turn_id)
+        log.info(
+            "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
+            extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
+        )
+
+
+def _started_turn_id(msg: Message) -> str | None:
+    """The id of the turn Codex's ``turn/start`` answer started (None: refused)."""
+    try:
+        result = msg.result_as(TurnStartResult)
+    except CodexDecodeError:
+        return None
+    return result.turn.id if result is not None else None

@@ -2,8 +2,8 @@
 engine's whole assembly.
 
 Two strategies sit behind one interface (:class:`Strategy`): on a fresh
-backing thread (:mod:`.fresh`, with :mod:`.backing`, the only modules that
-know backing threads exist) and in place (:mod:`.inplace`, a
+backing thread (:mod:`.fresh`, with :mod:`sidecar.history.backing`, the
+only modules that know backing threads exist) and in place (:mod:`.inplace`, a
 ``thread/revert``). :class:`Rebuilder` does what both share (which turn is
 Codex's first, the archive's marks persisted before anything moves) and
 tries the strategies in order.
@@ -17,12 +17,12 @@ from typing import Any, Protocol
 
 import trio
 
+from ..history.archive import UNKNOWN, TurnArchive, archive_path
+from ..history.reads import ArchivedTurns
 from ..relay import RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..store.archive import UNKNOWN, TurnArchive, archive_path
 from ..store.ledger import LedgerState
-from ..store.reads import ArchivedTurns
 from .inplace import FirstTurnGone, InPlace
 
 log = logging.getLogger("codex_sidecar.lifecycle")

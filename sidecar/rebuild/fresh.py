@@ -1,6 +1,6 @@
 """Spare Codex threads and the switch onto them (``rebuild = "fresh"``).
 
-The lifecycle's half of :mod:`sidecar.backing`: when to start a thread's
+The lifecycle's half of :mod:`sidecar.history.backing`: when to start a thread's
 spare (once the engine shows it rebuilds), starting it off any turn's path
 and hiding it from the moment Codex answers, switching a rebuild onto it
 (the map saved first), what follows the client's thread onto each new
@@ -14,20 +14,17 @@ relay's nursery; :meth:`Spares.rebuild` is the fresh rebuild strategy
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import trio
 
-from protocol import decode, parse, rewrite
-
-from ..relay import Decision, Hooks, Message, PendingRequest, RpcError
+from ..history.archive import TurnArchive
+from ..history.backing import STICKY_TURN_KEYS, Alias, BackingThreads
+from ..history.reads import ArchivedTurns
+from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..store.archive import TurnArchive
-from ..store.reads import ArchivedTurns
-from .backing import STICKY_TURN_KEYS, Alias, BackingThreads
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -70,14 +67,6 @@ class Spares:
         """Client threads started (not resumed) in this process."""
 
     # ---------------------------------------- the client's requests, followed
-
-    def install(self, hooks: Hooks, remember: Callable[[Message], Decision]) -> None:
-        """The hooks only backing threads need (a name and a delete or archive
-        follow the client's thread onto every Codex thread behind it)."""
-        hooks.on_client_request("thread/name/set", self.on_name_set)
-        for method in ("thread/delete", "thread/archive"):
-            hooks.on_client_request(method, remember)
-            hooks.on_response(method, self.follow_to_retired)
 
     def client_start(self) -> None:
         """The client starts, resumes or forks a thread: notifications that
@@ -130,12 +119,12 @@ class Spares:
             log.warning("backing-thread map not saved", extra={"fields": {"threadId": alias.client, "error": type(exc).__name__}})
             return False
 
-    def remember_sticky(self, params: dict[str, Any]) -> None:
-        """Settings a turn/start makes stick for later turns: a new backing
-        thread's first turn gets them again."""
+    def remember_sticky(self, thread_id: str, params: dict[str, Any]) -> None:
+        """Settings a turn/start (its decoded ``params``) makes stick for
+        later turns: a new backing thread's first turn gets them again."""
         if not self.fresh:
             return
-        alias = self.backing.aliases.get(params["threadId"])
+        alias = self.backing.aliases.get(thread_id)
         if alias is None:
             return
         changed = {k: params[k] for k in STICKY_TURN_KEYS if k in params and params[k] is not None and alias.sticky.get(k) != params[k]}
@@ -221,16 +210,14 @@ class Spares:
             except (RpcError, trio.TooSlowError) as exc:
                 log.info("retired backing thread not followed", extra={"fields": {"method": method, "error": type(exc).__name__}})
 
-    def with_sticky(self, session: ThreadSession, line: bytes) -> bytes:
-        """The switch turn's turn/start with the sticky settings it lacks."""
+    def with_sticky(self, session: ThreadSession, params: dict[str, Any]) -> dict[str, Any]:
+        """The switch turn's turn/start params with the sticky settings they
+        lack (``params`` itself when none is missing; never modified)."""
         alias = self.backing.aliases.get(session.thread_id)
         if alias is None or not alias.sticky:
-            return line
-        params = decode(parse(line).params)
-        if not isinstance(params, dict):
-            return line
+            return params
         missing = {k: v for k, v in sorted(alias.sticky.items()) if k not in params}
-        return rewrite(line, params={**params, **missing}) if missing else line
+        return {**params, **missing} if missing else params
 
     def want_spare(self, session: ThreadSession) -> None:
         """After a turn: start the thread's next spare, unless one is ready."""

@@ -8,15 +8,14 @@ import logging
 
 import trio
 
+from ..history.archive import TurnArchive
+from ..history.reads import ArchivedTurns
 from ..relay import HANDLED, Decision, Message, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RevertNoise, ThreadSession, log_fields
-from ..store.archive import TurnArchive
-from ..store.reads import ArchivedTurns
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
-REVERT_NOTIFICATIONS = ("thread/status/changed", "thread/readState/changed", "thread/reverted")
 REVERTED_NOTICE_WAIT = 2.0
 """Seconds the ``thread/reverted`` of a rebuild's revert is waited for (and
 swallowed) after Codex answered the revert; the turn does not wait for it."""
@@ -107,7 +106,10 @@ class InPlace:
             del self.reverting[thread_id]
 
     def swallow_noise(self, msg: Message) -> Decision:
-        """Hook on the revert's notifications: the client's own pass."""
+        """Hook on the revert's notifications (``thread/status/changed``,
+        ``thread/readState/changed``, ``thread/reverted``: rows of
+        :data:`sidecar.methods.METHODS`, before the archive's read state):
+        the client's own pass."""
         params = msg.params()
         thread_id = params.get("threadId") if isinstance(params, dict) else None
         if not isinstance(thread_id, str):

@@ -1,18 +1,22 @@
 """The child's edge: the one optional object that maps thread ids there.
 
 The relay knows nothing of what an edge does (today: moving a client's
-thread onto other Codex threads, ``sidecar.backing.BackingThreads``); it only
+thread onto other Codex threads, ``sidecar.history.backing.BackingThreads``); it only
 calls these methods at fixed points, on bytes, and forwards what they return.
 Every method returns its argument itself when it changes nothing, so the
-relay can tell "unchanged" by identity and skip a parse.
+relay can tell "unchanged" by identity and skip a parse (or an encode).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Edge(Protocol):
+    maps_to_codex: bool
+    """Whether :meth:`to_codex` can change a line (an attribute, read on
+    every line to the child: while it is false the relay does not call it)."""
+
     @property
     def active(self) -> bool:
         """Whether notifications need looking at (an idle edge costs nothing)."""
@@ -20,6 +24,11 @@ class Edge(Protocol):
 
     def to_codex(self, line: bytes) -> bytes:
         """A line on its way to Codex: the client's request or the sidecar's."""
+        ...
+
+    def request_params(self, params: Any) -> Any:
+        """A client request's decoded params on their way to Codex, mapped
+        (the argument itself, unmodified, when nothing maps)."""
         ...
 
     def response(self, line: bytes, method: str | None) -> bytes:

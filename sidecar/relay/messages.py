@@ -9,9 +9,14 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Envelope, RpcId, decode
+import msgspec
+
+from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Envelope, InvalidMessage, RpcId, decode, encode
+from protocol.codex import CodexDecodeError, decode_as
+
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 
 class _Handled:
@@ -33,16 +38,29 @@ _UNDECODED: Any = object()
 
 @dataclass(slots=True)
 class Message:
-    """One parsed frame: its routing envelope and its exact bytes.
+    """One parsed frame: its routing envelope, its exact bytes, and (once a
+    hook asks) its decoded form and typed views.
 
-    ``params()`` decodes the params once, however many hooks read them, and
-    hands every caller the same object: hooks read it and never modify it
-    (a change goes out as new bytes, built from a copy).
+    Decode once: :meth:`params` decodes the line the first time any hook (or
+    the router's gate) asks, and every later reader gets the same object;
+    :meth:`typed` gives a ``protocol.codex`` Struct view of those params
+    (converted from the decoded value, never parsed again). Readers never
+    modify what they get.
+
+    Encode once: a hook that changes a request says so with
+    :meth:`set_params` (whole new params: every field it does not mean to
+    change copied from :meth:`params`, so fields the sidecar does not know
+    pass through) and the router with :meth:`set_id` (an alias); nothing is
+    encoded until :meth:`wire` builds the line for the child, once, every
+    other top-level field kept in its place. A message nobody changed goes out
+    as its original bytes.
     """
 
     env: Envelope
     line: bytes
-    _params: Any = field(default=_UNDECODED, repr=False, compare=False)
+    _body: Any = field(default=_UNDECODED, repr=False, compare=False)
+    _views: dict[type, Any] | None = field(default=None, repr=False, compare=False)
+    _changes: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> RpcId:
@@ -53,16 +71,94 @@ class Message:
         return self.env.method  # type: ignore[return-value]
 
     def params(self) -> Any:
-        if self._params is _UNDECODED:
-            self._params = decode(self.env.params) if self.env.params else None
-        return self._params
+        """The params as decoded (the current ones, after :meth:`set_params`)."""
+        if self._changes is not None and "params" in self._changes:
+            return self._changes["params"]
+        if self._body is _UNDECODED:
+            if not self.env.params:
+                return None
+            self._body = decode(self.line)
+        return self._body.get("params")
 
     def params_if_read(self) -> Any:
-        """The params a hook already decoded, or None: never decodes."""
-        return None if self._params is _UNDECODED else self._params
+        """The client's params as a reader decoded them (before any
+        :meth:`set_params`), or None: never decodes."""
+        return None if self._body is _UNDECODED else self._body.get("params")
+
+    @property
+    def decoded(self) -> bool:
+        """Whether a reader has decoded this message (its params are at hand)."""
+        return self._body is not _UNDECODED or self._changes is not None
+
+    def typed(self, cls: type[_S]) -> _S:
+        """The params as ``cls`` (a ``protocol.codex`` Struct): converted from
+        the decoded params once per type; raises ``CodexDecodeError`` when
+        they do not fit. A read-only view: fields ``cls`` does not list are
+        only in :meth:`params` (and go to the child untouched)."""
+        views = self._views
+        if views is None:
+            views = self._views = {}
+        view = views.get(cls)
+        if view is None:
+            try:
+                view = views[cls] = msgspec.convert(self.params(), cls)
+            except msgspec.ValidationError as exc:  # as protocol.codex.decode_as says it
+                raise CodexDecodeError(f"{cls.__name__}: {str(exc)[:200]}") from None
+        return view
+
+    @property
+    def thread_id(self) -> str | None:
+        """``params.threadId`` when the params are decoded and carry one."""
+        params = self.params()
+        thread_id = params.get("threadId") if type(params) is dict else None
+        return thread_id if type(thread_id) is str else None
+
+    def set_params(self, params: Any) -> None:
+        """Replace the params (encoded with the rest once, by :meth:`wire`)."""
+        if self._changes is None:
+            self._changes = {}
+        self._changes["params"] = params
+        self._views = None
+
+    def set_id(self, id: RpcId) -> None:
+        """Send the message under another id (the client's, aliased)."""
+        if self._changes is None:
+            self._changes = {}
+        self._changes["id"] = id
+
+    def edits(self) -> dict[str, Any] | None:
+        """The changes so far (a copy), to :meth:`restore` them."""
+        return None if self._changes is None else dict(self._changes)
+
+    def restore(self, edits: dict[str, Any] | None) -> None:
+        """Back to the changes :meth:`edits` returned (a failed hook's undone)."""
+        self._changes = edits
+        self._views = None
+
+    def wire(self) -> bytes:
+        """The line to send: the original bytes when nothing changed, else
+        the decoded message with the changes, encoded once."""
+        changes = self._changes
+        if not changes:
+            return self.line
+        if self._body is _UNDECODED:
+            self._body = decode(self.line)
+        body = self._body
+        if type(body) is not dict:
+            raise InvalidMessage("not a JSON object")
+        body = {**body, **changes}
+        line = encode(body)
+        self.line, self._body, self._changes = line, body, None
+        return line
 
     def result(self) -> Any:
         return decode(self.env.result) if self.env.result else None
+
+    def result_as(self, cls: type[_S]) -> _S | None:
+        """A response's result decoded straight into ``cls`` (a
+        ``protocol.codex`` Struct; one decode, no dict); None for an error
+        response. Raises ``CodexDecodeError`` when the result does not fit."""
+        return decode_as(cls, self.env.result) if self.env.result else None
 
     def error(self) -> Any:
         return decode(self.env.error) if self.env.error else None
@@ -82,12 +178,8 @@ class PendingRequest:
     params: Any = None
     """The client's params as its request hooks read them (None when no hook
     read them: the router never decodes them for this)."""
-
-    @property
-    def thread_id(self) -> str | None:
-        """The client's ``params.threadId``, when the hooks read the params."""
-        thread_id = self.params.get("threadId") if isinstance(self.params, dict) else None
-        return thread_id if isinstance(thread_id, str) else None
+    thread_id: str | None = None
+    """The client's ``params.threadId``, when the params were read."""
 
 
 class RpcError(Exception):

@@ -1,12 +1,13 @@
 """What the relay notices in passing for ``sidecar/status``: Codex's version
 and the threads it has seen. Response and notification hooks that never
-change a message."""
+change a message, installed by the router from the relay's rows of
+:data:`sidecar.methods.METHODS`."""
 
 from __future__ import annotations
 
 import re
 
-from .messages import Decision, Hooks, Message, PendingRequest
+from .messages import Decision, Message, PendingRequest
 
 _USER_AGENT_VERSION = re.compile(r"/(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
 
@@ -23,27 +24,21 @@ class Observed:
         self.user_agent: str | None = None
         self.threads_seen: set[str] = set()
 
-    def install(self, hooks: Hooks) -> None:
-        hooks.on_response("initialize", self._on_initialize)
-        for method in ("thread/start", "thread/resume", "thread/fork"):
-            hooks.on_response(method, self._on_thread_result)
-        hooks.on_server_notification("thread/started", self._on_thread_started)
-
-    def _on_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
+    def on_initialize(self, msg: Message, pending: PendingRequest) -> Decision:
         result = msg.result()
         if isinstance(result, dict) and isinstance(result.get("userAgent"), str):
             self.user_agent = result["userAgent"]
             self.codex_version = codex_version_from_user_agent(self.user_agent)
         return None
 
-    def _on_thread_result(self, msg: Message, pending: PendingRequest) -> Decision:
+    def on_thread_result(self, msg: Message, pending: PendingRequest) -> Decision:
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if isinstance(thread, dict) and isinstance(thread.get("id"), str):
             self.threads_seen.add(thread["id"])
         return None
 
-    def _on_thread_started(self, msg: Message) -> Decision:
+    def on_thread_started(self, msg: Message) -> Decision:
         params = msg.params()
         thread = params.get("thread") if isinstance(params, dict) else None
         if isinstance(thread, dict) and isinstance(thread.get("id"), str):

@@ -38,8 +38,9 @@ from protocol import (
     parse,
     rewrite,
 )
-from protocol.ids import PREFIX as INTERNAL_PREFIX
+from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
+from .. import methods
 from . import oversized
 from .control import ControlMethods, Later
 from .edge import Edge
@@ -98,7 +99,6 @@ class Router:
         to_client: Sink,
         *,
         hooks: Hooks | None = None,
-        recorder: Recorder | None = None,
         spawn: Callable[..., None] = _no_spawn,
         max_line: int = DEFAULT_MAX_LINE,
     ) -> None:
@@ -107,7 +107,9 @@ class Router:
         self.hooks = hooks or Hooks()
         self.controls = ControlMethods()
         """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
-        self.recorder = recorder
+        self.recorder: Recorder | None = None
+        """What every line in and out is shown to (``--record``): optional,
+        attached by the shell like the edge."""
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = max_line
@@ -120,7 +122,7 @@ class Router:
         self.c2s = Counters()
         self.s2c = Counters()
         self.observed = Observed()
-        self.observed.install(self.hooks)
+        methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
         self.expect_child: Callable[[], None] | None = None
         """Told when the child will answer soon (a request went to it)."""
@@ -137,7 +139,7 @@ class Router:
 
     def _to_child(self, line: bytes, direction: str, counters: Counters | None = None, through_edge: bool = True) -> bool:
         """The one way a line goes to the child."""
-        if through_edge and self.edge is not None:
+        if through_edge and self.edge is not None and self.edge.maps_to_codex:
             line = self.edge.to_codex(line)
         if counters is not None:
             counters.frames += 1
@@ -175,11 +177,8 @@ class Router:
         if self.child_gone:
             self._fail_pending(pending)
             return False
-        line = msg.line
-        if pending.wire_id is not pending.client_id:
-            line = rewrite(line, id=pending.wire_id)
         pending.forwarded = True
-        return self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+        return self._request_to_child(msg, pending)
 
     def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
         """Answer a held client request from the sidecar (no child involved)."""
@@ -198,8 +197,8 @@ class Router:
     def ungate(self, thread_id: str, holder: Any) -> None:
         """``holder`` is done; when it was the last, the waiting requests go
         (to codex, or answered -32001 if it has exited), in the order they came."""
-        for line in self.gates.release(thread_id, holder):
-            self.from_client(line)
+        for msg in self.gates.release(thread_id, holder):
+            self._client_request(msg)
 
     # ----------------------------------------------------- internal calls
 
@@ -232,8 +231,8 @@ class Router:
         failed = self.pending.take_all()
         for pending in failed:
             self._send_child_exited(pending, rc)
-        for line in self.gates.release_all():
-            self.from_client(line)  # the child is gone: answered -32001
+        for msg in self.gates.release_all():
+            self._client_request(msg)  # the child is gone: answered -32001
         self.calls.fail_all(RpcError(CHILD_EXITED, exit_text(rc)))
         return len(failed)
 
@@ -266,29 +265,56 @@ class Router:
         if method.startswith(CONTROL_PREFIX):
             self._control(line)
             return
+        if self.gates or self.child_gone or self.hooks.client_requests.get(method) or IdSpace.is_reserved(env.id):
+            self._client_request(Message(env, line))
+            return
+        # Nobody reads it and nothing changes it: the relay's fast path, no Message.
+        self.pending.open(env.id, method).forwarded = True
+        if self.expect_child is not None:
+            self.expect_child()
+        self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+
+    def _client_request(self, msg: Message) -> None:
+        """A client request (parsed, not a control method): gated, failed,
+        hooked or forwarded. The one ``Message`` carries its decoded params
+        from the gate check through the hooks to the child."""
         if self.gates and not self.child_gone:
-            params = decode(env.params) if env.params else None
-            thread_id = params.get("threadId") if isinstance(params, dict) else None
-            if type(thread_id) is str and self.gates.gated(thread_id):
-                self.gates.park(thread_id, line)
+            thread_id = msg.thread_id
+            if thread_id is not None and self.gates.gated(thread_id):
+                self.gates.park(thread_id, msg)
                 return
-        client_id: RpcId = env.id
+        client_id: RpcId = msg.id
+        method = msg.method
         if self.child_gone:
-            self._record(CLIENT_TO_CODEX, line)
+            self._record(CLIENT_TO_CODEX, msg.line)
             self._to_client(encode_error(client_id, *dead_child_error(PendingRequest(client_id, method, client_id), None)), SIDECAR_TO_CLIENT)
             return
         pending = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
         if hooks:
-            line = self._run_chain(hooks, Message(env, line), request=pending)  # type: ignore[assignment]
-            if line is None:
+            chained = self._run_chain(hooks, msg, request=pending)
+            if chained is None:
                 return
-        if pending.wire_id is not client_id:
-            line = rewrite(line, id=pending.wire_id)
+            msg = chained
         if self.expect_child is not None:
             self.expect_child()
         pending.forwarded = True
-        self._to_child(line, CLIENT_TO_CODEX, self.c2s)
+        self._request_to_child(msg, pending)
+
+    def _request_to_child(self, msg: Message, pending: PendingRequest) -> bool:
+        """A client request leaves for the child: under its wire id, its
+        thread ids mapped by the edge (on the decoded params when a hook
+        decoded them, else on the bytes), encoded once if anything changed."""
+        if pending.wire_id is not pending.client_id:
+            msg.set_id(pending.wire_id)
+        edge = self.edge
+        if edge is not None and edge.maps_to_codex and msg.decoded:
+            params = msg.params()
+            mapped = edge.request_params(params)
+            if mapped is not params:
+                msg.set_params(mapped)
+            return self._to_child(msg.wire(), CLIENT_TO_CODEX, self.c2s, through_edge=False)
+        return self._to_child(msg.wire(), CLIENT_TO_CODEX, self.c2s)
 
     def _control(self, line: bytes) -> None:
         self._record(CLIENT_TO_SIDECAR, line)
@@ -367,9 +393,10 @@ class Router:
             if self.expect_client is not None:
                 self.expect_client()
         if hooks:
-            line = self._run_chain(hooks, Message(env, line))  # type: ignore[assignment]
-            if line is None:
+            chained = self._run_chain(hooks, Message(env, line))
+            if chained is None:
                 return
+            line = chained.wire()
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
 
     def _from_child_response(self, env: Envelope, line: bytes) -> None:
@@ -390,9 +417,10 @@ class Router:
                 env = parse(line)
             hooks = self.hooks.responses.get(pending.method)
             if hooks:
-                line = self._run_chain(hooks, Message(env, line), pending)  # type: ignore[assignment]
-                if line is None:
+                chained = self._run_chain(hooks, Message(env, line), pending)
+                if chained is None:
                     return
+                line = chained.wire()
         if self.expect_client is not None:
             self.expect_client()  # clients often ask again at once
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
@@ -502,25 +530,30 @@ class Router:
 
     # ------------------------------------------------------------ hooks
 
-    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None, request: PendingRequest | None = None) -> bytes | None:
-        """Run hooks in order; the line to forward, or None when one took it.
+    def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None, request: PendingRequest | None = None) -> Message | None:
+        """Run hooks in order; the message to forward, or None when one took it.
         A hook's returned bytes replace the message for the hooks after it.
         A hook that raises fails open: the message goes on as it was.
         ``request``: a client request's pending entry, which keeps the params
-        the hooks read (the first message of the chain whose params were read)."""
+        (and thread) the hooks read (the first message of the chain whose
+        params were read)."""
         for hook in hooks:
+            edits = msg.edits()
             try:
                 decision = hook(msg) if pending is None else hook(msg, pending)
             except Exception:
                 log.exception("hook failed; forwarding the message unchanged", extra={"fields": {"hook": _name(hook)}})
+                msg.restore(edits)  # what it changed before it failed goes too
                 continue
             if request is not None and request.params is None:
                 request.params = msg.params_if_read()
+                if request.params is not None:
+                    request.thread_id = msg.thread_id
             if decision is HANDLED:
                 return None
             if decision is not None:
                 msg = Message(parse(decision), decision)
-        return msg.line
+        return msg
 
 
 def _name(fn: Any) -> str:
@@ -660,7 +693,7 @@ class Gates:
     __slots__ = ("_gates",)
 
     def __init__(self) -> None:
-        self._gates: dict[str, tuple[set[Any], list[bytes]]] = {}
+        self._gates: dict[str, tuple[set[Any], list[Message]]] = {}
 
     def hold(self, thread_id: str, holder: Any) -> None:
         self._gates.setdefault(thread_id, (set(), []))[0].add(holder)
@@ -668,11 +701,11 @@ class Gates:
     def gated(self, thread_id: str) -> bool:
         return thread_id in self._gates
 
-    def park(self, thread_id: str, line: bytes) -> None:
-        self._gates[thread_id][1].append(line)
+    def park(self, thread_id: str, msg: Message) -> None:
+        self._gates[thread_id][1].append(msg)
 
-    def release(self, thread_id: str, holder: Any) -> list[bytes]:
-        """``holder`` lets go; when it was the last, the thread's waiting lines
+    def release(self, thread_id: str, holder: Any) -> list[Message]:
+        """``holder`` lets go; when it was the last, the thread's waiting requests
         in the order they came (and the thread is no longer gated)."""
         gate = self._gates.get(thread_id)
         if gate is None:
@@ -683,9 +716,9 @@ class Gates:
         del self._gates[thread_id]
         return gate[1]
 
-    def release_all(self) -> list[bytes]:
+    def release_all(self) -> list[Message]:
         gates, self._gates = self._gates, {}
-        return [line for _holders, lines in gates.values() for line in lines]
+        return [msg for _holders, msgs in gates.values() for msg in msgs]
 
     @property
     def waiting(self) -> int:

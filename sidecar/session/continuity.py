@@ -38,7 +38,7 @@ _WS = re.compile(r"\s+")
 _DOLLAR_MENTION = re.compile(r"\$(?=[A-Za-z0-9_:-])")
 _AT_MENTION = re.compile(r"\[@(?=[A-Za-z0-9_:-]+\]\s*\()")
 
-Kind = Literal["continuity", "engine"]
+OpenClawContext = Literal["continuity", "engine"]
 """``continuity``: OpenClaw's one-off rendering of its transcript on a new
 (or stale) thread; ``engine``: OpenClaw's own engine projecting every turn."""
 
@@ -124,7 +124,7 @@ def strip_block(items: Sequence[Any]) -> list[Any] | None:
     return out
 
 
-def classify(*, fresh: bool, renders_own_turn: bool, turns_this_opening: int) -> Kind:
+def classify(*, fresh: bool, renders_own_turn: bool, turns_this_opening: int) -> OpenClawContext:
     """Whose projection a turn's assembled context is.
 
     ``fresh``: the thread was started (``thread/start``) in this process and

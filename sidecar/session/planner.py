@@ -17,8 +17,9 @@ feeds the stale slack.
 **The plan** is one function of the ledger (what the Codex thread holds, as
 fingerprints), the engine's assembly, the projection mode and the settings.
 delta: when the assembly extends what the thread holds, project only the new
-tail; when it drops or replaces held content beyond the stale slack, rebuild
-(the thread back to its framing, the whole assembly projected). epoch:
+tail; when it drops (or moves later) held content beyond the stale slack, or
+puts new content before content the thread ends with, rebuild (the thread
+back to its framing, the whole assembly projected); see :func:`match_held`. epoch:
 rebuild when the engine's epoch changes, project nothing within one.
 """
 
@@ -192,29 +193,69 @@ def plan_turn(
         if not (holdings.force_rebuild or epoch != holdings.projected_epoch):
             return Plan("tail", tuple(held), tail_from=len(assembly))
     else:
-        wanted = set(assembly)
-        kept = [f for f in held if f in wanted]
-        stale = [f for f in held if f not in wanted]
+        match = match_held(held, assembly)
         rebuild = (
             holdings.force_rebuild
-            or list(assembly[: len(kept)]) != kept
-            or not within_slack(holdings.sizes, stale, held, assembly, estimated_tokens, slack)
+            or match.replaced
+            or not within_slack(holdings.sizes, match.stale, held, assembly, estimated_tokens, slack)
         )
         if not rebuild:
             # The thread holds the assembly's head (plus a little the engine
-            # dropped): send only the tail it lacks.
+            # dropped or moved): send only the tail it lacks.
             return Plan(
                 "tail",
-                tuple(held + list(assembly[len(kept) :])),
-                tail_from=len(kept),
-                stale=len(stale),
-                drops_content=bool(stale),
+                tuple(held + list(assembly[match.kept :])),
+                tail_from=match.kept,
+                stale=len(match.stale),
+                drops_content=bool(match.stale),
             )
     if history_empty and not holdings.has_turns and not assembly:
         # The assembly is empty and so is the thread: it holds this epoch
         # already (else the next turn would revert for nothing).
         return Plan("nothing", (), epoch_pending=epoch if mode == "epoch" else None)
     return Plan("rebuild", tuple(assembly), epoch_pending=epoch if mode == "epoch" else None)
+
+
+@dataclass(frozen=True)
+class HeldMatch:
+    """How the assembly lines up with what the thread holds."""
+
+    kept: int
+    """The assembly's head the thread holds in place: ``assembly[:kept]``."""
+    stale: list[str]
+    """Held messages not kept in place (they stay in the thread as slack)."""
+    replaced: bool
+    """The assembly put something before content the thread ends with."""
+
+
+def match_held(held: Sequence[str], assembly: Sequence[str]) -> HeldMatch:
+    """Match the held messages, in order, against the assembly's head.
+
+    The held messages the assembly's head takes up, in order, are kept in
+    place (greedy, in one pass: the longest head there is, so the fewest
+    stale); every other held message is stale. A stale message the
+    assembly has again *after content the thread holds after it* has moved
+    later (a retrieval engine handing back last turn's snippet at the end
+    again): the thread cannot move it, so its held copy stays as slack and
+    the assembly's copy goes in the tail, exactly as a different message
+    would. But the held messages after the last one kept in place are the
+    thread's end; if the assembly has one of them again, it put something
+    before it that the thread does not hold there (a summary in front of
+    the messages it keeps raw, an insertion): that replaces held content,
+    and the turn rebuilds whatever the slack (a tail would hold those
+    messages twice, the second time after what replaced them)."""
+    kept = 0
+    last_kept = -1
+    stale = []
+    for i, f in enumerate(held):
+        if kept < len(assembly) and assembly[kept] == f:
+            kept += 1
+            last_kept = i
+        else:
+            stale.append(f)
+    end = set(held[last_kept + 1 :])
+    replaced = any(f in end for f in assembly[kept:])
+    return HeldMatch(kept, stale, replaced)
 
 
 def assembled_tokens(sizes: Mapping[str, int], assembly: Sequence[str], estimated_tokens: int | None) -> int:

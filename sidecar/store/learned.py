@@ -3,7 +3,7 @@
 One JSONL journal a session, ``<state_dir>/learned/<session key>.jsonl``
 (0600, folder 0700; a key that is not a plain id is named by its SHA-256).
 Each entry is one ``O_APPEND`` write made when a thread's
-:class:`~sidecar.session.learned.LearnedMachine` asks for it, before the
+:class:`~sidecar.session.state.LearnedMachine` asks for it, before the
 change is relied on: once the write returns, a SIGKILL cannot lose it (a
 kill in the middle of a write tears at most that last line, which readers
 skip). Entries are written only when a fact changes (a window, a thread's
@@ -12,7 +12,9 @@ tools, the session's bootstrap), so a journal holds a handful of lines.
 :class:`LearnedFacts` is the thin shell around the machines: it reads a
 session's journal the first time one of its threads is used in this process
 (a few hundred bytes, on the event loop), feeds events to the thread's
-machine and writes the entries it returns.
+machine and writes the entries it returns. The lifecycle keeps each thread's
+machine on its session (``ThreadSession.learned``), so a turn that learns
+nothing new does not come here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import re
 from pathlib import Path
 
-from ..session.learned import Event, Learned, LearnedMachine, Restored, replay
+from ..session.state import Journal, Learned, LearnedEvent, LearnedMachine, Restored, SessionChanged, replay, restore
 from .inspect import append_record, decode_records
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -66,14 +68,14 @@ class LearnedFacts:
                 own = learned_path(self.state_dir, thread_id) if self.state_dir is not None else None
                 entries = read_journal(own) if own is not None and own != path else []
                 session = read_journal(path)
-                machine.handle(Restored(replay([*entries, *session], thread_id)))
+                machine.handle(Restored(restore(entries, session, thread_id)))
                 if entries:
                     self._share_window(machine, path, replay(session, thread_id))
             known = self._machines[thread_id] = (machine, path)
         elif known[1] != path:  # the session got known: its journal from now on, and what it holds
             if path is not None:
                 disk = replay(read_journal(path), thread_id)
-                known[0].handle(Restored(disk))
+                known[0].handle(SessionChanged(disk))
                 self._share_window(known[0], path, disk)
             known = self._machines[thread_id] = (known[0], path)
         return known
@@ -90,15 +92,20 @@ class LearnedFacts:
     def get(self, thread_id: str, session_key: str) -> Learned:
         return self._entry(thread_id, session_key)[0].state
 
-    def learn(self, thread_id: str, session_key: str, event: Event) -> Learned:
+    def learn(self, thread_id: str, session_key: str, event: LearnedEvent) -> Learned:
         """Feed ``event`` to the thread's machine and journal what it asks
         for (best effort: a failed write is logged, the fact stays known in
         this process)."""
-        machine, path = self._entry(thread_id, session_key)
-        for action in machine.handle(event):
+        machine = self._entry(thread_id, session_key)[0]
+        self.journal(thread_id, session_key, machine.handle(event))
+        return machine.state
+
+    def journal(self, thread_id: str, session_key: str, actions: list[Journal]) -> None:
+        """Append the entries the thread's machine asked for to its session's journal."""
+        path = self._entry(thread_id, session_key)[1]
+        for action in actions:
             if path is not None and not append_record(path, action.entry):
                 log.warning("learned fact not journaled (kept in memory)", extra={"fields": {"threadId": thread_id}})
-        return machine.state
 
     def forget(self, thread_id: str) -> None:
         """The thread's session was released: read it from disk when it comes back."""

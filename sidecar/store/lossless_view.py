@@ -1,8 +1,12 @@
 """``codex-sidecar engines lossless status``: the lossless engine's figures
-per session, read from its store under the state directory.
+per session, read from its store: the PostgreSQL database
+``[engines.lossless] database_url`` names, else the SQLite file under the
+state directory.
 
-The figures are :func:`engines.lossless.status`'s; this module finds the
-store (never creating one) and renders one block per session.
+The figures are :meth:`engines.lossless.Store.status`'s; this module finds
+the store (never creating a SQLite file; see :func:`open_store`, which
+``engines lossless doctor`` and ``backup`` use too) and renders one block
+per session.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engines.lossless import DB_NAME, LOSSLESS_ENGINE_ID, StoreError, status
+from engines.lossless import DB_NAME, LOSSLESS_ENGINE_ID, Store, StoreError
 
 from . import bindings
 from .mirror import session_path
@@ -34,20 +38,36 @@ def _usable(state_dir: str | os.PathLike[str], name: str) -> bool:
     return True
 
 
-def lossless_rows(state_dir: str | os.PathLike[str], thread: str | None = None) -> list[dict[str, Any]]:
-    """Every session's figures (or ``thread``'s), oldest id first."""
+def open_store(state_dir: str | os.PathLike[str], database_url: str | None = None) -> Store:
+    """The store the sidecar's config names: the PostgreSQL database at
+    ``database_url`` when set (its tables are created there if missing, as
+    the engine would), else the SQLite file under ``state_dir``, which must
+    exist. Raises :class:`StoreMissing` with the reason."""
     folder = store_dir(state_dir)
-    if not (folder / DB_NAME).is_file():
+    if not database_url and not (folder / DB_NAME).is_file():
         raise StoreMissing(f"no lossless store under {folder} (has the sidecar run with engine = \"lossless\"?)")
+    try:
+        return Store.open_configured(database_url, folder, DB_NAME)
+    except StoreError as exc:
+        raise StoreMissing(str(exc)) from None
+
+
+def lossless_rows(state_dir: str | os.PathLike[str], thread: str | None = None, database_url: str | None = None) -> list[dict[str, Any]]:
+    """Every session's figures (or ``thread``'s), oldest id first, from the
+    store :func:`open_store` finds. ``thread`` may be a Codex thread id (its
+    bound session is read, as the sidecar binds it under ``state_dir``) or a
+    session id."""
+    store = open_store(state_dir, database_url)
     try:
         if thread is not None:
             bound = bindings.load(state_dir, thread) if _usable(state_dir, thread) else None
-            rows = [status(folder, bound.session if bound is not None else thread)]  # a thread: its session
-            return [r for r in rows if isinstance(r, dict) and (r.get("messages") or r.get("compactionSteps") or r.get("lastAssembly"))]
-        found = status(folder)
+            row = store.status(bound.session if bound is not None else thread)  # a thread: its session
+            return [row] if row.get("messages") or row.get("compactionSteps") or row.get("lastAssembly") else []
+        return [store.status(s) for s in store.session_ids()]
     except StoreError as exc:
         raise StoreMissing(str(exc)) from None
-    return list(found) if isinstance(found, list) else [found]
+    finally:
+        store.close()
 
 
 def render_lossless(rows: list[dict[str, Any]]) -> list[str]:

@@ -83,7 +83,7 @@ def _full(folder: Path, reserve: int) -> OSError | None:
     return None
 
 
-def check_state_dir(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024, missing_ok: bool = False) -> StateProblem | None:
+def state_dir_problem(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024, missing_ok: bool = False) -> StateProblem | None:
     """The first problem with the state dir at ``path``, or None.
 
     ``create``: make it (0700) when missing, as an engine would; otherwise a

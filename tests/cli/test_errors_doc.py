@@ -76,7 +76,7 @@ def state_problem(tmp: Path, op: str, code: int, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(usable.os, "access", lambda *_a, **_k: False)
     else:  # a full disk
         monkeypatch.setattr(usable.os, "statvfs", lambda p: os.statvfs_result([*real_statvfs(p)[:3], 0, 0, *real_statvfs(p)[5:10]]))
-    problem = usable.check_state_dir(state, create=True)
+    problem = usable.state_dir_problem(state, create=True)
     assert problem is not None
     return problem.message()
 
@@ -104,7 +104,7 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "child-not-found": lambda t, m: sidecar(["proxy", "--", str(t / "nothing-here")]),
     "recording-unopenable": lambda t, m: sidecar(["--record", str(t / "no" / "such" / "dir" / "r.jsonl"), "proxy", "--", "true"]),
     "state-not-a-folder": lambda t, m: ((t / "f").write_text(""), check_state_dir(t / "f").message)[1],
-    "state-cannot-create": lambda t, m: (m.setattr(usable, "private_dir", lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied"))), usable.check_state_dir(t / "new", create=True).message())[1],  # type: ignore[union-attr]
+    "state-cannot-create": lambda t, m: (m.setattr(usable, "private_dir", lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied"))), usable.state_dir_problem(t / "new", create=True).message())[1],  # type: ignore[union-attr]
     "state-unreadable": lambda t, m: state_problem(t, "listdir", errno.EACCES, m),
     "state-unwritable": lambda t, m: state_problem(t, "access", errno.EACCES, m),
     "state-full": lambda t, m: state_problem(t, "statvfs", errno.ENOSPC, m),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.store.usable import check_state_dir
+from sidecar.store.usable import state_dir_problem
 from tests.support.harness import CHILDREN
 
 FAULTS = Path(__file__).resolve().parents[1] / "support" / "faults"
@@ -225,6 +225,6 @@ def test_a_usable_state_dir_has_no_problem_and_the_check_writes_nothing(tmp_path
     state = tmp_path / "state"
     (state / "backing").mkdir(parents=True)
     before = os.stat(state).st_mtime_ns
-    assert check_state_dir(state, create=True) is None
+    assert state_dir_problem(state, create=True) is None
     assert sorted(p.name for p in state.iterdir()) == ["backing"] and os.stat(state).st_mtime_ns == before
-    assert check_state_dir(tmp_path / "absent", create=False) is None and not (tmp_path / "absent").exists()
+    assert state_dir_problem(tmp_path / "absent", create=False) is None and not (tmp_path / "absent").exists()

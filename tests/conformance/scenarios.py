@@ -60,7 +60,7 @@ is a known divergence (docs/testing.md): after a rebuild in place (a
 ``thread/revert``, the fallback when no spare thread is ready),
 ``thread/resume`` answers ``"default"`` where codex alone answers null. The
 rebuilt thread's ``readState.firstUnread``, ``path`` and ``preview`` are the
-client's (sidecar.store.reads, sidecar.rebuild.backing): not masked."""
+client's (sidecar.history.reads, sidecar.history.backing): not masked."""
 
 
 @dataclass(frozen=True)

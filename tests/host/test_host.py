@@ -14,9 +14,9 @@ import pytest
 from engines import CompleteParams, EngineHostError
 from engines.tokens import count_tokens
 from protocol import encode_notification, encode_response
+from sidecar.history.backing import BackingThreads
 from sidecar.host import SidecarHost, bind_engine, engine_state_dir
 from sidecar.host.completion import LEAN_BASE_INSTRUCTIONS, LEAN_CONFIG, Collector, Completions, start_params, turn_params
-from sidecar.rebuild.backing import BackingThreads
 from sidecar.relay import RpcError
 
 ROOT = Path(__file__).resolve().parents[2]

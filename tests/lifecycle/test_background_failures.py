@@ -11,8 +11,8 @@ import logging
 
 import pytest
 
-from sidecar.rebuild.backing import BackingThreads
-from sidecar.store.archive import TurnArchive
+from sidecar.history.archive import TurnArchive
+from sidecar.history.backing import BackingThreads
 from sidecar.store.injected import InjectedItems
 from sidecar.store.mirror import TranscriptMirror
 from tests.support.fresh import SCRIPT, fresh

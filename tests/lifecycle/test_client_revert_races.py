@@ -10,7 +10,7 @@ import time
 
 import trio
 
-from sidecar.store.archive import TurnArchive, archive_path
+from sidecar.history.archive import TurnArchive, archive_path
 from tests.support.lifecycle import calls_for, frame, roles_texts, wait_until
 from tests.support.modes import (
     context_of,

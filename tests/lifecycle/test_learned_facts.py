@@ -10,7 +10,7 @@ from typing import Any
 
 from engines import ToolCallResult, ToolSpec
 from sidecar.lifecycle import LifecycleOptions
-from sidecar.session.learned import DEFAULT_CONTEXT_WINDOW
+from sidecar.session.state import DEFAULT_CONTEXT_WINDOW
 from tests.support.lifecycle import calls_for, make_engine
 from tests.support.lifecycle import sidecar as open_sidecar
 
@@ -130,6 +130,35 @@ async def test_an_unchanged_addition_is_not_sent_again_by_a_new_process(tmp_path
     assert t3["params"]["additionalContext"] == {ADDITIONAL_CONTEXT_KEY: {"kind": "application", "value": "Answer in French."}}  # changed: sent
 
 
+async def test_a_whole_fork_knows_the_addition_its_parent_s_history_carries(tmp_path):
+    """A fork holds its parent's history, the addition's turn included:
+    sending the addition again would hold it twice in every later model
+    request of the fork. A fork cut at a turn may have lost the turn that
+    carried it: it sends it again (never missing, at worst twice)."""
+    from engines import AssembleResult
+    from sidecar.projection import ADDITIONAL_CONTEXT_KEY
+
+    engine = make_engine()
+    engine.set_result("assemble", lambda p: AssembleResult(messages=list(p.messages), estimated_tokens=1, system_prompt_addition="Prefer metric units."))
+    async with open_sidecar(tmp_path, engine, options=options()) as run:
+        tid = await run.start_thread()
+        first = await run.turn(tid, "one")
+        await run.turn(tid, "two")
+        whole = (await run.request("thread/fork", {"threadId": tid}))["result"]["thread"]["id"]
+        cut = (await run.request("thread/fork", {"threadId": tid, "lastTurnId": first["id"]}))["result"]["thread"]["id"]
+        await run.settle_thread(whole)
+        await run.settle_thread(cut)
+        await run.turn(whole, "three")
+        await run.turn(cut, "four")
+        (parent_first, parent_second) = run.child_turn_starts(tid)
+        (w,) = run.child_turn_starts(whole)
+        (c,) = run.child_turn_starts(cut)
+    assert ADDITIONAL_CONTEXT_KEY in parent_first["params"]["additionalContext"]
+    assert ADDITIONAL_CONTEXT_KEY not in (parent_second["params"].get("additionalContext") or {})
+    assert ADDITIONAL_CONTEXT_KEY not in (w["params"].get("additionalContext") or {})  # in the history it forked
+    assert c["params"]["additionalContext"][ADDITIONAL_CONTEXT_KEY] == {"kind": "application", "value": "Prefer metric units."}
+
+
 RID = "codex-" + "ab12" * 10  # OpenClaw's hook relay id (tests/lifecycle/test_sessions.py)
 
 
@@ -178,3 +207,52 @@ async def test_a_window_a_thread_learned_as_its_own_session_reaches_the_session_
         await run.turn(t2, "three")
     (first,) = calls_for(engine, "assemble", RID)  # by session id: the relay id
     assert first.token_budget == WINDOW - 20_000
+
+
+# -- the facts as the session holds them (sidecar.lifecycle.calls) ---------------
+
+
+class NoJournal:
+    """A journal store that must not be touched."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the journal was used: {name}")
+
+
+def test_a_thread_s_turns_read_its_facts_from_the_session_not_the_journal(tmp_path):
+    """Once the thread's facts are read (the first use in a process), a turn
+    asks for its budget, tools and opening step and reports facts it already
+    has without reading or writing the journal."""
+    from sidecar.lifecycle.calls import EngineCalls
+    from sidecar.session.state import Bootstrapped, ThreadSession, ToolsGiven, WindowReported
+
+    calls = EngineCalls(None, options(), tmp_path)
+    session = ThreadSession("t1", "t1", tmp_path / "t1.jsonl")
+    calls.learn(session, WindowReported(WINDOW))
+    calls.learn(session, ToolsGiven(CLIENT_TOOLS))
+    calls.learn(session, Bootstrapped())
+    calls.learned = NoJournal()  # type: ignore[assignment]
+    assert calls.budget(session) == WINDOW - 20_000
+    assert calls.tools(session) == CLIENT_TOOLS
+    assert calls.machine(session).opening_step(had_history=True) is None
+    assert calls.learn(session, Bootstrapped()).bootstrapped  # nothing new: nothing written
+    assert calls.learn(session, WindowReported(WINDOW)).window == WINDOW
+
+
+def test_a_thread_s_facts_are_read_again_once_its_session_is_known(tmp_path):
+    """Facts used under the thread's own key before OpenClaw's session was
+    known: once the session's key is the thread's, its journal is read (what
+    earlier processes of the session learned) and the thread's window goes
+    to it."""
+    from sidecar.lifecycle.calls import EngineCalls
+    from sidecar.session.state import Bootstrapped, ThreadSession, WindowReported
+    from sidecar.store.learned import LearnedFacts
+
+    LearnedFacts(tmp_path).learn("t0", "codex-abc", Bootstrapped())  # an earlier process of the session
+    calls = EngineCalls(None, options(), tmp_path)
+    session = ThreadSession("t1", "t1", tmp_path / "t1.jsonl")
+    calls.learn(session, WindowReported(WINDOW))  # before the binding was read
+    assert not calls.facts(session).bootstrapped
+    session.session_key = "codex-abc"  # the session got known
+    assert calls.facts(session).bootstrapped
+    assert LearnedFacts(tmp_path).get("t2", "codex-abc").window == WINDOW

@@ -639,7 +639,7 @@ def test_codex_cap_counts_the_clients_own_text():
 def test_a_budget_larger_than_codex_accepts_still_keeps_the_turn_under_its_cap():
     """A 1M-token window minus the reserve gives 3.9M characters of budget:
     the cap wins, the oldest context goes, the client's request stays whole."""
-    from sidecar.session.learned import token_budget
+    from sidecar.session.state import token_budget
 
     budget = char_budget_for_tokens(token_budget(1_000_000))
     assert budget is not None and budget > CODEX_MAX_INPUT_CHARS
@@ -825,3 +825,30 @@ def test_an_assembled_context_counts_as_projected_only_where_openclaw_puts_it():
     assert already_projected([{"type": "text", "text": wrapper.replace("Current user request:\n", "") + inner + "ask"}])
     assert already_projected([{"type": "text", "text": inner + "ask"}])
     assert not already_projected([{"type": "text", "text": "ask about " + CONTEXT_HEADER}])
+
+
+# ------------------------------------------- the repeated request, compared lazily
+
+_words = st.lists(st.sampled_from(["a", "b", "ab", "Ω", "x" * 3]), max_size=300)
+_spaces = st.sampled_from([" ", "  ", "\n", "\t \n", "\u3000", "\xa0"])
+
+
+@st.composite
+def _spaced(draw, words=None):
+    words = draw(_words) if words is None else words
+    gaps = draw(st.lists(_spaces, min_size=len(words) + 1, max_size=len(words) + 1))
+    return gaps[0] + "".join(w + g for w, g in zip(words, gaps[1:], strict=True))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_lazy_word_comparison_agrees_with_normalising_both_texts(data):
+    """The duplicate-request check splits only as far as it must, yet says
+    what comparing both texts' whitespace-normalised forms says."""
+    from sidecar.projection import _same_words
+
+    a = data.draw(_spaced())
+    same = data.draw(st.booleans())
+    b = data.draw(_spaced(a.split() if same else None))
+    assert _same_words(a, b) == (" ".join(a.split()) == " ".join(b.split()))
+    assert _same_words(b, a) == _same_words(a, b)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import trio
 
+from sidecar.session.options import LifecycleOptions
 from tests.support.lifecycle import calls_for, frame, make_engine, roles_texts, wait_until
 
 JOIN_WAIT = 5.0
@@ -163,3 +164,86 @@ async def test_an_interrupt_sent_while_a_turn_start_is_held_reaches_codex_after_
             await run.wait_response(irid)
         methods = [m.get("method") for m in run.received() if m.get("method") in ("turn/start", "turn/interrupt")]
         assert methods == ["turn/start", "turn/start", "turn/interrupt"]
+
+
+LOST_WAIT = 1.0
+"""previous_turn_wait in the lost-completion tests: how long a held turn/start
+waits for a turn whose turn/completed never comes before taking its slot."""
+
+
+def after_response(rid, pred):
+    """A frame predicate: ``pred``, among the frames after the answer to ``rid``."""
+    answered = [False]
+
+    def check(f):
+        if f.get("id") == rid and "method" not in f:
+            answered[0] = True
+            return False
+        return answered[0] and pred(f)
+
+    return check
+
+
+def lost_options():
+    return LifecycleOptions(engine_deadline=5.0, projection_mode="per_turn", previous_turn_wait=LOST_WAIT)
+
+
+async def test_a_turn_whose_completion_is_lost_takes_no_joins_once_codex_says_the_thread_is_idle(tmp_path, sidecar):
+    """Codex says the thread went idle, but the turn's turn/completed never
+    comes: the next turn/start is no join (Codex would make it a turn of its
+    own, unassembled), but held and assembled, taking the lost turn's slot
+    after ``previous_turn_wait``; and so is every later one."""
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, options=lost_options(), script={"turns": [{"dropCompleted": True}]}) as run:
+        thread = await run.start_thread()
+        rid, line = run.turn_start_line(thread, "one")
+        await run.send(line)
+        lost = (await run.wait_response(rid))["result"]["turn"]["id"]
+        await run.wait_frame(after_response(rid, lambda f: f.get("method") == "thread/status/changed" and f["params"]["status"]["type"] == "idle"))
+
+        two_rid, two = run.turn_start_line(thread, "two")
+        await run.send(two)
+        second = await run.finish_turn(thread, two_rid)
+        assert second["id"] != lost
+        assert len(engine.calls_to("assemble")) == 2  # held and assembled, not a join
+        assert calls_for(engine, "assemble", thread)[-1].prompt == "two"
+
+        third = await run.turn(thread, "three")
+        assert third["id"] not in (lost, second["id"])
+        assert [c.prompt for c in calls_for(engine, "assemble", thread)] == ["one", "two", "three"]
+        # Each input reached Codex once; the lost turn is not in the mirror
+        # (its turn/completed never came), the others are, once each.
+        assert [m["params"]["input"][-1]["text"] for m in run.child_turn_starts(thread)] == ["one", "two", "three"]
+        users = [text for role, text in roles_texts(run.mirror_messages(thread)) if role == "user"]
+        assert users == ["two", "three"]
+
+
+async def test_a_join_codex_makes_a_turn_of_its_own_ends_a_turn_whose_end_was_lost(tmp_path, sidecar):
+    """Neither the idle status nor the turn/completed of the running turn
+    comes: the next turn/start joins (the sidecar cannot know), and Codex
+    answers it with a new turn. That says the old turn is over: the new one
+    is the thread's running turn, finalised when it completes, and the
+    turn/start after it is held and assembled again."""
+    engine = make_engine()
+    script = {"turns": [{"dropCompleted": True, "dropIdle": True}]}
+    async with sidecar(tmp_path, engine, options=lost_options(), script=script) as run:
+        thread = await run.start_thread()
+        rid, line = run.turn_start_line(thread, "one")
+        await run.send(line)
+        lost = (await run.wait_response(rid))["result"]["turn"]["id"]
+
+        join_rid, join = run.turn_start_line(thread, "two")
+        await run.send(join)
+        with trio.fail_after(JOIN_WAIT):
+            new = (await run.wait_response(join_rid))["result"]["turn"]["id"]
+        assert new != lost  # Codex had no running turn: a turn of its own
+        assert join in run.received_lines()  # sent as the client sent it
+        await run.wait_frame(lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == new)
+        await run.finalized(thread, new)
+        assert len(engine.calls_to("assemble")) == 1
+
+        third = await run.turn(thread, "three")
+        assert third["id"] not in (lost, new)
+        assert [c.prompt for c in calls_for(engine, "assemble", thread)] == ["one", "three"]
+        users = [text for role, text in roles_texts(run.mirror_messages(thread)) if role == "user"]
+        assert users == ["two", "three"]  # each once; "one" went with its lost turn/completed

@@ -361,6 +361,8 @@ fresh_tail_messages = 2
 leaf_chunk_tokens = 300
 leaf_summary_tokens = 60
 condensed_summary_tokens = 80
+# room for summaries beside the 200-token fresh tail (the default 0.15 leaves 100)
+compact_target = 0.3
 summary_timeout = 5.0
 step_deadline = 10.0
 """

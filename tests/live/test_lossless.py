@@ -11,9 +11,10 @@ model, the sidecar as a process on a state folder that outlives it.
   ``lcm_grep`` finds each planted fact once.
 * ``lcm_expand_query``: the question goes to the model on the sidecar's
   completion thread; the main context grows by the answer only.
-* A shell output of about 60k tokens: stored whole, whole in the client's
-  thread, and replaced by the engine's stand-in in the next request, which
-  fits the budget.
+* A shell output of about 1 MiB (some 380k tokens; well past the 60k of
+  issue 27): stored whole, whole in the client's thread, replaced by the
+  engine's stand-in in the next request, which fits the budget, and given
+  back exactly by ``lcm_expand`` once ``lcm_grep`` found its id.
 
 The store is read with the engine's own :class:`~engines.lossless.Store`
 once the sidecar is gone. No assertion depends on timing.
@@ -58,6 +59,8 @@ fresh_tail_messages = 2
 leaf_chunk_tokens = 300
 leaf_summary_tokens = 60
 condensed_summary_tokens = 80
+# room for summaries beside the 200-token fresh tail (the default 0.15 leaves 100)
+compact_target = 0.3
 summary_timeout = 100.0
 step_deadline = 110.0
 # One summary a call: the kill test cuts a step between two of them (batched
@@ -434,9 +437,12 @@ BIG_LAST_LINE = "END-OF-EXPORT marker 7781"
 
 
 async def test_a_large_tool_output_is_kept_out_of_line_and_the_next_request_fits_the_budget(tmp_path):
-    """A shell output of about 60k tokens: the store keeps it whole, the
-    client's thread keeps it as Codex gave it, and the next turn's request
-    carries the engine's reference instead and stays within the budget."""
+    """A shell output of about 1 MiB (~380k tokens, as Codex keeps it): the
+    store keeps it whole, the client's thread keeps it as Codex gave it, the
+    next turn's request carries the engine's reference instead and stays
+    within the budget, and the model gets the original back exactly through
+    the sidecar's ``lcm_grep`` and ``lcm_expand`` (the engine suite's 60k-token
+    test pages one through completely)."""
     from tools.fake_model import ShellCall
 
     work = tmp_path / "work"
@@ -454,20 +460,39 @@ async def test_a_large_tool_output_is_kept_out_of_line_and_the_next_request_fits
             if tool_outputs(body):
                 return Text("the export ran")
             return ShellCall(f"python3 {script}", call_id="call_export", login=False)
+        if users and users[-1] == "show me the whole export":
+            # Find the output with lcm_grep, then page it back with lcm_expand:
+            # the first two pages in order, then the last one (the output is
+            # about 1M characters; the engine suite pages a 60k-token one
+            # through completely).
+            outputs = tool_outputs(body)
+            if "call_find" not in outputs:
+                return FunctionCall("lcm_grep", {"query": BIG_LAST_LINE}, "call_find")
+            found = re.search(r"msg_[0-9a-f]{16}", outputs["call_find"])
+            pages = [outputs[f"call_page_{k}"] for k in itertools.takewhile(lambda k: f"call_page_{k}" in outputs, itertools.count())]
+            if found is None or len(pages) == 3:
+                return Text("that is the export, first pages and last")
+            args: dict[str, Any] = {"id": found.group(0), "max_tokens": 4_000}
+            if len(pages) == 1:
+                args["offset"] = int(re.search(r"call lcm_expand with id=\S+ offset=(\d+)", pages[0]).group(1))
+            elif len(pages) == 2:
+                args["offset"] = int(re.search(r" of (\d+)\]", pages[0].split("\n", 1)[0]).group(1)) - 3_000
+            return FunctionCall("lcm_expand", args, f"call_page_{len(pages)}")
         return Text(reply_for(users[-1]) if users and users[-1].startswith("[t") else "noted")
 
     with FakeModel() as model:
         home = make_codex_home(tmp_path / "codex-home", model.base_url)
         env = env_for(tmp_path, home, "")
-        model.script(*[model_reply] * 30)
+        model.script(*[model_reply] * 80)
         async with sidecar(env, work) as client:
             tid = await client.start_thread(cwd=str(work))
-            for text in [prompt(0), "run the export", prompt(2)]:
+            for text in [prompt(0), "run the export", prompt(2), "show me the whole export"]:
                 done = await client.run_turn(tid, text, timeout=TURN_TIMEOUT)
                 assert done["turn"]["status"] == "completed", done
                 await finalized(client, tid, done["turn"]["id"])
             read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
         after = [r for r in model.requests if input_texts(r, "user") and input_texts(r, "user")[-1].startswith("[t2]")]
+        whole = [r for r in model.requests if input_texts(r, "user") and input_texts(r, "user")[-1] == "show me the whole export"]
 
     outputs = [
         item.get("aggregatedOutput") or ""
@@ -485,9 +510,28 @@ async def test_a_large_tool_output_is_kept_out_of_line_and_the_next_request_fits
         store.close()
     assert len(after) == 1
     texts = json.dumps(after[0]["input"])
-    # The sidecar's projection after the rebuild renders a tool result as a
-    # one-line placeholder with its size: the stand-in's, not the output's.
-    shown = re.search(r"\[tool result: bash ok, (\d+) chars\]", texts)
-    assert shown is not None and int(shown.group(1)) < 4_000, texts[-3000:]
+    # The sidecar's projection after the rebuild renders the engine's
+    # stand-in (an ordinary tool result would be a one-line placeholder), so
+    # the model sees the reference lcm_expand needs, once.
+    assert "[tool result: bash ok, kept out of line]" in texts, texts[-3000:]
+    assert texts.count(f"lcm_expand id={rows[0].id}") == 1, texts[-3000:]
     assert "row 12000 worker" not in texts  # the middle of the output is not in the request
     assert conversation_tokens(after[0]) <= 32_000
+    # The original comes back through the sidecar's lcm_expand exactly, a
+    # page at a time, once lcm_grep has found its id: each page is the
+    # original's characters it names, the second follows the first, and the
+    # last ends where the original ends.
+    outputs = tool_outputs(whole[-1])
+    original = rows[0].text
+    assert rows[0].id in outputs["call_find"]
+    spans = []
+    for k in range(3):
+        header, body = outputs[f"call_page_{k}"].split("\n", 1)
+        head = re.match(rf"\[{rows[0].id} turn \d+ toolResult [^,]+, characters (\d+)-(\d+) of (\d+)\]$", header)
+        assert head is not None, header
+        a, b, total = (int(g) for g in head.groups())
+        cut = re.search(r"\n\[… message cut at \d+ tokens: characters \d+-\d+ not shown; call lcm_expand with id=\S+ offset=\d+", body)
+        assert total == len(original) and body[: cut.start() if cut else len(body)] == original[a:b]
+        spans.append((a, b))
+    assert spans[0][0] == 0 and spans[1][0] == spans[0][1] and spans[2][1] == len(original)
+    assert BIG_LAST_LINE in original[spans[2][0] :]

@@ -537,7 +537,8 @@ def test_request_params_decode_into_typed_structs():
     assert start.developer_instructions == "Scenario developer instructions: answer briefly."
     assert start.dynamic_tool_names() == ["get_weather"]
     turn = decode_params("turn/start", samples.frame("turn/start")["params"])
-    assert [type(i) for i in turn.input] == [codex.TextInput]
+    assert [type(i) for i in turn.inputs()] == [codex.TextInput]
+    assert turn.input == samples.frame("turn/start")["params"]["input"], "the items as decoded, every field kept"
     projected = decode_params("turn/start", samples.frame("turn/start_projected")["params"])
     assert projected.additional_context["openclaw"] == codex.AdditionalContextEntry(kind="application", value="ctx")
     assert (projected.model, projected.cwd) == ("gpt-test", "/w")

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol import IdSpace, InvalidMessage, Kind, encode_error, encode_request, parse, rewrite
-from protocol.ids import PREFIX
+from protocol.jsonrpc import PREFIX
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """``rebuild = "fresh"``: thread ids at Codex's edge after a switch.
 
 Once the client's thread lives on a backing thread, every frame between them
-is mapped (``sidecar.rebuild.backing``): the client's id out, the backing id in.
+is mapped (``sidecar.history.backing``): the client's id out, the backing id in.
 These pin the cases review found where a frame went to the wrong thread, was
 dropped for naming a hidden id, or leaked the backing id: oversized lines,
 replies and tool arguments that quote the client's id, and ``review/start``'s
@@ -17,8 +17,8 @@ from typing import Any
 
 import trio
 
+from sidecar.history.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle
-from sidecar.rebuild.backing import BackingThreads
 from sidecar.relay import ProxyOptions
 from tests.support.fresh import FIRST_THREAD, SCRIPT, fresh, spare_ready
 from tests.support.harness import child, frame, proxied, wait_until

@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from sidecar.rebuild.backing import BackingThreads
+from sidecar.history.backing import BackingThreads
 from sidecar.store.ledger import Ledger, ledger_path
 from tests.support.fresh import FIRST_THREAD, SCRIPT, codex_forgets_zero_turn_threads, fresh, spare_ready
 from tests.support.lifecycle import frame
@@ -161,8 +161,8 @@ def test_overlapping_saves_never_leave_the_disk_switched_while_memory_is_not(tmp
     import os as real_os
     import threading
 
-    import sidecar.rebuild.backing as backing_mod
-    from sidecar.rebuild.backing import BackingThreads
+    import sidecar.history.backing as backing_mod
+    from sidecar.history.backing import BackingThreads
 
     x, s = FIRST_THREAD, "01a20000-0000-7000-8000-0000000000b1"
     b = BackingThreads(tmp_path)

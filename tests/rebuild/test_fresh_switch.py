@@ -1,5 +1,5 @@
 """``rebuild = "fresh"``: a rebuild moves the client's thread onto a spare
-Codex thread (sidecar/backing.py), behind the client's unchanged thread id.
+Codex thread (sidecar/history/backing.py), behind the client's unchanged thread id.
 
 The fake app-server (tests/support/children/fake_codex.py) hands out Codex-shaped
 thread ids here (``uuidThreadIds``). The engine replaces everything but the
@@ -14,9 +14,9 @@ import json
 
 import trio
 
-from sidecar.rebuild.backing import BackingThreads, routing_ids
+from sidecar.history.backing import BackingThreads, routing_ids
 from tests.support.fresh import SCRIPT, fresh, spare_ready
-from tests.support.lifecycle import wait_until
+from tests.support.lifecycle import frame, wait_until
 from tests.support.modes import assert_client_unaware, context_of, inspect_records, modes_sidecar, summarising, summary_text
 
 
@@ -177,3 +177,18 @@ async def test_a_process_that_resumed_a_thread_starts_no_spare_until_its_second_
     assert starts_after_one == 0, "no spare for a process that may die after its only turn"
     alias = json.loads((run2.state_dir / "backing" / f"{tid}.json").read_text())
     assert alias["retired"] == [first_spare], "the first process's spare is the only one retired"
+
+
+async def test_settings_of_a_turn_start_codex_refuses_do_not_stick(tmp_path):
+    """The settings a switch turn gets again are those of turn/starts Codex
+    took: one it refused (an input it does not know) changed nothing."""
+    async with modes_sidecar(tmp_path, summarising(keep=2), options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread(model="m1")
+        await run.turn_ok(tid, "F1", effort="high")
+        rid = run.new_id()
+        bad = {"threadId": tid, "effort": "low", "input": [{"type": "text", "text": "F2", "text_elements": []}, {"type": "no-such-input"}]}
+        await run.send(frame({"id": rid, "method": "turn/start", "params": bad}))
+        assert (await run.wait_response(rid))["error"]["code"] == -32600
+        await run.turn_ok(tid, "F3")
+        sticky = run.lifecycle.backing.aliases[tid].sticky
+    assert sticky["effort"] == "high"

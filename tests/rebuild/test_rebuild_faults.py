@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from engines import AssembleResult, CompactionSummaryMessage
-from sidecar.store.archive import TurnArchive, archive_path
+from sidecar.history.archive import TurnArchive, archive_path
 from sidecar.store.inspect import inspect_path
 from sidecar.store.ledger import Ledger, ledger_path
 from tests.support.lifecycle import breakable_mirror_disk, calls_for, frame, roles_texts, wait_until

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, parse
-from protocol.ids import PREFIX
+from protocol.jsonrpc import PREFIX
 from sidecar.record import Recorder, read_recording
 from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
 from tests.support.harness import child, proxied, wait_until

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Oversized
-from protocol.ids import PREFIX
+from protocol.jsonrpc import PREFIX
 from sidecar.relay import HANDLED, RpcError
 
 
@@ -252,11 +252,14 @@ class SwappingEdge:
     """Calls the client's thread "front" and Codex's "back"; hides "ghost"."""
 
     active = True
+    maps_to_codex = True
 
     def __init__(self) -> None:
         self.responses: list[str | None] = []
+        self.to_codex_calls = 0
 
     def to_codex(self, line: bytes) -> bytes:
+        self.to_codex_calls += 1
         return line.replace(b'"front"', b'"back"') if b'"front"' in line else line
 
     def response(self, line: bytes, method: str | None) -> bytes:
@@ -295,6 +298,19 @@ def test_the_edge_maps_every_line_at_the_child_s_side(wire):
     ]
     assert seen == [{"threadId": "front"}], "hooks see the client's ids; a hidden notification reaches no hook"
     assert edge.responses == ["thread/read"]
+
+
+def test_an_edge_with_no_thread_to_map_is_not_asked_about_lines_to_the_child(wire):
+    w = wire()
+    w.router.edge = edge = SwappingEdge()
+    edge.maps_to_codex = False
+    w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"front"}}')
+    w.router.call("thread/read", {"threadId": "front"})
+    assert edge.to_codex_calls == 0
+    assert [m["params"] for m in loads(w.child.take())] == [{"threadId": "front"}] * 2
+    edge.maps_to_codex = True
+    w.router.from_client(b'{"id":2,"method":"thread/read","params":{"threadId":"front"}}')
+    assert edge.to_codex_calls == 1 and loads(w.child.take())[0]["params"] == {"threadId": "back"}
 
 
 def test_the_edge_maps_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
@@ -429,3 +445,77 @@ def test_an_oversized_request_cut_off_by_codex_s_death_is_answered_not_delivered
     assert (error["id"], error["error"]["code"], error["error"]["data"]["outcome"]) == (8, CHILD_EXITED, "notDelivered")
     w.router.from_client_fragment(Oversized(request[60:], True))  # the rest of the line: nowhere to go
     assert w.client.take() == []
+
+
+# ------------------------------------------------- decoded once, encoded once
+
+
+class _MappingEdge:
+    """An edge that moves thread ``t1`` to ``t9``, counting byte-level maps."""
+
+    active = False
+    maps_to_codex = True
+
+    def __init__(self) -> None:
+        self.byte_maps = 0
+
+    def to_codex(self, line: bytes) -> bytes:
+        self.byte_maps += 1
+        return line.replace(b'"t1"', b'"t9"')
+
+    def request_params(self, params):
+        if isinstance(params, dict) and params.get("threadId") == "t1":
+            return {**params, "threadId": "t9"}
+        return params
+
+
+def test_a_read_request_nobody_changes_goes_out_as_its_own_bytes(wire):
+    """Decoded for the gate and the hooks, unchanged: never re-encoded,
+    whatever its spacing and field order."""
+    w = wire()
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.params() and None)
+    w.router.gate("elsewhere", "holder")  # the router now reads every request's thread
+    line = b'{"params": {"input": [], "threadId": "t2", "zz": 1}, "method": "turn/start", "id": 3, "extra": true}'
+    w.router.from_client(line)
+    assert w.child.take() == [line]
+    assert w.router.pending.find(3).thread_id == "t2"
+
+
+def test_a_decoded_request_s_edits_alias_and_thread_id_go_out_in_one_encode(wire, monkeypatch):
+    """The hook's params, the alias and the edge's thread id: one message
+    encoded once, every field the sidecar does not know kept in its place."""
+    import sidecar.relay.messages as messages
+
+    encodes = []
+    real = messages.encode
+    monkeypatch.setattr(messages, "encode", lambda value: encodes.append(value) or real(value))
+    w = wire()
+    w.router.edge = edge = _MappingEdge()
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.set_params({**msg.params(), "input": ["projected"]}))
+    w.router.from_client(b'{"id":"' + PREFIX.encode() + b'1","method":"turn/start","params":{"threadId":"t1","input":[],"x":{"y":1}},"z":2}')
+    [sent] = loads(w.child.take())
+    assert len(encodes) == 1 and edge.byte_maps == 0, "mapped on the decoded params, encoded once"
+    assert list(sent) == ["id", "method", "params", "z"] and sent["z"] == 2
+    assert sent["id"] != PREFIX + "1" and sent["id"].startswith(PREFIX)
+    assert sent["params"] == {"threadId": "t9", "input": ["projected"], "x": {"y": 1}}
+
+
+def test_a_request_no_hook_decoded_is_mapped_on_its_bytes(wire):
+    w = wire()
+    w.router.edge = edge = _MappingEdge()
+    w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"t1"}}')
+    assert w.child.take() == [b'{"id":1,"method":"thread/read","params":{"threadId":"t9"}}']
+    assert edge.byte_maps == 1
+
+
+def test_a_hook_that_fails_after_changing_the_params_leaves_the_request_as_it_was(wire):
+    w = wire()
+
+    def half_done(msg):
+        msg.set_params({**msg.params(), "input": ["half"]})
+        raise RuntimeError("engine state broke")
+
+    w.router.hooks.on_client_request("turn/start", half_done)
+    line = b'{"id":4,"method":"turn/start","params":{"threadId":"t1","input":[]}}'
+    w.router.from_client(line)
+    assert w.child.take() == [line]

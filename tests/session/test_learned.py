@@ -1,4 +1,4 @@
-"""What the sidecar learns about a thread (sidecar.session.learned): the
+"""What the sidecar learns about a thread (sidecar.session.state, its second half): the
 state machine, its journal replay, and the budget rules. Pure: no files, no
 processes."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.session.learned import (
+from sidecar.session.state import (
     DEFAULT_CONTEXT_WINDOW,
     AdditionSent,
     BootstrapFailed,
@@ -17,10 +17,12 @@ from sidecar.session.learned import (
     LearnedMachine,
     MaintainedOnOpening,
     Restored,
+    SessionChanged,
     ToolsGiven,
     WindowReported,
     addition_digest,
     replay,
+    restore,
     token_budget,
 )
 
@@ -74,6 +76,30 @@ def test_restored_facts_fill_what_this_process_does_not_know_yet():
     m.handle(ToolsGiven(frozenset({"new"})))  # learned here before the journal was read
     m.handle(Restored(Learned(window=100_000, tools=frozenset({"old"}), bootstrapped=True)))
     assert m.state == Learned(window=100_000, tools=frozenset({"new"}), bootstrapped=True)
+
+
+def test_a_thread_s_own_journal_does_not_bootstrap_another_session():
+    # The thread was a session of its own (its journal says that session
+    # was bootstrapped); now it belongs to another one: its tools, the
+    # addition its history carries and the window come along, the bootstrap
+    # is the new session's.
+    own = [{"thread": T, "tools": ["message"]}, {"thread": T, "bootstrapped": True}, {"thread": T, "addition": "d1"}, {"thread": T, "window": 100_000}]
+    assert restore(own, [], T) == Learned(window=100_000, tools=frozenset({"message"}), addition="d1")
+    assert restore(own, [{"thread": "t9", "bootstrapped": True}], T).bootstrapped
+    assert LearnedMachine(T, restore(own, [], T)).opening_step(had_history=True) == "bootstrap"
+
+
+def test_a_thread_that_changes_session_opens_the_new_one():
+    m = LearnedMachine(T)
+    m.handle(ToolsGiven(frozenset({"message"})))
+    m.handle(AdditionSent("d1"))
+    m.handle(Bootstrapped())  # as a session of its own, in this process
+    assert m.opening_step(had_history=True) is None
+    assert m.handle(SessionChanged(Learned(window=100_000))) == []
+    assert m.state == Learned(window=100_000, tools=frozenset({"message"}), addition="d1")
+    assert m.opening_step(had_history=True) == "bootstrap"  # the new session's, once
+    m.handle(SessionChanged(Learned(bootstrapped=True)))
+    assert m.opening_step(had_history=True) == "maintain"
 
 
 def test_replay_takes_the_sessions_window_and_this_threads_tools():

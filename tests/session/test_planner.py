@@ -37,6 +37,60 @@ def test_a_reordered_assembly_rebuilds():
     assert delta(ledger(["a", "b"]), ["b", "a"]).action == "rebuild"
 
 
+SLACK = Slack(stale_slack=0.10, stale_floor_chars=4000)  # the defaults
+
+
+def test_a_held_message_the_assembly_repeats_later_is_stale_and_projected_again():
+    # A retrieval engine hands back the snippet it retrieved last turn, at the
+    # end again: the held copy stays as stale slack, the new one is the tail.
+    held = ["u1", "a1", "S", "u2", "a2"]
+    plan = delta(ledger(held), ["u1", "a1", "u2", "a2", "S"], slack=SLACK)
+    assert plan.action == "tail" and plan.tail_from == 4 and plan.stale == 1 and plan.drops_content
+    assert plan.held_after == ("u1", "a1", "S", "u2", "a2", "S")
+
+
+def test_a_repeated_message_plans_like_a_different_one():
+    held = ["u1", "a1", "S", "u2", "a2"]
+    repeated = delta(ledger(held), ["u1", "a1", "u2", "a2", "S"], slack=SLACK)
+    different = delta(ledger(held, sizes={"T": 100}), ["u1", "a1", "u2", "a2", "T"], slack=SLACK)
+    assert (repeated.action, repeated.tail_from, repeated.stale) == (different.action, different.tail_from, different.stale)
+
+
+def test_stale_copies_of_a_repeated_message_all_count_against_the_slack():
+    # Each turn's repeat leaves one more stale copy in the thread: past the
+    # slack the thread rebuilds, exactly as for distinct dropped messages.
+    slack = Slack(stale_slack=0.10, stale_floor_chars=250)
+    held = ["u1", "a1", "S", "u2", "a2", "S", "u3", "a3"]
+    assert delta(ledger(held), ["u1", "a1", "u2", "a2", "u3", "a3", "S"], slack=slack).action == "tail"
+    held += ["S", "u4", "a4"]
+    plan = delta(ledger(held), ["u1", "a1", "u2", "a2", "u3", "a3", "u4", "a4", "S"], slack=slack)
+    assert plan.action == "rebuild"
+
+
+def test_a_summary_in_front_of_the_messages_it_keeps_raw_rebuilds_within_the_slack():
+    # The live summary engine (tests/support/live.py) at turn 4: the six
+    # messages it summarises (~420 characters each, under the 4,000-character
+    # floor) become one summary before the two it keeps raw. A tail would hold
+    # u3 and a3 twice, the second time after the summary: it replaces held
+    # content, however little.
+    held = ["u1", "a1", "u2", "a2", "u3", "a3"]
+    plan = delta(ledger(held, size=420, sizes={"S4": 40}), ["S4", "u3", "a3"], slack=SLACK)
+    assert plan.action == "rebuild" and plan.held_after == ("S4", "u3", "a3")
+    # Turn 6: a new summary in front of the last turn, on a thread rebuilt at turn 4.
+    held = ["S4", "u3", "a3", "u4", "a4", "u5", "a5"]
+    plan = delta(ledger(held, size=420, sizes={"S8": 40}), ["S8", "u5", "a5"], slack=SLACK)
+    assert plan.action == "rebuild"
+
+
+def test_a_summary_that_keeps_the_thread_s_head_still_rebuilds():
+    held = ["u1", "a1", "u2", "a2", "u3", "a3"]
+    assert delta(ledger(held), ["u1", "S", "u3", "a3"], slack=SLACK).action == "rebuild"
+
+
+def test_content_inserted_before_held_messages_rebuilds_within_the_slack():
+    assert delta(ledger(["a", "b", "c"]), ["a", "x", "b", "c"], slack=SLACK).action == "rebuild"
+
+
 def test_a_forced_rebuild_rebuilds_even_when_the_assembly_extends_the_thread():
     assert delta(ledger(["a"], force_rebuild=True), ["a", "b"]).action == "rebuild"
 
@@ -102,9 +156,17 @@ fps = st.lists(st.sampled_from("abcdefghij"), unique=True, max_size=8)
 def test_a_tail_plan_s_ledger_always_ends_with_the_assembly(held, assembly):
     plan = delta(ledger(held), assembly, slack=Slack(0.5, 1000))
     if plan.action == "tail":
-        kept = [f for f in held if f in assembly]
-        assert list(plan.held_after) == held + assembly[len(kept) :]
-        assert [f for f in plan.held_after if f in assembly] == assembly
+        # The thread keeps what it holds; the assembly's head is held in
+        # order (the rest of the held messages are stale) and its tail is new.
+        assert list(plan.held_after) == held + assembly[plan.tail_from :]
+        rest = iter(held)
+        assert all(f in rest for f in assembly[: plan.tail_from])
+        assert plan.stale == len(held) - plan.tail_from
+        # A message projected again was held before content kept in place,
+        # never among the messages the thread ends with.
+        kept = set(assembly[: plan.tail_from])
+        last = max((i for i, f in enumerate(held) if f in kept), default=-1)
+        assert not set(assembly[plan.tail_from :]) & set(held[last + 1 :])
     else:
         assert plan.action == "rebuild" and list(plan.held_after) == assembly
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from sidecar.session.learned import Bootstrapped, Learned, ToolsGiven, WindowReported
+from sidecar.session.state import Bootstrapped, Learned, ToolsGiven, WindowReported
 from sidecar.store.inspect import decode_records
 from sidecar.store.learned import LearnedFacts, learned_path
 from tests.support.harness import ROOT
@@ -61,7 +61,7 @@ def test_a_torn_last_line_costs_only_itself(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from sidecar.session.learned import WindowReported
+    from sidecar.session.state import WindowReported
     from sidecar.store.learned import LearnedFacts
 
     facts = LearnedFacts(sys.argv[1])
@@ -109,7 +109,7 @@ def test_what_a_thread_learned_before_its_session_was_known_is_found_under_the_s
     (OpenClaw's session is told only later); the next process asks under
     the session's key and must still find the thread's tools and addition
     (seen live: the addition sent again, doubled in the model's request)."""
-    from sidecar.session.learned import AdditionSent
+    from sidecar.session.state import AdditionSent
 
     first = LearnedFacts(tmp_path)
     first.learn("t1", "t1", ToolsGiven(frozenset({"message"})))
@@ -135,3 +135,23 @@ def test_a_window_learned_before_the_session_was_known_is_journaled_under_the_se
     second.learn("t3", "t3", WindowReported(128_000))
     assert second.get("t3", "codex-abc").window == 128_000  # learned in this process: newer, kept
     assert [e.get("window") for e in decode_records(learned_path(tmp_path, "codex-abc").read_bytes())] == [258_400]
+
+
+def test_a_thread_that_was_its_own_session_bootstraps_the_session_it_joins(tmp_path):
+    """A thread bootstrapped as a session of its own (no relay id told its
+    session) and later bound to OpenClaw's session: its tools come along,
+    but that session was never bootstrapped, so its first turn bootstraps
+    it (a later process and this one alike)."""
+    first = LearnedFacts(tmp_path)
+    first.learn("t1", "t1", ToolsGiven(frozenset({"message"})))
+    first.learn("t1", "t1", Bootstrapped())
+    assert first.machine("t1", "t1").opening_step(had_history=True) is None
+    # This process: the thread's session got known.
+    assert first.machine("t1", "codex-abc").opening_step(had_history=True) == "bootstrap"
+    # A later process: the thread's own journal does not bootstrap the session.
+    later = LearnedFacts(tmp_path)
+    assert later.get("t1", "codex-abc") == Learned(tools=frozenset({"message"}))
+    assert later.machine("t1", "codex-abc").opening_step(had_history=True) == "bootstrap"
+    # Once the session is bootstrapped, its journal says so to the next process.
+    later.learn("t1", "codex-abc", Bootstrapped())
+    assert LearnedFacts(tmp_path).machine("t1", "codex-abc").opening_step(had_history=True) == "maintain"

@@ -108,10 +108,40 @@ def test_the_script_plants_facts_early_and_asks_for_every_one_at_the_end():
     for i in plants:
         assert bl.FACTS[script[i].fact].text in script[i].prompt
     for i in recalls:
-        assert f"Use lcm_grep to find {bl.FACTS[script[i].fact].query}." in script[i].prompt
+        tool = "lcm_expand_query" if i == 151 else "lcm_grep"
+        assert script[i].tool == tool and f"Use {tool} to find {bl.FACTS[script[i].fact].query}." in script[i].prompt
     assert sum(t.kind == "shell" for t in script) > 80
     small = bl.build_script(8)
     assert [t.kind for t in small].count("plant") == 2 and [t.kind for t in small][-2:] == ["recall", "recall"]
+    assert [t.tool for t in small][-2:] == ["lcm_expand_query", "lcm_grep"]
+
+
+def test_the_expand_query_call_gets_the_excerpt_sentence_that_answers_it_and_its_id():
+    prompt = (
+        "Question: Orion launch code name\n\nAnswer in at most 750 tokens, then the Sources line.\n\n"
+        "Excerpts (2 messages, oldest first):\n\n"
+        "[msg_00000000000000aa turn 5 assistant 2026-11-27T07:00Z]\nThe launch slipped. Nothing about names here.\n\n"
+        "[msg_00000000000000bb turn 6 user 2026-11-27T07:01Z]\nAbout the queue: it stalled. "
+        "Write this down: the Orion launch code name is BLUE HERON. The owner agreed."
+    )
+    rules = bl.BenchRules(seed=3)
+    kind, step = rules.decide(_req(_msg("developer", "You answer one question"), _msg("user", prompt)))
+    assert kind == "expand-query" and isinstance(step, Text)
+    assert "BLUE HERON" in step.text and "The owner agreed" not in step.text
+    assert step.text.endswith("Sources: msg_00000000000000bb")
+    # Other prompts keep the plain rules.
+    assert rules.decide(_req(_msg("user", "Question: what now?")))[0] == "reply"
+
+
+def test_an_expand_query_recall_reports_how_much_the_main_context_grew():
+    script = [bl.Turn("x " + bl.FACTS[1].text, "plant", 1), bl.Turn("Use lcm_expand_query to find it.", "recall", 1, "lcm_expand_query")]
+    ask = _msg("user", "Use lcm_expand_query to find it.")
+    call = {"type": "function_call", "name": "lcm_expand_query", "arguments": '{"query": "it"}', "call_id": "q"}
+    out = {"type": "function_call_output", "call_id": "q", "output": "From the excerpts: the code name is BLUE HERON.\n\n[ids used: msg_00000000000000bb]"}
+    first, after = _req(ask), _req(ask, call, out)
+    (fact,) = bl.fact_checks(script, {1: [("tool-call", first), ("tool-answer", after)]}, sidecar=True)
+    assert fact["tool"] == "lcm_expand_query" and fact["toolCalled"] and fact["inToolOutput"] and fact["inInputAfterCall"]
+    assert fact["contextGrowth"] == bl.body_tokens(after) - bl.body_tokens(first) > 0
 
 
 def test_a_fact_counts_as_found_only_through_this_turns_own_lcm_grep_call():
@@ -161,21 +191,26 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
         assert side["all"]["cacheWeightedInput"] == pytest.approx(weighted, abs=0.1)
         assert sum(v["cacheWeightedInput"] for v in side["breakdown"].values()) == pytest.approx(weighted, abs=1)
         assert any(r["cached"] > 0 for r in reqs), "later requests of one thread reuse the earlier ones"
-    # The recall turns: the sidecar's lcm_grep answered, the fact came back into the model's input.
+    # The recall turns: the sidecar's lcm_grep and lcm_expand_query answered,
+    # the fact came back into the model's input.
     assert len(lossless["facts"]) == 2
     for fact in lossless["facts"]:
         assert fact["toolCalled"] and fact["inToolOutput"] and fact["inInputAfterCall"], fact
-        assert fact["hitCoversPlantedTurn"] and fact["plantedTurn"] < fact["askedTurn"]
+        assert fact["plantedTurn"] < fact["askedTurn"]
+    query, grep = sorted(lossless["facts"], key=lambda f: f["tool"])
+    assert grep["tool"] == "lcm_grep" and grep["hitCoversPlantedTurn"]
+    assert query["tool"] == "lcm_expand_query" and 0 < query["contextGrowth"] < 1000
+    assert data["checks"]["expandQueryGrowthBelowMax"] is True
     kinds = [r["kind"] for r in lossless["requests"]]
-    assert kinds.count("tool-call") == 2 and kinds.count("tool-answer") == 2
+    assert kinds.count("tool-call") == 2 and kinds.count("tool-answer") == 2 and kinds.count("expand-query") == 1
     assert "tool-call" not in [r["kind"] for r in native["requests"]] and [r["kind"] for r in native["requests"]].count("no-tool") == 2
     assert not any(f["toolCalled"] for f in native["facts"])
     assert data["checks"]["everyFactFound"] is True
     # Summaries and rebuilds happened, and the report counts them from the store, the host and the records.
     completions = lossless["host"]["completions"]
-    assert kinds.count("summary") == completions["calls"] - completions["failed"] > 0
+    assert kinds.count("summary") + kinds.count("expand-query") == completions["calls"] - completions["failed"] > 1
     depths = data["summariesByDepth"]
-    assert sum(d["total"] for d in depths.values()) >= completions["calls"] - completions["failed"]
+    assert sum(d["total"] for d in depths.values()) >= kinds.count("summary")
     assert data["fallbackSummaries"] == sum(d["fallback"] for d in depths.values())
     assert lossless["store"]["compactionSteps"] >= 1
     assert lossless["rebuilds"] == len(lossless["rebuiltTurns"]) >= 1
@@ -186,3 +221,17 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     assert data["largestTurnRequest"] == max(r["tokens"] for r in lossless["requests"] if r["kind"] not in ("summary", "compaction"))
     assert data["cacheWeightedRatio"] == pytest.approx(lossless["all"]["cacheWeightedInput"] / native["all"]["cacheWeightedInput"])
     assert "pg-kestrel-07" in text and "BLUE HERON" in text
+
+
+def test_a_turn_scale_shortens_prompts_replies_and_logs_and_one_keeps_the_standard_run(tmp_path):
+    from engines.tokens import count_tokens
+
+    assert bl.build_script(60, 19, 1.0) == bl.build_script(60)
+    small = bl.build_script(60, 19, 0.35)
+    assert [t.kind for t in small] == [t.kind for t in bl.build_script(60)]
+    size = lambda script: sum(count_tokens(t.prompt) for t in script if t.kind in ("talk", "plant"))  # noqa: E731
+    assert size(small) < 0.5 * size(bl.build_script(60))
+    assert all(bl.FACTS[t.fact].text in t.prompt for t in small if t.kind == "plant")
+    full, short = bl.make_workspace(tmp_path / "a"), bl.make_workspace(tmp_path / "b", scale=0.35)
+    assert len((short / "logs" / "job-00.log").read_text().splitlines()) == 9
+    assert len((full / "logs" / "job-00.log").read_text().splitlines()) == 26

@@ -34,6 +34,7 @@ SMALL = {
     "leaf_summary_tokens": 40,
     "condensed_summary_tokens": 60,
     "condense_fanout": 3,
+    "compact_target": 0.3,  # room for summaries beside a 300-token fresh tail
     "summary_timeout": 5.0,
     "step_deadline": 30.0,
 }

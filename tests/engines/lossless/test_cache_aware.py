@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from engines import encode_openclaw
-from engines.lossless.compaction import frame_due, last_turn_tokens, recent_turn_tokens
+from engines.lossless.compaction import excess_reads, frame_due, frame_pays, last_turn_tokens, recent_turn_tokens
 from engines.lossless.config import knobs, parse_config
 from engines.lossless.store import MessageRow
 
@@ -19,10 +19,10 @@ from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
 def test_sizes_follow_the_budget_unless_set():
     cfg = parse_config({})
     assert knobs(cfg, 32_000) == knobs(cfg, 32_000).__class__(
-        fresh_tail_tokens=4_800, leaf_chunk_tokens=4_000, leaf_summary_tokens=400, condensed_summary_tokens=600
+        fresh_tail_tokens=2_560, leaf_chunk_tokens=8_000, leaf_summary_tokens=400, condensed_summary_tokens=600
     )
     small = knobs(cfg, 6_000)
-    assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (900, 1_500, 75, 112)
+    assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (480, 1_500, 75, 112)
     assert small.fresh_tail_tokens + small.leaf_chunk_tokens < 6_000 * 0.8  # they fit the budget they are given
     set_ = knobs(parse_config({"fresh_tail_tokens": 5_000, "leaf_chunk_tokens": 900}), 6_000)
     assert (set_.fresh_tail_tokens, set_.leaf_chunk_tokens) == (5_000, 900)
@@ -35,8 +35,40 @@ def test_bad_cache_settings_are_refused():
         parse_config({"cache_ttl": -1})
 
 
-def _row(seq: int, turn: int, tokens: int) -> MessageRow:
-    return MessageRow(id=f"msg_{seq:016x}", seq=seq, turn=turn, role="user", tool_name=None, timestamp=0, tokens=tokens, text="")
+def _row(seq: int, turn: int, tokens: int, role: str = "user") -> MessageRow:
+    return MessageRow(id=f"msg_{seq:016x}", seq=seq, turn=turn, role=role, tool_name=None, timestamp=0, tokens=tokens, text="")
+
+
+def _turns(n: int, each: int = 500) -> list[MessageRow]:
+    rows = []
+    for k in range(1, n + 1):
+        rows += [_row(2 * k - 1, k, each), _row(2 * k, k, each, "assistant")]
+    return rows
+
+
+def test_a_warm_frame_waits_until_its_cold_request_costs_less_than_the_cached_rereads_it_saves():
+    # Budget 10,000, a new frame at 1,000 tokens, framing 1,000: its first
+    # request costs 0.9 x 2,000 = 1,800 more than a cached one, so the frame
+    # pays once the requests since the last one re-read 18,000 tokens above
+    # 1,000 (at a tenth of the price). Turns of 1,000 tokens, one request
+    # each (its assistant message): 0, 500, 1,500, 2,500, ... above 1,000.
+    cfg = parse_config({"framing_tokens": 1_000, "compact_target": 0.1})
+    assert [excess_reads(_turns(k), 0, 1_000) for k in range(1, 8)] == [0, 500, 2_000, 4_500, 8_000, 12_500, 18_000]
+    assert excess_reads(_turns(2), 600, 1_000) == 100 + 1_100  # the frame counts: every request re-reads it
+    assert not frame_pays(_turns(6), 0, 10_000, cfg)
+    assert frame_pays(_turns(7), 0, 10_000, cfg)
+    # It comes well before the budget forces it (7,000 tokens: below 0.9 of
+    # the budget, and two more such turns fit) ...
+    assert not frame_due(7_000, 1_000, 10_000, cfg, warm=True)
+    assert frame_due(7_000, 1_000, 10_000, cfg, warm=True, pays=True)
+    # ... and a step runs for it.
+    assert frame_due(7_000, 1_000, 10_000, cfg, warm=False)
+    from engines.lossless.compaction import step_needed
+
+    assert not step_needed(0, 7_000, 10_000, cfg, False, 1_000)
+    assert step_needed(0, 7_000, 10_000, cfg, False, 1_000, pays=True)
+    # Dearer framing, later frame.
+    assert not frame_pays(_turns(7), 0, 10_000, parse_config({"framing_tokens": 2_000, "compact_target": 0.1}))
 
 
 def test_a_frame_waits_while_the_cache_is_warm_until_the_budget_forces_it():
@@ -164,3 +196,28 @@ async def test_a_request_stays_within_the_budget_when_maintenance_finishes_a_tur
         )
     assert engine.status(SESSION)["compactionSteps"] >= 2  # frames were installed along the way
     assert worst <= budget
+
+
+
+@pytest.mark.parametrize(
+    ("framing", "paid", "share"), [(100, True, (0.2, 0.45)), (1_000_000, True, (0.8, 1.0)), (100, False, (0.8, 1.0))]
+)
+async def test_a_warm_engine_installs_its_frame_when_it_pays_before_the_budget_forces_it(host, framing, paid, share):
+    """A cheap cold request (little framing): the frame comes as soon as the
+    cached re-reads above the target have cost as much, well below the
+    budget; a frame that never pays, or with ``frames_when_paid = false``,
+    comes when the budget forces it, as before."""
+    budget = 6_000
+    engine = await make_engine(
+        host, {**SMALL, "token_budget": budget, "compact_target": 0.15, "cache_ttl": 3_600.0, "framing_tokens": framing, "frames_when_paid": paid}
+    )
+    history: list = []
+    for n in range(1, 80):
+        await run_turn(engine, history, turn(n))
+        status = engine.status(SESSION)
+        if status["compactionSteps"]:
+            break
+    else:
+        pytest.fail("no frame installed")
+    before = status["lastCompaction"]["tokensBefore"]
+    assert share[0] * budget <= before <= share[1] * budget, before

@@ -172,6 +172,8 @@ async def test_the_doctor_and_backup_commands(tmp_path, backend):
         assert bad.exit_code == 1 and "PROBLEM" in bad.output
         saved = _cli(tmp_path, "backup", str(tmp_path / "b.sqlite3"), database_url=backend)
         assert saved.exit_code == 0 and (tmp_path / "b.sqlite3").is_file(), saved.output
+        # On PostgreSQL the command says what the copy is and how to back up the database itself.
+        assert ("SQLite copy" in saved.output and "pg_dump" in saved.output) == (backend is not None), saved.output
         await engine.dispose()
 
 

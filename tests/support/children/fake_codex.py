@@ -76,7 +76,10 @@ Environment:
   can resume what an earlier one ran, like Codex's own rollout files);
 * ``FAKE_CODEX_SCRIPT``: a JSON file with optional keys ``turns`` (a list,
   by the process's turn number from 0, of ``{"status": "completed" |
-  "interrupted" | "failed", "reply": str, "repeatCompleted": bool}``),
+  "interrupted" | "failed", "reply": str, "repeatCompleted": bool,
+  "dropCompleted": bool, "dropIdle": bool}``; the last two leave out the
+  turn's ``turn/completed`` or its ``thread/status/changed`` idle, as a lost
+  notification would),
   ``defaultReply`` (str, ``{n}`` is the turn number from 1),
   ``compact`` (``"ok"`` or ``"error"``) and ``revertedLate`` (true or a
   number N: a revert's ``thread/reverted`` comes only after the next (N-th
@@ -292,10 +295,12 @@ def run_turn(rid, params: dict) -> None:
         notify("error", {"error": error_obj, "willRetry": False, "threadId": tid, "turnId": turn_id})
     thread["turns"].append(turn_obj(turn_id, status, items, "full", error_obj))
     save()
-    notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
+    if not spec.get("dropIdle"):
+        notify("thread/status/changed", {"threadId": tid, "status": {"type": "idle"}})
     view = "summary" if summary else "notLoaded"
     completed = {"threadId": tid, "turn": turn_obj(turn_id, status, summary, view, error_obj)}
-    notify("turn/completed", completed)
+    if not spec.get("dropCompleted"):
+        notify("turn/completed", completed)
     if spec.get("repeatCompleted"):
         notify("turn/completed", completed)  # a replay of the same turn
 

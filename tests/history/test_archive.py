@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.store.archive import (
+from sidecar.history.archive import (
     TurnArchive,
     archive_path,
     archived_turn,
@@ -151,7 +151,7 @@ def test_paging_the_hidden_turns_covers_each_once_in_order(limit):
 @pytest.mark.parametrize("limit", [1, 2, 3, None])
 @pytest.mark.parametrize("kind", ["asc", "desc"])
 def test_a_page_s_backwards_cursor_starts_with_its_first_turn_and_goes_the_other_way(kind, limit):
-    from sidecar.store.archive import backwards_cursor
+    from sidecar.history.archive import backwards_cursor
 
     hidden = [full(f"t{n}") for n in range(1, 6)]
     ids = [t["id"] for t in hidden]
@@ -170,7 +170,7 @@ def test_a_page_s_backwards_cursor_starts_with_its_first_turn_and_goes_the_other
 
 
 def test_a_wrapped_codex_cursor_round_trips_and_a_damaged_one_is_not_ours():
-    from sidecar.store.archive import unwrap_cursor, wrap_cursor
+    from sidecar.history.archive import unwrap_cursor, wrap_cursor
 
     codex = '{"requestedThreadId":"01a2","rolloutOrdinal":23,"includeAnchor":false,"scope":{"kind":"turns"}}'
     for args in ((codex, "turn-7", False), ("x", "é✓", True)):
@@ -188,7 +188,7 @@ def test_a_wrapped_codex_cursor_round_trips_and_a_damaged_one_is_not_ours():
 @pytest.mark.parametrize("inclusive", [False, True])
 @pytest.mark.parametrize("kind", ["asc", "desc"])
 def test_an_anchored_position_pages_on_from_its_anchor(kind, inclusive):
-    from sidecar.store.archive import anchored_position
+    from sidecar.history.archive import anchored_position
 
     hidden = [full(f"t{n}") for n in range(1, 6)]
     ids = [t["id"] for t in hidden]

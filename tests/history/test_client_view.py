@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from protocol import parse
+from sidecar.history.archive import TurnArchive, archive_path
+from sidecar.history.reads import ArchivedTurns
 from sidecar.relay import Message, PendingRequest
-from sidecar.store.archive import TurnArchive, archive_path
-from sidecar.store.reads import ArchivedTurns
 
 X = "01a20000-0000-7000-8000-000000000001"
 ORIGINAL = "/h/sessions/2026/11/27/rollout-t0-X.jsonl"

@@ -3,7 +3,7 @@
 A rebuild reverts the Codex thread to its framing, so Codex's own answers to
 ``thread/read``, ``thread/resume``, ``thread/fork`` and ``thread/turns/list``
 cover only the turns since the last rebuild. :class:`ArchivedTurns` keeps,
-per thread, the turns the archive (``sidecar.archive``) marks dropped, and
+per thread, the turns the archive (``sidecar.history.archive``) marks dropped, and
 puts them back where Codex would have shown them:
 
 * ``thread/read`` (``includeTurns``), ``thread/resume`` and ``thread/fork``
@@ -11,7 +11,7 @@ puts them back where Codex would have shown them:
 * ``thread/turns/list``: a newest-first listing continues into them once
   Codex has no more, an oldest-first one starts with them; pages of
   archived turns carry the sidecar's own cursors, answered here and never
-  forwarded (see :func:`sidecar.archive.hidden_page`).
+  forwarded (see :func:`sidecar.history.archive.hidden_page`).
 
 Codex keeps one read state a Codex thread, and a rebuild takes the turns
 it knew about away (a revert drops them, a switch leaves them on the
@@ -21,6 +21,9 @@ the position the client last saw when the rebuild ran is kept in the
 archive (``TurnArchive.unread``), and shown instead of Codex's turn in
 ``thread/readState/changed``, ``thread/read`` and ``thread/list`` while that
 turn is archived and the client has not marked its thread read since.
+
+Its hooks are rows of :data:`sidecar.methods.METHODS` (part ``HISTORY``,
+installed whatever the engine; the reads are its ``read`` column).
 
 A thread with nothing archived is never touched: Codex's answer passes byte
 for byte. The lists are loaded in a worker thread when a session opens and
@@ -342,7 +345,7 @@ class ArchivedTurns:
         return None if page is result else rewrite(msg.line, result=page)
 
     def _wrap_page(self, space: str, page: dict[str, Any]) -> dict[str, Any] | None:
-        """The page with Codex's cursors wrapped (see :func:`sidecar.archive.wrap_cursor`):
+        """The page with Codex's cursors wrapped (see :func:`sidecar.history.archive.wrap_cursor`):
         ``nextCursor`` continues after the page's last unit, ``backwardsCursor``
         from (and including) its first, as Codex's own do. The sidecar's own
         cursors are left as they are; None when nothing changes."""

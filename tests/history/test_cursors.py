@@ -26,7 +26,7 @@ from typing import Any
 from engines import AssembleResult, CompactionSummaryMessage, UserMessage
 from engines.api import encode_openclaw
 from engines.testkit import RecordingEngine
-from sidecar.store.archive import unwrap_cursor
+from sidecar.history.archive import unwrap_cursor
 from tests.support.modes import list_all, modes_sidecar, scripted_engine, summarising_once, summary_text
 
 

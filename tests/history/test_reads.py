@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sidecar.store.archive import archive_path, unwrap_cursor
+from sidecar.history.archive import archive_path, unwrap_cursor
 from tests.support.lifecycle import wait_until
 from tests.support.modes import (
     ModesRun,

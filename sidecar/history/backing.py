@@ -1,4 +1,4 @@
-"""Fresh backing threads: a rebuild moves the client's thread onto a new Codex thread.
+"""Backing threads: the Codex threads behind a client's thread, mapped at the child's edge.
 
 With ``rebuild = "fresh"``, a ``delta`` rebuild does not revert the Codex
 thread in place: it switches the client's thread onto a *spare*, a Codex
@@ -23,8 +23,8 @@ Threads the sidecar runs for itself (the engine's model calls,
 and each frame about one goes to its listener instead of the client.
 
 Only thread-id members are mapped or looked at (``threadId``, ``id``,
-``sessionId``, ``forkedFromId``, ``parentThreadId``, ``attachedToThreadId``,
-``conversationId`` whose value is a UUID): a regex and a dict lookup, and
+``sessionId``, ``forkedFromId``, ... whose value is a UUID: the
+``thread_keys`` column of :data:`sidecar.methods.METHODS`): a regex and a dict lookup, and
 never a string the model or the client wrote (a reply that happens to be a
 thread id is text, not routing); ids inside other strings (a rollout path, a
 cursor) are left alone.
@@ -54,17 +54,26 @@ import msgspec
 
 from protocol import rewrite
 
+from ..methods import thread_id_keys
 from ..store.private import private_dir
 
 log = logging.getLogger("codex_sidecar.backing")
 
 _UUID_TEXT = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UUID = re.compile(rb'"(' + _UUID_TEXT + rb')"')
-#: A thread-id member: (key and colon, id). Only these are mapped.
-_KEYED = re.compile(
-    rb'("(?:threadId|id|sessionId|forkedFromId|parentThreadId|attachedToThreadId|conversationId|reviewThreadId|senderThreadId'
-    rb'|agentThreadId|parent_thread_id|ancestorThreadId|beforeThreadId)"\s*:\s*)"(' + _UUID_TEXT + rb')"'
-)
+
+
+def keyed_members(keys: Iterable[str]) -> re.Pattern[bytes]:
+    """A thread-id member, ``(key and colon, id)``, for any of ``keys``."""
+    names = b"|".join(re.escape(k.encode()) for k in keys)
+    return re.compile(rb'("(?:' + names + rb')"\s*:\s*)"(' + _UUID_TEXT + rb')"')
+
+
+#: A thread-id member of the table's ``thread_keys`` column. Only these are mapped.
+THREAD_ID_KEYS = thread_id_keys()
+"""The members that carry thread ids (in bytes: :data:`_KEYED`; decoded: :func:`map_thread_ids`)."""
+_KEYED = keyed_members(THREAD_ID_KEYS)
+_THREAD_ID_KEYS = frozenset(THREAD_ID_KEYS)
 
 
 class _Routed(msgspec.Struct):
@@ -163,6 +172,8 @@ class BackingThreads:
         self.aliases: dict[str, Alias] = {}
         self._to_codex: dict[bytes, bytes] = {}
         """Client id -> its current backing id, for switched threads only."""
+        self.maps_to_codex = False
+        """Some client thread is switched (``_to_codex`` is not empty)."""
         self._to_client: dict[bytes, bytes] = {}
         """Current and retired backing ids -> the client's id (responses)."""
         self._hidden: set[bytes] = set()
@@ -224,6 +235,7 @@ class BackingThreads:
             self._to_client[current] = client
         else:
             self._to_codex.pop(client, None)
+        self.maps_to_codex = bool(self._to_codex)
         self._hidden.discard(current)
         for old in alias.retired:
             self._to_client[old.encode()] = client
@@ -370,6 +382,14 @@ class BackingThreads:
             return line
         return _map_ids(line, self._to_codex)
 
+    def request_params(self, params: Any) -> Any:
+        """A decoded client request's params as Codex gets them: the same
+        members as :meth:`to_codex` maps in bytes, mapped in the value (the
+        router encodes the request once, with its other changes)."""
+        if not self._to_codex:
+            return params
+        return map_thread_ids(params, {k.decode(): v.decode() for k, v in self._to_codex.items()})
+
     def notification(self, line: bytes) -> bytes | None:
         """A notification or server request from Codex, as the client gets
         it; None when it is about a thread the client does not know."""
@@ -479,6 +499,38 @@ class BackingThreads:
         if not changes:
             return line
         return rewrite(line, result={**result, **changes})
+
+
+def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
+    """``value`` (decoded JSON) with the ids of its thread-id members
+    (:data:`THREAD_ID_KEYS`, at any depth) that ``table`` maps replaced, as
+    :func:`_map_ids` does in bytes; ``value`` itself when none is, and never
+    modified (a changed container is a copy)."""
+    if type(value) is dict:
+        out: dict[str, Any] | None = None
+        for key, child in value.items():
+            if key in _THREAD_ID_KEYS and type(child) is str:
+                new = table.get(child)
+            elif type(child) is dict or type(child) is list:
+                new = map_thread_ids(child, table)
+                new = None if new is child else new
+            else:
+                new = None
+            if new is not None:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
+    if type(value) is list:
+        items: list[Any] | None = None
+        for i, child in enumerate(value):
+            new = map_thread_ids(child, table)
+            if new is not child:
+                if items is None:
+                    items = list(value)
+                items[i] = new
+        return value if items is None else items
+    return value
 
 
 def _map_ids(line: bytes, table: dict[bytes, bytes]) -> bytes:

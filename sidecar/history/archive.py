@@ -6,7 +6,7 @@ turns before it; the client did not ask for that, and ``thread/read`` and
 finalised turn is archived as Codex itself shows it in ``thread/read`` (the
 ``turn/completed`` turn with the items of its ``item/completed``
 notifications, ``itemsView`` "full"), and before each revert the turns it
-drops are marked. ``sidecar.reads`` puts the marked turns back where
+drops are marked. ``sidecar.history.reads`` puts the marked turns back where
 Codex would have shown them when it answers for the thread.
 
 One JSONL file a thread, ``<state_dir>/turns/<thread id>.jsonl`` (0600):
@@ -39,8 +39,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .inspect import append_record, decode_records
-from .mirror import session_path
+from ..store.inspect import append_record, decode_records
+from ..store.mirror import session_path
 
 ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
 """Where Codex keeps an archived thread's rollout (under its home)."""

@@ -1,4 +1,4 @@
-"""sidecar.rebuild.backing: the map of client threads to the Codex threads behind them,
+"""sidecar.history.backing: the map of client threads to the Codex threads behind them,
 and the thread-id map at the child's edge (bytes in, bytes out, no I/O but the
 map's own files)."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.rebuild.backing import BackingThreads
+from sidecar.history.backing import BackingThreads
 
 X = "01a20000-0000-7000-8000-000000000001"  # the client's thread
 B1 = "01a20000-0000-7000-8000-0000000000b1"
@@ -43,6 +43,20 @@ def test_nothing_switched_passes_every_frame_as_the_same_object(tmp_path):
     assert b.notification(frame) is frame
     assert b.response(frame, "thread/read") is frame
     assert not b.active
+    assert not b.maps_to_codex  # the relay does not even ask
+
+
+def test_the_edge_says_it_maps_requests_exactly_while_a_thread_is_switched(tmp_path):
+    b = BackingThreads(tmp_path)
+    b.remember_start(X, {"cwd": "/w"})
+    b.note_spare(X, B1)
+    assert not b.maps_to_codex  # a spare alone maps nothing
+    b.switch(X)
+    assert b.maps_to_codex
+    b.rollback(X)  # Codex never accepted the switch turn
+    assert not b.maps_to_codex
+    assert switched(tmp_path / "later").maps_to_codex
+    assert BackingThreads(tmp_path / "later").maps_to_codex  # a switch an earlier process saved
 
 
 def test_a_switch_maps_both_ways_and_hides_the_retired_thread(tmp_path):
