@@ -75,6 +75,7 @@ __all__ = [
     "count_tokens",
     "estimate_message_tokens",
     "estimate_messages_tokens",
+    "load_tokenizer",
     "preload",
     "tokenizer_name",
 ]
@@ -208,6 +209,13 @@ def _preload_quietly() -> None:
         _get_encoding()
     except TokenizerUnavailable:  # the first count reports it
         pass
+
+
+def load_tokenizer() -> None:
+    """Load the tokenizer now, in this thread (or wait for a load under
+    way). Never raises: counting raises :class:`TokenizerUnavailable` if it
+    failed."""
+    _preload_quietly()
 
 
 def preload() -> None:

@@ -14,16 +14,16 @@ import gc
 import json
 import logging
 import os
-import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from .child import forward_signals_to, start_process
 from .config import ACTIVE_ENV, DEFAULT, SETTINGS, ConfigError, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
-from .logs import setup_logging
+from .launch import discard, serves_app_server
+from .serve import _load_engine, _serve, freeze_startup_heap
+
+__all__ = ["_load_engine", "cli", "freeze_startup_heap", "main", "serves_app_server"]
 
 log = logging.getLogger("codex_sidecar.cli")
 
@@ -101,6 +101,8 @@ def cli(ctx: click.Context, **flags: Any) -> None:
     file. Options may come before or after doctor, engines, inspect and
     version. Logs go to stderr; stdout carries protocol frames only.
     """
+    if ctx.invoked_subcommand not in ("proxy", _DROP_IN):
+        gc.enable()  # off for start-up (sidecar.launch); only a session's start-up ends in freeze_startup_heap
     given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) is click.core.ParameterSource.COMMANDLINE}
     resolved = resolve_settings(given, os.environ, ctx.meta.get("config_file"), ctx.meta.get("config_origin", DEFAULT))
     ctx.meta["resolved"] = resolved
@@ -145,26 +147,10 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
     if not serves_app_server(codex_args):
         # `app-server --help`, `--version`, or another codex command: not a
         # JSON-RPC session; codex answers it itself.
+        discard()
         os.execv(codex, [codex, *codex_args])
     origin = resolved.origins["codex_bin"]
     sys.exit(_serve(resolved, [codex, *codex_args], "codex on PATH" if origin.kind == "default" else str(origin)))
-
-
-NOT_A_SESSION = frozenset({"-h", "--help", "-V", "--version", "help", "daemon", "generate-ts", "generate-json-schema", "--print-startup-config"})
-"""Words after ``app-server`` (codex 0.169.0's ``app-server --help``) that
-print something and exit instead of speaking JSON-RPC on stdio."""
-
-
-def serves_app_server(codex_args: tuple[str, ...] | list[str]) -> bool:
-    """Whether codex's argv starts an app-server session (to relay), rather
-    than asking for help or a version, generating bindings, managing the
-    daemon, or running another codex command."""
-    args = list(codex_args)
-    if "--" in args:
-        args = args[: args.index("--")]
-    if any(a in ("-h", "--help", "-V", "--version") for a in args) or "app-server" not in args:
-        return False
-    return not any(a in NOT_A_SESSION for a in args[args.index("app-server") + 1 :])
 
 
 @cli.group("engines", invoke_without_command=True)
@@ -445,255 +431,6 @@ def version_cmd() -> None:
     from . import __version__
 
     click.echo(f"codex-sidecar {__version__}")
-
-
-def _claim_stdout() -> int:
-    """Keep stdout for protocol frames: return a private descriptor of it and
-    point fd 1 (and ``sys.stdout``) at stderr, so a ``print`` in an engine or
-    a library lands in the log instead of in the client's JSON-RPC stream."""
-    sys.stdout.flush()
-    protocol = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return protocol
-
-
-def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
-    """Relay ``argv``'s child; ``child_from`` says where its path came from."""
-    settings = resolved.values
-    protocol_out = _claim_stdout()
-    setup_logging(settings["log_format"], settings["log_level"])
-    env = dict(os.environ)
-    env[ACTIVE_ENV] = str(os.getpid())
-    # Codex takes ~0.2 s to start: start it first, and import the rest of
-    # the sidecar and load the engine while it does.
-    try:
-        popen = start_process(argv, env)
-    except FileNotFoundError:
-        log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
-        return 127
-    except PermissionError:
-        log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
-        return 126
-    previous = forward_signals_to(popen)
-    try:
-        return _serve_started(resolved, argv, protocol_out, popen, child_from)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if popen.poll() is None:
-            # Only when the sidecar gave up before relaying (e.g. a recording
-            # it cannot open); a relay that ran has seen codex exit.
-            popen.kill()
-            popen.wait()
-
-
-def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen: Any, child_from: str) -> int:
-    import trio
-
-    from .child import Child
-    from .record import Recorder
-    from .relay import Proxy, ProxyOptions
-    from .session.options import LifecycleOptions
-    from .store.usable import state_dir_problem
-
-    settings = resolved.values
-    recorder = None
-    if settings.get("record"):
-        try:
-            recorder = Recorder(settings["record"], redact=settings["record_redact"])
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot open recording {settings['record']}: {exc.strerror} (set by {resolved.origins['record']}; {resolved.origins['record'].fix()})"
-            ) from None
-    options = ProxyOptions(
-        max_line=settings["max_line_bytes"],
-        eof_grace=settings["eof_grace"],
-        kill_grace=settings["kill_grace"],
-        busy_poll=settings["busy_poll_us"] / 1e6,
-    )
-    state_dir = settings.get("state_dir") or str(default_state_dir())
-    # Fail open on state too: a state dir the sidecar cannot use costs the
-    # engine (and, unreadable, the history part), never the client's relay.
-    # Nothing is created here: the engine's bind creates the state dir, so an
-    # engine that fails to load leaves none behind.
-    wanted = settings["engine"] != "legacy"
-    problem = state_dir_problem(state_dir, create=False, missing_ok=not wanted)
-    if problem is not None:
-        log.error(
-            problem.message(),
-            extra={
-                "fields": {
-                    "path": str(problem.path),
-                    "stateDir": state_dir,
-                    "setting": str(resolved.origins["state_dir"]),
-                    "running": "history only, no engine" if problem.readable else "pure relay",
-                    "code": problem.code,
-                }
-            },
-        )
-    lifecycle_options = LifecycleOptions(
-        engine_deadline=settings["engine_deadline"],
-        token_budget=settings.get("token_budget"),
-        token_reserve=settings["token_reserve"],
-        citations_mode=settings.get("citations_mode"),
-        session_key_template=settings["session_key"],
-        projection_mode=settings["projection_mode"],
-        stale_slack=settings["stale_slack"],
-        rebuild=settings["rebuild"],
-    )
-    in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
-
-    async def serve() -> int:
-        # FdStreams belong to the trio run that uses them: make them inside it.
-        proxy = Proxy(
-            Child(popen),
-            trio.StapledStream(trio.lowlevel.FdStream(protocol_out), trio.lowlevel.FdStream(os.dup(0))),
-            options=options,
-            recorder=recorder,
-        )
-        proxy.add_status_provider("settings", lambda: in_effect)
-        if problem is not None:
-            proxy.add_status_provider("stateDir", lambda: {"usable": False, "path": str(problem.path), "problem": problem.message(), "code": problem.code})
-        # The relay runs at once and passes the client's initialize: the
-        # lifecycle is imported and the engine loaded (off the event loop)
-        # while codex starts. Everything else the client sends waits until
-        # the engine is bound and the lifecycle's hooks are in.
-        proxy.hold_client()
-        lifecycle: Any = None
-
-        async def set_up() -> None:
-            nonlocal lifecycle
-            try:
-                engine, lifecycle_cls = await trio.to_thread.run_sync(
-                    _load_lifecycle, resolved, problem, state_dir, argv[0], child_from, abandon_on_cancel=True
-                )
-                if (problem is not None and not problem.readable) or (engine is None and not os.path.isdir(state_dir)):
-                    # A pure relay: the state dir cannot be read, or there is none
-                    # and no engine to make one (no thread was ever rebuilt here).
-                    return
-                # The engine's host, bound before the client's held lines go on;
-                # an engine whose bind fails runs as legacy.
-                bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
-                # With no engine (legacy, or one that failed to load or bind) the
-                # lifecycle keeps only the history earlier rebuilds moved: the thread stays whole.
-                lifecycle = lifecycle_cls(proxy, bound, state_dir, lifecycle_options, host=host)
-                lifecycle.install(proxy.hooks)
-            finally:
-                proxy.release_client()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(set_up)
-            try:
-                return await proxy.run()
-            finally:
-                nursery.cancel_scope.cancel()
-                if lifecycle is not None:
-                    with trio.CancelScope(shield=True):
-                        await lifecycle.dispose()
-
-    try:
-        return trio.run(serve)
-    finally:
-        if recorder is not None:
-            recorder.close()
-
-
-def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str, codex_from: str) -> tuple[Any, Any]:
-    """In a worker thread while the relay runs: the lifecycle's modules, the
-    engine (None for legacy, or when the state dir is unusable), then the
-    start-up heap frozen."""
-    from .lifecycle import Lifecycle
-
-    settings = resolved.values
-    if settings.get("record"):
-        from .scrub import compile_rules
-
-        compile_rules()  # the secret scanner's rules (~0.4 s), here rather than on a frame's path
-    engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None
-    if engine is not None:
-        _log_loaded(engine, resolved, state_dir, codex, codex_from)
-    freeze_startup_heap()
-    return engine, Lifecycle
-
-
-async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]:
-    """(the engine, its host) once bound; (None, None) when there is no
-    engine or it could not be bound (logged: the sidecar runs legacy)."""
-    if engine is None:
-        return None, None
-    from .host import SidecarHost, bind_engine, engine_state_dir
-    from .store.usable import _from_error
-
-    try:
-        folder = engine_state_dir(state_dir, engine.info.id)
-    except OSError as exc:
-        problem = _from_error(Path(exc.filename or state_dir), exc, readable=True)
-        log.error(problem.message(), extra={"fields": {"engineId": engine.info.id, "path": str(problem.path), "running": "legacy", "code": problem.code}})
-        return None, None
-    host = SidecarHost(str(folder))
-    if not await bind_engine(engine, host, deadline):
-        return None, None
-    return engine, host
-
-
-def freeze_startup_heap() -> int:
-    """Move what start-up built out of the collector's way; the number frozen.
-
-    Modules, the engine and whatever it loaded live as long as the process.
-    Left in the oldest generation, each full collection walks all of them, and
-    one comes some turns in, in the middle of a turn: 23-32 ms with the bench
-    engines on the benchmark machine, ~1 ms after this.
-    """
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
-
-
-def _load_engine(settings: dict[str, Any], engines_config: dict[str, Any], origins: dict[str, Origin] | None = None) -> Any:
-    """The selected engine, or None for legacy (the lifecycle does not run).
-
-    An engine that fails to load leaves the sidecar running as legacy, loudly.
-    """
-    from engines import is_legacy, list_engines, load_engine_or_legacy
-
-    engine_id = settings["engine"]
-    allow = settings.get("engine_allowlist")
-    engine = load_engine_or_legacy(engine_id, engines_config.get(engine_id, {}), allowlist=allow)
-    if is_legacy(engine):
-        installed = [e.id for e in list_engines()]
-        if engine_id != "legacy" and engine_id not in installed:
-            origin = (origins or {}).get("engine", DEFAULT)
-            log.error(
-                f"engine {engine_id!r} is not installed{did_you_mean(engine_id, installed)}",
-                extra={"fields": {"setting": str(origin), "fix": origin.fix()}},
-            )
-        return None
-    return engine
-
-
-def _log_loaded(engine: Any, resolved: Resolved, state_dir: str, codex: str, codex_from: str) -> None:
-    """The start-up line: the engine and the settings in effect, each with its source."""
-    settings, origin = resolved.values, resolved.origins
-    log.info(
-        "context engine loaded",
-        extra={
-            "fields": {
-                "engineId": engine.info.id,
-                "version": engine.info.version,
-                "engineFrom": str(origin["engine"]),
-                "tokenBudget": settings.get("token_budget") or "model context window",
-                "tokenBudgetFrom": str(origin["token_budget"]),
-                "stateDir": state_dir,
-                "stateDirFrom": str(origin["state_dir"]),
-                "codexBin": codex,
-                "codexBinFrom": codex_from,
-                "projectionMode": settings["projection_mode"],
-                "rebuild": settings["rebuild"],
-                "configFile": str(resolved.config_file) if resolved.config_file else "none",
-            }
-        },
-    )
 
 
 def split_drop_in(args: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ serve, not ``version`` or ``engines``, and ``doctor`` reports it.
 
 A setting declares itself by one :class:`Setting` row in :data:`SETTINGS`:
 its flag (``--name-with-dashes``), variable (``CODEX_SIDECAR_NAME``), file key
-(``name``), type (a click type: it validates every source alike), default and
+(``name``), type (click's semantics: it validates every source alike), default and
 help follow from the row; :func:`resolve_settings` records where each value
 came from, and ``doctor``, ``sidecar/status`` and the start-up log show it.
 """
@@ -19,27 +19,92 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
-import sys
 import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
+from .launch import ACTIVE_ENV as ACTIVE_ENV
+from .launch import is_self as _is_self
 
 ENV_PREFIX = "CODEX_SIDECAR_"
-ACTIVE_ENV = "CODEX_SIDECAR_ACTIVE"
-"""Set in the child's environment, so a sidecar that would spawn itself can tell."""
 
 
-class NameList(click.ParamType):
+# The setting types convert as click's do, without importing click (~16 ms
+# and ~1 MB that a session's start-up does not otherwise need: it does not
+# parse its argv with click, sidecar.launch): a value click would accept is
+# converted here; anything else goes to the click type itself, whose error
+# message the user sees, as before.
+
+
+class Choice:
+    def __init__(self, choices: list[str]) -> None:
+        self.choices = tuple(choices)
+
+    def convert(self, value: Any) -> Any:
+        if isinstance(value, str) and value in self.choices:
+            return value
+        import click
+
+        return click.Choice(self.choices).convert(value, None, None)
+
+
+class IntRange:
+    def __init__(self, min: int | None = None, max: int | None = None) -> None:
+        self.min, self.max = min, max
+
+    def convert(self, value: Any) -> Any:
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            try:
+                n = int(value)
+            except ValueError:
+                n = None
+            if n is not None and (self.min is None or n >= self.min) and (self.max is None or n <= self.max):
+                return n
+        import click
+
+        return click.IntRange(min=self.min, max=self.max).convert(value, None, None)
+
+
+class FloatRange:
+    def __init__(self, min: float | None = None, max: float | None = None) -> None:
+        self.min, self.max = min, max
+
+    def convert(self, value: Any) -> Any:
+        if isinstance(value, (str, float)) or (isinstance(value, int) and not isinstance(value, bool)):
+            try:
+                x = float(value)
+            except ValueError:
+                x = None
+            if x is not None and (self.min is None or x >= self.min) and (self.max is None or x <= self.max):
+                return x
+        import click
+
+        return click.FloatRange(min=self.min, max=self.max).convert(value, None, None)
+
+
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def _to_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    import click
+
+    return click.BOOL.convert(value, None, None)
+
+
+class NameList:
     """A list of names: comma-separated on the command line or in a variable,
     a TOML array in the config file."""
 
     name = "names"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, ...]:
+    def convert(self, value: Any) -> tuple[str, ...]:
         if isinstance(value, (list, tuple)):
             return tuple(str(v).strip() for v in value if str(v).strip())
         return tuple(v.strip() for v in str(value).split(",") if v.strip())
@@ -69,16 +134,16 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("codex_bin", str, None, "The real codex executable (default: `codex` on PATH, never this program).", "PATH"),
-    Setting("log_format", click.Choice(["text", "json"]), "text", "Log format on stderr; json gives one object a line."),
-    Setting("log_level", click.Choice(["debug", "info", "warning", "error"]), "info", "Lowest log level written to stderr."),
+    Setting("log_format", Choice(["text", "json"]), "text", "Log format on stderr; json gives one object a line."),
+    Setting("log_level", Choice(["debug", "info", "warning", "error"]), "info", "Lowest log level written to stderr."),
     Setting("record", str, None, "Append every frame, both ways, to this JSONL file (created 0600).", "FILE"),
     Setting("record_redact", bool, False, "Replace message text, tool I/O and images in the recording by their length."),
-    Setting("max_line_bytes", click.IntRange(min=1024), 64 * 1024 * 1024, "Longest line parsed; longer lines are forwarded unparsed.", "BYTES"),
-    Setting("eof_grace", click.FloatRange(min=0), 2.0, "Seconds the child gets to exit after the client closes stdin, before SIGTERM.", "SECONDS"),
-    Setting("kill_grace", click.FloatRange(min=0), 3.0, "Seconds between SIGTERM and SIGKILL for a lingering child.", "SECONDS"),
+    Setting("max_line_bytes", IntRange(min=1024), 64 * 1024 * 1024, "Longest line parsed; longer lines are forwarded unparsed.", "BYTES"),
+    Setting("eof_grace", FloatRange(min=0), 2.0, "Seconds the child gets to exit after the client closes stdin, before SIGTERM.", "SECONDS"),
+    Setting("kill_grace", FloatRange(min=0), 3.0, "Seconds between SIGTERM and SIGKILL for a lingering child.", "SECONDS"),
     Setting(
         "busy_poll_us",
-        click.IntRange(min=0, max=100_000),
+        IntRange(min=0, max=100_000),
         300,
         "Microseconds the relay keeps polling after traffic before it sleeps: cuts the latency it adds "
         "(a sleeping process is slow to wake, on VMs especially) for at most that much CPU per burst; 0 = off; "
@@ -88,39 +153,39 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("engine", str, "legacy", "Context engine id (entry point in openclaw.context_engines); legacy = pass through.", "ID"),
     Setting("engine_allowlist", NameList(), None, "Distributions trusted to provide engines (comma-separated); unset trusts all installed, with a warning.", "DISTS"),
     Setting("state_dir", str, None, "Where transcript mirrors live (default: $XDG_STATE_HOME/codex-sidecar).", "DIR"),
-    Setting("engine_deadline", click.FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
-    Setting("token_budget", click.IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window minus --token-reserve).", "TOKENS"),
+    Setting("engine_deadline", FloatRange(min=0.1), 20.0, "Seconds an engine call may take before the sidecar falls back to the client's request.", "SECONDS"),
+    Setting("token_budget", IntRange(min=1), None, "Token budget passed to the engine (default: the model's context window minus --token-reserve).", "TOKENS"),
     Setting(
         "token_reserve",
-        click.IntRange(min=0),
+        IntRange(min=0),
         20_000,
         "Tokens the default budget keeps out of the model's context window (OpenClaw's own reserve); an explicit --token-budget wins.",
         "TOKENS",
     ),
     Setting(
         "citations_mode",
-        click.Choice(["auto", "on", "off"]),
+        Choice(["auto", "on", "off"]),
         None,
         "citations_mode passed to the engine's assemble: OpenClaw's memory.citations (auto, on, off); unset passes none, as OpenClaw does.",
     ),
     Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
     Setting(
         "stale_slack",
-        click.FloatRange(min=0.0, max=1.0),
+        FloatRange(min=0.0, max=1.0),
         0.10,
         "delta: share of what the thread holds (at least 4,000 chars) that may be content the engine dropped before the sidecar rebuilds; 0 = exact, rebuild on any drop.",
         "FRACTION",
     ),
     Setting(
         "projection_mode",
-        click.Choice(["auto", "per_turn", "epoch", "delta"]),
+        Choice(["auto", "per_turn", "epoch", "delta"]),
         "auto",
         "How assembled context reaches Codex: delta (only what the thread lacks; rebuild in place when the engine drops held content), "
         "epoch (rebuild once per engine epoch), per_turn (every turn, the spec's first version), auto (what the engine asks for, else delta).",
     ),
     Setting(
         "rebuild",
-        click.Choice(["revert", "fresh"]),
+        Choice(["revert", "fresh"]),
         "fresh",
         "How delta and epoch rebuild Codex's history: fresh (switch the client's thread onto a Codex thread started ahead of time, "
         "behind the client's thread id; for threads started through this sidecar, others revert) or revert (the Codex thread in place).",
@@ -129,8 +194,29 @@ SETTINGS: tuple[Setting, ...] = (
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
 
 
-class ConfigError(click.ClickException):
-    pass
+if TYPE_CHECKING:
+    import click
+
+    class ConfigError(click.ClickException):
+        pass
+
+
+def __getattr__(name: str) -> Any:
+    """``ConfigError``, a ``click.ClickException`` (click shows it and exits
+    1), defined when first asked for: importing click is not on a session's
+    start-up path."""
+    if name != "ConfigError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import click
+
+    cls = type("ConfigError", (click.ClickException,), {"__module__": __name__, "__doc__": "A setting or the config file the command cannot use."})
+    globals()["ConfigError"] = cls
+    return cls
+
+
+def _config_error(message: str) -> Exception:
+    cls = globals().get("ConfigError") or __getattr__("ConfigError")
+    return cls(message)
 
 
 # ------------------------------------------------------------------ sources
@@ -203,15 +289,17 @@ class Resolved:
 def _convert(setting: Setting, value: Any) -> Any:
     """The value in the setting's type; ``click.BadParameter`` if it is not one."""
     if setting.type is bool:
-        if isinstance(value, bool):
+        return _to_bool(value)
+    if setting.type is str:
+        if isinstance(value, str):
             return value
-        return click.BOOL.convert(value, None, None)
-    if setting.type is str and not isinstance(value, str):
+        import click
+
         raise click.BadParameter(f"expected a string, got {type(value).__name__}")
-    return click.types.convert_type(setting.type).convert(value, None, None)
+    return setting.type.convert(value)
 
 
-def _bad(setting: Setting, origin: Origin, raw: Any, exc: click.BadParameter) -> SettingProblem:
+def _bad(setting: Setting, origin: Origin, raw: Any, exc: Any) -> SettingProblem:
     shown = f"{setting.name} = {raw!r}" if origin.kind == "file" else f"{origin.where}={raw}" if origin.kind == "env" else f"{origin.where} {raw}"
     where = f" in {origin.where}" if origin.kind == "file" else ""
     return SettingProblem(setting.name, f"invalid value {shown}{where}: {exc.message} ({origin.fix()})")
@@ -265,7 +353,7 @@ def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     Any problem raises :class:`ConfigError` (the first one's message)."""
     data, problems, _p = read_config_file(path)
     if problems:
-        raise ConfigError(problems[0].message)
+        raise _config_error(problems[0].message)
     return data
 
 
@@ -298,7 +386,11 @@ def resolve_settings(
         else:
             try:
                 values[s.name] = _convert(s, raw)
-            except click.BadParameter as exc:
+            except Exception as exc:
+                import click  # a value the types reject is the only way here: click is loaded
+
+                if not isinstance(exc, click.BadParameter):
+                    raise
                 problems.append(_bad(s, origin, raw, exc))
                 values[s.name], origin = s.default, DEFAULT
         origins[s.name] = origin
@@ -313,28 +405,15 @@ def resolve_codex_bin(configured: str | None, origin: Origin = DEFAULT) -> str:
         fix = f"point {origin} at the real codex" if origin.kind != "default" else "set codex_bin to the real codex"
         path = shutil.which(configured) or configured
         if not os.path.exists(path):
-            raise ConfigError(f"codex binary not found: {configured}{source}; {fix}")
+            raise _config_error(f"codex binary not found: {configured}{source}; {fix}")
         if _is_self(path):
-            raise ConfigError(f"{configured}{source} is the sidecar itself, not the codex binary; {fix}")
+            raise _config_error(f"{configured}{source} is the sidecar itself, not the codex binary; {fix}")
         return path
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = os.path.join(directory or ".", "codex")
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and not _is_self(candidate):
             return candidate
-    raise ConfigError(
+    raise _config_error(
         "cannot find the real codex binary: set --codex-bin, CODEX_SIDECAR_CODEX_BIN "
         "or codex_bin in the config file, or put codex on PATH"
     )
-
-
-def _is_self(path: str) -> bool:
-    """True for this program or a console script that launches it."""
-    real = os.path.realpath(path)
-    if sys.argv and sys.argv[0] and real == os.path.realpath(sys.argv[0]):
-        return True
-    try:
-        with open(real, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return head.startswith(b"#!") and b"sidecar.cli" in head

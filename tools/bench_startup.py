@@ -50,10 +50,17 @@ INITIALIZE = (
 )
 
 
-def sidecar_exe() -> list[str]:
-    """The console script users (and OpenClaw) start, beside this Python."""
-    script = Path(sys.executable).parent / "codex-sidecar"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "sidecar"]
+def sidecar_exe(tree: Path = ROOT) -> list[str]:
+    """What the console script users (and OpenClaw) start runs, for the
+    source tree ``tree``: its own ``codex-sidecar`` entry point (from its
+    pyproject.toml), run as the script runs it. A tree's entry point may
+    differ from the installed script's (sidecar.cli:main before issue 25,
+    sidecar.launch:main after), so --compare measures each tree's own."""
+    import tomllib
+
+    entry = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["scripts"]["codex-sidecar"]
+    module, _, fn = entry.partition(":")
+    return [sys.executable, "-c", f"import sys; from {module} import {fn}; sys.argv[0] = 'codex-sidecar'; sys.exit({fn}())"]
 
 
 def peak_rss_kib(pid: int) -> int | None:
@@ -83,8 +90,9 @@ def start_once(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 
     loads in the background once it answered included), and the CPU it had
     used when it answered (ms): on a busy machine the wall time is mostly
     waiting for a core, the CPU is not."""
+    err = tempfile.TemporaryFile()  # shown if it fails, else never read
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=cwd)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(INITIALIZE)
@@ -93,7 +101,10 @@ def start_once(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 
         while True:
             line = proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"{argv[0]} exited before answering initialize")
+                proc.wait()
+                err.seek(0)
+                tail = err.read()[-4000:].decode(errors="replace")
+                raise RuntimeError(f"{argv[:3]} exited ({proc.returncode}) before answering initialize; its stderr ends:\n{tail}")
             if b'"id":1' in line.replace(b" ", b""):
                 elapsed = (time.perf_counter() - t0) * 1000
                 cpu = cpu_ms(proc.pid)
@@ -111,6 +122,7 @@ def start_once(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 
             proc.kill()
             proc.wait()
         proc.stdout.close()
+        err.close()
     return elapsed, rss, cpu
 
 
@@ -142,11 +154,11 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT, compare: Path | N
     codex_argv = [codex, "app-server"]
     configs = {"codex": (codex_argv, env)}
     for engine in ENGINES:
-        configs[engine] = ([*sidecar_exe(), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
+        configs[engine] = ([*sidecar_exe(src), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
     if compare is not None:  # another tree's sidecar, in the same rounds
         other = {**env, "PYTHONPATH": str(compare) + env["PYTHONPATH"][len(str(src)) :]}
         for engine in ENGINES:
-            configs[f"{engine}@compare"] = ([*sidecar_exe(), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
+            configs[f"{engine}@compare"] = ([*sidecar_exe(compare), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
     names = list(configs)
     sidecars = [n for n in names if n != "codex"]
     series = {name: Series() for name in names}

@@ -111,6 +111,7 @@ class Proxy:
         self._shutdown_started = False
         self._parked: list[tuple[bool, Any]] | None = None
         """Client lines and pieces held until :meth:`release_client` (None: none held)."""
+        self._on_held: Callable[[], None] | None = None
         self._released = trio.Event()
         self._released.set()
 
@@ -331,13 +332,21 @@ class Proxy:
 
     # ------------------------------------------------- held at start-up
 
-    def hold_client(self) -> None:
+    def hold_client(self, on_held: Callable[[], None] | None = None) -> None:
         """Hold the client's lines, all but a first ``initialize``, until
         :meth:`release_client`: the relay passes codex's start-up handshake
         while the sidecar still imports its lifecycle and loads the engine,
-        and nothing the lifecycle hooks reaches codex before its hooks are in."""
+        and nothing the lifecycle hooks reaches codex before its hooks are in.
+        ``on_held`` is called once, when the first line is held or the client
+        ends its output while held: someone now waits for the release."""
         self._parked = []
         self._released = trio.Event()
+        self._on_held = on_held
+
+    def _note_held(self) -> None:
+        on_held, self._on_held = self._on_held, None
+        if on_held is not None:
+            on_held()
 
     def release_client(self) -> None:
         """Relay what was held, in order, and everything after it as it comes."""
@@ -359,12 +368,14 @@ class Proxy:
         parked = self._parked
         if parked is not None and (parked or not _is_initialize(line)):
             parked.append((True, line))
+            self._note_held()
             return
         self.router.from_client(line)
 
     def _client_piece(self, ev: Oversized | Fragment) -> None:
         if self._parked is not None:
             self._parked.append((False, ev))
+            self._note_held()
             return
         self.router.from_client_fragment(ev)
 
@@ -372,6 +383,8 @@ class Proxy:
 
     async def _pump_client(self) -> None:
         await self._pump(self._client_in, self.to_child, self._client_line, self._client_piece, self._expect_client)
+        if self._parked is not None:
+            self._note_held()
         await self._released.wait()  # what was held still goes to codex before its stdin closes
         if not self.router.child_gone:
             await self._shutdown_child("client closed its output (EOF)")

@@ -243,9 +243,10 @@ def make(config):
 
 
 def test_codex_starts_before_the_engine_loads_and_gets_a_signal_sent_meanwhile(tmp_path):
-    """The sidecar starts codex first and loads its engine while codex starts
-    up; a SIGTERM in that window goes to codex, and the sidecar still ends
-    with codex's status instead of dying of the signal itself."""
+    """The sidecar starts codex first and loads its engine once a client
+    line waits for it (here a request that is not ``initialize``); a SIGTERM
+    in that window goes to codex, and the sidecar still ends with codex's
+    status instead of dying of the signal itself."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "slow_start_engine.py").write_text(SLOW_ENGINE)
@@ -273,6 +274,9 @@ def test_codex_starts_before_the_engine_loads_and_gets_a_signal_sent_meanwhile(t
         env=env,
     )
     try:
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"id":1,"method":"thread/list","params":{}}\n')  # held until the engine is in
+        proc.stdin.flush()
         deadline = time.monotonic() + 20
         while not loading.exists() and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -258,3 +258,38 @@ def test_a_misspelt_engine_at_start_up_logs_did_you_mean_and_its_setting(tmp_pat
     (e,) = [e for e in map(json.loads, out.stderr.decode().splitlines()) if e["level"] == "error"]
     assert e["msg"] == "engine 'losless' is not installed (did you mean 'lossless'?)"
     assert e["setting"] == "CODEX_SIDECAR_ENGINE" and e["fix"] == "change or unset CODEX_SIDECAR_ENGINE"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1024", " 2048 ", "1_024", "12", "-5", "abc", "", "1e3", 4096, 1023, 2048.0, True, "nan", "inf", "0.5", "1", "0", "yes", "Off", "maybe", ["a"]],
+)
+def test_every_setting_converts_as_click_would(value):
+    """The settings convert without importing click on a session's start-up,
+    so each type must accept what click accepts, give the same value, and
+    reject with click's own message."""
+    import click
+
+    from sidecar.config import SETTINGS, _convert
+
+    for s in SETTINGS:
+        if s.type is str or s.name == "engine_allowlist":
+            continue
+        reference = click.BOOL if s.type is bool else {
+            "Choice": lambda t: click.Choice(t.choices),
+            "IntRange": lambda t: click.IntRange(min=t.min, max=t.max),
+            "FloatRange": lambda t: click.FloatRange(min=t.min, max=t.max),
+        }[type(s.type).__name__](s.type)
+        try:
+            want: object = ("ok", reference.convert(value, None, None))
+        except click.BadParameter as exc:
+            want = ("bad", exc.message)
+        except Exception as exc:  # click.BOOL on an int: as before
+            want = ("raises", type(exc))
+        try:
+            got: object = ("ok", _convert(s, value))
+        except click.BadParameter as exc:
+            got = ("bad", exc.message)
+        except Exception as exc:
+            got = ("raises", type(exc))
+        assert got == want or (got[0] == want[0] == "ok" and got[1] != got[1]), (s.name, value)  # (nan != nan)

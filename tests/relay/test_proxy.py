@@ -15,7 +15,7 @@ from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, parse
 from protocol.jsonrpc import PREFIX
 from sidecar.record import Recorder, read_recording
 from sidecar.relay import HANDLED, Hooks, ProxyOptions, RpcError
-from tests.support.harness import child, proxied
+from tests.support.harness import child, proxied, wait_until
 
 
 def frame(obj) -> bytes:
@@ -410,6 +410,39 @@ async def test_while_the_sidecar_starts_only_initialize_goes_to_codex_and_the_re
         lines = await c.wait_lines(4)
     # The notification (echoed by the child) and the requests, in the order they came.
     assert [json.loads(line).get("id", json.loads(line).get("method")) for line in lines] == [1, "initialized", 2, 3]
+
+
+async def test_holding_calls_back_at_the_first_held_line_not_at_initialize():
+    """The CLI loads the lifecycle once someone waits for it: the first line
+    held (not the handshake's ``initialize``), once."""
+    async with proxied(child("echo_rpc.py"), env={"ECHO_RPC_QUIET": "1"}) as c:
+        calls: list[int] = []
+        c.proxy.hold_client(on_held=lambda: calls.append(len(c.lines)))
+        await c.send(b'{"id":1,"method":"initialize","params":{}}\n')
+        await c.wait_lines(1)
+        await trio.sleep(0.1)
+        assert calls == []
+        await c.send(b'{"id":2,"method":"thread/start","params":{}}\n{"id":3,"method":"thread/list","params":{}}\n')
+        await wait_until(lambda: calls, what="on_held")
+        await trio.sleep(0.1)
+        assert calls == [1]
+        c.proxy.release_client()
+        await c.wait_lines(3)
+
+
+async def test_holding_calls_back_when_the_client_ends_while_held():
+    """A client that only sends ``initialize`` and hangs up waits for the
+    release too (what it sent goes to codex before its stdin closes)."""
+    async with proxied(child("echo_rpc.py"), env={"ECHO_RPC_QUIET": "1"}) as c:
+        held = trio.Event()
+        c.proxy.hold_client(on_held=held.set)
+        await c.send(b'{"id":1,"method":"initialize","params":{}}\n')
+        await c.wait_lines(1)
+        await c.close()
+        with trio.fail_after(5):
+            await held.wait()
+        c.proxy.release_client()
+        await c.wait_exit()
 
 
 async def test_a_request_held_at_start_up_when_codex_dies_is_answered_not_delivered():

@@ -23,3 +23,14 @@ def test_a_process_s_cpu_and_peak_rss_are_read_from_proc():
     assert cpu_ms(os.getpid()) > 0
     assert peak_rss_kib(os.getpid()) > 1000
     assert cpu_ms(2**22 + 7) is None and peak_rss_kib(2**22 + 7) is None
+
+
+def test_each_tree_is_started_through_its_own_entry_point(tmp_path):
+    """--compare against a checkout from before sidecar.launch must not run
+    this tree's entry point on that tree's modules."""
+    from tools.bench_startup import ROOT, sidecar_exe
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.scripts]\ncodex-sidecar = "sidecar.cli:main"\n')
+    old = sidecar_exe(tmp_path)
+    assert "from sidecar.cli import main" in old[-1]
+    assert "from sidecar.launch import main" in sidecar_exe(ROOT)[-1]
