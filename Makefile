@@ -14,7 +14,7 @@
 #   make bench-scale    600 turns on one thread: does a turn cost the same late as early (issue 17)
 #   make bench-lossless 300 turns, native codex against the lossless engine: input, cache-weighted
 #                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
-#   make bench-startup  spawn -> initialize answered: the sidecar (legacy, lossless) minus codex alone,
+#   make bench-startup  spawn -> initialize and thread/start answered: the sidecar (legacy, lossless) minus codex alone,
 #                       paired and interleaved in one run, p50, with peak RSS (ARGS="--rounds 40")
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
