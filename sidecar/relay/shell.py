@@ -35,6 +35,11 @@ from .router import Counters, Router
 
 log = logging.getLogger("codex_sidecar.proxy")
 
+HELD_BYTES = 1 << 20
+"""At most this much of the client's output is held while the lifecycle loads
+(plus one read): past it the relay stops reading the client until the release,
+so a client that writes at once cannot grow the sidecar's memory."""
+
 
 def _is_initialize(line: bytes) -> bool:
     if b'"initialize"' not in line:
@@ -111,6 +116,7 @@ class Proxy:
         self._shutdown_started = False
         self._parked: list[tuple[bool, Any]] | None = None
         """Client lines and pieces held until :meth:`release_client` (None: none held)."""
+        self._parked_bytes = 0
         self._on_held: Callable[[], None] | None = None
         self._released = trio.Event()
         self._released.set()
@@ -340,6 +346,7 @@ class Proxy:
         ``on_held`` is called once, when the first line is held or the client
         ends its output while held: someone now waits for the release."""
         self._parked = []
+        self._parked_bytes = 0
         self._released = trio.Event()
         self._on_held = on_held
 
@@ -368,6 +375,7 @@ class Proxy:
         parked = self._parked
         if parked is not None and (parked or not _is_initialize(line)):
             parked.append((True, line))
+            self._parked_bytes += len(line)
             self._note_held()
             return
         self.router.from_client(line)
@@ -375,6 +383,7 @@ class Proxy:
     def _client_piece(self, ev: Oversized | Fragment) -> None:
         if self._parked is not None:
             self._parked.append((False, ev))
+            self._parked_bytes += len(ev.data)
             self._note_held()
             return
         self.router.from_client_fragment(ev)
@@ -414,6 +423,10 @@ class Proxy:
         receive = receiver(stream, self.busy_poll, expect)
         while True:
             await out.wait_writable()
+            if out is self.to_child and self._parked is not None and self._parked_bytes >= HELD_BYTES:
+                # Held at start-up past the bound: read no more of the client
+                # (its writes block on the pipe) until the lifecycle is in.
+                await self._released.wait()
             try:
                 data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

@@ -453,3 +453,23 @@ async def test_a_request_held_at_start_up_when_codex_dies_is_answered_not_delive
         answers = {json.loads(line).get("id"): json.loads(line) for line in c.lines}
     assert answers[1]["error"]["code"] == OUTCOME_UNKNOWN  # codex had it
     assert answers[2]["error"]["code"] == CHILD_EXITED and answers[2]["error"]["data"]["outcome"] == "notDelivered"
+
+
+async def test_a_client_that_writes_at_once_while_held_is_read_no_further_than_the_bound():
+    """Held lines are memory: past ``HELD_BYTES`` the relay stops reading the
+    client until the release (its writes wait on the pipe), then everything
+    goes on, in order, nothing lost."""
+    from sidecar.relay.shell import HELD_BYTES, READ_SIZE
+
+    frame = b'{"method":"note","params":{"pad":"' + b"x" * 1000 + b'"}}\n'
+    count = 4 * HELD_BYTES // len(frame)
+    async with proxied(child("echo_rpc.py"), env={"ECHO_RPC_QUIET": "1"}) as c:
+        c.proxy.hold_client()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.send, frame * count)
+            await trio.sleep(0.5)
+            held = c.proxy._parked_bytes
+            assert 0 < held <= HELD_BYTES + READ_SIZE + len(frame), held
+            c.proxy.release_client()
+        lines = await c.wait_lines(count)
+    assert len(lines) == count and all(line == frame.rstrip(b"\n") for line in lines)
