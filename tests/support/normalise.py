@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 
+from tests.conformance.normalise import canonical
+
 UUIDISH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TIME_KEY = re.compile(r"(At|AtMs|Ms|_ms|_at|timestamp)$")
 # Wall-clock readings embedded in strings: rollout file names, metadata JSON.
@@ -59,13 +61,16 @@ UNORDERED = {"account/rateLimits/updated", "remoteControl/status/changed", "warn
 
 
 def client_view(clients, root: str) -> list:
+    """What each client received, normalised: notifications in the order
+    they came, then the responses by id (``canonical``: Codex writes a
+    response and the notifications of the work it starts from different
+    tasks, so a ``turn/start``'s answer comes before or after the turn's
+    first notifications from one run to the next, sidecar or not)."""
     norm = Normaliser(root)
     out = []
     for c in clients:
-        for line in c.received:
-            msg = json.loads(line)
-            if msg.get("method") in UNORDERED:
-                continue
+        frames = [json.loads(line) for line in c.received]
+        for msg in canonical(f for f in frames if f.get("method") not in UNORDERED):
             out.append(norm.value(msg))
     return out
 
