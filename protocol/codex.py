@@ -555,3 +555,19 @@ def decode_as(cls: type[_S], data: Any) -> _S:
         return msgspec.convert(data, cls)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise CodexDecodeError(f"{cls.__name__}: {str(exc)[:200]}") from None
+
+
+def callable_tool_names(tools: list[Any]) -> frozenset[str]:
+    """The names the model can call among a client's ``dynamicTools``: a
+    function's name, a namespace's members (OpenClaw declares most of its
+    tools in the namespaces ``openclaw`` and ``openclaw_direct``); an entry
+    of an unknown shape is skipped."""
+    names: set[str] = set()
+    for entry in tools:
+        if not isinstance(entry, dict):
+            continue
+        try:
+            names.update(decode_as(DynamicToolSpec, entry).tool_names())
+        except CodexDecodeError:
+            continue
+    return frozenset(names)

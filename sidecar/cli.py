@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from .config import ACTIVE_ENV, DEFAULT, SETTINGS, ConfigError, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
-from .launch import discard, serves_app_server
+from .early import discard, serves_app_server
 from .serve import _load_engine, _serve, freeze_startup_heap
 
 __all__ = ["_load_engine", "cli", "freeze_startup_heap", "main", "serves_app_server"]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .launch import ACTIVE_ENV as ACTIVE_ENV
-from .launch import is_self as _is_self
+from .early import ACTIVE_ENV as ACTIVE_ENV
+from .early import is_self as _is_self
 
 ENV_PREFIX = "CODEX_SIDECAR_"
 

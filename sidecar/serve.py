@@ -19,7 +19,7 @@ from typing import Any
 
 from .child import forward_signals_to, start_process
 from .config import ACTIVE_ENV, DEFAULT, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
-from .launch import adopt, child_env
+from .early import adopt, child_env
 from .logs import setup_logging
 
 log = logging.getLogger("codex_sidecar.cli")

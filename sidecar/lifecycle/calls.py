@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 import trio
 
 from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_method
+from protocol.codex import callable_tool_names
 
 from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
@@ -92,8 +93,6 @@ class EngineCalls:
         """A client's ``thread/start``, before the engine's tools join it."""
         tools = params.get("dynamicTools") if isinstance(params, dict) else None
         if isinstance(tools, list):
-            from .sessions import callable_tool_names  # (sessions imports this module)
-
             self.given_tools[client_id] = callable_tool_names(tools)
 
     def budget(self, session: ThreadSession) -> int:

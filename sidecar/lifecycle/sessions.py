@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from protocol.codex import CodexDecodeError, DynamicToolSpec, decode_as
+from protocol.codex import callable_tool_names
 
 from ..history.archive import TurnArchive, archive_path
 from ..relay import Decision, Message, PendingRequest, RpcError
@@ -595,19 +595,3 @@ def _restore_ledger(session: ThreadSession) -> None:
         # Killed between a rebuild and the turn that carried the projection:
         # the thread may hold only its framing.
         session.held, session.force_rebuild = [], True
-
-
-def callable_tool_names(tools: list[Any]) -> frozenset[str]:
-    """The names the model can call among a client's ``dynamicTools``: a
-    function's name, a namespace's members (OpenClaw declares most of its
-    tools in the namespaces ``openclaw`` and ``openclaw_direct``); an entry
-    of an unknown shape is skipped."""
-    names: set[str] = set()
-    for entry in tools:
-        if not isinstance(entry, dict):
-            continue
-        try:
-            names.update(decode_as(DynamicToolSpec, entry).tool_names())
-        except CodexDecodeError:
-            continue
-    return frozenset(names)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar import early as early_child
 from sidecar import launch
 from sidecar.config import SETTINGS, resolve_codex_bin
 from tests.support.harness import CHILDREN
@@ -72,7 +73,7 @@ def test_the_entry_point_imports_only_cheap_standard_modules():
     code = "import sys; before = set(sys.modules); import sidecar.launch; print(sorted(set(sys.modules) - before))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     new = set(json.loads(out.stdout.replace("'", '"')))
-    assert new - {"sidecar", "sidecar.child", "sidecar.launch"} <= CHEAP, sorted(new - CHEAP)
+    assert new - {"sidecar", "sidecar.child", "sidecar.early", "sidecar.launch"} <= CHEAP, sorted(new - CHEAP)
 
 
 CHEAP = {
@@ -124,7 +125,7 @@ def test_the_early_drop_in_child_is_the_codex_the_cli_resolves(source, tmp_path,
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     monkeypatch.delenv("CODEX_SIDECAR_CODEX_BIN", raising=False)
     monkeypatch.delenv("CODEX_SIDECAR_CONFIG", raising=False)
-    monkeypatch.delenv(launch.ACTIVE_ENV, raising=False)
+    monkeypatch.delenv(early_child.ACTIVE_ENV, raising=False)
     codex_args = ["-c", "model=x", "app-server", "--listen", "stdio://"]
     lead: list[str] = []
     value = str(configured)
@@ -151,9 +152,9 @@ def test_no_early_drop_in_child_when_the_cli_would_refuse(tmp_path, monkeypatch)
     monkeypatch.delenv("CODEX_SIDECAR_CODEX_BIN", raising=False)
     monkeypatch.delenv("CODEX_SIDECAR_CONFIG", raising=False)
     args = ["app-server"]
-    monkeypatch.setenv(launch.ACTIVE_ENV, "123")  # `codex` on PATH may lead back to a sidecar
+    monkeypatch.setenv(early_child.ACTIVE_ENV, "123")  # `codex` on PATH may lead back to a sidecar
     assert launch.predict_child(args, os.environ) is None
-    monkeypatch.delenv(launch.ACTIVE_ENV)
+    monkeypatch.delenv(early_child.ACTIVE_ENV)
     monkeypatch.setenv("CODEX_SIDECAR_CODEX_BIN", str(tmp_path / "missing"))
     assert launch.predict_child(args, os.environ) is None
     monkeypatch.delenv("CODEX_SIDECAR_CODEX_BIN")
@@ -221,11 +222,11 @@ def test_an_early_child_the_cli_does_not_take_is_ended_and_its_own_started(tmp_p
     try:
         assert early is not None and early.popen.poll() is None
         assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]  # forwarded meanwhile
-        assert launch.adopt([sys.executable, "-c", "pass"], launch.child_env()) is None
+        assert early_child.adopt([sys.executable, "-c", "pass"], early_child.child_env()) is None
         assert early.popen.poll() is not None and running_with(marker) == []
         assert {s: signal.getsignal(s) for s in before} == before
     finally:
-        launch.discard()
+        early_child.discard()
         if early is not None and early.popen.poll() is None:
             early.popen.kill()
             early.popen.wait()
@@ -235,12 +236,12 @@ def test_an_early_child_with_another_environment_is_not_adopted():
     early = launch.start_early(["proxy", "--", sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         assert early is not None
-        env = launch.child_env()
+        env = early_child.child_env()
         env["SOMETHING_SET_LATER"] = "1"
-        assert launch.adopt(early.argv, env) is None
+        assert early_child.adopt(early.argv, env) is None
         assert early.popen.poll() is not None
     finally:
-        launch.discard()
+        early_child.discard()
 
 
 def test_a_discarded_child_that_exits_at_stdin_eof_gets_no_signal(tmp_path):
@@ -262,11 +263,11 @@ def test_a_discarded_child_that_exits_at_stdin_eof_gets_no_signal(tmp_path):
         deadline = time.monotonic() + 10
         while not (mark.exists() and "ready" in mark.read_text()) and time.monotonic() < deadline:
             time.sleep(0.02)
-        launch.discard()
+        early_child.discard()
         assert early.popen.returncode == 0
         assert mark.read_text() == "ready\neof\n"
     finally:
-        launch.discard()
+        early_child.discard()
         if early is not None and early.popen.poll() is None:
             early.popen.kill()
             early.popen.wait()
