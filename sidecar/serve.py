@@ -105,7 +105,9 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
 
 
 def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen: Any, child_from: str) -> int:
-    import trio
+    from .trio_import import import_trio
+
+    trio = import_trio()
 
     from .child import Child
     from .record import Recorder

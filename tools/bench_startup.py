@@ -21,6 +21,12 @@ tokenizer it loads in the background counts. ``--check`` exits 1 past issue
 25's target, which is on ``initialize`` (``+100 ms`` p50, ``100 MB`` peak RSS
 with ``lossless``).
 
+Each measured tree's modules are compiled to bytecode first, as ``pip install``
+(or ``pipx install``) does for the wheel users run: a source tree imported
+with ``PYTHONDONTWRITEBYTECODE=1`` (set on some machines, this one included)
+and no ``__pycache__`` compiles every sidecar module on every start, ~60-100 ms
+of CPU that no installed sidecar pays.
+
     python -m tools.bench_startup [--rounds 20] [--json FILE] [--check]
 """
 
@@ -104,6 +110,18 @@ def sidecar_exe(tree: Path = ROOT) -> list[str]:
     entry = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["scripts"]["codex-sidecar"]
     module, _, fn = entry.partition(":")
     return [sys.executable, "-c", f"import sys; from {module} import {fn}; sys.argv[0] = 'codex-sidecar'; sys.exit({fn}())"]
+
+
+PACKAGES = ("sidecar", "protocol", "engines")
+"""The tree's packages the wheel installs (and so compiles)."""
+
+
+def compile_tree(tree: Path) -> bool:
+    """Compile ``tree``'s packages to bytecode where it is missing or stale,
+    as a wheel install does; whether every module compiled."""
+    import compileall
+
+    return all(compileall.compile_dir(str(tree / p), quiet=1) for p in PACKAGES if (tree / p).is_dir())
 
 
 def peak_rss_kib(pid: int) -> int | None:
@@ -304,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     if codex is None:
         print("no codex binary (make setup, or CODEX_SIDECAR_TEST_CODEX_BIN)", file=sys.stderr)
         return 2
+    for tree in [args.src, *([args.compare] if args.compare else [])]:
+        if not compile_tree(tree.resolve()):
+            print(f"{tree}: some modules do not compile", file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         figures = report(run(args.rounds, Path(tmp), codex, args.src.resolve(), args.compare.resolve() if args.compare else None))
     print("\n".join(table(figures, args.rounds)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from tools.bench_startup import Series, answer_to, cpu_ms, over_target, peak_rss_kib, report, table, thread_start
 
@@ -95,3 +96,22 @@ def test_each_tree_is_started_through_its_own_entry_point(tmp_path):
     old = sidecar_exe(tmp_path)
     assert "from sidecar.cli import main" in old[-1]
     assert "from sidecar.launch import main" in sidecar_exe(ROOT)[-1]
+
+
+def test_each_tree_is_compiled_as_a_wheel_install_compiles_it(tmp_path, monkeypatch):
+    """PYTHONDONTWRITEBYTECODE in the environment must not leave the
+    measured sidecar compiling its modules on every start."""
+    from tools.bench_startup import compile_tree
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    for package in ("sidecar", "engines"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("X = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("Y = 2\n")
+    assert compile_tree(tmp_path) is True
+    assert list((tmp_path / "sidecar" / "__pycache__").glob("__init__.*.pyc"))
+    assert list((tmp_path / "engines" / "__pycache__").glob("__init__.*.pyc"))
+    assert not (tmp_path / "tests" / "__pycache__").exists()  # only what the wheel installs
+    (tmp_path / "engines" / "broken.py").write_text("def f(:\n")
+    assert compile_tree(tmp_path) is False
