@@ -15,7 +15,6 @@ compaction to Codex.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -32,6 +31,8 @@ BUILTIN_DISTRIBUTION = "openclaw-codex-sidecar"
 
 def _builtin_version() -> str:
     """Version of the sidecar distribution, or a local marker when not installed."""
+    import importlib.metadata  # ~9 ms: only where a version is asked for, never on a legacy session's start
+
     try:
         return importlib.metadata.version(BUILTIN_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:

@@ -36,17 +36,19 @@ an engine.
 
 from __future__ import annotations
 
-import importlib.metadata
 import inspect
 import logging
 import re
 from collections.abc import Collection, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
 from .engine import EXTENSION_METHODS, OPTIONAL_METHODS, REQUIRED_METHODS, ContextEngine
 from .legacy import BUILTIN_DISTRIBUTION, LEGACY_ENGINE_ID, LegacyEngine, _builtin_version
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 __all__ = [
     "BUILTIN_ENGINES",
@@ -102,6 +104,8 @@ _BUILTIN_NORMALIZED = _normalize(BUILTIN_DISTRIBUTION)
 
 def _discover() -> list[tuple[EngineEntry, importlib.metadata.EntryPoint]]:
     """All entry points of the group, plus built-ins the metadata lacks."""
+    import importlib.metadata  # ~9 ms: when an engine is looked for, not when the package is imported
+
     found: list[tuple[EngineEntry, importlib.metadata.EntryPoint]] = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)

@@ -66,3 +66,60 @@ def test_releasing_pages_of_a_file_not_mapped_releases_nothing():
 
 def test_the_backend_module_name_is_the_one_engines_tokens_uses():
     assert tokenizer.BACKEND_MODULE == tokens._BACKEND_MODULE
+
+
+SMAPS = """\
+7f0000000000-7f0000001000 r--p 00000000 08:01 42                         /lib/bpe/_bindings.so
+Rss:                   4 kB
+Private_Clean:         4 kB
+Private_Dirty:         0 kB
+Anonymous:             0 kB
+VmFlags: rd mr mw me
+7f0000001000-7f0000400000 r-xp 00001000 08:01 42                         /lib/bpe/_bindings.so
+Rss:                1024 kB
+Private_Dirty:         0 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me
+7f0000400000-7f0002800000 r--p 00400000 08:01 42                         /lib/bpe/_bindings.so
+Rss:               36000 kB
+Private_Dirty:         0 kB
+Anonymous:             0 kB
+VmFlags: rd mr mw me
+7f0002800000-7f0002810000 r--p 02800000 08:01 42                         /lib/bpe/_bindings.so
+Rss:                  64 kB
+Private_Dirty:        64 kB
+Anonymous:            64 kB
+VmFlags: rd mr mw me ac
+7f0002810000-7f0002812000 rw-p 02810000 08:01 42                         /lib/bpe/_bindings.so
+Rss:                   8 kB
+Private_Dirty:         8 kB
+Anonymous:             8 kB
+VmFlags: rd wr mr mw me ac
+7f0002900000-7f0002a00000 r--p 00000000 08:01 43                         /lib/bpe/_bindings.so.bak
+Rss:                1024 kB
+Private_Dirty:         0 kB
+Anonymous:             0 kB
+7f0003000000-7f0003100000 rw-p 00000000 00:00 0
+Rss:                1024 kB
+Private_Dirty:      1024 kB
+Anonymous:          1024 kB
+"""
+
+
+def test_only_the_file_s_clean_read_only_mappings_are_dropped():
+    """Not the relocated (RELRO) one, the writable one, another file whose
+    name starts the same, or anonymous memory."""
+    assert tokenizer.clean_read_only_regions(SMAPS, "/lib/bpe/_bindings.so") == [
+        (0x7F0000000000, 0x7F0000001000),
+        (0x7F0000001000, 0x7F0000400000),
+        (0x7F0000400000, 0x7F0002800000),
+    ]
+    assert tokenizer.clean_read_only_regions(SMAPS, "/lib/other.so") == []
+
+
+def test_the_live_smaps_of_this_process_is_read():
+    import os
+
+    libc = next(line.split()[-1] for line in open("/proc/self/maps") if "libc" in line and line.split()[-1].startswith("/"))
+    found = tokenizer.clean_read_only_regions(open("/proc/self/smaps").read(), os.path.realpath(libc))
+    assert found  # libc's text at least: mapped read-only, never written
