@@ -30,11 +30,14 @@ import gc
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from .child import forward_signals_to, start_process
 from .early import ACTIVE_ENV, EarlyChild, child_env, discard, is_self, keep, serves_app_server
+
+TYPE_CHECKING = False  # typing costs ~3 ms before codex is spawned: annotations only
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 VALUE_SETTINGS = frozenset(
     {

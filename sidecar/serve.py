@@ -110,7 +110,6 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     trio = import_trio()
 
     from .child import Child
-    from .record import Recorder
     from .relay import Proxy, ProxyOptions
     from .session.options import LifecycleOptions
     from .store.usable import state_dir_problem
@@ -118,6 +117,8 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     settings = resolved.values
     recorder = None
     if settings.get("record"):
+        from .record import Recorder
+
         try:
             recorder = Recorder(settings["record"], redact=settings["record_redact"])
         except OSError as exc:

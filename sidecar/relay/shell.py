@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -27,11 +27,13 @@ import sidecar
 from protocol import Fragment, InvalidMessage, LineSplitter, Oversized, RpcId, parse
 
 from ..child import FORWARDED_SIGNALS, Child
-from ..record import Recorder
 from .control import AsyncControl
 from .edge import Edge
 from .messages import Hooks, Message
 from .router import Counters, Router
+
+if TYPE_CHECKING:
+    from ..record import Recorder  # only a session that records imports it
 
 log = logging.getLogger("codex_sidecar.proxy")
 

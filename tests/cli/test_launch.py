@@ -77,10 +77,10 @@ def test_the_entry_point_imports_only_cheap_standard_modules():
 
 
 CHEAP = {
-    "_locale", "_posixsubprocess", "_typing", "_weakrefset", "collections.abc", "fcntl", "locale", "math", "select",
-    "selectors", "signal", "subprocess", "threading", "typing", "typing.io", "typing.re", "errno", "contextlib", "gc",
+    "_locale", "_posixsubprocess", "_weakrefset", "collections.abc", "fcntl", "locale", "math", "select",
+    "selectors", "signal", "subprocess", "threading", "errno", "contextlib", "gc",
 }  # fmt: skip
-"""What ``subprocess`` and ``typing`` bring (no ``dataclasses``, ``inspect``, click, trio, ...)."""
+"""What ``subprocess`` brings (no ``typing``, ``dataclasses``, ``inspect``, click, trio, ...)."""
 
 
 @pytest.mark.parametrize(
