@@ -15,6 +15,9 @@ compaction to Codex.
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -29,9 +32,27 @@ LEGACY_ENGINE_ID = "legacy"
 BUILTIN_DISTRIBUTION = "openclaw-codex-sidecar"
 
 
+_DIST_INFO_PREFIX = BUILTIN_DISTRIBUTION.replace("-", "_") + "-"
+
+
+@functools.cache
 def _builtin_version() -> str:
-    """Version of the sidecar distribution, or a local marker when not installed."""
-    import importlib.metadata  # ~9 ms: only where a version is asked for, never on a legacy session's start
+    """Version of the sidecar distribution, or a local marker when not installed.
+
+    Read from the name of the first ``openclaw_codex_sidecar-<version>.dist-info``
+    folder on ``sys.path`` (what a wheel or an editable install writes), so a
+    built-in engine's start does not import :mod:`importlib.metadata` (~9 ms of
+    every session's start-up); asked of importlib.metadata when there is none.
+    """
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:  # a zip, a folder that went away
+            continue
+        for name in sorted(names):
+            if name.startswith(_DIST_INFO_PREFIX) and name.endswith(".dist-info"):
+                return name[len(_DIST_INFO_PREFIX) : -len(".dist-info")]
+    import importlib.metadata
 
     try:
         return importlib.metadata.version(BUILTIN_DISTRIBUTION)

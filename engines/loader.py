@@ -18,10 +18,13 @@ distribution names (compared after PEP 503 normalisation):
 * a collection (possibly empty): only those distributions, plus the sidecar's
   own distribution, which ships the built-ins and is always trusted.
 
-A built-in id (``legacy``) always resolves to the built-in, even if another
-distribution registers the same name: otherwise any installed package could
-silently replace the "do nothing" engine.  Built-ins are also resolvable when
-the sidecar runs from a checkout whose metadata lacks the entry point.
+A built-in id (``legacy``, ``lossless``, ...) always resolves to the built-in,
+even if another distribution registers the same name: otherwise any installed
+package could silently replace the "do nothing" engine.  A built-in is loaded
+without reading any entry point (importing :mod:`importlib.metadata` and
+reading every distribution's metadata is ~15 ms of each session's start-up);
+``codex-sidecar engines`` and ``doctor`` show a distribution that registers a
+built-in id, and that it is ignored.
 
 Failures
 --------
@@ -36,10 +39,11 @@ an engine.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
@@ -236,7 +240,22 @@ def validate_engine(engine: object, expected_id: str | None = None) -> ContextEn
     return cast(ContextEngine, engine)  # validated above, member by member
 
 
-def _select(engine_id: str, allowlist: Collection[str] | None) -> tuple[EngineEntry, importlib.metadata.EntryPoint]:
+def _import_value(value: str) -> Any:
+    """The object an entry point's value (``module:attr.attr``) names, as
+    ``EntryPoint.load`` finds it, without :mod:`importlib.metadata`."""
+    module, _, attrs = value.partition(":")
+    obj: Any = importlib.import_module(module.strip())
+    for name in filter(None, attrs.strip().split(".")):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _select(engine_id: str, allowlist: Collection[str] | None) -> tuple[EngineEntry, Callable[[], Any]]:
+    """The entry to load for ``engine_id`` and what imports its factory."""
+    if engine_id in BUILTIN_ENGINES:
+        value = BUILTIN_ENGINES[engine_id]
+        entry = EngineEntry(id=engine_id, distribution=BUILTIN_DISTRIBUTION, version=None, value=value, builtin=True)
+        return entry, lambda: _import_value(value)
     candidates = [pair for pair in _discover() if pair[0].id == engine_id]
     if not candidates:
         known = sorted({entry.id for entry, _ in _discover()})
@@ -244,16 +263,6 @@ def _select(engine_id: str, allowlist: Collection[str] | None) -> tuple[EngineEn
             f"no context engine {engine_id!r} is installed (entry point group {ENTRY_POINT_GROUP!r}); "
             f"available: {', '.join(known) or 'none'}"
         )
-    builtins = [pair for pair in candidates if pair[0].builtin]
-    if builtins:
-        for entry, _ in candidates:
-            if not entry.builtin:
-                logger.warning(
-                    "ignoring context engine %s: %r is a built-in engine id and cannot be replaced",
-                    _describe(entry),
-                    engine_id,
-                )
-        return builtins[0]
     trusted = [pair for pair in candidates if _is_trusted(pair[0], allowlist)]
     if not trusted:
         offered = ", ".join(sorted({entry.distribution or "<unknown>" for entry, _ in candidates}))
@@ -276,7 +285,7 @@ def _select(engine_id: str, allowlist: Collection[str] | None) -> tuple[EngineEn
             "distribution may supply engines; set an allowlist to restrict this",
             _describe(entry),
         )
-    return trusted[0]
+    return entry, ep.load
 
 
 def load_engine(
@@ -296,10 +305,10 @@ def load_engine(
     """
     if not isinstance(engine_id, str) or not engine_id:
         raise EngineLoadError(f"engine id must be a non-empty string, got {engine_id!r}")
-    entry, ep = _select(engine_id, allowlist)
+    entry, load = _select(engine_id, allowlist)
     where = _describe(entry)
     try:
-        factory = ep.load()
+        factory = load()
     except Exception as exc:
         raise EngineLoadError(f"cannot import context engine {where}: {type(exc).__name__}: {exc}") from exc
     if not callable(factory):

@@ -172,10 +172,12 @@ def engines_cmd(ctx: click.Context) -> None:
     allow = settings.get("engine_allowlist")
     rows = list_engines()
     table: list[tuple[str, ...]] = [("", "ENGINE", "DISTRIBUTION", "VERSION", "ENTRY POINT", "")]
+    builtin_ids = {e.id for e in rows if e.builtin}
     for e in rows:
         trusted = e.builtin or allow is None or _normalise(e.distribution) in {_normalise(a) for a in allow}
-        mark = "*" if e.id == settings["engine"] else " "
-        table.append((mark, e.id, e.distribution or "-", e.version or "-", e.value, "" if trusted else "(not in allowlist)"))
+        mark = "*" if e.id == settings["engine"] and (e.builtin or e.id not in builtin_ids) else " "
+        note = "(ignored: a built-in id)" if not e.builtin and e.id in builtin_ids else "" if trusted else "(not in allowlist)"
+        table.append((mark, e.id, e.distribution or "-", e.version or "-", e.value, note))
     for line in _columns(table):
         click.echo(line)
     click.echo("(* = selected)")

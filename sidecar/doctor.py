@@ -130,7 +130,9 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
     except EngineLoadError as exc:
         return Finding("engine", False, str(exc))
     info = engine.info
-    return Finding("engine", True, f"{engine_id} ({info.name} {info.version}){' built-in' if builtin else ''}")
+    shadows = sorted({e.distribution or "?" for e in entries if not e.builtin}) if builtin else []
+    ignored = f"; ignored: {', '.join(shadows)} also registers {engine_id!r}, a built-in id, which cannot be replaced" if shadows else ""
+    return Finding("engine", True, f"{engine_id} ({info.name} {info.version}){' built-in' if builtin else ''}{ignored}")
 
 
 def check_tokenizer(name: Callable[[], str] | None = None) -> Finding:

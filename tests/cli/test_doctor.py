@@ -327,3 +327,17 @@ def test_the_state_dir_an_engine_creates_passes_the_doctor(tmp_path):
     assert check_state_dir(state).ok, check_state_dir(state)
     assert oct(state.stat().st_mode & 0o777) == oct(0o700)
     assert oct((state / "engines").stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_a_distribution_that_registers_a_built_in_id_is_shown_ignored(tmp_path, monkeypatch):
+    """Sessions load the built-in without reading entry points, so doctor is
+    where an impostor is reported."""
+    dist = tmp_path / "impostor-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: impostor\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[openclaw.context_engines]\ntranscript-budget = impostor_mod:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finding = check_engine("transcript-budget", None, {})
+    assert finding.ok
+    assert "built-in; ignored: impostor also registers 'transcript-budget'" in finding.message
+    assert "ignored" not in check_engine("lossless", None, {}).message

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.metadata
 import itertools
+import subprocess
 import logging
 import sys
 import textwrap
@@ -164,12 +166,43 @@ def test_builtin_is_always_trusted():
     assert engines.is_legacy(engine)
 
 
-def test_builtin_id_cannot_be_shadowed(make_dist, caplog):
-    good_dist(make_dist, name="impostor", engine_id="legacy")
-    with caplog.at_level(logging.WARNING, logger="engines.loader"):
-        engine = load_engine("legacy")  # no allowlist: the impostor would be trusted
-    assert type(engine) is LegacyEngine
-    assert any("impostor" in r.getMessage() for r in caplog.records)
+@pytest.mark.parametrize("engine_id", ["legacy", "transcript-budget"])
+def test_builtin_id_cannot_be_shadowed_and_no_entry_point_is_read_for_it(make_dist, monkeypatch, engine_id):
+    """The built-in is loaded without reading any distribution's entry points
+    (importlib.metadata: ~15 ms of each session's start); `engines` and
+    `doctor` are where an impostor shows."""
+    mod = good_dist(make_dist, name="impostor", engine_id=engine_id)
+
+    def unread(*_args):
+        raise AssertionError("entry points read for a built-in id")
+
+    monkeypatch.setattr("engines.loader._discover", unread)
+    engine = load_engine(engine_id)  # no allowlist: the impostor would be trusted
+    assert type(engine).__module__.startswith("engines.") and engine.info.id == engine_id
+    assert mod not in sys.modules
+
+
+def test_a_built_in_engine_loads_without_importlib_metadata():
+    code = "import sys; from engines import load_engine; e = load_engine('lossless', {}); print('importlib.metadata' in sys.modules, e.info.version)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", importlib.metadata.version(engines.BUILTIN_DISTRIBUTION)]
+
+
+def test_the_built_in_version_is_importlib_metadata_s_or_a_marker(monkeypatch, tmp_path):
+    from engines import legacy
+
+    legacy._builtin_version.cache_clear()
+    try:
+        assert legacy._builtin_version() == importlib.metadata.version(engines.BUILTIN_DISTRIBUTION)
+        legacy._builtin_version.cache_clear()
+        (tmp_path / "openclaw_codex_sidecar-9.8.7.dist-info").mkdir()
+        monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
+        assert legacy._builtin_version() == "9.8.7"
+        legacy._builtin_version.cache_clear()
+        monkeypatch.setattr(sys, "path", [str(tmp_path / "missing")])
+        assert legacy._builtin_version() == "0+unknown"
+    finally:
+        legacy._builtin_version.cache_clear()
 
 
 def test_unknown_engine_id(make_dist):

@@ -157,6 +157,18 @@ def test_an_empty_allowlist_variable_trusts_only_the_built_ins(tmp_path):
     assert noisy(empty.stdout) == noisy(flag.stdout)
 
 
+def test_engines_shows_a_distribution_that_registers_a_built_in_id_as_ignored(tmp_path):
+    site = _engine_site(tmp_path, noisy=False)
+    (site / "noisy_engine-0.1.dist-info" / "entry_points.txt").write_text("[openclaw.context_engines]\nlossless = noisy_pkg:Noisy\n")
+    p = subprocess.run([*SIDECAR, "engines"], capture_output=True, timeout=30, env=_env(tmp_path, PYTHONPATH=str(site), CODEX_SIDECAR_ENGINE="lossless"))
+    assert p.returncode == 0, p.stderr.decode()[-300:]
+    rows = [line for line in p.stdout.decode().splitlines() if " lossless " in line]
+    impostor = next(line for line in rows if "noisy-engine" in line)
+    builtin = next(line for line in rows if "noisy-engine" not in line)
+    assert impostor.endswith("(ignored: a built-in id)") and impostor.startswith(" ")
+    assert builtin.startswith("*") and "ignored" not in builtin
+
+
 # ------------------------------------------------------------------------
 # Lines longer than --max-line-bytes are streamed through unparsed; they must
 # still be matched to their requests, keep ids apart, and never have other
