@@ -99,7 +99,22 @@ def answer_to(line: bytes) -> tuple[int | None, bool]:
     return msg["id"], "error" in msg
 
 
-def sidecar_exe(tree: Path = ROOT) -> list[str]:
+def installed_python(folder: Path) -> str:
+    """A Python laid out as ``pipx install .`` leaves one: this environment's
+    dependencies on its path, and not the import finder ``make setup``'s
+    ``pip install -e`` adds (read by ``site`` at every start: ~10 ms before
+    the entry point runs, which no installed sidecar pays). The measured tree
+    comes from ``PYTHONPATH``, compiled as the wheel would be."""
+    import sysconfig
+    import venv
+
+    venv.create(folder, with_pip=False, symlinks=True)
+    purelib = Path(sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})["purelib"])
+    (purelib / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # a path line: no .pth of it runs
+    return str(folder / "bin" / "python")
+
+
+def sidecar_exe(tree: Path = ROOT, python: str = sys.executable) -> list[str]:
     """What the console script users (and OpenClaw) start runs, for the
     source tree ``tree``: its own ``codex-sidecar`` entry point (from its
     pyproject.toml), run as the script runs it. A tree's entry point may
@@ -109,7 +124,7 @@ def sidecar_exe(tree: Path = ROOT) -> list[str]:
 
     entry = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["scripts"]["codex-sidecar"]
     module, _, fn = entry.partition(":")
-    return [sys.executable, "-c", f"import sys; from {module} import {fn}; sys.argv[0] = 'codex-sidecar'; sys.exit({fn}())"]
+    return [python, "-c", f"import sys; from {module} import {fn}; sys.argv[0] = 'codex-sidecar'; sys.exit({fn}())"]
 
 
 PACKAGES = ("sidecar", "protocol", "engines")
@@ -236,13 +251,14 @@ def run(rounds: int, work: Path, codex: str, src: Path = ROOT, compare: Path | N
     env["CODEX_SIDECAR_STATE_DIR"] = str(work / "state")
     env["CODEX_SIDECAR_LOG_LEVEL"] = "warning"
     codex_argv = [codex, "app-server"]
+    python = installed_python(work / "python")
     configs = {"codex": (codex_argv, env)}
     for engine in ENGINES:
-        configs[engine] = ([*sidecar_exe(src), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
+        configs[engine] = ([*sidecar_exe(src, python), "proxy", "--", *codex_argv], {**env, "CODEX_SIDECAR_ENGINE": engine})
     if compare is not None:  # another tree's sidecar, in the same rounds
         other = {**env, "PYTHONPATH": str(compare) + env["PYTHONPATH"][len(str(src)) :]}
         for engine in ENGINES:
-            configs[f"{engine}@compare"] = ([*sidecar_exe(compare), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
+            configs[f"{engine}@compare"] = ([*sidecar_exe(compare, python), "proxy", "--", *codex_argv], {**other, "CODEX_SIDECAR_ENGINE": engine})
     names = list(configs)
     sidecars = [n for n in names if n != "codex"]
     series = {name: Series() for name in names}

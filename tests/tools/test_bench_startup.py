@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 from tools.bench_startup import Series, answer_to, cpu_ms, over_target, peak_rss_kib, report, table, thread_start
@@ -115,3 +116,14 @@ def test_each_tree_is_compiled_as_a_wheel_install_compiles_it(tmp_path, monkeypa
     assert not (tmp_path / "tests" / "__pycache__").exists()  # only what the wheel installs
     (tmp_path / "engines" / "broken.py").write_text("def f(:\n")
     assert compile_tree(tmp_path) is False
+
+
+def test_the_sidecar_runs_on_a_python_laid_out_as_an_installed_one(tmp_path):
+    """The dependencies import; the editable install's finder does not load."""
+    from tools.bench_startup import installed_python
+
+    python = installed_python(tmp_path / "py")
+    code = "import sys, trio, msgspec, click; print(any('__editable__' in type(f).__module__ or '__editable__' in repr(f) for f in sys.meta_path))"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
