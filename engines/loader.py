@@ -69,8 +69,10 @@ logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "openclaw.context_engines"
 
-#: Built-in engine ids and their factories, used when the sidecar's own
-#: distribution metadata does not (yet) declare them as entry points.
+#: Built-in engine ids and their factories: what a session loads for these
+#: ids (without reading any entry point), and what the sidecar's own
+#: distribution declares in pyproject.toml (kept equal by a test), which
+#: ``list_engines`` shows.
 BUILTIN_ENGINES: Mapping[str, str] = {
     LEGACY_ENGINE_ID: "engines.legacy:LegacyEngine",
     "transcript-budget": "engines.budget:TranscriptBudgetEngine",
@@ -254,7 +256,7 @@ def _select(engine_id: str, allowlist: Collection[str] | None) -> tuple[EngineEn
     """The entry to load for ``engine_id`` and what imports its factory."""
     if engine_id in BUILTIN_ENGINES:
         value = BUILTIN_ENGINES[engine_id]
-        entry = EngineEntry(id=engine_id, distribution=BUILTIN_DISTRIBUTION, version=None, value=value, builtin=True)
+        entry = EngineEntry(id=engine_id, distribution=BUILTIN_DISTRIBUTION, version=_builtin_version(), value=value, builtin=True)
         return entry, lambda: _import_value(value)
     candidates = [pair for pair in _discover() if pair[0].id == engine_id]
     if not candidates:

@@ -101,13 +101,22 @@ def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     return Finding("state dir", True, f"{p} (0700, writable)")
 
 
+def _impostors(installed: list[Any]) -> str:
+    """The distributions that register a built-in engine id, which sessions
+    ignore without reading them (engines.loader): said here, or nowhere."""
+    builtin_ids = {e.id for e in installed if e.builtin}
+    shadows = sorted({f"{e.distribution or '?'} ({e.id!r})" for e in installed if not e.builtin and e.id in builtin_ids})
+    return f"; ignored, as built-in ids cannot be replaced: {', '.join(shadows)}" if shadows else ""
+
+
 def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapping[str, Any]) -> Finding:
     """The selected engine loads, and comes from a trusted distribution."""
     from engines import EngineLoadError, list_engines, load_engine
 
-    if not engine_id or engine_id == "legacy":
-        return Finding("engine", True, "legacy (pass-through: no context engine)")
     installed = list_engines()
+    ignored = _impostors(installed)
+    if not engine_id or engine_id == "legacy":
+        return Finding("engine", True, f"legacy (pass-through: no context engine){ignored}")
     entries = [e for e in installed if e.id == engine_id]
     if not entries:
         ids = sorted({e.id for e in installed} | {"legacy"})
@@ -130,8 +139,6 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
     except EngineLoadError as exc:
         return Finding("engine", False, str(exc))
     info = engine.info
-    shadows = sorted({e.distribution or "?" for e in entries if not e.builtin}) if builtin else []
-    ignored = f"; ignored: {', '.join(shadows)} also registers {engine_id!r}, a built-in id, which cannot be replaced" if shadows else ""
     return Finding("engine", True, f"{engine_id} ({info.name} {info.version}){' built-in' if builtin else ''}{ignored}")
 
 

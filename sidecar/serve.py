@@ -292,7 +292,9 @@ def freeze_startup_heap() -> int:
     Nothing is collected first: start-up leaves ~2,200 unreachable objects
     (~0.5 MB: the classes attrs replaces when it adds slots, import-time
     cycles), and finding them takes ~10 ms on the path of the client's
-    second request; they are frozen with the rest.
+    second request; they are frozen with the rest. (So is any cycle a
+    third-party engine's factory left behind: an object in it never runs its
+    finaliser, say a file it left open, which the process's exit closes.)
     """
     gc.freeze()
     gc.enable()  # the entry point turned it off for start-up (sidecar.launch)

@@ -3,15 +3,20 @@
 trio names its worker threads with ``pthread_setname_np`` and looks for the
 library that has it while ``trio._core._thread_cache`` is imported:
 ``ctypes.util.find_library("pthread")``, which on Linux starts
-``/sbin/ldconfig -p`` and reads all of its output. That is ~17 ms of a
-session's start-up (before the relay can answer anything, paid on every
-OpenClaw turn), spent in a second process on a core codex is starting on.
+``/sbin/ldconfig -p`` and reads all of its output: ~2 ms on an idle machine,
+up to ~17 ms of a session's start-up while codex boots on the other core
+(before the relay can answer anything, paid on every OpenClaw turn).
 
 On glibc 2.34 and later the pthread functions are in libc itself, which the
 process has loaded already, so :func:`import_trio` answers that one question
 with ``libc.so.6`` for the length of the import, and trio names its threads
 as before. Elsewhere (an older glibc, musl, another system) trio is imported
-as it is.
+as it is. (Where glibc names its libc otherwise, ``libc.so.6.1`` on alpha
+and ia64, trio then finds no ``pthread_setname_np`` and leaves its threads
+unnamed; nothing else changes.)
+
+Call it before any other thread starts (the session does, first thing): the
+patch is process-wide for the length of the import.
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ def libc_with_pthreads() -> str | None:
 def import_trio() -> ModuleType:
     """``import trio``, without the ``ldconfig`` run where libc has the
     pthread functions; ``ctypes.util.find_library`` is itself again after."""
-    loaded = sys.modules.get("trio")
-    if loaded is not None:
-        return loaded
+    if "trio" in sys.modules:  # imported, or being imported: the import lock decides
+        import trio
+
+        return trio
     libc = libc_with_pthreads()
     if libc is None:
         import trio

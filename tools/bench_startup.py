@@ -109,7 +109,7 @@ def installed_python(folder: Path) -> str:
     import venv
 
     venv.create(folder, with_pip=False, symlinks=True)
-    purelib = Path(sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})["purelib"])
+    purelib = Path(sysconfig.get_paths(scheme="venv", vars={"base": str(folder), "platbase": str(folder)})["purelib"])
     (purelib / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # a path line: no .pth of it runs
     return str(folder / "bin" / "python")
 
@@ -136,7 +136,7 @@ def compile_tree(tree: Path) -> bool:
     as a wheel install does; whether every module compiled."""
     import compileall
 
-    return all(compileall.compile_dir(str(tree / p), quiet=1) for p in PACKAGES if (tree / p).is_dir())
+    return all([compileall.compile_dir(str(tree / p), quiet=1) for p in PACKAGES if (tree / p).is_dir()])
 
 
 def peak_rss_kib(pid: int) -> int | None:

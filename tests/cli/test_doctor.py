@@ -337,7 +337,9 @@ def test_a_distribution_that_registers_a_built_in_id_is_shown_ignored(tmp_path, 
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: impostor\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[openclaw.context_engines]\ntranscript-budget = impostor_mod:make\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    finding = check_engine("transcript-budget", None, {})
-    assert finding.ok
-    assert "built-in; ignored: impostor also registers 'transcript-budget'" in finding.message
+    for selected in ("transcript-budget", "lossless", "legacy"):  # whichever engine is selected
+        finding = check_engine(selected, None, {})
+        assert finding.ok, finding
+        assert finding.message.endswith("; ignored, as built-in ids cannot be replaced: impostor ('transcript-budget')"), finding.message
+    (dist / "entry_points.txt").write_text("[openclaw.context_engines]\nnew-engine = impostor_mod:make\n")
     assert "ignored" not in check_engine("lossless", None, {}).message

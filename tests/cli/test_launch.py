@@ -39,11 +39,13 @@ sys.exit(main())
 """
 
 
-def traced(tmp_path: Path, args: list[str], env: dict[str, str], *, stdin: bytes = b"", module: str = "launch") -> tuple[subprocess.CompletedProcess[bytes], list[list]]:
+def traced(
+    tmp_path: Path, args: list[str], env: dict[str, str], *, stdin: bytes = b"", module: str = "launch", heavy: tuple[str, ...] = HEAVY
+) -> tuple[subprocess.CompletedProcess[bytes], list[list]]:
     trace = tmp_path / f"trace-{module}.json"
     full = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
     full.update(env)
-    full.update(TRACE_FILE=str(trace), TRACE_HEAVY=json.dumps(HEAVY), XDG_CONFIG_HOME=str(tmp_path / "no-config"))
+    full.update(TRACE_FILE=str(trace), TRACE_HEAVY=json.dumps(heavy), XDG_CONFIG_HOME=str(tmp_path / "no-config"))
     out = subprocess.run([sys.executable, "-c", TRACED.format(module=module), *args], input=stdin, capture_output=True, env=full, timeout=60)
     return out, json.loads(trace.read_text())
 
@@ -189,6 +191,28 @@ def test_the_child_starts_before_the_sidecar_imports_its_heavy_modules(tmp_path)
     _out, events = traced(tmp_path, ["proxy", "--", *argv], env, stdin=stdin, module="cli")
     spawn_at = next(i for i, e in enumerate(events) if e[0] == "spawn" and e[1] == argv)
     assert spawn_at > events.index(["import", "trio"]) or spawn_at > events.index(["import", "click"])
+
+
+@pytest.mark.parametrize("engine", ["legacy", "lossless"])
+def test_a_session_starts_without_what_it_does_not_use(tmp_path, engine):
+    """The session's whole start (relay, lifecycle, engine) spawns nothing but
+    the child (trio's import runs ``ldconfig -p`` unless sidecar.trio_import
+    imports it) and imports no importlib.metadata (a built-in engine is found
+    without entry points), and no recorder or secret scanner when nothing is
+    recorded."""
+    argv = [sys.executable, str(CHILDREN / "echo_rpc.py")]
+    # The second request waits for the lifecycle and the engine (held lines go on once they are in).
+    stdin = b'{"id":1,"method":"initialize","params":{}}\n{"id":2,"method":"thread/list","params":{}}\n'
+    env = {"ECHO_RPC_QUIET": "1", "CODEX_SIDECAR_ENGINE": engine, "CODEX_SIDECAR_STATE_DIR": str(tmp_path / "state")}
+    watched = ("sidecar.lifecycle", "engines.lossless.engine", "importlib.metadata", "sidecar.record", "sidecar.scrub")
+    out, events = traced(tmp_path, ["proxy", "--", *argv], env, stdin=stdin, heavy=watched)
+    assert out.returncode == 0, out.stderr.decode()
+    assert [json.loads(line)["id"] for line in out.stdout.splitlines()] == [1, 2]
+    assert [e[1] for e in events if e[0] == "spawn"] == [argv]
+    imported = {e[1] for e in events if e[0] == "import"}
+    assert "sidecar.lifecycle" in imported  # the whole start ran
+    assert ("engines.lossless.engine" in imported) == (engine == "lossless")
+    assert not imported & {"importlib.metadata", "sidecar.record", "sidecar.scrub"}, imported
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import gc
 import importlib
 import importlib.metadata
 import itertools
-import subprocess
 import logging
+import subprocess
 import sys
 import textwrap
 import warnings
@@ -183,9 +183,28 @@ def test_builtin_id_cannot_be_shadowed_and_no_entry_point_is_read_for_it(make_di
 
 
 def test_a_built_in_engine_loads_without_importlib_metadata():
-    code = "import sys; from engines import load_engine; e = load_engine('lossless', {}); print('importlib.metadata' in sys.modules, e.info.version)"
+    code = (
+        "import sys; before = set(sys.modules); from engines import load_engine; e = load_engine('lossless', {}); "
+        "print('importlib.metadata' in set(sys.modules) - before, e.info.version)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.split() == ["False", importlib.metadata.version(engines.BUILTIN_DISTRIBUTION)]
+    assert out.stdout.split() == ["False", installed_version()]
+
+
+def installed_version() -> str:
+    try:
+        return importlib.metadata.version(engines.BUILTIN_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # a bare checkout
+        return "0+unknown"
+
+
+def test_the_built_ins_are_the_entry_points_the_distribution_declares():
+    """What `engines` lists (the metadata) and what sessions load (the table)."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(engines.__file__).parent.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"][engines.ENTRY_POINT_GROUP] == dict(engines.BUILTIN_ENGINES)
 
 
 def test_the_built_in_version_is_importlib_metadata_s_or_a_marker(monkeypatch, tmp_path):
@@ -193,7 +212,7 @@ def test_the_built_in_version_is_importlib_metadata_s_or_a_marker(monkeypatch, t
 
     legacy._builtin_version.cache_clear()
     try:
-        assert legacy._builtin_version() == importlib.metadata.version(engines.BUILTIN_DISTRIBUTION)
+        assert legacy._builtin_version() == installed_version()
         legacy._builtin_version.cache_clear()
         (tmp_path / "openclaw_codex_sidecar-9.8.7.dist-info").mkdir()
         monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
