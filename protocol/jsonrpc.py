@@ -25,7 +25,6 @@ bytes is the caller's business (the h11 style).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -33,8 +32,7 @@ import msgspec
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Oversized:
+class Oversized(msgspec.Struct, frozen=True):
     """A piece of a line too long to parse.
 
     ``data`` is raw bytes to forward as they are. The last piece of the line
@@ -46,8 +44,7 @@ class Oversized:
     end: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Fragment:
+class Fragment(msgspec.Struct, frozen=True):
     """Bytes after the last newline when the stream ended.
 
     Forwarded as they are (no newline is invented), so nothing is lost.

@@ -21,9 +21,10 @@ import os
 import shutil
 import tomllib
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .early import ACTIVE_ENV as ACTIVE_ENV
 from .early import is_self as _is_self
@@ -115,8 +116,7 @@ def default_state_dir() -> Path:
     return Path(base) / "codex-sidecar"
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(msgspec.Struct, frozen=True):
     name: str
     type: Any
     default: Any
@@ -222,8 +222,7 @@ def _config_error(message: str) -> Exception:
 # ------------------------------------------------------------------ sources
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(msgspec.Struct, frozen=True):
     """Where a setting's value came from: shown by ``doctor``, ``sidecar/status``
     and the start-up log line, and named by every error about the value."""
 
@@ -253,8 +252,7 @@ class Origin:
 DEFAULT = Origin("default", "")
 
 
-@dataclass(frozen=True)
-class SettingProblem:
+class SettingProblem(msgspec.Struct, frozen=True):
     """A value the sidecar cannot use. ``setting`` is None for the config
     file as a whole (unreadable, or a key that is no setting)."""
 
@@ -262,8 +260,7 @@ class SettingProblem:
     message: str
 
 
-@dataclass
-class Resolved:
+class Resolved(msgspec.Struct):
     """Every setting's value and origin, and what was wrong on the way."""
 
     values: dict[str, Any]

@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .config import DEFAULT, ConfigError, Origin, Resolved, default_config_path, did_you_mean, load_config_file, resolve_codex_bin
 
@@ -29,8 +30,7 @@ MIN_CODEX = (0, 149, 0)
 the version out of ``initialize``'s ``userAgent``)."""
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     check: str
     ok: bool
     message: str

@@ -115,8 +115,9 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from engines.api import (
     AssistantMessage,
@@ -218,8 +219,7 @@ class ProjectionError(Exception):
         self.reason: ProjectionErrorReason = reason
 
 
-@dataclass(frozen=True)
-class Projection:
+class Projection(msgspec.Struct, frozen=True):
     """The result of :func:`project_turn_input`.  Treat every field as read-only.
 
     ``input`` is the new ``turn/start.input`` (the context item first when

@@ -45,7 +45,6 @@ own call id.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -130,16 +129,14 @@ NATIVE_COMPACTION_CUSTOM_TYPE = "codex-native-compaction"
 # --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class MirrorMessage:
+class MirrorMessage(msgspec.Struct, frozen=True):
     """One AgentMessage to mirror, with its idempotency key."""
 
     key: str
     message: AgentMessage
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class NativeCompaction:
+class NativeCompaction(msgspec.Struct, frozen=True):
     """Codex compacted the thread natively: a marker, not model context.
 
     The mirror stores it as a ``custom`` entry (:attr:`custom_type`,

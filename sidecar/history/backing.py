@@ -46,7 +46,6 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,20 +128,19 @@ ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
 """Where Codex keeps an archived thread's rollout (under its home)."""
 
 
-@dataclass
-class Alias:
+class Alias(msgspec.Struct):
     client: str
     start: dict[str, Any]
     """The client's ``thread/start`` params: a spare is started with them."""
     current: str = ""
-    retired: list[str] = field(default_factory=list)
+    retired: list[str] = msgspec.field(default_factory=list)
     spare: str | None = None
-    sticky: dict[str, Any] = field(default_factory=dict)
+    sticky: dict[str, Any] = msgspec.field(default_factory=dict)
     name: str | None = None
     pending: bool = False
     """The last switch's turn was not accepted by Codex yet (the current
     thread may have no rollout)."""
-    listed: dict[str, Any] = field(default_factory=dict)
+    listed: dict[str, Any] = msgspec.field(default_factory=dict)
     """The client's thread as Codex showed it before any switch
     (``preview``, ``createdAt``, ``path``): the current backing thread's
     ``thread/list`` entry and its ``thread/read``, ``thread/resume`` and

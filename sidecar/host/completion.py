@@ -37,9 +37,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import trio
 
 from engines import CompleteParams, CompleteResult, EngineHostError, Usage
@@ -85,8 +85,7 @@ def turn_params(thread_id: str, params: CompleteParams) -> dict[str, Any]:
     return {"threadId": thread_id, "input": [{"type": "text", "text": params.prompt, "text_elements": []}]}
 
 
-@dataclass
-class Collector:
+class Collector(msgspec.Struct):
     """What the frames of one completion thread say, sans I/O: fed each
     frame the edge drops for the thread, in order."""
 
@@ -96,7 +95,7 @@ class Collector:
     error: str | None = None
     turn_id: str | None = None
     finished: bool = False
-    requests: list[Any] = field(default_factory=list)
+    requests: list[Any] = msgspec.field(default_factory=list)
     """Ids of server requests Codex sent about the thread (refused)."""
 
     def feed(self, line: bytes) -> None:

@@ -16,7 +16,7 @@ request params, the settings and the state dir, is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..history.reads import ArchivedTurns
 from ..rebuild import InPlace, Rebuilder
@@ -24,8 +24,7 @@ from ..rebuild.fresh import Spares
 from .compaction import Compaction
 
 
-@dataclass(frozen=True)
-class HistoryMoves:
+class HistoryMoves(msgspec.Struct, frozen=True):
     archived: ArchivedTurns
     """The turns rebuilds took out of Codex, spliced back into the client's reads."""
     rebuilder: Rebuilder

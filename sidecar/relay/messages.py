@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
@@ -36,8 +35,7 @@ Decision = None | bytes | _Handled
 _UNDECODED: Any = object()
 
 
-@dataclass(slots=True)
-class Message:
+class Message(msgspec.Struct):
     """One parsed frame: its routing envelope, its exact bytes, and (once a
     hook asks) its decoded form and typed views.
 
@@ -58,9 +56,9 @@ class Message:
 
     env: Envelope
     line: bytes
-    _body: Any = field(default=_UNDECODED, repr=False, compare=False)
-    _views: dict[type, Any] | None = field(default=None, repr=False, compare=False)
-    _changes: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    _body: Any = _UNDECODED
+    _views: dict[type, Any] | None = None
+    _changes: dict[str, Any] | None = None
 
     @property
     def id(self) -> RpcId:
@@ -164,8 +162,7 @@ class Message:
         return decode(self.env.error) if self.env.error else None
 
 
-@dataclass(slots=True)
-class PendingRequest:
+class PendingRequest(msgspec.Struct):
     """A client request the sidecar has taken in and not yet seen answered."""
 
     client_id: RpcId
@@ -198,16 +195,15 @@ ServerMessageHook = Callable[[Message], Decision]
 ResponseHook = Callable[[Message, PendingRequest], Decision]
 
 
-@dataclass
-class Hooks:
+class Hooks(msgspec.Struct):
     """Interception points, by method name. Hooks run in order; the first
     HANDLED stops the chain, a returned ``bytes`` replaces the message for the
     hooks after it and for the wire."""
 
-    client_requests: dict[str, list[ClientRequestHook]] = field(default_factory=dict)
-    responses: dict[str, list[ResponseHook]] = field(default_factory=dict)
-    server_notifications: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
-    server_requests: dict[str, list[ServerMessageHook]] = field(default_factory=dict)
+    client_requests: dict[str, list[ClientRequestHook]] = msgspec.field(default_factory=dict)
+    responses: dict[str, list[ResponseHook]] = msgspec.field(default_factory=dict)
+    server_notifications: dict[str, list[ServerMessageHook]] = msgspec.field(default_factory=dict)
+    server_requests: dict[str, list[ServerMessageHook]] = msgspec.field(default_factory=dict)
 
     def on_client_request(self, method: str, hook: ClientRequestHook) -> None:
         self.client_requests.setdefault(method, []).append(hook)

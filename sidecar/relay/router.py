@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -72,8 +71,7 @@ class Sink(Protocol):
     def put_raw(self, data: bytes, end: bool) -> bool: ...
 
 
-@dataclass
-class Counters:
+class Counters(msgspec.Struct):
     frames: int = 0
     bytes: int = 0
     invalid: int = 0

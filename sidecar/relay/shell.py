@@ -17,7 +17,6 @@ import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -53,8 +52,7 @@ def _is_initialize(line: bytes) -> bool:
     return env.method == "initialize" and env.id is not msgspec.UNSET
 
 
-@dataclass
-class ProxyOptions:
+class ProxyOptions(msgspec.Struct):
     max_line: int = 64 * 1024 * 1024
     eof_grace: float = 2.0
     """Seconds the child gets to exit on its own after the client hangs up."""

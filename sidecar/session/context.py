@@ -15,16 +15,16 @@ rebuilder, another job) stay explicit parameters of that job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..relay import Proxy
 from .options import LifecycleOptions
 from .state import RequestParams, ThreadSession
 
 
-@dataclass(frozen=True)
-class LifecycleContext:
+class LifecycleContext(msgspec.Struct, frozen=True):
     """Frozen: who shares what is fixed at wiring; the table and the request
     params it points to are the shared, mutable state."""
 

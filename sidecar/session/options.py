@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 PROJECTION_MODES = ("auto", "per_turn", "epoch", "delta")
 
 
-@dataclass
-class LifecycleOptions:
+class LifecycleOptions(msgspec.Struct):
     engine_deadline: float = 20.0
     """Seconds one engine call may take before the sidecar falls back."""
     token_budget: int | None = None

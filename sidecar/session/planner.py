@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -138,8 +137,7 @@ class FingerprintCache:
 # -- the plan -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ThreadHoldings:
+class ThreadHoldings(msgspec.Struct, frozen=True):
     """What the Codex thread holds, as the sidecar knows it (the plan's view
     of the thread's ledger, ``store/ledger.py``)."""
 
@@ -153,15 +151,13 @@ class ThreadHoldings:
     """The ledger knows of turns the Codex thread holds since its last rebuild."""
 
 
-@dataclass(frozen=True)
-class Slack:
+class Slack(msgspec.Struct, frozen=True):
     stale_slack: float = 0.10
     stale_floor_chars: int = 4000
     token_budget: int | None = None
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     action: Literal["tail", "rebuild", "nothing"]
     """tail: project ``assembly[tail_from:]`` (maybe nothing) on top of what
     the thread holds; rebuild: move the thread back to its framing and
@@ -216,8 +212,7 @@ def plan_turn(
     return Plan("rebuild", tuple(assembly), epoch_pending=epoch if mode == "epoch" else None)
 
 
-@dataclass(frozen=True)
-class HeldMatch:
+class HeldMatch(msgspec.Struct, frozen=True):
     """How the assembly lines up with what the thread holds."""
 
     kept: int

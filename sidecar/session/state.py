@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,8 +66,7 @@ from ..store.mirror import TranscriptMirror
 from .planner import FingerprintCache
 
 
-@dataclass
-class Unfollowed:
+class Unfollowed(msgspec.Struct):
     """A client revert Codex answered that the mirror has not followed yet."""
 
     before: str
@@ -80,36 +78,34 @@ class Unfollowed:
     """The proxy gate holding the client's later requests on the thread."""
 
 
-@dataclass
-class RevertNoise:
+class RevertNoise(msgspec.Struct):
     """What the client must not see of a thread's rebuild reverts: while one
     is unanswered, every status notification of the thread; and one
     ``thread/reverted`` per revert (Codex sends it after the answer). Each
     revert has a ticket; a ``thread/reverted`` takes the oldest."""
 
     answered: bool = False
-    tickets: list[trio.Event] = field(default_factory=list)
+    tickets: list[trio.Event] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class TurnState:
+class TurnState(msgspec.Struct):
     client_id: Any
     original_input: list[dict[str, Any]] | None
     pre_prompt_count: int = 0
-    history: list[AgentMessage] = field(default_factory=list)
+    history: list[AgentMessage] = msgspec.field(default_factory=list)
     turn_id: str | None = None
     heartbeat: bool = False
     """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
-    items: dict[str, dict[str, Any]] = field(default_factory=dict)
-    item_times: dict[str, int] = field(default_factory=dict)
+    items: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    item_times: dict[str, int] = msgspec.field(default_factory=dict)
     projected: bool = False
     assembled_count: int | None = None
     estimated_tokens: int | None = None
     fallback_reason: str | None = None
     mode: str | None = None
     epoch: str | None = None
-    assembled_roles: list[list[Any]] = field(default_factory=list)
-    channels: list[str] = field(default_factory=list)
+    assembled_roles: list[list[Any]] = msgspec.field(default_factory=list)
+    channels: list[str] = msgspec.field(default_factory=list)
     context_chars: int = 0
     rendered: int = 0
     dropped: int = 0
@@ -118,7 +114,7 @@ class TurnState:
     stale: int = 0
     addition_pending: str | None = None
     epoch_pending: str | None = None
-    received: float = field(default_factory=trio.current_time)
+    received: float = msgspec.field(default_factory=trio.current_time)
     hold_ms: float | None = None
     revert_ms: float | None = None
     """How long Codex took to answer this turn's rebuild revert (part of hold_ms)."""
@@ -143,8 +139,7 @@ class TurnState:
     engine's) or ``engine`` (its own engine projecting: passed as it is)."""
 
 
-@dataclass
-class ThreadSession:
+class ThreadSession(msgspec.Struct):
     """One Codex thread the client uses, and the OpenClaw session it belongs
     to (``session_id``: the engine's session, the mirror's file; the thread
     id itself until :mod:`sidecar.session.identity` says otherwise)."""
@@ -165,20 +160,20 @@ class ThreadSession:
     model: str | None = None
     mirror: TranscriptMirror | None = None
     had_history: bool = False
-    ready: trio.Event = field(default_factory=trio.Event)
-    slot: trio.Semaphore = field(default_factory=lambda: trio.Semaphore(1))
+    ready: trio.Event = msgspec.field(default_factory=trio.Event)
+    slot: trio.Semaphore = msgspec.field(default_factory=lambda: trio.Semaphore(1))
     """One turn at a time per thread, in arrival order (trio semaphores are
     FIFO and, unlike locks, may be released by the finalising task)."""
-    turns: dict[str, TurnState] = field(default_factory=dict)
+    turns: dict[str, TurnState] = msgspec.field(default_factory=dict)
     current: TurnState | None = None
     last_usage: Usage | None = None
     prompt_cache: PromptCacheInfo | None = None
     current_token_count: int | None = None
     warned_double_projection: bool = False
     compactions: int = 0
-    completed_turns: set[str] = field(default_factory=set)
+    completed_turns: set[str] = msgspec.field(default_factory=set)
     """Turn ids whose ``turn/completed`` was taken (a replay is not finalised twice)."""
-    marking: set[trio.Event] = field(default_factory=set)
+    marking: set[trio.Event] = msgspec.field(default_factory=set)
     """Finalized markers being written (each set once written): the next
     turn need not wait for them, the session's release does."""
     projected_epoch: str | None = None
@@ -189,12 +184,12 @@ class ThreadSession:
     force_rebuild: bool = False
     revert_unsupported: bool = False
     rebuilds: int = 0
-    sizes: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = msgspec.field(default_factory=dict)
     """Characters of each fingerprinted message (for the stale slack)."""
     inspect: InspectLog | None = None
     ledger: Ledger | None = None
-    fingerprints: FingerprintCache = field(default_factory=FingerprintCache)
-    injected: list[Injection] = field(default_factory=list)
+    fingerprints: FingerprintCache = msgspec.field(default_factory=FingerprintCache)
+    injected: list[Injection] = msgspec.field(default_factory=list)
     """What the client injected into the thread outside turn/start, in order."""
     injected_framing: int = 0
     """How many of the first sit before the Codex thread's first turn (put
@@ -209,7 +204,7 @@ class ThreadSession:
     """A fork the sidecar made from Codex's framing: its ledger starts empty."""
     reverts_unanswered: int = 0
     """Client thread/reverts sent to Codex and not answered yet."""
-    reverts_answered: trio.Event = field(default_factory=trio.Event)
+    reverts_answered: trio.Event = msgspec.field(default_factory=trio.Event)
     """Set whenever the last of them is answered."""
     unfollowed: Unfollowed | None = None
     """A client revert the mirror has not followed yet: whichever comes first
@@ -218,10 +213,10 @@ class ThreadSession:
     live_turns: list[str] | None = None
     """Archived turns Codex still holds (a revert to the framing drops them
     all); None: not known in this process, the archive knows."""
-    last_items: dict[str, str | None] = field(default_factory=dict)
+    last_items: dict[str, str | None] = msgspec.field(default_factory=dict)
     """Turn id -> id of its last item (None: none), for the turns finalised in
     this process: where a client revert's ``itemsBackwardsCursor`` points."""
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = msgspec.field(default_factory=dict)
     learned: LearnedMachine | None = None
     """What the thread's processes learned (window, client tools, bootstrap,
     addition sent), read from its session's journal once in this process

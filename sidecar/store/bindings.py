@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -27,8 +26,7 @@ _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
 
 
-@dataclass(frozen=True)
-class Binding:
+class Binding(msgspec.Struct, frozen=True):
     thread: str
     session: str
     via: str

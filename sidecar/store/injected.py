@@ -20,9 +20,10 @@ holds none of them (a fresh backing thread) may put them back again.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .inspect import append_record, decode_records
 from .mirror import session_path
@@ -32,8 +33,7 @@ def injected_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "injected" / session_path(state_dir, thread_id).name
 
 
-@dataclass(frozen=True)
-class Injection:
+class Injection(msgspec.Struct, frozen=True):
     after_turn: str | None
     """The client turn these came after (None: before any turn)."""
     items: list[Any]

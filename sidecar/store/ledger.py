@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +37,10 @@ def ledger_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "ledger" / session_path(state_dir, thread_id).name
 
 
-@dataclass
-class LedgerState:
+class LedgerState(msgspec.Struct):
     held: list[str] | None = None
     """Fingerprints of what the Codex thread holds, in order; None: not known."""
-    sizes: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = msgspec.field(default_factory=dict)
     turns_since_rebuild: list[str] | None = None
     rebuilds: int = 0
     force_rebuild: bool = False

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from .private import private_dir
 
@@ -28,8 +29,7 @@ SUBFOLDERS = ("sessions", "inspect", "ledger", "turns", "injected", "backing", "
 FIX_SETTING = "set state_dir (--state-dir, CODEX_SIDECAR_STATE_DIR or state_dir in the config file) to a folder this user owns"
 
 
-@dataclass(frozen=True)
-class StateProblem:
+class StateProblem(msgspec.Struct, frozen=True):
     path: Path
     """The exact file or folder that failed (the state dir or one inside it)."""
     reason: str

@@ -40,8 +40,10 @@ def init_params(fn: ast.FunctionDef) -> int:
     return named + star - 1  # self
 
 
-def is_dataclass(cls: ast.ClassDef) -> bool:
-    return any("dataclass" in ast.unparse(d) for d in cls.decorator_list)
+def is_record(cls: ast.ClassDef) -> bool:
+    """A class whose fields are its constructor's parameters: a msgspec
+    Struct, or a dataclass."""
+    return any("Struct" in ast.unparse(b) for b in cls.bases) or any("dataclass" in ast.unparse(d) for d in cls.decorator_list)
 
 
 def constructors(path: Path) -> Iterator[tuple[str, int]]:
@@ -54,7 +56,7 @@ def constructors(path: Path) -> Iterator[tuple[str, int]]:
         for fn in cls.body:
             if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
                 yield cls.name, init_params(fn)
-        if holder_module and is_dataclass(cls):
+        if holder_module and is_record(cls):
             yield cls.name, sum(isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) for s in cls.body)
 
 
@@ -90,5 +92,7 @@ def test_the_count_sees_keyword_only_parameters_and_holder_fields(tmp_path: Path
         "@dataclass(frozen=True)\n"
         "class Holder:\n"
         "    a: int\n    b: int\n    c: int\n    d: int\n    e: int\n    f: int\n"
+        "class StructHolder(msgspec.Struct, frozen=True):\n"
+        "    a: int\n    b: int\n    c: int\n    d: int\n    e: int\n    f: int\n"
     )
-    assert over_limit(pkg) == ["pkg/context.py: Holder takes 6", "pkg/jobs.py: Wide takes 6"]
+    assert over_limit(pkg) == ["pkg/context.py: Holder takes 6", "pkg/context.py: StructHolder takes 6", "pkg/jobs.py: Wide takes 6"]

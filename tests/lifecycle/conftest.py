@@ -9,8 +9,7 @@ parametrizations still appear, skipped with that reason.
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 
 from tests.support.lifecycle import sidecar as open_sidecar
@@ -47,7 +46,7 @@ def sidecar(projection_mode):
 
     def open_in_mode(tmp_path, engine, *, options=None, **kwargs):
         if options is not None:
-            options = dataclasses.replace(options, projection_mode=projection_mode)
+            options = msgspec.structs.replace(options, projection_mode=projection_mode)
         return open_sidecar(tmp_path, engine, options=options, mode=projection_mode, **kwargs)
 
     return open_in_mode
