@@ -2,7 +2,7 @@
 and of its turns, in this process, and what it learned of the thread across
 processes.
 
-Dataclasses (with a few small helpers) holding what the lifecycle's jobs
+Structs (with a few small helpers) holding what the lifecycle's jobs
 share about a thread: its open files (mirror, ledger, inspect log), the
 ledger's view, and the trio primitives the jobs wait on (``ready``, the
 one-turn-at-a-time ``slot`` semaphore, ``reverts_answered``, the revert
