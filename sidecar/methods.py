@@ -113,7 +113,8 @@ SEE, FRONT, MAIN, BACK = Phase.SEE, Phase.FRONT, Phase.MAIN, Phase.BACK
 
 # fmt: off
 METHODS: tuple[Row, ...] = (
-    # -- the relay's (sidecar/status: Codex's version, the threads seen)
+    # -- the relay's (what the client negotiated; sidecar/status: Codex's version, the threads seen)
+    Row(method="initialize", request="negotiation.on_initialize", part=RELAY, phase=FRONT),
     Row(method="initialize", response="observed.on_initialize", part=RELAY, phase=SEE),
     Row(method="thread/start", response="observed.on_thread_result", part=RELAY, phase=SEE),
     Row(method="thread/resume", response="observed.on_thread_result", part=RELAY, phase=SEE),
@@ -183,6 +184,17 @@ def _rows(rows: Iterable[Row] | None) -> tuple[Row, ...]:
 
 READ_RESPONSE = "tools.on_read_response"
 """What every read's answer goes through last with the engine's tools."""
+
+
+COMPLETION_READS = ("turn/started", "item/completed", "thread/tokenUsage/updated", "turn/completed")
+"""What the engine's completions read of their hidden threads (``sidecar.host.completion``)."""
+
+
+def notifications_read(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
+    """Every notification some hook reads (the notification rows) or a
+    completion collects: what a client's opt-out must not take from the
+    sidecar when it speaks for an engine."""
+    return tuple(dict.fromkeys([*(r.method for r in _rows(rows) if r.source is Sender.NOTIFICATION), *COMPLETION_READS]))
 
 
 def reads(rows: Iterable[Row] | None = None) -> tuple[str, ...]:

@@ -127,12 +127,6 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
             raise click.ClickException(
                 f"cannot open recording {settings['record']}: {exc.strerror} (set by {resolved.origins['record']}; {resolved.origins['record'].fix()})"
             ) from None
-    options = ProxyOptions(
-        max_line=settings["max_line_bytes"],
-        eof_grace=settings["eof_grace"],
-        kill_grace=settings["kill_grace"],
-        busy_poll=settings["busy_poll_us"] / 1e6,
-    )
     state_dir = settings.get("state_dir") or str(default_state_dir())
     # Fail open on state too: a state dir the sidecar cannot use costs the
     # engine (and, unreadable, the history part), never the client's relay.
@@ -153,6 +147,15 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
                 }
             },
         )
+    options = ProxyOptions(
+        max_line=settings["max_line_bytes"],
+        eof_grace=settings["eof_grace"],
+        kill_grace=settings["kill_grace"],
+        busy_poll=settings["busy_poll_us"] / 1e6,
+        # An engine needs codex's experimental API and some notifications,
+        # whatever the client negotiated (sidecar/relay/negotiation.py).
+        for_engine=wanted and problem is None,
+    )
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
         token_budget=settings.get("token_budget"),

@@ -17,7 +17,7 @@ thread behind it. Every line to the child leaves through :meth:`Router._to_child
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -34,6 +34,7 @@ from protocol import (
     decode,
     encode_error,
     encode_request,
+    experimental,
     parse,
     rewrite,
 )
@@ -44,6 +45,7 @@ from . import oversized
 from .control import ControlMethods, Later
 from .edge import Edge
 from .messages import HANDLED, Hooks, Message, PendingRequest, RpcError, dead_child_error, exit_text
+from .negotiation import Negotiation
 from .observe import Observed
 
 if TYPE_CHECKING:
@@ -99,7 +101,10 @@ class Router:
         hooks: Hooks | None = None,
         spawn: Callable[..., None] = _no_spawn,
         max_line: int = DEFAULT_MAX_LINE,
+        needs: Collection[str] | None = None,
     ) -> None:
+        """``needs``: the notifications the lifecycle reads when the sidecar
+        speaks for an engine (:class:`Negotiation`); None: no engine."""
         self.to_child = to_child
         self.to_client = to_client
         self.hooks = hooks or Hooks()
@@ -120,6 +125,7 @@ class Router:
         self.c2s = Counters()
         self.s2c = Counters()
         self.observed = Observed()
+        self.negotiation = Negotiation(needs)
         methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
         self.expect_child: Callable[[], None] | None = None
@@ -263,7 +269,13 @@ class Router:
         if method.startswith(CONTROL_PREFIX):
             self._control(line)
             return
-        if self.gates or self.child_gone or self.hooks.client_requests.get(method) or IdSpace.is_reserved(env.id):
+        if (
+            self.gates
+            or self.child_gone
+            or self.hooks.client_requests.get(method)
+            or IdSpace.is_reserved(env.id)
+            or (self.negotiation.screens and experimental.gated(method))
+        ):
             self._client_request(Message(env, line))
             return
         # Nobody reads it and nothing changes it: the relay's fast path, no Message.
@@ -276,6 +288,14 @@ class Router:
         """A client request (parsed, not a control method): gated, failed,
         hooked or forwarded. The one ``Message`` carries its decoded params
         from the gate check through the hooks to the child."""
+        if self.negotiation.screens and experimental.gated(msg.method):
+            refused = self.negotiation.refuse(msg.id, msg.method, msg.params())
+            if refused is not None:
+                # The client's own connection could not send it: codex's own
+                # refusal, from the sidecar (codex would now accept it).
+                self._record(CLIENT_TO_SIDECAR, msg.line)
+                self._to_client(refused, SIDECAR_TO_CLIENT)
+                return
         if self.gates and not self.child_gone:
             thread_id = msg.thread_id
             if thread_id is not None and self.gates.gated(thread_id):
@@ -387,6 +407,12 @@ class Router:
         if env.id is _UNSET:
             hooks = self.hooks.server_notifications.get(env.method)  # type: ignore[arg-type]
         else:
+            if self.negotiation.screens:
+                answer = self.negotiation.answer_server_request(env.id, env.method)  # type: ignore[arg-type]
+                if answer is not None:  # codex asks it of experimental clients only
+                    self._record(CODEX_TO_SIDECAR, line)
+                    self._to_child(answer, SIDECAR_TO_CODEX)
+                    return
             hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
             if self.expect_client is not None:
                 self.expect_client()
@@ -395,6 +421,9 @@ class Router:
             if chained is None:
                 return
             line = chained.wire()
+        if self.negotiation.hidden and env.method in self.negotiation.hidden:
+            self._record(CODEX_TO_SIDECAR, line)  # the client opted out of it; the lifecycle read it
+            return
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
 
     def _from_child_response(self, env: Envelope, line: bytes) -> None:

@@ -25,6 +25,7 @@ import trio
 import sidecar
 from protocol import Fragment, InvalidMessage, LineSplitter, Oversized, RpcId, parse
 
+from .. import methods
 from ..child import FORWARDED_SIGNALS, Child
 from .control import AsyncControl
 from .edge import Edge
@@ -64,6 +65,11 @@ class ProxyOptions(msgspec.Struct):
     """Seconds a reader keeps polling its pipe for an answer it expects (a
     response, or the client's next request) before it sleeps in epoll;
     0 = sleep at once. See :func:`receiver`."""
+    for_engine: bool = False
+    """The sidecar speaks for an engine: it declares to codex the
+    experimental API and the notifications its lifecycle reads, and keeps
+    the client's connection as the client negotiated it
+    (:mod:`sidecar.relay.negotiation`)."""
 
 
 class Proxy:
@@ -94,6 +100,7 @@ class Proxy:
             hooks=hooks,
             spawn=self.spawn,
             max_line=self.options.max_line,
+            needs=methods.notifications_read() if self.options.for_engine else None,
         )
         self.router.recorder = recorder
         self.controls = self.router.controls
@@ -253,6 +260,7 @@ class Proxy:
             "gatedRequests": self.gated_count,
             "threadsSeen": sorted(observed.threads_seen),
             "busyPollMicroseconds": round(self.busy_poll * 1e6),
+            "negotiated": self.router.negotiation.status(),
             **{name: fn() for name, fn in self._status_providers.items()},
         }
 
