@@ -19,7 +19,13 @@ from typing import Any
 from .experimental_table import CODEX_VERSION, FIELDS, METHODS, SERVER_REQUESTS
 from .jsonrpc import INVALID_REQUEST
 
-__all__ = ["CODEX_VERSION", "FIELDS", "METHODS", "SERVER_REQUESTS", "gated", "refusal", "refusal_error"]
+__all__ = ["CODEX_VERSION", "FIELDS", "METHODS", "NOTIFICATIONS", "SERVER_REQUESTS", "gated", "refusal", "refusal_error"]
+
+NOTIFICATIONS: frozenset[str] = frozenset({"thread/readState/changed"})
+"""Notifications codex sends only to experimental connections. Its schema
+does not say so (both bundles list them): this is what the wire shows, for
+codex 0.169.0, and the conformance suite checks it against codex alone
+(``tests/conformance``: a stable and an experimental client, same scenarios)."""
 
 _SPLIT: dict[str, tuple[tuple[str, ...], ...]] = {m: tuple(tuple(p.split(".")) for p in paths) for m, paths in FIELDS.items()}
 

@@ -15,7 +15,8 @@ it needs and keeps the client's own connection as the client negotiated it:
   method, or an experimental member with a value) is refused by the sidecar
   with codex's own error (-32600 "``<what>`` requires experimentalApi
   capability"), never forwarded;
-* a notification the client opted out of never reaches it;
+* a notification the client opted out of never reaches it, nor one codex
+  sends only to experimental connections (``thread/readState/changed``);
 * a server request codex sends only to experimental connections
   (``currentTime/read``) is answered by the sidecar, as a client that knew
   it would.
@@ -83,11 +84,11 @@ class Negotiation:
         if keep_out is not None:
             new_caps[OPT_OUT] = keep_out
         self.upgraded = self.screens = not self.client_experimental
-        self.hidden = hidden
+        self.hidden = hidden | experimental.NOTIFICATIONS if self.upgraded else hidden
         if self.upgraded or hidden:
             log.info(
                 "the sidecar negotiates for its engine",
-                extra={"fields": {"clientExperimentalApi": self.client_experimental, "sidecarExperimentalApi": True, "notificationsHidden": sorted(hidden)}},
+                extra={"fields": {"clientExperimentalApi": self.client_experimental, "sidecarExperimentalApi": True, "notificationsHidden": sorted(self.hidden)}},
             )
         return {**params, "capabilities": new_caps}
 

@@ -36,7 +36,27 @@ MODES = ("direct", "none", "identity", "rebuild")
 projection: nothing to project). ``rebuild``: an engine that replaces older
 messages by a summary, so the sidecar rebuilds Codex's history."""
 
-ENGINES = {"none": "", "identity": IDENTITY_ID, "rebuild": SUMMARY_ID}
+STABLE_MODES = ("stable-direct", "stable-lossless", "stable-rebuild")
+"""The same scenarios played by a client whose ``initialize`` declares no
+capabilities (neither the experimental API nor opt-outs), as clients nobody
+here wrote do: codex alone, and through the sidecar with ``lossless`` (an
+engine with tools) and with the rebuilding engine (no tools, and it projects
+context). Compared with ``stable-direct``: the sidecar's engine needs codex's
+experimental API, the client's connection must stay as it negotiated it."""
+
+BASE = {"stable-direct": "direct", "stable-lossless": "rebuild", "stable-rebuild": "rebuild"}
+"""What a stable mode plays and masks as (``lossless`` may rebuild like the rebuilding engine)."""
+
+ENGINES = {"none": "", "identity": IDENTITY_ID, "rebuild": SUMMARY_ID, "stable-lossless": "lossless", "stable-rebuild": SUMMARY_ID}
+
+
+def base(mode: str) -> str:
+    return BASE.get(mode, mode)
+
+
+def baseline(mode: str) -> str:
+    """The run a mode is compared with: codex alone, with the same client."""
+    return "stable-direct" if mode in STABLE_MODES else "direct"
 SUMMARY_MARK = "SUMMARY of the"
 """What the rebuilding engine's summary says (tests/support/live.py)."""
 TURN_TIMEOUT = 30.0
@@ -315,6 +335,15 @@ async def thread_admin(ctx: Ctx) -> None:
     await call(ctx.client, "thread/delete", {"threadId": thread})
 
 
+async def experimental_members(ctx: Ctx) -> None:
+    """Members of stable methods that only the experimental API may use: a
+    stable client gets codex's refusal (whatever the sidecar declared for its
+    engine), an experimental one their answers."""
+    await call(ctx.client, "thread/start", {"dynamicTools": []})
+    await call(ctx.client, "thread/list", {"includeAttachedThreads": True, "searchTerm": "no thread is called this"})
+    await call(ctx.client, "thread/list", {"includeAttachedThreads": False, "searchTerm": "no thread is called this"})
+
+
 async def catalog_reads(ctx: Ctx) -> None:
     """Requests about the installation rather than a thread."""
     for method, params in (
@@ -410,6 +439,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         # before or after thread/archived is its own timing (seen both ways).
         drop=frozenset({"thread/status/changed"}),
     ),
+    Scenario("experimental_members", experimental_members, ("thread/start", "thread/list")),
     Scenario(
         "catalog_reads",
         catalog_reads,
@@ -452,7 +482,7 @@ def argv_env(mode: str, root: Path, home: Path) -> tuple[list[str], dict[str, st
     assert CODEX_BIN is not None
     user_home = root / "home"
     user_home.mkdir(exist_ok=True)
-    if mode == "direct":
+    if base(mode) == "direct":
         argv, env = [CODEX_BIN, "app-server", "--listen", "stdio://"], codex_env(home)
     else:
         site = install_engines(root / "site")
@@ -484,12 +514,12 @@ async def run_mode(mode: str, root: Path, scenarios: tuple[Scenario, ...] = SCEN
         argv, env = argv_env(mode, root, home)
         async with AppServerClient.spawn(argv, env=env, cwd=str(work), request_timeout=TURN_TIMEOUT) as client:
             mark = len(client.received)
-            await client.initialize()
+            await client.initialize(experimental=mode not in STABLE_MODES)
             await _quiet(client)
             records["initialize"] = Record([json.loads(x) for x in client.received[mark:]], ["initialize"])
             ctx = Ctx(client, model, root, work)
             for scenario in scenarios:
-                if mode not in scenario.modes:
+                if base(mode) not in scenario.modes:
                     continue
                 model.clear_script()
                 mark, sent_mark, requests = len(client.received), len(client.sent), len(model.requests)
@@ -525,7 +555,7 @@ def environ_ok() -> bool:
 def view(scenario: Scenario | None, mode: str, record: Record, root: str) -> list[Any]:
     """What the comparison looks at: the record's frames, canonical and
     normalised (per thread for scenarios whose threads run at once)."""
-    mask = scenario.mask if scenario is not None and mode in scenario.masked_modes else frozenset()
+    mask = scenario.mask if scenario is not None and base(mode) in scenario.masked_modes else frozenset()
     frames = [f for f in record.frames if scenario is None or f.get("method") not in scenario.drop]
     if scenario is not None and scenario.per_thread:
         return per_thread(frames, [root], mask=mask)

@@ -16,20 +16,24 @@ from pathlib import Path
 
 import pytest
 
+from protocol import experimental
+
 from tests.support.codex import CODEX_BIN, needs_codex
 
 from .methods import NOT_COVERED, client_methods, coverage_table
 from .normalise import differences
-from .scenarios import BY_NAME, MODES, SCENARIOS, ModeRun, run_modes, view
+from .scenarios import BY_NAME, MODES, SCENARIOS, STABLE_MODES, ModeRun, base, baseline, run_modes, view
 
 pytestmark = needs_codex
 
-CASES = [("initialize", mode) for mode in MODES[1:]] + [(s.name, mode) for s in SCENARIOS for mode in s.modes if mode != "direct"]
+ALL_MODES = MODES + STABLE_MODES
+COMPARED = [m for m in ALL_MODES if base(m) != "direct"]
+CASES = [("initialize", mode) for mode in COMPARED] + [(s.name, mode) for mode in COMPARED for s in SCENARIOS if base(mode) in s.modes]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, ModeRun]:
-    return run_modes(MODES, tmp_path_factory.mktemp("conformance"))
+    return run_modes(ALL_MODES, tmp_path_factory.mktemp("conformance"))
 
 
 def _explain(direct: ModeRun, run: ModeRun) -> str:
@@ -38,7 +42,7 @@ def _explain(direct: ModeRun, run: ModeRun) -> str:
 
 @pytest.mark.parametrize(("name", "mode"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
 def test_the_client_sees_what_codex_alone_shows(runs, name, mode):
-    direct, run = runs["direct"], runs[mode]
+    direct, run = runs[baseline(mode)], runs[mode]
     d, r = direct.records[name], run.records[name]
     assert d.error is None, f"the scenario failed against codex alone: {d.error}\n{_explain(direct, run)}"
     assert r.error is None, f"the scenario failed through the sidecar ({mode}): {r.error}\n{_explain(direct, run)}"
@@ -53,6 +57,30 @@ def test_the_rebuilding_engine_did_rebuild_and_the_identity_engine_did_not(runs)
     assert runs["rebuild"].records["reads"].summarised
     assert runs["rebuild"].records["plain_turns"].summarised
     assert not any(r.summarised for r in runs["identity"].records.values())
+
+
+def test_codex_sends_only_experimental_clients_the_notifications_the_sidecar_hides_from_stable_ones(runs):
+    """What codex alone sends an experimental client and not a stable one,
+    scenario by scenario (the schema does not say): the sidecar, which
+    declares the experimental API for its engine, must hide exactly these."""
+    only_experimental: set[str] = set()
+    for name, record in runs["direct"].records.items():
+        scenario = BY_NAME.get(name)
+        drop = scenario.drop if scenario is not None else frozenset()  # what comes or not with codex alone
+        stable = {f.get("method") for f in runs["stable-direct"].records[name].frames}
+        only_experimental |= {f["method"] for f in record.frames if "method" in f and "id" not in f and f["method"] not in stable | drop}
+    only_experimental.discard("thread/started")  # experimental_members: the thread only the experimental client could start
+    assert only_experimental == set(experimental.NOTIFICATIONS)
+
+
+def test_an_engine_projects_for_a_client_that_negotiated_nothing(runs):
+    """The rebuilding engine rebuilt for the stable client too (its context
+    went as codex's experimental ``additionalContext``), and ``lossless``
+    offered its tools: neither fell back to the client's request."""
+    assert runs["stable-rebuild"].records["plain_turns"].summarised
+    for run in (runs["stable-lossless"], runs["stable-rebuild"]):
+        for fallback in ("forwarding the original request", "bind failed", "running legacy", "requires experimentalApi"):
+            assert fallback not in run.stderr, f"{run.mode}: {fallback}"
 
 
 def test_the_suite_covers_or_names_every_client_method(runs, tmp_path):
