@@ -113,7 +113,7 @@ class EngineTools:
     def on_started(self, msg: Message, pending: PendingRequest) -> Decision:
         names = self._starts.pop(pending.client_id, None)
         thread_id = _thread_id(msg.result())
-        if names and thread_id is not None:
+        if names and thread_id is not None and not pending.fell_back:  # (fell back: started without them)
             # (assemble's available_tools, the client's own tools, were read
             # from the request before these were merged in: sidecar.lifecycle.core.)
             self._record(thread_id, frozenset(names))

@@ -411,6 +411,13 @@ class Turns:
         if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
             return None
         turn_id = _started_turn_id(msg)
+        if turn_id is not None and pending.fell_back:
+            # Codex refused the projected turn/start and took the client's
+            # own: nothing of the projection reached the thread.
+            state.projected, state.channels = False, []
+            state.addition_pending = state.epoch_pending = None
+            state.held_plan = [] if state.rebuilt else None
+            state.fallback_reason = "codex-refused"
         if turn_id is not None:
             state.turn_id = turn_id
             known = session.turns.get(turn_id)

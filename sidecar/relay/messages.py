@@ -124,6 +124,11 @@ class Message(msgspec.Struct):
             self._changes = {}
         self._changes["id"] = id
 
+    @property
+    def params_changed(self) -> bool:
+        """Whether a hook gave the message new params (:meth:`set_params`)."""
+        return self._changes is not None and "params" in self._changes
+
     def edits(self) -> dict[str, Any] | None:
         """The changes so far (a copy), to :meth:`restore` them."""
         return None if self._changes is None else dict(self._changes)
@@ -177,6 +182,11 @@ class PendingRequest(msgspec.Struct):
     read them: the router never decodes them for this)."""
     thread_id: str | None = None
     """The client's ``params.threadId``, when the params were read."""
+    original: bytes | None = None
+    """The client's own line, while what went to codex is the sidecar's
+    change of it: sent instead if codex refuses the change (fail open)."""
+    fell_back: bool = False
+    """Codex refused the sidecar's change; its answer is to the client's own request."""
 
 
 class RpcError(Exception):

@@ -313,6 +313,8 @@ class Router:
             chained = self._run_chain(hooks, msg, request=pending)
             if chained is None:
                 return
+            if chained is not msg:  # a hook's new bytes
+                pending.original = msg.line
             msg = chained
         if self.expect_child is not None:
             self.expect_child()
@@ -325,6 +327,8 @@ class Router:
         decoded them, else on the bytes), encoded once if anything changed."""
         if pending.wire_id is not pending.client_id:
             msg.set_id(pending.wire_id)
+        if msg.params_changed and pending.original is None:
+            pending.original = msg.line
         edge = self.edge
         if edge is not None and edge.maps_to_codex and msg.decoded:
             params = msg.params()
@@ -432,6 +436,11 @@ class Router:
             self._record(CODEX_TO_SIDECAR, line)
             self._answer_call(wire_id, env, line)
             return
+        if env.error:
+            retry = self.pending.get(wire_id)  # type: ignore[arg-type]
+            if retry is not None and retry.original is not None and _refused(env.error):
+                self._send_original(retry, env)
+                return
         pending = self.pending.close(wire_id)  # type: ignore[arg-type]
         if self.edge is not None:
             mapped = self.edge.response(line, pending.method if pending is not None else None)
@@ -451,6 +460,23 @@ class Router:
         if self.expect_client is not None:
             self.expect_client()  # clients often ask again at once
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
+
+    def _send_original(self, pending: PendingRequest, env: Envelope) -> None:
+        """Codex refused what the sidecar made of a client request: the
+        client's own request goes instead, once, under the same wire id; its
+        answer is the one the client and the response hooks see."""
+        line, pending.original = pending.original, None
+        assert line is not None
+        pending.fell_back = True
+        err = decode(env.error)
+        log.warning(
+            "codex refused the sidecar's change to a request; sending the client's own",
+            extra={"fields": {"method": pending.method, "code": err.get("code") if isinstance(err, dict) else None}},
+        )
+        msg = Message(parse(line), line)
+        if pending.wire_id is not pending.client_id:
+            msg.set_id(pending.wire_id)
+        self._to_child(msg.wire(), CLIENT_TO_CODEX, self.c2s)
 
     def _answer_call(self, call_id: str, env: Envelope, line: bytes) -> None:
         """An answer to the sidecar's own request: never the client's."""
@@ -583,6 +609,16 @@ class Router:
         return msg
 
 
+REFUSALS = frozenset({-32600, -32602})
+"""Codex's answers to a request it would not take as it was (invalid
+request, invalid params): what a change of the sidecar's may have caused."""
+
+
+def _refused(error: msgspec.Raw) -> bool:
+    err = decode(error)
+    return isinstance(err, dict) and err.get("code") in REFUSALS
+
+
 def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
@@ -622,6 +658,10 @@ class PendingTable:
         if pending is not None and pending.wire_id is not pending.client_id:
             self.ids.resolve_alias(pending.wire_id)  # type: ignore[arg-type]
         return pending
+
+    def get(self, wire_id: RpcId) -> PendingRequest | None:
+        """The request pending under ``wire_id`` (left pending)."""
+        return self._by_wire.get(wire_id)
 
     def find(self, client_id: RpcId) -> PendingRequest | None:
         """The pending request with the client's id ``client_id``."""

@@ -146,7 +146,7 @@ def test_status_says_what_each_side_declared():
         "clientExperimentalApi": False,
         "sidecarExperimentalApi": True,
         "optedOut": ["turn/completed", "x/y"],
-        "hiddenNotifications": ["turn/completed"],
+        "hiddenNotifications": ["thread/readState/changed", "turn/completed"],
     }
 
 
@@ -155,3 +155,70 @@ def test_the_sidecar_keeps_every_notification_a_hook_reads():
     rows = (*methods.METHODS, methods.Row(method="thread/new/thing", source=methods.Sender.NOTIFICATION, request="x.y", part=methods.Part.ENGINE))
     assert "thread/new/thing" in methods.notifications_read(rows)
     assert {"item/completed", "turn/completed", "turn/started", "thread/tokenUsage/updated"} <= set(NEEDS)
+
+
+# ---------------------------------------- what codex refuses of a change
+
+
+def changing(w, seen=None):
+    """A hook that adds a member to every thread/start, and a response hook that notes fell_back."""
+
+    def add(msg):
+        msg.set_params({**(msg.params() or {}), "dynamicTools": [{"name": "engine_tool"}]})
+
+    def answered(msg, pending):
+        if seen is not None:
+            seen.append(pending.fell_back)
+
+    w.router.hooks.on_client_request("thread/start", add)
+    w.router.hooks.on_response("thread/start", answered)
+
+
+def test_a_change_codex_refuses_is_sent_again_as_the_client_s_own_request(wire, logs):
+    w = wire()
+    seen: list[bool] = []
+    changing(w, seen)
+    request = frame({"id": 7, "method": "thread/start", "params": {"model": "m"}})
+    w.router.from_client(request)
+    (changed,) = w.child.take()
+    assert json.loads(changed)["params"]["dynamicTools"]
+    w.router.from_child(frame({"id": 7, "error": {"code": -32600, "message": "thread/start.dynamicTools requires experimentalApi capability"}}))
+    assert w.child.take() == [request]  # the client's bytes, once
+    assert w.client.take() == []  # the refusal was the sidecar's, not the client's
+    answer = frame({"id": 7, "result": {"thread": {"id": "t"}}})
+    w.router.from_child(answer)
+    assert w.client.take() == [answer]
+    assert seen == [True]
+    assert any("codex refused the sidecar's change" in r.getMessage() for r in logs.records)
+
+
+def test_the_client_s_own_request_refused_too_gets_codex_s_answer(wire):
+    w = wire()
+    changing(w)
+    w.router.from_client(frame({"id": 7, "method": "thread/start", "params": {}}))
+    refusal = frame({"id": 7, "error": {"code": -32600, "message": "no"}})
+    w.router.from_child(refusal)
+    w.router.from_child(refusal)
+    assert len(w.child.take()) == 2
+    assert w.client.take() == [refusal]
+
+
+def test_only_a_refusal_of_the_request_is_retried(wire):
+    """An internal error is not the change's doing: it goes to the client."""
+    w = wire()
+    changing(w)
+    w.router.from_client(frame({"id": 7, "method": "thread/start", "params": {}}))
+    failure = frame({"id": 7, "error": {"code": -32603, "message": "internal"}})
+    w.router.from_child(failure)
+    assert len(w.child.take()) == 1
+    assert w.client.take() == [failure]
+
+
+def test_an_unchanged_request_s_refusal_passes_straight(wire):
+    w = wire()
+    request = frame({"id": 7, "method": "thread/start", "params": {}})
+    w.router.from_client(request)
+    refusal = frame({"id": 7, "error": {"code": -32600, "message": "no"}})
+    w.router.from_child(refusal)
+    assert w.child.take() == [request]
+    assert w.client.take() == [refusal]

@@ -91,7 +91,10 @@ Environment:
   ``threadStartFailsAfter`` (N: every ``thread/start`` after the first N is
   refused with -32603) and ``threadStartSlowAfter`` (N: every
   ``thread/start`` after the first N takes ``threadStartDelay`` seconds,
-  default 0.5, nothing else answered meanwhile).
+  default 0.5, nothing else answered meanwhile) and
+  ``refuseAdditionalContext`` (N: the first N ``turn/start`` carrying
+  ``additionalContext`` are refused with -32600, as a codex that will not
+  take it would).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -548,6 +551,11 @@ def handle(msg: dict) -> None:
             return
         result(rid, {"thread": thread_obj(tid, with_turns=bool(params.get("includeTurns")))})
     elif method == "turn/start":
+        refusals = script.get("refuseAdditionalContext", 0)
+        if params.get("additionalContext") is not None and refusals:
+            script["refuseAdditionalContext"] = refusals - 1
+            error(rid, -32600, "turn/start.additionalContext requires experimentalApi capability")
+            return
         run_turn(rid, params)
     elif method == "thread/compact/start":
         compact(rid, params)
