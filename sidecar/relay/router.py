@@ -17,14 +17,13 @@ thread behind it. Every line to the child leaves through :meth:`Router._to_child
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from protocol import (
     CHILD_EXITED,
-    DEFAULT_MAX_LINE,
     Envelope,
     Fragment,
     IdSpace,
@@ -47,6 +46,7 @@ from .edge import Edge
 from .messages import HANDLED, Hooks, Message, PendingRequest, RpcError, dead_child_error, exit_text
 from .negotiation import Negotiation
 from .observe import Observed
+from .options import ProxyOptions
 
 if TYPE_CHECKING:
     from ..record import Recorder
@@ -100,11 +100,11 @@ class Router:
         *,
         hooks: Hooks | None = None,
         spawn: Callable[..., None] = _no_spawn,
-        max_line: int = DEFAULT_MAX_LINE,
-        needs: Collection[str] | None = None,
+        options: ProxyOptions | None = None,
     ) -> None:
-        """``needs``: the notifications the lifecycle reads when the sidecar
-        speaks for an engine (:class:`Negotiation`); None: no engine."""
+        """``options``: the longest line parsed, and whether the sidecar
+        speaks for an engine (:class:`Negotiation`)."""
+        options = options or ProxyOptions()
         self.to_child = to_child
         self.to_client = to_client
         self.hooks = hooks or Hooks()
@@ -115,7 +115,7 @@ class Router:
         attached by the shell like the edge."""
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
-        self.max_line = max_line
+        self.max_line = options.max_line
         self.edge: Edge | None = None
         """The one optional edge at the child's side (:class:`Edge`)."""
         ids = IdSpace()
@@ -125,7 +125,7 @@ class Router:
         self.c2s = Counters()
         self.s2c = Counters()
         self.observed = Observed()
-        self.negotiation = Negotiation(needs)
+        self.negotiation = Negotiation(methods.notifications_read() if options.for_engine else None)
         methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
         self.expect_child: Callable[[], None] | None = None

@@ -25,11 +25,11 @@ import trio
 import sidecar
 from protocol import Fragment, InvalidMessage, LineSplitter, Oversized, RpcId, parse
 
-from .. import methods
 from ..child import FORWARDED_SIGNALS, Child
 from .control import AsyncControl
 from .edge import Edge
 from .messages import Hooks, Message
+from .options import ProxyOptions
 from .router import Counters, Router
 
 if TYPE_CHECKING:
@@ -51,25 +51,6 @@ def _is_initialize(line: bytes) -> bool:
     except InvalidMessage:
         return False
     return env.method == "initialize" and env.id is not msgspec.UNSET
-
-
-class ProxyOptions(msgspec.Struct):
-    max_line: int = 64 * 1024 * 1024
-    eof_grace: float = 2.0
-    """Seconds the child gets to exit on its own after the client hangs up."""
-    kill_grace: float = 3.0
-    """Seconds between SIGTERM and SIGKILL when the child lingers."""
-    high_water: int = 1024 * 1024
-    forward_signals: bool = True
-    busy_poll: float = 300e-6
-    """Seconds a reader keeps polling its pipe for an answer it expects (a
-    response, or the client's next request) before it sleeps in epoll;
-    0 = sleep at once. See :func:`receiver`."""
-    for_engine: bool = False
-    """The sidecar speaks for an engine: it declares to codex the
-    experimental API and the notifications its lifecycle reads, and keeps
-    the client's connection as the client negotiated it
-    (:mod:`sidecar.relay.negotiation`)."""
 
 
 class Proxy:
@@ -99,8 +80,7 @@ class Proxy:
             self.to_client,
             hooks=hooks,
             spawn=self.spawn,
-            max_line=self.options.max_line,
-            needs=methods.notifications_read() if self.options.for_engine else None,
+            options=self.options,
         )
         self.router.recorder = recorder
         self.controls = self.router.controls

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.relay import Router
+from sidecar.relay import ProxyOptions, Router
 
 
 class Sink:
@@ -45,7 +45,8 @@ class Wired:
         self.child = Sink()
         self.client = Sink()
         self.spawned: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        self.router = Router(self.child, self.client, spawn=lambda fn, *args: self.spawned.append((fn, args)), **kwargs)
+        settings = {k: kwargs.pop(k) for k in ("max_line", "for_engine") if k in kwargs}
+        self.router = Router(self.child, self.client, spawn=lambda fn, *args: self.spawned.append((fn, args)), options=ProxyOptions(**settings), **kwargs)
 
 
 @pytest.fixture(scope="session")
