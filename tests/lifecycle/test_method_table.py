@@ -127,7 +127,7 @@ def test_the_relay_installs_only_its_own_rows(tmp_path):
     assert relay_rows
     got = registered(p.hooks)
     assert len(got) == sum(bool(r.request) + bool(r.response) for r in relay_rows)
-    assert {hook.__self__ for _, _, hook in got} == {p.router.observed}
+    assert {hook.__self__ for _, _, hook in got} == {p.router.observed, p.router.negotiation}
 
 
 def names(hooks: list[Any]) -> list[str]:
