@@ -50,7 +50,7 @@ from .store import Store
 
 __all__ = [
     "ImportResult",
-    "Source",
+    "HistorySource",
     "Transcript",
     "codex_messages",
     "discover",
@@ -60,15 +60,15 @@ __all__ = [
     "read_source",
 ]
 
-Kind = Literal["codex", "openclaw-jsonl", "openclaw-sqlite"]
+SourceKind = Literal["codex", "openclaw-jsonl", "openclaw-sqlite"]
 
 #: User-role items Codex injects (context, instructions), not the user's words.
 _INJECTED = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<permissions instructions>", "<skills_instructions>", "<user_shell_command>", "<turn_aborted>")
 OPENCLAW_DB = "openclaw-agent.sqlite"
 
 
-class Source(msgspec.Struct, frozen=True):
-    kind: Kind
+class HistorySource(msgspec.Struct, frozen=True):
+    kind: SourceKind
     path: str
 
 
@@ -76,7 +76,7 @@ class Transcript(msgspec.Struct, kw_only=True):
     """One session read from a source."""
 
     source: str
-    kind: Kind
+    kind: SourceKind
     session_id: str
     session_key: str
     agent: str | None
@@ -385,7 +385,7 @@ def read_openclaw_db(path: Path) -> list[Transcript]:
 # ---------------------------------------------------------------- finding and importing
 
 
-def _sniff(path: Path) -> Kind | None:
+def _sniff(path: Path) -> SourceKind | None:
     if path.name == OPENCLAW_DB:
         return "openclaw-sqlite"
     if path.suffix != ".jsonl":
@@ -411,7 +411,7 @@ def _in_openclaw_agent(path: Path) -> bool:
     return any(parts[i] == "agents" and parts[i + 2 : i + 4] == ("agent", "codex-home") for i in range(len(parts) - 3))
 
 
-def discover(paths: Iterable[str | Path]) -> list[Source]:
+def discover(paths: Iterable[str | Path]) -> list[HistorySource]:
     """The sources under each path, in a stable order. A file is taken as
     what its content says. A folder is searched for OpenClaw transcripts
     (``agents/*/sessions/*.jsonl`` and ``agents/*/agent/openclaw-agent.sqlite``
@@ -419,7 +419,7 @@ def discover(paths: Iterable[str | Path]) -> list[Source]:
     OpenClaw's agents (``agents/<id>/agent/codex-home``) are the Codex
     threads behind its transcripts, the same conversations, and are left
     out unless given as files."""
-    found: dict[str, Source] = {}
+    found: dict[str, HistorySource] = {}
     for given in paths:
         p = Path(given).expanduser()
         if p.is_file():
@@ -435,11 +435,11 @@ def discover(paths: Iterable[str | Path]) -> list[Source]:
         for c in candidates:
             kind = _sniff(c)
             if kind is not None:
-                found.setdefault(str(c.resolve()), Source(kind, str(c)))
+                found.setdefault(str(c.resolve()), HistorySource(kind, str(c)))
     return list(found.values())
 
 
-def read_source(source: Source) -> list[Transcript]:
+def read_source(source: HistorySource) -> list[Transcript]:
     """The sessions of one source (a rollout or JSONL file: one)."""
     path = Path(source.path)
     if source.kind == "codex":
