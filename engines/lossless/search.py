@@ -240,17 +240,43 @@ def search(store: Store, q: GrepQuery, exclude_tools: Sequence[str] = ()) -> lis
     return hits[: q.limit]
 
 
+def _sqlite_hits(store: Store, q: GrepQuery, table: str, order_new: str, where: str, params: list[Any], fetch: int) -> list[tuple[int, float, str]]:
+    """FTS5 hits of one table: ``(pk, score, snippet)``, best first. The
+    index drives (``CROSS JOIN`` keeps the FTS5 table the outer loop: joined
+    the other way, SQLite walks the session's rows and runs the match for
+    each, seconds for a rare word in a long session); snippets are made for
+    the hits kept only."""
+    fts = f"{table}_fts"
+    alias = "m" if table == "messages" else "s"
+    order = f"bm25({fts})" if q.sort == "relevance" else order_new
+    rows = store.backend.execute(
+        f"SELECT {fts}.rowid, -bm25({fts}) FROM {fts} CROSS JOIN {table} {alias} ON {alias}.pk = {fts}.rowid "
+        f"WHERE {fts} MATCH ?{where} ORDER BY {order} LIMIT ?",
+        (q.match, *params, fetch),
+    ).fetchall()
+    if not rows:
+        return []
+    marks = ",".join("?" * len(rows))
+    snippets = dict(
+        store.backend.execute(
+            f"SELECT rowid, snippet({fts}, 0, '', '', '…', 16) FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})",
+            (q.match, *[r[0] for r in rows]),
+        )
+    )
+    return [(r[0], r[1], snippets.get(r[0], "")) for r in rows]
+
+
 def _fts_messages(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...]]:
     where, params = _scope(q, "m", "timestamp", "timestamp")
     cols = "m.id, m.session_id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body"
     fetch = q.limit + 64  # room for the recall tools' own messages, left out after
     if kind == "sqlite":
-        order = "bm25(messages_fts)" if q.sort == "relevance" else _newest(q, "m", "timestamp", "seq")
-        sql = (
-            f"SELECT {cols}, snippet(messages_fts, 0, '', '', '…', 16), -bm25(messages_fts) FROM messages_fts "
-            f"JOIN messages m ON m.pk = messages_fts.rowid WHERE messages_fts MATCH ?{where} ORDER BY {order} LIMIT ?"
-        )
-        return [tuple(r) for r in store.backend.execute(sql, (q.match, *params, fetch))]
+        hits = _sqlite_hits(store, q, "messages", _newest(q, "m", "timestamp", "seq"), where, params, fetch)
+        if not hits:
+            return []
+        marks = ",".join("?" * len(hits))
+        by_pk = {r[0]: r[1:] for r in store.backend.execute(f"SELECT m.pk, {cols} FROM messages m WHERE m.pk IN ({marks})", [h[0] for h in hits])}
+        return [(*by_pk[pk], snip, score) for pk, score, snip in hits if pk in by_pk]
     words, tsq = _tsquery(q.match)
     if not words:
         return []
@@ -267,12 +293,12 @@ def _fts_summaries(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...
     where, params = _scope(q, "s", "time_lo", "time_hi")
     cols = "s.id, s.session_id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi"
     if kind == "sqlite":
-        order = "bm25(summaries_fts)" if q.sort == "relevance" else _newest(q, "s", "time_hi", "seq_hi")
-        sql = (
-            f"SELECT {cols}, snippet(summaries_fts, 0, '', '', '…', 16), -bm25(summaries_fts) FROM summaries_fts "
-            f"JOIN summaries s ON s.pk = summaries_fts.rowid WHERE summaries_fts MATCH ?{where} ORDER BY {order} LIMIT ?"
-        )
-        return [tuple(r) for r in store.backend.execute(sql, (q.match, *params, q.limit))]
+        hits = _sqlite_hits(store, q, "summaries", _newest(q, "s", "time_hi", "seq_hi"), where, params, q.limit)
+        if not hits:
+            return []
+        marks = ",".join("?" * len(hits))
+        by_pk = {r[0]: r[1:] for r in store.backend.execute(f"SELECT s.pk, {cols} FROM summaries s WHERE s.pk IN ({marks})", [h[0] for h in hits])}
+        return [(*by_pk[pk], snip, score) for pk, score, snip in hits if pk in by_pk]
     words, tsq = _tsquery(q.match)
     if not words:
         return []
@@ -293,17 +319,21 @@ def _tsquery(match: str) -> tuple[list[str], str]:
 
 
 def _regex(store: Store, q: GrepQuery, exclude_tools: Sequence[str]) -> list[Hit]:
-    """Regex hits newest first: rows read a page at a time, newest stored
-    first (messages, then summaries), at most :data:`REGEX_SCAN_ROWS`."""
+    """Regex hits newest first: rows read a page at a time, newest first
+    (messages, then summaries; by ``seq`` in one session, else newest
+    stored), at most :data:`REGEX_SCAN_ROWS`."""
     pattern = re.compile(q.match)
     hits: list[Hit] = []
     budget = REGEX_SCAN_ROWS
     for table in ("messages", "summaries"):
         if table == "messages":
             where, params = _scope(q, "m", "timestamp", "timestamp")
+            # One session: pages down its (session_id, seq) index, no sort.
+            key = "m.seq" if q.agent is None else "m.pk"
             sql = (
-                "SELECT m.pk, m.id, m.session_id, m.role, m.turn, m.turn, m.seq, m.timestamp, m.tool_name, m.body, m.text "
-                f"FROM messages m WHERE m.pk < ?{where} ORDER BY m.pk DESC LIMIT ?"
+                f"SELECT {key}, m.id, m.session_id, m.role, m.turn, m.turn, m.seq, m.timestamp, m.tool_name, "
+                "CASE WHEN m.role = 'assistant' THEN m.body END, m.text "
+                f"FROM messages m WHERE {key} < ?{where} ORDER BY {key} DESC LIMIT ?"
             )
         else:
             where, params = _scope(q, "s", "time_lo", "time_hi")
