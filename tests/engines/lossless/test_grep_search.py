@@ -191,3 +191,24 @@ def test_times_are_iso_or_a_time_ago():
     assert parse_time("90m", 100 * 60_000) == 10 * 60_000
     with pytest.raises(ValueError, match="not a time"):
         parse_time("soon", 0)
+
+
+def test_on_sqlite_the_search_index_drives_the_query(tmp_path):
+    # Joined the other way, SQLite walks the session's rows and runs the match
+    # once per row: seconds for a rare word in a long session.
+    from engines.lossless import Store
+    from engines.lossless.search import GrepQuery, search
+
+    store = Store.open(tmp_path)
+    seen: list[str] = []
+    store.backend.conn.set_trace_callback(seen.append)
+    for sort in ("relevance", "newest"):
+        for agent in (None, "main"):
+            search(store, GrepQuery(match='"kestrel"', session_id="s", agent=agent, sort=sort))
+    store.backend.conn.set_trace_callback(None)
+    ranked = [sql for sql in seen if "bm25" in sql and "CROSS JOIN" in sql]
+    assert len(ranked) == 8  # messages and summaries, each way
+    for sql in ranked:
+        plan = [row[3] for row in store.backend.conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        assert plan[0].startswith("SCAN") and "_fts VIRTUAL TABLE" in plan[0], plan
+    store.close()
