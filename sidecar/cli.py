@@ -163,6 +163,7 @@ def engines_cmd(ctx: click.Context) -> None:
       codex-sidecar engines lossless status [THREAD] [--json]
       codex-sidecar engines lossless doctor [--json]
       codex-sidecar engines lossless backup PATH
+      codex-sidecar engines lossless import [PATHS]... [--dry-run]
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -313,6 +314,81 @@ def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
             f"{path} is a SQLite copy of the store's rows (a state folder's lossless.sqlite3); "
             f"for a backup PostgreSQL restores: pg_dump --format=custom --file FILE '<database_url>'"
         )
+
+
+@lossless_cmd.command("import")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--dry-run", is_flag=True, help="Read everything and count what would be imported; write nothing.")
+@click.option("--progress/--no-progress", default=None, help="A progress bar on stderr (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a session, then the totals.")
+@click.pass_context
+def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: bool, progress: bool | None, as_json: bool) -> None:
+    """Import existing history into the lossless store, each conversation
+    as a session: Codex rollouts (rollout-*.jsonl) and OpenClaw session
+    transcripts (an OpenClaw state dir's agents/*/sessions/*.jsonl and
+    agents/*/agent/openclaw-agent.sqlite). PATHS are files or folders;
+    without any, $CODEX_HOME/sessions (~/.codex/sessions) and
+    $OPENCLAW_STATE_DIR (~/.openclaw). Messages the store holds already are
+    skipped, so importing again adds nothing. Creates the store if needed.
+    """
+    import sqlite3
+    from pathlib import Path
+
+    from engines.lossless import DB_NAME, Store, StoreError
+    from engines.lossless.importer import default_paths, discover, import_transcript, progress_text, read_source
+
+    from .store.lossless_view import store_dir
+
+    given = [Path(p) for p in paths] or default_paths(dict(os.environ), Path.home())
+    sources = discover(given)
+    if not sources:
+        raise click.ClickException(f"no Codex rollout or OpenClaw transcript under {', '.join(map(str, given)) or '~/.codex or ~/.openclaw'}")
+    cfg = _lossless_config(ctx)
+    state_dir = _settings(ctx, ("state_dir",)).get("state_dir") or str(default_state_dir())
+    folder = store_dir(state_dir)
+    store: Any = None
+    where = _redacted(cfg.database_url) if cfg.database_url else str(folder / DB_NAME)
+    if not dry_run or cfg.database_url or (folder / DB_NAME).is_file():  # a dry run creates no SQLite file
+        try:
+            store = Store.open_configured(cfg.database_url, folder, DB_NAME)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        where = store.where
+    bar = sys.stderr.isatty() if progress is None else progress
+    tty = sys.stderr.isatty()
+    sessions = new = unreadable = 0
+    seen: dict[str, set[str]] = {}
+    try:
+        for done, source in enumerate(sources, 1):
+            try:
+                transcripts = read_source(source)
+            except (OSError, ValueError, sqlite3.Error) as exc:
+                click.echo(f"skipped {source.path}: {exc}", err=True)
+                transcripts = []
+            for t in transcripts:
+                result = import_transcript(store, t, dry_run=dry_run, seen=seen)
+                sessions += 1
+                new += result.new
+                unreadable += t.unreadable
+                if as_json:
+                    click.echo(json.dumps({"source": t.source, "kind": t.kind, "sessionId": t.session_id, "sessionKey": t.session_key, "agent": t.agent, "messages": result.messages, "new": result.new}))
+            if bar:
+                click.echo(("\r" if tty else "") + progress_text(done, len(sources), sessions, new), err=True, nl=not tty)
+        if bar and tty:
+            click.echo("", err=True)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if store is not None:
+            store.close()
+    verb = "would import" if dry_run else "imported"
+    summary = {"files": len(sources), "sessions": sessions, "newMessages": new, "unreadableEntries": unreadable, "dryRun": dry_run, "store": where}
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(f"{verb} {new} new message(s) from {sessions} session(s) in {len(sources)} file(s) into {where}")
+    if unreadable:
+        click.echo(f"{unreadable} entr{'y' if unreadable == 1 else 'ies'} could not be read and were left out", err=True)
 
 
 def _normalise(name: str | None) -> str:

@@ -8,7 +8,9 @@ with :mod:`.schema` (the tables and migrations),
 :mod:`.summarize` (model and extractive summaries), :mod:`.compaction`
 (compaction steps), :mod:`.assemble` (the assembly within the budget),
 :mod:`.outofline` (large messages kept out of line),
-:mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``),
+:mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``) with
+:mod:`.search` (``lcm_grep``'s queries: relevance, regex, time, agent scope),
+:mod:`.importer` (Codex rollouts and OpenClaw transcripts into the store),
 :mod:`.expand_query` (``lcm_expand_query``) and
 :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
 the behaviour.

@@ -188,14 +188,15 @@ class SqliteBackend:
             sql = (
                 "SELECT m.id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body, "
                 "snippet(messages_fts, 0, '', '', '…', 16) FROM messages_fts "
-                "JOIN messages m ON m.pk = messages_fts.rowid "
+                # CROSS JOIN: the index drives (the other way round SQLite runs the match once per row of the session)
+                "CROSS JOIN messages m ON m.pk = messages_fts.rowid "
                 "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY m.seq DESC LIMIT ?"
             )
         else:
             sql = (
                 "SELECT s.id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi, "
                 "snippet(summaries_fts, 0, '', '', '…', 16) FROM summaries_fts "
-                "JOIN summaries s ON s.pk = summaries_fts.rowid "
+                "CROSS JOIN summaries s ON s.pk = summaries_fts.rowid "
                 "WHERE summaries_fts MATCH ? AND s.session_id = ? ORDER BY s.seq_hi DESC LIMIT ?"
             )
         return [tuple(r) for r in self.conn.execute(sql, (match, session_id, limit))]

@@ -50,6 +50,7 @@ from .compaction import StepContext, frame_due, frame_pays, install_frame, recen
 from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities
 from .outofline import out_of_line_view
+from .search import agent_of, set_agent
 from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
 
@@ -97,6 +98,10 @@ class LosslessEngine(BaseContextEngine):
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
         self._content_ids: dict[int, tuple[AgentMessage, str]] = {}
+        # OpenClaw starts the app-server with its agent's CODEX_HOME: the
+        # agent of sessions whose key does not name one (see .search.agent_of).
+        self._codex_home = os.environ.get("CODEX_HOME")
+        self._agents: dict[str, str | None] = {}
 
     # ------------------------------------------------------------ store
 
@@ -178,6 +183,10 @@ class LosslessEngine(BaseContextEngine):
             return 0
         stored = store.ingest(session_id, session_key, [m for m, _ in todo], [i for _, i in todo], estimate_message_tokens)
         known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
+        if session_id not in self._agents:
+            agent = self._agents[session_id] = agent_of(session_key, self._codex_home)
+            if agent is not None:
+                set_agent(store, session_id, agent)
         return len(stored)
 
     async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage]) -> int:
@@ -363,8 +372,9 @@ class LosslessEngine(BaseContextEngine):
             store = await trio.to_thread.run_sync(self._store_now)
             if params.name == expand_query.NAME:
                 return await self._expand_query(store, params)
+            agent = self._agents.get(params.session_id) or agent_of(params.session_key, self._codex_home)
             text = await trio.to_thread.run_sync(
-                run_tool, store, self.cfg, params.session_id, params.name, params.arguments, count_tokens
+                run_tool, store, self.cfg, params.session_id, params.name, params.arguments, count_tokens, agent
             )
         except ToolArgumentError as exc:
             return ToolCallResult(text=str(exc), is_error=True)

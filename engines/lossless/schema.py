@@ -22,7 +22,8 @@ Tables
     current *frame* (the summary messages the assembly starts with, as
     rendered JSON, and ``frame_seq``: raw messages after it follow verbatim),
     the number of compaction steps, and the last compaction and assembly (for
-    the operator's status view).
+    the operator's status view), and the OpenClaw agent it belongs to
+    (``agent_id``, migration 4; NULL when unknown).
 ``messages_fts`` / ``summaries_fts``
     FTS5 indexes over the texts, kept in step by triggers (external content).
 ``large_outputs``
@@ -152,6 +153,14 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 created_at INTEGER NOT NULL
             )""",
             "CREATE INDEX large_outputs_by_session ON large_outputs (session_id, seq)",
+        ],
+    ),
+    (
+        4,
+        [
+            # The OpenClaw agent a session belongs to, for lcm_grep's scope "agent" (see :mod:`.search`).
+            "ALTER TABLE sessions ADD COLUMN agent_id TEXT",
+            "CREATE INDEX sessions_by_agent ON sessions (agent_id)",
         ],
     ),
 ]

@@ -9,13 +9,17 @@ turns into an error result with its message.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import msgspec
 
 from engines.api import ToolSpec
 
 from .config import LosslessConfig
 from .messages import iso_minute
+from .search import GrepQuery, owner, parse_time, search, session_agent
 from .store import MessageRow, Store
 
 __all__ = ["TOOL_NAMES", "TOOL_SPECS", "ToolArgumentError", "run_tool"]
@@ -29,15 +33,35 @@ TOOL_SPECS: list[ToolSpec] = [
     ToolSpec(
         name="lcm_grep",
         description=(
-            "Full-text search over every message and summary of this conversation, including "
-            "parts no longer shown in full. Newest hits first; each with its id (msg_... or "
-            "sum_...), role, turn and a snippet. Use it to recall a detail before answering "
-            "from memory."
+            "Search every message and summary of this conversation, including parts no longer "
+            "shown in full (scope \"agent\": every conversation of this agent). Full-text by "
+            "default, most relevant first; regex: true for a regular expression, newest first. "
+            "since/before narrow it to a time range. Each hit with its id (msg_... or sum_...), "
+            "role, turn, time and a snippet. Use it to recall a detail before answering from memory."
         ),
         input_schema={
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "Words to look for (all of them; any of them if nothing has all)."},
+                "query": {
+                    "type": "string",
+                    "description": "Words to look for (all of them; any of them if nothing has all), or with regex: true a regular expression (Python syntax; (?i) for any case).",
+                },
+                "regex": {"type": "boolean", "description": "Read query as a regular expression (default false)."},
+                "since": {
+                    "type": "string",
+                    "description": "Only hits at or after this time: an ISO date or time (UTC unless an offset is given), or a time ago such as 90m, 6h, 3d, 2w.",
+                },
+                "before": {"type": "string", "description": "Only hits before this time (same forms as since)."},
+                "scope": {
+                    "type": "string",
+                    "enum": ["session", "agent"],
+                    "description": "session (default): this conversation; agent: every conversation of this agent kept in the store.",
+                },
+                "sort": {
+                    "type": "string",
+                    "enum": ["relevance", "newest"],
+                    "description": "Order of full-text hits: relevance (default) or newest first. Regex hits are newest first.",
+                },
                 "limit": {"type": "integer", "minimum": 1, "description": "Most hits to return."},
             },
             "required": ["query"],
@@ -107,6 +131,10 @@ TOOL_SPECS: list[ToolSpec] = [
 TOOL_NAMES: tuple[str, ...] = tuple(spec.name for spec in TOOL_SPECS)
 
 _ID = re.compile(r"(msg|sum)_[0-9a-f]{16}")
+#: lcm_grep's bounds: the whole answer, one snippet, a regular expression.
+MAX_GREP_CHARS = 12_000
+MAX_SNIPPET_CHARS = 300
+MAX_REGEX_CHARS = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -150,31 +178,105 @@ def _render_message(row: MessageRow) -> str:
     return f"[{row.id} turn {row.turn} {row.role} {iso_minute(row.timestamp)}]\n{row.text}"
 
 
-def _grep(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any]) -> str:
-    _check_keys(args, {"query", "limit"}, "lcm_grep")
+def _choice(args: Mapping[str, Any], key: str, allowed: tuple[str, ...], name: str) -> str:
+    value = args.get(key, allowed[0])
+    if value is None:
+        return allowed[0]
+    if value not in allowed:
+        raise ToolArgumentError(f"{name}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)
+
+
+def _time_arg(args: Mapping[str, Any], key: str, now_ms: int, name: str) -> int | None:
+    value = args.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ToolArgumentError(f"{name}: {key} must be a string such as 2026-11-30, 2026-11-30T14:05Z or 3d")
+    try:
+        return parse_time(value, now_ms)
+    except ValueError as exc:
+        raise ToolArgumentError(f"{name}: {key}: {exc}") from None
+
+
+def _grep(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any], agent: str | None, now_ms: int) -> str:
+    _check_keys(args, {"query", "limit", "regex", "since", "before", "scope", "sort"}, "lcm_grep")
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolArgumentError("lcm_grep: query must be a non-empty string")
     limit = _int_arg(args, "limit", cfg.grep_default_limit, cfg.grep_max_limit, "lcm_grep")
-    queries = fts_queries(query)
-    if not queries:
-        raise ToolArgumentError(f"lcm_grep: the query {query!r} has no word to search for")
-    hits: list[dict[str, Any]] = []
-    mode = "all words"
-    for i, match in enumerate(queries):
-        hits = store.grep(session_id, match, limit, exclude_tools=TOOL_NAMES)
-        if hits:
-            mode = "all words" if i == 0 else "any word"
-            break
+    regex = args.get("regex", False)
+    if not isinstance(regex, bool):
+        raise ToolArgumentError(f"lcm_grep: regex must be true or false, got {regex!r}")
+    scope = _choice(args, "scope", ("session", "agent"), "lcm_grep")
+    sort = _choice(args, "sort", ("relevance", "newest"), "lcm_grep")
+    since = _time_arg(args, "since", now_ms, "lcm_grep")
+    before = _time_arg(args, "before", now_ms, "lcm_grep")
+    if since is not None and before is not None and since >= before:
+        raise ToolArgumentError("lcm_grep: since must be earlier than before")
+    if scope == "agent" and agent is None:
+        agent = session_agent(store, session_id)
+    if scope == "agent" and agent is None:
+        raise ToolArgumentError(
+            "lcm_grep: scope agent needs this conversation's OpenClaw agent, which is not known here; search with scope session"
+        )
+    base = GrepQuery(
+        match=query,
+        session_id=session_id,
+        regex=regex,
+        agent=agent if scope == "agent" else None,
+        since=since,
+        before=before,
+        sort="newest" if regex else sort,  # type: ignore[arg-type]
+        limit=limit,
+    )
+    if regex:
+        if len(query) > MAX_REGEX_CHARS:
+            raise ToolArgumentError(f"lcm_grep: the regular expression is longer than {MAX_REGEX_CHARS} characters")
+        try:
+            hits = search(store, base, exclude_tools=TOOL_NAMES)
+        except re.error as exc:
+            raise ToolArgumentError(f"lcm_grep: {query!r} is not a regular expression: {exc}") from None
+        mode = "regex"
+    else:
+        queries = fts_queries(query)
+        if not queries:
+            raise ToolArgumentError(f"lcm_grep: the query {query!r} has no word to search for")
+        hits = []
+        mode = "all words"
+        for i, match in enumerate(queries):
+            hits = search(store, msgspec.structs.replace(base, match=match), exclude_tools=TOOL_NAMES)
+            if hits:
+                mode = "all words" if i == 0 else "any word"
+                break
+    where = "this agent's conversations" if scope == "agent" else "this conversation"
+    span = _span(since, before)
     if not hits:
-        return f"No match for {query!r} in this conversation."
-    lines = [f"{len(hits)} hit{'s' if len(hits) != 1 else ''} for {query!r} ({mode}), newest first:"]
-    for h in hits:
-        turns = h["turns"]
-        where = f"turn {turns[0]}" if turns[0] == turns[1] else f"turns {turns[0]}-{turns[1]}"
-        snippet = " ".join(str(h["snippet"]).split())
-        lines.append(f"- {h['id']} · {h['role']} · {where} · {iso_minute(h['time'])}: {snippet}")
+        return f"No match for {query!r} in {where}{span}."
+    order = "newest first" if base.sort == "newest" else "most relevant first"
+    lines = [f"{len(hits)} hit{'s' if len(hits) != 1 else ''} for {query!r} ({mode}) in {where}{span}, {order}:"]
+    used = len(lines[0])
+    for n, h in enumerate(hits):
+        turns = h.turns
+        at = f"turn {turns[0]}" if turns[0] == turns[1] else f"turns {turns[0]}-{turns[1]}"
+        other = f"session {h.session_id} · " if h.session_id != session_id else ""
+        snippet = " ".join(str(h.snippet).split())
+        if len(snippet) > MAX_SNIPPET_CHARS:
+            snippet = snippet[: MAX_SNIPPET_CHARS - 1] + "…"
+        line = f"- {h.id} · {other}{h.role} · {at} · {iso_minute(h.time)}: {snippet}"
+        if used + len(line) + 1 > MAX_GREP_CHARS:
+            lines.append(f"[… {len(hits) - n} more hit(s) not shown: narrow the query, the time range or the limit]")
+            break
+        lines.append(line)
+        used += len(line) + 1
     return "\n".join(lines)
+
+
+def _span(since: int | None, before: int | None) -> str:
+    if since is None and before is None:
+        return ""
+    parts = ([f"since {iso_minute(since)}"] if since is not None else []) + ([f"before {iso_minute(before)}"] if before is not None else [])
+    return " " + " and ".join(parts)
 
 
 def _describe(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str, Any]) -> str:
@@ -299,13 +401,26 @@ def head_within(text: str, cap: int, count_tokens: Callable[[str], int]) -> str:
 
 
 def run_tool(
-    store: Store, cfg: LosslessConfig, session_id: str, name: str, args: Mapping[str, Any], count_tokens: Callable[[str], int]
+    store: Store,
+    cfg: LosslessConfig,
+    session_id: str,
+    name: str,
+    args: Mapping[str, Any],
+    count_tokens: Callable[[str], int],
+    agent: str | None = None,
 ) -> str:
-    """Run one tool call; raises :class:`ToolArgumentError` on bad input."""
+    """Run one tool call; raises :class:`ToolArgumentError` on bad input.
+    ``agent``: the conversation's OpenClaw agent (``lcm_grep`` scope
+    ``agent``; ``lcm_describe``/``lcm_expand`` then take ids of the agent's
+    other conversations too)."""
     if not isinstance(args, Mapping):
         raise ToolArgumentError(f"{name}: arguments must be a JSON object")
     if name == "lcm_grep":
-        return _grep(store, cfg, session_id, args)
+        return _grep(store, cfg, session_id, args, agent, int(time.time() * 1000))
+    if name in ("lcm_describe", "lcm_expand"):
+        ident = args.get("id")
+        if agent is not None and isinstance(ident, str) and _ID.fullmatch(ident.strip()):
+            session_id = owner(store, session_id, agent, ident.strip()) or session_id
     if name == "lcm_describe":
         return _describe(store, cfg, session_id, args)
     if name == "lcm_expand":

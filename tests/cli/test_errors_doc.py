@@ -116,6 +116,7 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "inspect-no-turns": lambda t, m: sidecar(["inspect", "00000000-0000-0000-0000-000000000000", "--state-dir", str(t)]),
     "inspect-not-a-thread": lambda t, m: sidecar(["inspect", "../etc", "--state-dir", str(t)]),
     "lossless-no-store": lambda t, m: sidecar(["engines", "lossless", "status", "--state-dir", str(t)]),
+    "lossless-import-nothing": lambda t, m: sidecar(["engines", "lossless", "import", str(t), "--state-dir", str(t)]),
 }
 
 

@@ -43,7 +43,7 @@ async def test_the_tools_are_offered_with_object_schemas(host):
 
 async def test_grep_finds_every_mention_newest_first_with_id_role_turn_and_snippet(host):
     engine = await _compacted_engine(host)
-    result = await call(engine, "lcm_grep", query="launch code")
+    result = await call(engine, "lcm_grep", query="launch code", sort="newest")
     assert not result.is_error
     lines = result.text.splitlines()[1:]
     ids = [line.split(" · ")[0][2:] for line in lines]

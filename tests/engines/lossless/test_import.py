@@ -1,0 +1,160 @@
+"""``codex-sidecar engines lossless import``: real Codex rollouts and real
+OpenClaw transcripts (``fixtures/import/``, recorded by
+``tools/record_import_fixtures.py`` from codex 0.169.0 and OpenClaw 2026.9.6)
+into the store, idempotently, on SQLite and PostgreSQL; lcm_grep then finds
+their facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from engines import ToolCallParams
+from engines.lossless import Store
+from engines.lossless.importer import (
+    codex_messages,
+    discover,
+    import_transcript,
+    openclaw_messages,
+    openclaw_session_id,
+    read_source,
+)
+from engines.testkit import FakeHost
+from sidecar.cli import cli
+
+from .conftest import make_engine
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "import"
+CODEX = FIXTURES / "codex"
+OPENCLAW = FIXTURES / "openclaw"
+THREAD = "01a23462-3357-7c01-b9c3-6207a732e037"  # the recorded rollout's thread
+OC_KEY = "agent:main:explicit:import-fixture"  # the recorded OpenClaw session's key
+
+
+def _dump(store: Store) -> dict[str, list]:
+    """Everything an import writes, for comparing two stores."""
+    q = store.backend.execute
+    return {
+        "messages": [tuple(r) for r in q("SELECT id, session_id, ident, seq, turn, role, tool_name, timestamp, tokens, text FROM messages ORDER BY id")],
+        "bodies": [bytes(r[0]) for r in q("SELECT body FROM messages ORDER BY id")],
+        "sessions": [tuple(r) for r in q("SELECT session_id, session_key, agent_id FROM sessions ORDER BY session_id")],
+    }
+
+
+def _import_all(store: Store) -> int:
+    new = 0
+    for source in discover([FIXTURES]):
+        for transcript in read_source(source):
+            new += import_transcript(store, transcript).new
+    return new
+
+
+async def _grep(engine, session: str, key: str, **arguments) -> str:
+    result = await engine.call_tool(ToolCallParams(session_id=session, session_key=key, call_id="c", name="lcm_grep", arguments=arguments))
+    assert not result.is_error, result.text
+    return result.text
+
+
+async def test_importing_real_rollouts_and_transcripts_twice_gives_the_same_store(tmp_path, backend):
+    with FakeHost(tmp_path / "state") as host:
+        engine = await make_engine(host)
+        store = engine.store
+        first = _import_all(store)
+        once = _dump(store)
+        second = _import_all(store)
+        assert first == 12 and second == 0  # 6 + 6 messages; the OpenClaw session's two sources are one session
+        assert _dump(store) == once
+        oc_session = openclaw_session_id("main", OC_KEY)
+        assert once["sessions"] == sorted([(THREAD, THREAD, None), (oc_session, OC_KEY, "main")])
+
+        # The facts of each are found, in their own session and, for the
+        # OpenClaw agent, from another of its sessions.
+        assert "pg-kestrel-07" in await _grep(engine, THREAD, THREAD, query="staging database host")
+        assert "kestrel-7" in await _grep(engine, THREAD, THREAD, query=r"kestrel-\d\b", regex=True)
+        assert "Marlinspike" in await _grep(engine, oc_session, OC_KEY, query="locker code boat")
+        assert "magic-42" in await _grep(engine, oc_session, OC_KEY, query="magic")
+        elsewhere = await _grep(engine, "codex-other", "agent:main:other", query="Marlinspike", scope="agent")
+        assert f"session {oc_session}" in elsewhere
+        await engine.dispose()
+
+
+def test_a_rollout_reads_as_the_conversation_without_codexs_injected_context():
+    (rollout,) = CODEX.rglob("rollout-*.jsonl")
+    meta, messages, bad = codex_messages(rollout.read_bytes().splitlines())
+    assert meta is not None and meta["id"] == THREAD and bad == 0
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant", "toolResult", "assistant"]
+    assert messages[0].content == "Remember: the staging database lives on host pg-kestrel-07."
+    assert messages[3].content[0].name == "exec_command" and messages[4].tool_name == "exec_command"
+    assert "kestrel-7" in messages[4].content[0].text
+    assert all(m.timestamp > 1_700_000_000_000 for m in messages)
+
+
+def test_an_openclaw_transcript_reads_its_leaf_path_and_keeps_tool_result_text():
+    entries = [json.loads(line) for line in (OPENCLAW / "agents" / "main" / "sessions" / "import-fixture.jsonl").read_text().splitlines()]
+    messages, bad = openclaw_messages(entries)
+    assert bad == 0
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant", "toolResult", "assistant"]
+    assert messages[4].content[0].text == "magic-42"  # OpenClaw 2026.9 writes {"type": "toolResult"} blocks
+    # A branch left behind (an edited turn) is not on the leaf path.
+    branch = {"type": "message", "id": "x", "parentId": entries[1]["id"], "message": {"role": "user", "content": "abandoned", "timestamp": 1}}
+    leaf = {**entries[-1], "id": "y", "parentId": entries[-1]["id"]}
+    on_path, _ = openclaw_messages([*entries[:2], branch, *entries[2:], leaf])
+    assert "abandoned" not in json.dumps([getattr(m, "content", "") for m in on_path], default=str)
+
+
+def test_the_openclaw_session_is_the_one_the_sidecar_gives_it():
+    # OpenClaw's buildCodexNativeHookRelayId: what a thread/start of this session carries.
+    assert openclaw_session_id("main", "agent:main:main") == "codex-" + __import__("hashlib").sha256(
+        b"openclaw:codex:native-hook-relay:v1\0main\0agent:main:main"
+    ).hexdigest()[:40]
+
+
+def test_folders_are_searched_and_openclaws_own_codex_threads_left_out(tmp_path):
+    kinds = sorted(s.kind for s in discover([FIXTURES]))
+    assert kinds == ["codex", "openclaw-jsonl", "openclaw-sqlite"]
+    inner = tmp_path / "state" / "agents" / "main" / "agent" / "codex-home" / "sessions"
+    inner.mkdir(parents=True)
+    (rollout,) = CODEX.rglob("rollout-*.jsonl")
+    (inner / rollout.name).write_bytes(rollout.read_bytes())
+    assert discover([tmp_path / "state"]) == []
+    assert [s.kind for s in discover([inner / rollout.name])] == ["codex"]  # given as a file: taken
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _cli(tmp_path, *args: str):
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = "{tmp_path / "sidecar"}"\n')
+    return CliRunner().invoke(cli, ["--config-file", str(config), "engines", "lossless", "import", *args], catch_exceptions=False)
+
+
+def test_the_import_command_is_idempotent_has_a_dry_run_and_a_progress_bar_on_stderr(tmp_path):
+    db = tmp_path / "sidecar" / "engines" / "lossless" / "lossless.sqlite3"
+    dry = _cli(tmp_path, str(FIXTURES), "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout.splitlines()[-1])["newMessages"] == 12 and not db.exists()
+
+    first = _cli(tmp_path, str(FIXTURES), "--progress")
+    assert first.exit_code == 0, first.output
+    assert first.stdout.startswith("imported 12 new message(s) from 3 session(s) in 3 file(s)")
+    assert "3/3 files" in first.stderr and "files" not in first.stdout.replace("file(s)", "")
+    store = Store.open(db.parent)
+    once = _dump(store)
+    store.close()
+
+    quiet = _cli(tmp_path, str(FIXTURES))  # not a terminal: no bar
+    assert quiet.stdout.startswith("imported 0 new message(s)") and quiet.stderr == ""
+    again = _cli(tmp_path, str(FIXTURES), "--dry-run")
+    assert again.stdout.startswith("would import 0 new message(s)")
+    store = Store.open(db.parent)
+    assert _dump(store) == once
+    store.close()
+
+
+def test_the_import_command_says_when_it_finds_nothing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = _cli(tmp_path, str(tmp_path / "empty"))
+    assert result.exit_code == 1 and "no Codex rollout or OpenClaw transcript" in result.stderr
