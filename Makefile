@@ -6,6 +6,9 @@
 #                 OpenClaw's whole agent through the sidecar included (installs both first)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
+#   make test-codex-matrix  the conformance suite against the oldest codex the README promises,
+#                 the pinned one and the newest (CODEX_OLDEST, CODEX_VER, CODEX_NEWEST; make test
+#                 runs the other two); make codex-0.171.0 installs one release into .tools/
 #   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
 #                 lossless store's PostgreSQL tests (a throwaway server a run, on a Unix socket)
 #   make bench    relay benchmark (ratios against a direct connection)
@@ -25,6 +28,14 @@ CODEX_VER   := 0.169.0
 CODEX_DIR   := .tools/codex-$(CODEX_VER)
 CODEX_BIN   := $(CODEX_DIR)/node_modules/.bin/codex
 export CODEX_SIDECAR_TEST_CODEX_BIN := $(abspath $(CODEX_BIN))
+# The codex matrix (docs/testing.md, "Codex versions"): the oldest release
+# the README promises (sidecar/doctor.py's MIN_CODEX) and the newest on npm
+# when it was last bumped, on purpose: set CODEX_NEWEST to a new release,
+# run `make test-codex-matrix`, then name its new methods
+# (tests/conformance/methods.py) and fix what it finds.
+CODEX_OLDEST := 0.151.0
+CODEX_NEWEST := 0.171.0
+CODEX_MATRIX ?= $(CODEX_OLDEST) $(CODEX_VER) $(CODEX_NEWEST)
 
 # OpenClaw's whole agent, for the live OpenClaw tests.  openclaw 2026.9.6
 # needs Node >= 24.16 (it refuses Node 22), so Node comes pinned from npm too.
@@ -55,7 +66,7 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
+.PHONY: all setup lint openclaw postgres test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
 
 all: test
 
@@ -148,9 +159,35 @@ lint: setup
 
 test: setup lint openclaw postgres
 	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) test-codex-matrix CODEX_MATRIX="$(CODEX_OLDEST) $(CODEX_NEWEST)"
 
 test-openclaw: setup openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)
+
+# Any codex release into .tools/codex-<version>/, as the pinned one (~30 s, ~400 MB each).
+.tools/codex-%/node_modules/.bin/codex:
+	@echo "==> codex $* into .tools/codex-$*/ (npm; ~30 s)"
+	mkdir -p .tools/codex-$*
+	cd .tools/codex-$* && npm install --no-audit --no-fund @openai/codex@$*
+	$@ --version
+
+codex-%: .tools/codex-%/node_modules/.bin/codex
+	@true
+.PRECIOUS: .tools/codex-%/node_modules/.bin/codex
+
+# The conformance suite once per release of CODEX_MATRIX, one after the other
+# (each ~4-5 min on 2 cores), every release run even after a failure; with
+# PYTEST_ARGS (make test passes its own): a filter that selects none of its
+# tests (-m "not codex", -k ...) skips the run.
+test-codex-matrix: setup $(foreach v,$(CODEX_MATRIX),.tools/codex-$(v)/node_modules/.bin/codex)
+	@failed=""; for v in $(CODEX_MATRIX); do \
+		echo "==> the conformance suite against codex $$v"; \
+		CODEX_SIDECAR_TEST_CODEX_BIN=$(abspath .tools)/codex-$$v/node_modules/.bin/codex \
+			$(PY) -m pytest -p no:cacheprovider tests/conformance $(PYTEST_ARGS); \
+		rc=$$?; if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then failed="$$failed $$v"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "==> the conformance suite failed against codex$$failed"; exit 1; fi; \
+	echo "==> the conformance suite passed against codex $(CODEX_MATRIX)"
 
 bench: setup
 	$(PY) -m tools.bench

@@ -25,9 +25,13 @@ import msgspec
 
 from .config import DEFAULT, ConfigError, Origin, Resolved, default_config_path, did_you_mean, load_config_file, resolve_codex_bin
 
-MIN_CODEX = (0, 149, 0)
-"""OpenClaw's Codex plugin refuses an app-server older than this (it parses
-the version out of ``initialize``'s ``userAgent``)."""
+MIN_CODEX = (0, 151, 0)
+"""The oldest codex the sidecar serves as it serves the pinned one: 0.151.0
+added ``thread/revert`` (an engine's rebuilds in place), ``thread/turns/list``
+and ``thread/items/list`` (the sidecar's reads of a thread's turns, and
+OpenClaw's own). Against 0.149.0 and 0.150.0 the conformance suite's
+rebuilding engine never rebuilt (docs/testing.md, "Codex versions").
+OpenClaw's Codex plugin itself refuses an app-server older than 0.149.0."""
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -65,7 +69,7 @@ def check_codex(
     shown = ".".join(map(str, version))
     minimum = ".".join(map(str, MIN_CODEX))
     if version < MIN_CODEX:
-        return Finding("codex", False, f"{path} is codex {shown}; OpenClaw needs at least {minimum}"), path
+        return Finding("codex", False, f"{path} is codex {shown}; the sidecar needs at least {minimum}"), path
     return Finding("codex", True, f"{path} (codex {shown})"), path
 
 

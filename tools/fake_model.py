@@ -137,6 +137,17 @@ class Delay:
 
 
 @dataclasses.dataclass(frozen=True)
+class Gate:
+    """Send nothing until the test opens `opened` (a `threading.Event`), then
+    answer with `then`: a model request still unanswered when the test acts
+    (input joined to the running turn, a steer), answered after it whatever
+    the codex. Released when the server closes, like every wait here."""
+
+    opened: threading.Event
+    then: "Step" = None  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
 class Hang:
     """Send `response.created`, then never finish.
 
@@ -148,7 +159,7 @@ class Hang:
 
 #: A step may also be a callable taking the decoded request body and
 #: returning a step, for replies that depend on what Codex sent.
-Step = Union[Text, FunctionCall, HttpError, Failed, Delay, Hang, Callable[[dict], Any]]
+Step = Union[Text, FunctionCall, HttpError, Failed, Delay, Gate, Hang, Callable[[dict], Any]]
 
 
 # --------------------------------------------------------------------------
@@ -265,9 +276,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _play(self, fake: "FakeModel", index: int, body: dict, step: Any) -> None:
-        while isinstance(step, Delay):
-            if fake._closing.wait(step.seconds):
+        while isinstance(step, (Delay, Gate)):
+            if isinstance(step, Delay) and fake._closing.wait(step.seconds):
                 return
+            while isinstance(step, Gate) and not step.opened.wait(0.05):
+                if fake._closing.is_set():
+                    return
             step = step.then if step.then is not None else fake._default_step(index)
         resp_id = f"resp_fake_{index}"
         if isinstance(step, HttpError):

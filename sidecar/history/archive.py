@@ -433,10 +433,28 @@ def codex_cursor_from_start(cursor: Any, space: str = "turns") -> bool:
     return decoded is not None and decoded[0] == _CODEX
 
 
-def item_entries(turn: dict[str, Any]) -> list[dict[str, Any]]:
-    """An archived turn's items as ``thread/items/list`` entries."""
+ENTRY_TIMES_SINCE = (0, 157, 0)
+"""The first codex whose ``thread/items/list`` entries carry ``startedAtMs``
+and ``completedAtMs`` (the schemas of 0.151.0 to 0.156.0 have neither)."""
+
+
+def entry_times(codex_version: str | None) -> bool:
+    """Whether this codex's ``thread/items/list`` entries carry their item's
+    times (a version not known: they do, as the pinned codex's)."""
+    parts = codex_version.split(".")[:3] if codex_version else []
+    if len(parts) < 3 or not all(p.isdigit() for p in parts[:2]):
+        return True
+    patch = "".join(c for c in parts[2] if c.isdigit()) or "0"
+    return (int(parts[0]), int(parts[1]), int(patch)) >= ENTRY_TIMES_SINCE
+
+
+def item_entries(turn: dict[str, Any], times: bool = True) -> list[dict[str, Any]]:
+    """An archived turn's items as ``thread/items/list`` entries, with the
+    times only where Codex's own entries have them (``times``)."""
     return [
         {"item": item, "turnId": turn.get("id"), "startedAtMs": item.get("startedAtMs"), "completedAtMs": item.get("completedAtMs")}
+        if times
+        else {"item": item, "turnId": turn.get("id")}
         for item in turn.get("items") or []
         if isinstance(item, dict)
     ]

@@ -54,6 +54,7 @@ from .archive import (
     cut_for_fork,
     decode_cursor,
     encode_cursor,
+    entry_times,
     hidden_page,
     in_view,
     item_entries,
@@ -90,6 +91,10 @@ class ArchivedTurns:
         self.visible: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
         """A page the sidecar answers itself, as the client may see it
         (``sidecar.host``: without the engine's tool call items)."""
+        self.codex_version: Callable[[], str | None] = lambda: None
+        """The version of the codex behind (what its ``initialize`` said; set
+        by the lifecycle): entries the sidecar answers with are shaped as
+        that codex's own (:func:`sidecar.history.archive.entry_times`)."""
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -485,7 +490,8 @@ class ArchivedTurns:
         hidden = self.hidden_for(thread_id)
         if space == "turns":
             return [in_view(t, params.get("itemsView")) for t in hidden]
-        return [entry for t in hidden for entry in item_entries(t)]
+        times = entry_times(self.codex_version())
+        return [entry for t in hidden for entry in item_entries(t, times)]
 
     def _on_list(self, msg: Message, space: str, default: str) -> Decision:
         params = msg.params()
@@ -503,7 +509,7 @@ class ArchivedTurns:
             one_turn = space == "items" and params.get("turnId") is not None
             if one_turn:
                 turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
-                units = item_entries(turn) if turn is not None else []
+                units = item_entries(turn, entry_times(self.codex_version())) if turn is not None else []
             else:
                 units = self._units(space, thread_id, params)
             keys = [_unit_key(space, u) for u in units]
@@ -567,7 +573,7 @@ class ArchivedTurns:
         turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
         if turn is None:
             return None
-        entries = item_entries(turn)
+        entries = item_entries(turn, entry_times(self.codex_version()))
         cursor = params.get("cursor")
         ours = decode_cursor(cursor, "items")
         if ours is not None:

@@ -73,6 +73,7 @@ class Lifecycle:
         self.archived = ArchivedTurns(proxy, state_dir)
         """The read side: answers thread/read, resume, fork, turns/list and
         items/list with the turns rebuilds took out of Codex (``sidecar.history.reads``)."""
+        self.archived.codex_version = lambda: proxy.router.observed.codex_version
         # Cursors handed out wrapped outlive rebuilds; wrapped ones are
         # unwrapped whatever the engine.
         self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"

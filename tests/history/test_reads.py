@@ -241,3 +241,22 @@ async def test_items_list_pages_through_the_archived_turns_items(tmp_path):
     assert [e["item"]["id"] for e in codex_turn] == [f"{t4}-user", f"{t4}-agent"]  # Codex's own, forwarded
     assert not any("codex-sidecar:" in json.dumps(m.get("params")) for m in run.received("thread/items/list"))
     assert [m["params"].get("turnId") for m in run.received("thread/items/list") if m["params"].get("turnId")] == [t4]
+
+
+async def test_archived_item_entries_are_shaped_as_the_codex_behind_shapes_its_own(tmp_path):
+    """Codex before 0.157.0 lists items without ``startedAtMs`` and
+    ``completedAtMs`` (the conformance suite against 0.151.0 saw the sidecar
+    add them as nulls): the entries the sidecar answers from the archive
+    carry them only where that codex's own do."""
+    async with modes_sidecar(tmp_path, summarising_once()) as run:
+        tid, (t1, *_) = await four_turns_rebuilt_at_the_third(run, "E")
+        assert run.lifecycle is not None
+        observed = run.lifecycle.proxy.router.observed
+        shown = {}
+        for version in ("0.156.0", "0.157.0", None):
+            observed.codex_version = version
+            shown[version] = await items_all(run, tid, turnId=t1)
+    assert shown["0.156.0"] and all(set(e) == {"item", "turnId"} for e in shown["0.156.0"])
+    for version in ("0.157.0", None):  # not known: as the pinned codex
+        assert [set(e) for e in shown[version]] == [{"item", "turnId", "startedAtMs", "completedAtMs"}] * len(shown["0.156.0"])
+    assert [e["item"] for e in shown["0.156.0"]] == [e["item"] for e in shown["0.157.0"]]

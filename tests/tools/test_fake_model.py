@@ -25,6 +25,7 @@ from tools.fake_model import (
     Failed,
     FakeModel,
     FunctionCall,
+    Gate,
     Hang,
     HttpError,
     ShellCall,
@@ -248,6 +249,29 @@ def test_hang_does_not_block_shutdown():
         assert _wait_until(lambda: model.in_flight == 0)
     finally:
         hung.close()
+
+
+def test_a_gate_answers_only_once_opened_and_never_blocks_shutdown():
+    model = FakeModel().start()
+    opened, never = threading.Event(), threading.Event()
+    model.script(Gate(opened, Text("after")), Gate(never))
+    answers: list[bytes] = []
+    first = threading.Thread(target=lambda: answers.append(_post(model, _body())[2]), daemon=True)
+    first.start()
+    assert _wait_until(lambda: model.in_flight == 1)
+    first.join(timeout=0.3)
+    assert answers == []  # held: not even the stream's start
+    opened.set()
+    first.join(timeout=10)
+    assert _events(answers[0])[3]["item"]["content"][0]["text"] == "after"
+    held = threading.Thread(target=lambda: _post_quietly(model), daemon=True)
+    held.start()
+    assert _wait_until(lambda: model.in_flight == 1)
+    closer = threading.Thread(target=model.close, daemon=True)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive(), "close() blocked on a gate never opened"
+    assert _wait_until(lambda: model.in_flight == 0)
 
 
 def _post_quietly(model: FakeModel) -> None:
