@@ -1,0 +1,58 @@
+"""The shared secret scanner (``engines.scrub``): the shapes its own rules
+add to detect-secrets', and what must stay (the recording suite,
+``tests/relay/test_record_scanner.py``, plants every shape in frames)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.scrub import CREDENTIAL, redact_credentials, scrub
+
+# (text, what must go, what must stay)
+ADDED = {
+    "Hugging Face token": ("token hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567 set", "hf_AbCdEf", "token  set"),
+    "Google API key": ("GOOGLE=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY ok", "AIzaSyD", "GOOGLE="),
+    "Authorization token": ("Authorization: token 0123456789abcdef0123456789abcdef01234567", "0123456789abcdef", "Authorization: token "),
+    "Authorization basic": ('-H "authorization: Basic dXNlcjpodW50ZXIy"', "dXNlcjpodW50ZXIy", "authorization: Basic "),
+    "password is": ("my password is hunter2.", "hunter2", "my password is "),
+    "password was, quoted": ("the old passphrase was 'correct-horse-battery' ok", "correct-horse", "the old passphrase was "),
+    "password set to": ("DB password set to Tr0ub4dor&3 yesterday", "Tr0ub4dor", "yesterday"),
+}
+
+
+@pytest.mark.parametrize("shape", list(ADDED))
+def test_the_added_shapes_are_found_and_the_sentence_around_them_stays(shape):
+    text, gone, kept = ADDED[shape]
+    out = scrub(text)
+    assert gone not in out
+    assert CREDENTIAL in out
+    assert kept in out.replace(CREDENTIAL, "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the password is stored in vault",
+        "password is required",
+        "Your password is not strong enough",
+        "the password was changed yesterday",
+        "hf_hub_download(repo_id='gpt2')",
+        "AIza is how Google keys begin",
+        "Authorization: token <redacted>",
+        "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+    ],
+)
+def test_prose_about_credentials_is_not_taken_for_one(text):
+    assert scrub(text) == text
+
+
+def test_a_scrubbed_text_is_not_scrubbed_again():
+    once = scrub("my password is hunter2 and hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567")
+    assert scrub(once) == once
+
+
+def test_json_values_keep_their_shape_and_lose_their_credentials():
+    value = {"env": {"DB_PASSWORD": "pw1", "PATH": "/bin"}, "headers": {"X": "y"}, "n": 3, "cmd": "echo hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"}
+    assert redact_credentials(value) == {"env": {"DB_PASSWORD": CREDENTIAL, "PATH": "/bin"}, "headers": {"X": CREDENTIAL}, "n": 3, "cmd": f"echo {CREDENTIAL}"}
+    clean = {"a": [1, "plain text"], "b": None}
+    assert redact_credentials(clean) is clean  # nothing to change: the same object
