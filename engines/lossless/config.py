@@ -105,6 +105,11 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: A size bound for the store in MiB (0: none). Past it, maintenance drops the
     #: raw text of the oldest messages already condensed (depth >= 1); see the docs.
     max_store_mb: float = 0
+    #: Credentials (the recordings' rules: API keys, tokens, private keys,
+    #: ``password: ...``) are replaced by ``[redacted credential]`` before a
+    #: message is stored, so no summary, search or summary-model request holds
+    #: them; false stores messages as they are. The client's transcript stays whole.
+    redact_secrets: bool = True
     #: Sent to the model as the system prompt addition once the assembly holds
     #: a summary; "" sends none.
     system_prompt_addition: str = DEFAULT_SYSTEM_PROMPT_ADDITION

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -48,7 +48,7 @@ from . import expand_query
 from .assemble import fit_budget
 from .compaction import StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
-from .messages import content_identity, identities
+from .messages import content_identity, identities, message_id
 from .outofline import out_of_line_view
 from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
@@ -176,7 +176,13 @@ class LosslessEngine(BaseContextEngine):
         todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in known]
         if not todo:
             return 0
-        stored = store.ingest(session_id, session_key, [m for m, _ in todo], [i for _, i in todo], estimate_message_tokens)
+        batch: list[AgentMessage] = [m for m, _ in todo]
+        count: Callable[[AgentMessage], int] = estimate_message_tokens
+        if self.cfg.redact_secrets:
+            from .redact import redact_batch  # the scanner loads on first use (~0.15 s)
+
+            batch, count = redact_batch(batch, estimate_message_tokens)
+        stored = store.ingest(session_id, session_key, batch, [i for _, i in todo], count)
         known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
         return len(stored)
 
@@ -213,8 +219,23 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
+    def _originals(self, session_id: str, snapshot: Sequence[AgentMessage], wanted: set[str]) -> dict[str, AgentMessage]:
+        """The client's own copies of the stored messages ``wanted`` (by id),
+        newest first: the store holds them redacted, the client whole."""
+        found: dict[str, AgentMessage] = {}
+        if not wanted or not snapshot:
+            return found
+        idents = self._identities(snapshot)
+        for message, ident in zip(reversed(snapshot), reversed(idents), strict=True):
+            mid = message_id(session_id, ident)
+            if mid in wanted:
+                found[mid] = message
+                if len(found) == len(wanted):
+                    break
+        return found
+
     def _assemble_sync(
-        self, session_id: str, budget: int, addition_tokens: int, cold: bool = False
+        self, session_id: str, budget: int, addition_tokens: int, cold: bool = False, snapshot: Sequence[AgentMessage] = ()
     ) -> tuple[list[AgentMessage], int, dict[str, Any]]:
         store = self._store_now()
         session = store.session(session_id)
@@ -231,6 +252,9 @@ class LosslessEngine(BaseContextEngine):
             store, self.cfg, session_id, store.messages_between(session_id, session.frame_seq + 1), count_tokens, estimate_message_tokens
         )
         tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
+        if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
+            originals = self._originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
+            tail = [originals.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
         # The addition goes with a frame, and the model reads it too.
         reserved = addition_tokens if frame else 0
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
@@ -264,7 +288,9 @@ class LosslessEngine(BaseContextEngine):
             except trio.WouldBlock:
                 cold = False
         try:
-            messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens, cold)
+            messages, tokens, held = await trio.to_thread.run_sync(
+                self._assemble_sync, params.session_id, budget, addition_tokens, cold, params.messages
+            )
         finally:
             if cold:
                 lock.release()
@@ -375,9 +401,12 @@ class LosslessEngine(BaseContextEngine):
         the question asked through ``host.complete``, the answer capped."""
         if not isinstance(params.arguments, Mapping):
             raise ToolArgumentError(f"{params.name}: arguments must be a JSON object")
-        plan = await trio.to_thread.run_sync(
-            expand_query.prepare, store, self.cfg, params.session_id, params.arguments, count_tokens
-        )
+        arguments = params.arguments
+        if self.cfg.redact_secrets:  # the question goes to the summary model
+            from .redact import redact_arguments
+
+            arguments = await trio.to_thread.run_sync(redact_arguments, dict(arguments))
+        plan = await trio.to_thread.run_sync(expand_query.prepare, store, self.cfg, params.session_id, arguments, count_tokens)
         if isinstance(plan, str):
             return ToolCallResult(text=plan)
         answer, why = await expand_query.ask(self._host, plan, self.cfg.expand_query_timeout)
