@@ -163,6 +163,7 @@ def engines_cmd(ctx: click.Context) -> None:
       codex-sidecar engines lossless status [THREAD] [--json]
       codex-sidecar engines lossless doctor [--json]
       codex-sidecar engines lossless backup PATH
+      codex-sidecar engines lossless prune [--dry-run] [--retention-days N] [--session-max-messages N] [--json]
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -313,6 +314,33 @@ def lossless_backup_cmd(ctx: click.Context, path: str) -> None:
             f"{path} is a SQLite copy of the store's rows (a state folder's lossless.sqlite3); "
             f"for a backup PostgreSQL restores: pg_dump --format=custom --file FILE '<database_url>'"
         )
+
+
+@lossless_cmd.command("prune")
+@click.option("--dry-run", is_flag=True, help="Report what would be dropped and change nothing.")
+@click.option("--retention-days", type=click.FloatRange(min=0), default=None, help="Drop sessions idle this many days (default: [engines.lossless] retention_days; 0: none).")
+@click.option(
+    "--session-max-messages", type=click.IntRange(min=0), default=None, help="Raw text kept for each session's newest N messages (default: [engines.lossless] session_max_messages; 0: all)."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of lines.")
+@click.pass_context
+def lossless_prune_cmd(ctx: click.Context, dry_run: bool, retention_days: float | None, session_max_messages: int | None, as_json: bool) -> None:
+    """Apply the retention rules to the lossless store: delete sessions idle
+    past retention_days, drop the raw text of a session's messages past
+    session_max_messages where condensed summaries hold what they said, and
+    delete orphan rows. Never drops what a live session's summaries need."""
+    from engines.lossless.retention import policy, prune
+
+    from .store.lossless_view import render_prune
+
+    cfg = _lossless_config(ctx)
+    store, _ = _open_lossless_store(ctx)
+    try:
+        report = prune(store, policy(cfg, retention_days=retention_days, session_max_messages=session_max_messages), dry_run=dry_run)
+    finally:
+        store.close()
+    for line in [json.dumps(report, sort_keys=True)] if as_json else render_prune(report):
+        click.echo(line)
 
 
 def _normalise(name: str | None) -> str:

@@ -97,6 +97,7 @@ class LosslessEngine(BaseContextEngine):
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
         self._content_ids: dict[int, tuple[AgentMessage, str]] = {}
+        self._next_retention = 0.0  # time.monotonic() of the next retention pass
 
     # ------------------------------------------------------------ store
 
@@ -174,6 +175,10 @@ class LosslessEngine(BaseContextEngine):
         if known is None:
             known = self._known[session_id] = store.known_idents(session_id)
         todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in known]
+        if todo and known and not store.messages_between(session_id, 1, 1):
+            # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
+            known = self._known[session_id] = set()
+            todo = list(zip(messages, idents, strict=True))
         if not todo:
             return 0
         batch: list[AgentMessage] = [m for m, _ in todo]
@@ -304,6 +309,22 @@ class LosslessEngine(BaseContextEngine):
             system_prompt_addition=addition if has_summary else None,
         )
 
+    async def _retain(self, live: str) -> None:
+        """The retention rules over the whole store, at most once an hour
+        (``live``, the session being maintained, is never dropped)."""
+        from . import retention
+
+        self._next_retention = time.monotonic() + 3600
+        store = self._store_now()
+        report = await trio.to_thread.run_sync(lambda: retention.prune(store, retention.policy(self.cfg), live=[live]))
+        for session_id in report.get("droppedSessions", []):
+            self._known.pop(session_id, None)
+        if report.get("droppedSessions") or report.get("prunedMessages"):
+            log.info(
+                "lossless retention applied",
+                extra={"fields": {"droppedSessions": len(report["droppedSessions"]), "prunedMessages": sum(report["prunedMessages"].values())}},
+            )
+
     # ------------------------------------------------------------ compaction
 
     async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None) -> dict[str, Any]:
@@ -343,6 +364,8 @@ class LosslessEngine(BaseContextEngine):
                 )
         if self.cfg.max_store_mb:
             await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))
+        if (self.cfg.retention_days or self.cfg.session_max_messages) and time.monotonic() >= self._next_retention:
+            await self._retain(params.session_id)
         changed = bool(report.get("changed")) or retried > 0
         reason = "compaction step" if report.get("changed") else "no compaction needed"
         if retried:
