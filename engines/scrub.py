@@ -101,7 +101,83 @@ _HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
 _TRIM = " \t\r\n\"'=:`"
 
 
-Rules = tuple[list[re.Pattern[str]], list[re.Pattern[str]], list[tuple[re.Pattern[str], int]], re.Pattern[str]]
+#: What a rule's matches must contain: (case-insensitive?, gates); each gate
+#: is strings of which a match holds at least one (see :func:`_gates`).
+Gates = tuple[bool, tuple[tuple[str, ...], ...]]
+Rules = tuple[
+    list[tuple[re.Pattern[str], Gates]], list[re.Pattern[str]], list[tuple[re.Pattern[str], int]], re.Pattern[str], list[Gates]
+]
+
+
+def _leading(items: Any, literal: Any) -> str:
+    run = []
+    for op, av in items:
+        if op is not literal:
+            break
+        run.append(chr(av))
+    return "".join(run)
+
+
+def _gates(regex: re.Pattern[str]) -> Gates:
+    """The strings a match of ``regex`` cannot do without, read from its
+    parse tree: each run of two or more literal characters at its top
+    level, and for each group at its top level (not optional) whose every
+    alternative starts with two or more literal characters, those starts.
+    A text holding none of a gate's strings cannot match, so the rule is
+    not run on it: most rules then cost one substring search a text (the
+    slowest, IBM's and Cloudant's keyword rules, ~3 ms on 5 KB of prose,
+    need one of ``key``/``pw``/``pass``/``token``). Nothing is lost: a gate
+    is only what every match holds."""
+    fold = bool(regex.flags & re.IGNORECASE)
+    try:
+        from re import _constants as c  # type: ignore[attr-defined]
+        from re import _parser as parser  # type: ignore[attr-defined]
+
+        tree = parser.parse(regex.pattern, regex.flags)
+    except Exception:  # another Python's internals: no gates, every rule runs
+        return fold, ()
+    gates: list[tuple[str, ...]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) >= 2:
+            gates.append(("".join(run),))
+        run.clear()
+
+    for op, av in tree:
+        if op is c.LITERAL:
+            run.append(chr(av))
+            continue
+        flush()
+        branch = None
+        if op is c.SUBPATTERN:
+            sub = list(av[-1])
+            head = _leading(sub, c.LITERAL)
+            if len(head) >= 2:
+                gates.append((head,))
+            elif not head and sub and sub[0][0] is c.BRANCH:
+                branch = sub[0][1][1]
+        elif op is c.BRANCH:  # a group without a capture is inlined
+            branch = av[1]
+        if branch is not None:
+            starts = [_leading(list(alt), c.LITERAL) for alt in branch]
+            if all(len(x) >= 2 for x in starts):
+                gates.append(tuple(sorted(set(starts))))
+    flush()
+    if fold:
+        gates = [tuple(x.lower() for x in gate) for gate in gates]
+    return fold, tuple(gates)
+
+
+def _passes(gates: Gates, text: str, low: list[str]) -> bool:
+    """Whether ``text`` holds a string of every gate (``low`` caches its lower case)."""
+    fold, need = gates
+    if not need:
+        return True
+    if fold and not low:
+        low.append(text.lower())
+    hay = low[0] if fold else text
+    return all(any(x in hay for x in gate) for gate in need)
 
 
 @cache
@@ -114,7 +190,7 @@ def _rules() -> Rules:
     from detect_secrets.plugins.ip_public import IPPublicDetector
     from detect_secrets.plugins.private_key import PrivateKeyDetector
 
-    whole: list[re.Pattern[str]] = []
+    whole: list[tuple[re.Pattern[str], Gates]] = []
     keys: list[re.Pattern[str]] = []
     plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
     for name in sorted(plugins):  # a fixed order: the same output every run
@@ -122,10 +198,14 @@ def _rules() -> Rules:
         if not issubclass(cls, RegexBasedDetector) or cls is IPPublicDetector:
             continue
         denylist: Iterable[re.Pattern[str]] = cls.denylist  # a class attribute on every plugin
-        (keys if cls is PrivateKeyDetector else whole).extend(denylist)
+        if cls is PrivateKeyDetector:
+            keys.extend(denylist)
+        else:
+            whole.extend((regex, _gates(regex)) for regex in denylist)
     tables = (keyword.CONFIG_DENYLIST_REGEX_TO_GROUP, keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
     words = sorted({(regex, group) for table in tables for regex, group in table.items()}, key=lambda p: (p[0].pattern, p[1]))
-    return whole, keys, words, re.compile("|".join(keyword.DENYLIST), re.IGNORECASE)
+    extra = [_gates(regex) for regex, _ in EXTRA_RULES]
+    return whole, keys, words, re.compile("|".join(keyword.DENYLIST), re.IGNORECASE), extra
 
 
 def compile_rules() -> None:
@@ -135,9 +215,12 @@ def compile_rules() -> None:
 
 def spans(text: str) -> list[tuple[int, int]]:
     """The credentials in ``text``, as sorted, merged (start, end) spans."""
-    whole, keys, words, deny = _rules()
+    whole, keys, words, deny, extra = _rules()
     found: list[tuple[int, int]] = []
-    for regex in whole:
+    low: list[str] = []
+    for regex, gates in whole:
+        if not _passes(gates, text, low):
+            continue
         for m in regex.finditer(text):
             start, end = m.span()
             while start < end and text[start] in _TRIM:
@@ -150,7 +233,9 @@ def spans(text: str) -> list[tuple[int, int]]:
                 end += 1
             if end > start:
                 found.append((start, end))
-    for regex, group in EXTRA_RULES:
+    for (regex, group), gates in zip(EXTRA_RULES, extra, strict=True):
+        if not _passes(gates, text, low):
+            continue
         for m in regex.finditer(text):
             start, end = m.span(group)
             if group:  # a value in words: not the sentence's full stop
@@ -166,11 +251,12 @@ def spans(text: str) -> list[tuple[int, int]]:
             close = _KEY_END.search(text, m.end())
             found.append((m.start(), close.end() if close else len(text)))
     normal = _HYPHEN.sub("_", text)  # same length: spans carry over
-    for regex, group in words if deny.search(normal) else ():
-        for m in regex.finditer(normal):
-            start, end = m.span(group)
-            if end > start:
-                found.append((start, end))
+    for lo, hi in _keyword_windows(normal, deny):
+        for regex, group in words:
+            for m in regex.finditer(normal, lo, hi):
+                start, end = m.span(group)
+                if end > start:
+                    found.append((start, end))
     found.sort()
     merged: list[tuple[int, int]] = []
     for start, end in found:
@@ -179,6 +265,28 @@ def spans(text: str) -> list[tuple[int, int]]:
         else:
             merged.append((start, end))
     return merged
+
+
+def _keyword_windows(text: str, deny: re.Pattern[str]) -> list[tuple[int, int]]:
+    """Where the keyword rules are run: each line holding one of the
+    scanner's keywords, with the line after it (``password:`` then its value
+    on the next line), merged. The scanner itself reads a file line by line,
+    and its rules were written for lines: on a whole text a value ran on
+    across lines to the next quote, and the rules cost 5-10 ms a KB of any
+    text naming a keyword (the regex engine holds the GIL, so the relay
+    waited); on these windows they cost what the keywords' lines cost."""
+    windows: list[tuple[int, int]] = []
+    for m in deny.finditer(text):
+        lo = text.rfind("\n", 0, m.start()) + 1
+        if windows and lo <= windows[-1][1]:
+            if m.end() <= windows[-1][1]:
+                continue
+            lo = windows[-1][0]
+            windows.pop()
+        end_line = text.find("\n", m.end())
+        hi = len(text) if end_line < 0 else text.find("\n", end_line + 1)
+        windows.append((lo, len(text) if hi < 0 else hi))
+    return windows
 
 
 def anywhere(texts: list[str]) -> bool:
@@ -208,7 +316,7 @@ def is_secret_assignment(name: str, value: str) -> bool:
     then the whole value goes, whatever its shape."""
     if not value or not name or "\n" in name:
         return False
-    _, _, words, deny = _rules()
+    _, _, words, deny, _ = _rules()
     if not deny.search(_HYPHEN.sub("_", name)):
         return False
     text = _HYPHEN.sub("_", f"{name}={value}")

@@ -56,3 +56,50 @@ def test_json_values_keep_their_shape_and_lose_their_credentials():
     assert redact_credentials(value) == {"env": {"DB_PASSWORD": CREDENTIAL, "PATH": "/bin"}, "headers": {"X": CREDENTIAL}, "n": 3, "cmd": f"echo {CREDENTIAL}"}
     clean = {"a": [1, "plain text"], "b": None}
     assert redact_credentials(clean) is clean  # nothing to change: the same object
+
+
+def _every_shape_text() -> list[str]:
+    from tests.relay.test_record_scanner import SHAPES
+
+    texts: list[str] = [t for t, _, _ in ADDED.values()]
+
+    def walk(value) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict):
+            texts.extend(f"{k}={v}" for k, v in value.items() if isinstance(v, str))
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    for frame, _ in SHAPES.values():
+        walk(frame)
+    return texts
+
+
+def test_a_rule_skipped_for_its_missing_literal_would_have_found_nothing(monkeypatch):
+    """The gates (literals every match of a rule holds) change no result."""
+    import engines.scrub as scrub_module
+
+    texts = _every_shape_text()
+    gated = [scrub_module.spans(t) for t in texts]
+    monkeypatch.setattr(scrub_module, "_passes", lambda gates, text, low: True)
+    assert [scrub_module.spans(t) for t in texts] == gated
+    assert sum(map(len, gated)) >= 40
+
+
+def test_the_slow_keyword_rules_are_gated_by_what_they_need():
+    from engines.scrub import _rules
+
+    whole, _, _, _, extra = _rules()
+    cloudant = [gates for regex, gates in whole if "cloudant|cl|clou" in regex.pattern]
+    assert cloudant and all(("key", "pass", "password", "pw", "pwd", "token") in gates[1] for gates in cloudant)
+    assert extra[3] == (False, (("hf_",),))
+
+
+def test_keyword_rules_read_lines_a_value_on_the_next_line_included():
+    assert scrub("database:\n  password:\n    hunter2\n  host: db") == f"database:\n  password:\n    {CREDENTIAL}\n  host: db"
+    out = scrub('secret = "abc123def"\nnext line stays\n"and this one"')
+    assert out.endswith('next line stays\n"and this one"') and "abc123def" not in out
