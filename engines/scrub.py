@@ -103,9 +103,9 @@ _TRIM = " \t\r\n\"'=:`"
 
 #: What a rule's matches must contain: (case-insensitive?, gates); each gate
 #: is strings of which a match holds at least one (see :func:`_gates`).
-Gates = tuple[bool, tuple[tuple[str, ...], ...]]
+_Gates = tuple[bool, tuple[tuple[str, ...], ...]]
 Rules = tuple[
-    list[tuple[re.Pattern[str], Gates]], list[re.Pattern[str]], list[tuple[re.Pattern[str], int]], re.Pattern[str], list[Gates]
+    list[tuple[re.Pattern[str], _Gates]], list[re.Pattern[str]], list[tuple[re.Pattern[str], int]], re.Pattern[str], list[_Gates]
 ]
 
 
@@ -118,7 +118,7 @@ def _leading(items: Any, literal: Any) -> str:
     return "".join(run)
 
 
-def _gates(regex: re.Pattern[str]) -> Gates:
+def _gates(regex: re.Pattern[str]) -> _Gates:
     """The strings a match of ``regex`` cannot do without, read from its
     parse tree: each run of two or more literal characters at its top
     level, and for each group at its top level (not optional) whose every
@@ -169,7 +169,7 @@ def _gates(regex: re.Pattern[str]) -> Gates:
     return fold, tuple(gates)
 
 
-def _passes(gates: Gates, text: str, low: list[str]) -> bool:
+def _passes(gates: _Gates, text: str, low: list[str]) -> bool:
     """Whether ``text`` holds a string of every gate (``low`` caches its lower case)."""
     fold, need = gates
     if not need:
@@ -190,7 +190,7 @@ def _rules() -> Rules:
     from detect_secrets.plugins.ip_public import IPPublicDetector
     from detect_secrets.plugins.private_key import PrivateKeyDetector
 
-    whole: list[tuple[re.Pattern[str], Gates]] = []
+    whole: list[tuple[re.Pattern[str], _Gates]] = []
     keys: list[re.Pattern[str]] = []
     plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
     for name in sorted(plugins):  # a fixed order: the same output every run
