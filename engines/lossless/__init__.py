@@ -8,6 +8,8 @@ with :mod:`.schema` (the tables and migrations),
 :mod:`.summarize` (model and extractive summaries), :mod:`.compaction`
 (compaction steps), :mod:`.assemble` (the assembly within the budget),
 :mod:`.outofline` (large messages kept out of line),
+:mod:`.redact` (credentials out of what is stored, with :mod:`engines.scrub`),
+:mod:`.retention` (expired sessions, per-session limits, orphans: ``prune``),
 :mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``),
 :mod:`.expand_query` (``lcm_expand_query``) and
 :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
