@@ -224,14 +224,16 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
-    def _originals(self, session_id: str, snapshot: Sequence[AgentMessage], wanted: set[str]) -> dict[str, AgentMessage]:
+    @staticmethod
+    def _originals(session_id: str, snapshot: tuple[Sequence[AgentMessage], Sequence[str]], wanted: set[str]) -> dict[str, AgentMessage]:
         """The client's own copies of the stored messages ``wanted`` (by id),
-        newest first: the store holds them redacted, the client whole."""
+        newest first, from the snapshot and its identities: the store holds
+        them redacted, the client whole."""
         found: dict[str, AgentMessage] = {}
-        if not wanted or not snapshot:
+        messages, idents = snapshot
+        if not wanted or not messages:
             return found
-        idents = self._identities(snapshot)
-        for message, ident in zip(reversed(snapshot), reversed(idents), strict=True):
+        for message, ident in zip(reversed(messages), reversed(idents), strict=True):
             mid = message_id(session_id, ident)
             if mid in wanted:
                 found[mid] = message
@@ -240,7 +242,12 @@ class LosslessEngine(BaseContextEngine):
         return found
 
     def _assemble_sync(
-        self, session_id: str, budget: int, addition_tokens: int, cold: bool = False, snapshot: Sequence[AgentMessage] = ()
+        self,
+        session_id: str,
+        budget: int,
+        addition_tokens: int,
+        cold: bool = False,
+        snapshot: tuple[Sequence[AgentMessage], Sequence[str]] = ((), ()),
     ) -> tuple[list[AgentMessage], int, dict[str, Any]]:
         store = self._store_now()
         session = store.session(session_id)
@@ -293,8 +300,10 @@ class LosslessEngine(BaseContextEngine):
             except trio.WouldBlock:
                 cold = False
         try:
+            # The client's copies of the raw messages (identities cached by _ingest).
+            snapshot = (params.messages, self._identities(params.messages)) if self.cfg.redact_secrets else ((), ())
             messages, tokens, held = await trio.to_thread.run_sync(
-                self._assemble_sync, params.session_id, budget, addition_tokens, cold, params.messages
+                self._assemble_sync, params.session_id, budget, addition_tokens, cold, snapshot
             )
         finally:
             if cold:
