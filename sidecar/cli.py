@@ -164,6 +164,7 @@ def engines_cmd(ctx: click.Context) -> None:
       codex-sidecar engines lossless doctor [--json]
       codex-sidecar engines lossless backup PATH
       codex-sidecar engines lossless import [PATHS]... [--dry-run]
+      codex-sidecar engines lossless prune [--dry-run] [--retention-days N] [--session-max-messages N] [--json]
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -366,7 +367,7 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
                 click.echo(f"skipped {source.path}: {exc}", err=True)
                 transcripts = []
             for t in transcripts:
-                result = import_transcript(store, t, dry_run=dry_run, seen=seen)
+                result = import_transcript(store, t, dry_run=dry_run, seen=seen, redact=cfg.redact_secrets)
                 sessions += 1
                 new += result.new
                 unreadable += t.unreadable
@@ -389,6 +390,31 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
         click.echo(f"{verb} {new} new message(s) from {sessions} session(s) in {len(sources)} file(s) into {where}")
     if unreadable:
         click.echo(f"{unreadable} entr{'y' if unreadable == 1 else 'ies'} could not be read and were left out", err=True)
+@lossless_cmd.command("prune")
+@click.option("--dry-run", is_flag=True, help="Report what would be dropped and change nothing.")
+@click.option("--retention-days", type=click.FloatRange(min=0), default=None, help="Drop sessions idle this many days (default: [engines.lossless] retention_days; 0: none).")
+@click.option(
+    "--session-max-messages", type=click.IntRange(min=0), default=None, help="Raw text kept for each session's newest N messages (default: [engines.lossless] session_max_messages; 0: all)."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of lines.")
+@click.pass_context
+def lossless_prune_cmd(ctx: click.Context, dry_run: bool, retention_days: float | None, session_max_messages: int | None, as_json: bool) -> None:
+    """Apply the retention rules to the lossless store: delete sessions idle
+    past retention_days, drop the raw text of a session's messages past
+    session_max_messages where condensed summaries hold what they said, and
+    delete orphan rows. Never drops what a live session's summaries need."""
+    from engines.lossless.retention import policy, prune
+
+    from .store.lossless_view import render_prune
+
+    cfg = _lossless_config(ctx)
+    store, _ = _open_lossless_store(ctx)
+    try:
+        report = prune(store, policy(cfg, retention_days=retention_days, session_max_messages=session_max_messages), dry_run=dry_run)
+    finally:
+        store.close()
+    for line in [json.dumps(report, sort_keys=True)] if as_json else render_prune(report):
+        click.echo(line)
 
 
 def _normalise(name: str | None) -> str:

@@ -17,7 +17,7 @@ Credentials never reach the file, with or without ``redact``: a string under
 a key that names one (``apiKey``, ``accessToken``, ``Authorization``, header
 maps; see ``is_credential_key``), the value of a ``{name, value}`` header
 whose name does, and whatever the rules of the ``detect-secrets`` scanner
-find in any string (``sidecar.scrub``: ``ghp_...``, AWS keys, ``X-Api-Key:``
+find in any string (``engines.scrub``, the scanner the engines share: ``ghp_...``, AWS keys, ``X-Api-Key:``
 in a command, ``password`` in a tool call's JSON-string arguments, a private
 key block...) become ``[redacted credential]``. A frame with nothing to
 redact is still embedded byte for byte.
@@ -35,9 +35,22 @@ from typing import Any
 
 import msgspec
 
-from .scrub import CREDENTIAL, anywhere, is_secret_assignment, scrub
+from engines.scrub import CREDENTIAL, CREDENTIAL_WORDS, anywhere, is_credential_key, redact_credentials, scrub
 
 log = logging.getLogger("codex_sidecar.record")
+
+__all__ = [
+    "CREDENTIAL",
+    "REDACTED_KEYS",
+    "RecordEntry",
+    "Recorder",
+    "is_credential_key",
+    "read_recording",
+    "redact",
+    "redact_all_strings",
+    "redact_credentials",
+    "redact_credentials_raw",
+]
 
 REDACTED_KEYS = frozenset(
     {
@@ -72,80 +85,11 @@ _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
 
 
-_CREDENTIAL_WORDS = ("apikey", "token", "secret", "password", "passwd", "authorization", "cookie", "credential", "privatekey", "bearer", "accesskey")
-_CREDENTIAL_EXACT = frozenset({"auth"})
 # In a frame that is not JSON: `"<credential key>": "<value>"` pairs.
-_CREDENTIAL_PAIR_B = re.compile(
-    rb'("[^"\\]*(?:' + b"|".join(w.encode() for w in _CREDENTIAL_WORDS) + rb')[^"\\]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE
-)
+_CREDENTIAL_PAIR_B = re.compile(rb'("[^"\\]*(?:' + b"|".join(w.encode() for w in CREDENTIAL_WORDS) + rb')[^"\\]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE)
 # Key names that may call for a look: the protocol's credential keys and the
 # secret scanner's keywords (``pwd``, ``contraseña``...).
 _KEY_HINTS_B = tuple(w.encode() for w in ("key", "token", "secret", "passw", "pwd", "auth", "cookie", "credential", "bearer", "contrase", "headers"))
-# A dict naming what its "value" is: a header {name, value}, a config edit {keyPath, value}.
-_NAMING_KEYS = ("name", "key", "keyPath")
-
-
-def is_credential_key(key: str) -> bool:
-    """True for a key naming a credential: ``apiKey``, ``accessToken``,
-    ``Authorization``, ``OPENAI_API_KEY``, ``clientSecret``, ``x-api-key``,
-    ``http_headers``...
-    Numbers and booleans under such keys (``tokenUsage`` counts,
-    ``refreshToken: true``) are not credentials and are kept."""
-    norm = re.sub(r"[^a-z0-9]", "", key.lower())
-    # Any header may be one (``x-honeycomb-team``): header maps go whole.
-    return norm in _CREDENTIAL_EXACT or norm.endswith("headers") or any(w in norm for w in _CREDENTIAL_WORDS)
-
-
-def redact_credentials(value: Any) -> Any:
-    """``value`` with every credential replaced by ``[redacted credential]``:
-    under a key that names one (the protocol's ``apiKey``, ``accessToken``,
-    header maps...), under a name the secret scanner's keyword rules read as
-    one (``DB_PASSWORD`` in an env map), and wherever the scanner finds one in
-    a string (``sidecar.scrub``), JSON inside a string (a tool call's
-    ``arguments``) included."""
-    if isinstance(value, dict):
-        secret_header = any(isinstance(value.get(k), str) and is_credential_key(value[k]) for k in _NAMING_KEYS)
-        out = {}
-        for k, v in value.items():
-            if is_credential_key(k) or (secret_header and k == "value"):
-                out[k] = _all_strings(v, CREDENTIAL)
-            elif isinstance(v, str):
-                # {"name": "DB_PASSWORD", "value": ...} assigns to its name.
-                name = next((value[n] for n in _NAMING_KEYS if k == "value" and isinstance(value.get(n), str)), k)
-                out[k] = CREDENTIAL if is_secret_assignment(name, v) else _scrub_string(v)
-            else:
-                out[k] = redact_credentials(v)
-        return out
-    if isinstance(value, list):
-        return [redact_credentials(v) for v in value]
-    if isinstance(value, str):
-        return _scrub_string(value)
-    return value
-
-
-def _scrub_string(text: str) -> str:
-    """A string scrubbed; one holding a JSON object or array (a tool call's
-    ``arguments``) is scrubbed member by member and re-encoded when it changed."""
-    stripped = text.strip()
-    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
-        try:
-            inner = _decode.decode(stripped)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            inner = None
-        if isinstance(inner, (dict, list)):
-            clean = redact_credentials(inner)
-            return text if clean == inner else _encode.encode(clean).decode()
-    return scrub(text)
-
-
-def _all_strings(value: Any, replacement: str) -> Any:
-    if isinstance(value, str):
-        return replacement
-    if isinstance(value, dict):
-        return {k: _all_strings(v, replacement) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_all_strings(v, replacement) for v in value]
-    return value
 
 
 def _may_hold_credential(line: bytes, frame: Any) -> bool:

@@ -254,7 +254,7 @@ def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str
     from .lifecycle import Lifecycle
 
     if settings.get("record"):
-        from .scrub import compile_rules
+        from engines.scrub import compile_rules
 
         compile_rules()  # the secret scanner's rules (~0.4 s), here rather than on a frame's path
     engine = _load_engine(settings, resolved.engines, resolved.origins) if problem is None else None

@@ -11,6 +11,8 @@ with :mod:`.schema` (the tables and migrations),
 :mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``) with
 :mod:`.search` (``lcm_grep``'s queries: relevance, regex, time, agent scope),
 :mod:`.importer` (Codex rollouts and OpenClaw transcripts into the store),
+:mod:`.redact` (credentials out of what is stored, with :mod:`engines.scrub`),
+:mod:`.retention` (expired sessions, per-session limits, orphans: ``prune``),
 :mod:`.expand_query` (``lcm_expand_query``) and
 :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
 the behaviour.

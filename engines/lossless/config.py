@@ -105,6 +105,19 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: A size bound for the store in MiB (0: none). Past it, maintenance drops the
     #: raw text of the oldest messages already condensed (depth >= 1); see the docs.
     max_store_mb: float = 0
+    #: Retention (``codex-sidecar engines lossless prune``, and maintenance
+    #: once an hour when set): a session with no activity for this many days
+    #: is deleted from the store (0: kept for ever) ...
+    retention_days: float = 0
+    #: ... and a session keeps the raw text of at most its newest this many
+    #: messages (0: all); older ones' text goes once condensed summaries
+    #: hold what they said (the ``max_store_mb`` rule). See the docs.
+    session_max_messages: int = 0
+    #: Credentials (the recordings' rules: API keys, tokens, private keys,
+    #: ``password: ...``) are replaced by ``[redacted credential]`` before a
+    #: message is stored, so no summary, search or summary-model request holds
+    #: them; false stores messages as they are. The client's transcript stays whole.
+    redact_secrets: bool = True
     #: Sent to the model as the system prompt addition once the assembly holds
     #: a summary; "" sends none.
     system_prompt_addition: str = DEFAULT_SYSTEM_PROMPT_ADDITION
@@ -152,6 +165,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
         if self.database_url is not None and not self.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("database_url must be a PostgreSQL URL (postgresql://...)")
+        if not self.retention_days >= 0:
+            raise ValueError(f"retention_days must be a number of days >= 0, got {self.retention_days}")
+        if self.session_max_messages < 0:
+            raise ValueError(f"session_max_messages must not be negative, got {self.session_max_messages}")
         if self.max_store_mb < 0:
             raise ValueError(f"max_store_mb must not be negative, got {self.max_store_mb}")
         if self.expand_default_tokens > self.expand_max_tokens:

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -48,7 +48,7 @@ from . import expand_query
 from .assemble import fit_budget
 from .compaction import StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
-from .messages import content_identity, identities
+from .messages import content_identity, identities, message_id
 from .outofline import out_of_line_view
 from .search import agent_of, set_agent
 from .store import DB_NAME, MessageRow, Store
@@ -102,6 +102,7 @@ class LosslessEngine(BaseContextEngine):
         # agent of sessions whose key does not name one (see .search.agent_of).
         self._codex_home = os.environ.get("CODEX_HOME")
         self._agents: dict[str, str | None] = {}
+        self._next_retention = 0.0  # time.monotonic() of the next retention pass
 
     # ------------------------------------------------------------ store
 
@@ -179,9 +180,19 @@ class LosslessEngine(BaseContextEngine):
         if known is None:
             known = self._known[session_id] = store.known_idents(session_id)
         todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in known]
+        if todo and known and not store.messages_between(session_id, 1, 1):
+            # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
+            known = self._known[session_id] = set()
+            todo = list(zip(messages, idents, strict=True))
         if not todo:
             return 0
-        stored = store.ingest(session_id, session_key, [m for m, _ in todo], [i for _, i in todo], estimate_message_tokens)
+        batch: list[AgentMessage] = [m for m, _ in todo]
+        count: Callable[[AgentMessage], int] = estimate_message_tokens
+        if self.cfg.redact_secrets:
+            from .redact import redact_batch  # the scanner loads on first use (~0.15 s)
+
+            batch, count = redact_batch(batch, estimate_message_tokens)
+        stored = store.ingest(session_id, session_key, batch, [i for _, i in todo], count)
         known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
         if session_id not in self._agents:
             agent = self._agents[session_id] = agent_of(session_key, self._codex_home)
@@ -222,8 +233,30 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
+    @staticmethod
+    def _originals(session_id: str, snapshot: tuple[Sequence[AgentMessage], Sequence[str]], wanted: set[str]) -> dict[str, AgentMessage]:
+        """The client's own copies of the stored messages ``wanted`` (by id),
+        newest first, from the snapshot and its identities: the store holds
+        them redacted, the client whole."""
+        found: dict[str, AgentMessage] = {}
+        messages, idents = snapshot
+        if not wanted or not messages:
+            return found
+        for message, ident in zip(reversed(messages), reversed(idents), strict=True):
+            mid = message_id(session_id, ident)
+            if mid in wanted:
+                found[mid] = message
+                if len(found) == len(wanted):
+                    break
+        return found
+
     def _assemble_sync(
-        self, session_id: str, budget: int, addition_tokens: int, cold: bool = False
+        self,
+        session_id: str,
+        budget: int,
+        addition_tokens: int,
+        cold: bool = False,
+        snapshot: tuple[Sequence[AgentMessage], Sequence[str]] = ((), ()),
     ) -> tuple[list[AgentMessage], int, dict[str, Any]]:
         store = self._store_now()
         session = store.session(session_id)
@@ -240,6 +273,9 @@ class LosslessEngine(BaseContextEngine):
             store, self.cfg, session_id, store.messages_between(session_id, session.frame_seq + 1), count_tokens, estimate_message_tokens
         )
         tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
+        if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
+            originals = self._originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
+            tail = [originals.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
         # The addition goes with a frame, and the model reads it too.
         reserved = addition_tokens if frame else 0
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
@@ -273,7 +309,11 @@ class LosslessEngine(BaseContextEngine):
             except trio.WouldBlock:
                 cold = False
         try:
-            messages, tokens, held = await trio.to_thread.run_sync(self._assemble_sync, params.session_id, budget, addition_tokens, cold)
+            # The client's copies of the raw messages (identities cached by _ingest).
+            snapshot = (params.messages, self._identities(params.messages)) if self.cfg.redact_secrets else ((), ())
+            messages, tokens, held = await trio.to_thread.run_sync(
+                self._assemble_sync, params.session_id, budget, addition_tokens, cold, snapshot
+            )
         finally:
             if cold:
                 lock.release()
@@ -286,6 +326,22 @@ class LosslessEngine(BaseContextEngine):
             estimated_tokens=tokens,
             system_prompt_addition=addition if has_summary else None,
         )
+
+    async def _retain(self, live: str) -> None:
+        """The retention rules over the whole store, at most once an hour
+        (``live``, the session being maintained, is never dropped)."""
+        from . import retention
+
+        self._next_retention = time.monotonic() + 3600
+        store = self._store_now()
+        report = await trio.to_thread.run_sync(lambda: retention.prune(store, retention.policy(self.cfg), live=[live]))
+        for session_id in report.get("droppedSessions", []):
+            self._known.pop(session_id, None)
+        if report.get("droppedSessions") or report.get("prunedMessages"):
+            log.info(
+                "lossless retention applied",
+                extra={"fields": {"droppedSessions": len(report["droppedSessions"]), "prunedMessages": sum(report["prunedMessages"].values())}},
+            )
 
     # ------------------------------------------------------------ compaction
 
@@ -326,6 +382,8 @@ class LosslessEngine(BaseContextEngine):
                 )
         if self.cfg.max_store_mb:
             await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))
+        if (self.cfg.retention_days or self.cfg.session_max_messages) and time.monotonic() >= self._next_retention:
+            await self._retain(params.session_id)
         changed = bool(report.get("changed")) or retried > 0
         reason = "compaction step" if report.get("changed") else "no compaction needed"
         if retried:
@@ -385,9 +443,12 @@ class LosslessEngine(BaseContextEngine):
         the question asked through ``host.complete``, the answer capped."""
         if not isinstance(params.arguments, Mapping):
             raise ToolArgumentError(f"{params.name}: arguments must be a JSON object")
-        plan = await trio.to_thread.run_sync(
-            expand_query.prepare, store, self.cfg, params.session_id, params.arguments, count_tokens
-        )
+        arguments = params.arguments
+        if self.cfg.redact_secrets:  # the question goes to the summary model
+            from .redact import redact_arguments
+
+            arguments = await trio.to_thread.run_sync(redact_arguments, dict(arguments))
+        plan = await trio.to_thread.run_sync(expand_query.prepare, store, self.cfg, params.session_id, arguments, count_tokens)
         if isinstance(plan, str):
             return ToolCallResult(text=plan)
         answer, why = await expand_query.ask(self._host, plan, self.cfg.expand_query_timeout)

@@ -35,7 +35,7 @@ import datetime as _dt
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -450,13 +450,14 @@ def read_source(source: HistorySource) -> list[Transcript]:
 
 
 def import_transcript(
-    store: Store | None, transcript: Transcript, *, dry_run: bool = False, seen: dict[str, set[str]] | None = None
+    store: Store | None, transcript: Transcript, *, dry_run: bool = False, seen: dict[str, set[str]] | None = None, redact: bool = True
 ) -> ImportResult:
     """Store the messages of ``transcript`` the store does not hold yet (by
     identity), in one transaction, and the session's agent. With ``dry_run``
     only count them: ``store`` may then be None (no store yet), and ``seen``
     keeps the identities counted so far, so that a session found in two
-    sources is counted once, as the import would store it."""
+    sources is counted once, as the import would store it. ``redact``: the
+    engine's ``redact_secrets``, credentials kept out of the store."""
     messages = transcript.messages
     idents = list(dict.fromkeys(identities(messages)))
     if dry_run:
@@ -467,7 +468,13 @@ def import_transcript(
         return ImportResult(session_id=transcript.session_id, messages=len(messages), new=len(fresh))
     if store is None:
         raise ValueError("a store is needed to import into")
-    stored = store.ingest(transcript.session_id, transcript.session_key, messages, identities(messages), estimate_message_tokens) if messages else []
+    count: Callable[[Any], int] = estimate_message_tokens
+    to_store = list(messages)
+    if redact and messages:  # as the engine stores a turn: credentials out, identities and tokens of the originals
+        from .redact import redact_batch
+
+        to_store, count = redact_batch(messages, estimate_message_tokens)
+    stored = store.ingest(transcript.session_id, transcript.session_key, to_store, identities(messages), count) if messages else []
     if transcript.agent is not None and messages:
         set_agent(store, transcript.session_id, transcript.agent)
     return ImportResult(session_id=transcript.session_id, messages=len(messages), new=len(stored))

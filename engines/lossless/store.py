@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 DB_NAME = "lossless.sqlite3"
+#: Why the size limit drops a message's raw text, in its ``[pruned: ...]`` notice.
+SIZE_LIMIT = "to keep the store under its size limit (max_store_mb)"
 
 
 
@@ -608,7 +610,7 @@ class Store:
             )
             return [(int(r[0]), r[1], r[2], int(r[3])) for r in rows]
 
-    def prune_message(self, session_id: str, pk: int, leaf_id: str) -> int:
+    def prune_message(self, session_id: str, pk: int, leaf_id: str, reason: str = SIZE_LIMIT) -> int:
         """Drop one message's raw text (see :meth:`enforce_size_limit`); the
         bytes of text it freed (0 when another writer pruned it first)."""
         with self._tx(session_id) as conn:
@@ -616,7 +618,7 @@ class Store:
             if row is None or row[1].startswith(PRUNED_PREFIX):
                 return 0
             mid, old_text, body = row[0], row[1], bytes(row[2])
-            text = pruned_text(leaf_id)
+            text = pruned_text(leaf_id, reason)
             new_body = _pruned_body(body, text)
             conn.execute("UPDATE messages SET text = ?, body = ? WHERE pk = ?", (text, new_body, pk))
             conn.reindex_message(pk, old_text, text)
@@ -773,12 +775,10 @@ class Store:
 PRUNED_PREFIX = "[pruned: "
 
 
-def pruned_text(leaf_id: str) -> str:
-    """What a message's text becomes when the size limit drops it (see :meth:`Store.enforce_size_limit`)."""
-    return (
-        f"{PRUNED_PREFIX}this message's raw text was dropped to keep the store under its size limit "
-        f"(max_store_mb); summary {leaf_id} keeps what it said]"
-    )
+def pruned_text(leaf_id: str, reason: str = SIZE_LIMIT) -> str:
+    """What a message's text becomes when the size limit (or a retention
+    rule, see :mod:`.retention`) drops it (see :meth:`Store.enforce_size_limit`)."""
+    return f"{PRUNED_PREFIX}this message's raw text was dropped {reason}; summary {leaf_id} keeps what it said]"
 
 
 def _pruned_body(body: bytes, text: str) -> bytes:

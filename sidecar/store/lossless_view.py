@@ -5,8 +5,8 @@ state directory.
 
 The figures are :meth:`engines.lossless.Store.status`'s; this module finds
 the store (never creating a SQLite file; see :func:`open_store`, which
-``engines lossless doctor`` and ``backup`` use too) and renders one block
-per session.
+``engines lossless doctor``, ``backup`` and ``prune`` use too) and renders
+one block per session, and ``prune``'s report.
 """
 
 from __future__ import annotations
@@ -105,4 +105,35 @@ def render_lossless(rows: list[dict[str, Any]]) -> list[str]:
             )
         else:
             lines.append("  last assembly none yet")
+    return lines
+
+
+def render_prune(report: dict[str, Any]) -> list[str]:
+    """``engines lossless prune``'s report, for a terminal."""
+    dry = report.get("dryRun")
+    verb = "would drop" if dry else "dropped"
+    days = report.get("retentionDays") or 0
+    limit = report.get("sessionMaxMessages") or 0
+    lines = [
+        f"store      {report.get('backend')} {report.get('where')}",
+        f"rules      retention {f'{days:g} days' if days else 'off'}; per-session raw text {f'newest {limit} messages' if limit else 'unlimited'}; orphans",
+    ]
+    sessions = report.get("expiredSessions") or []
+    kept = set(report.get("droppedSessions") or []) if not dry else {s["sessionId"] for s in sessions}
+    for s in sessions:
+        if s["sessionId"] in kept:
+            lines.append(
+                f"session    {verb} {s['sessionId']} ({s['why']}; last activity {s.get('lastActivity') or 'unknown'}; "
+                f"{s['messages']} messages, {s['summaries']} summaries)"
+            )
+    for session_id, n in sorted((report.get("prunedMessages") or {}).items()):
+        lines.append(f"raw text   {verb} for {n} message(s) of {session_id} (its summaries keep what they said)")
+    for what, n in sorted((report.get("orphans") or {}).items()):
+        lines.append(f"orphans    {verb} {n} {what}")
+    size = f"{report.get('sizeBytes', 0) / 2**20:.2f} MiB"
+    if not dry and "sizeAfter" in report:
+        size += f" -> {report['sizeAfter'] / 2**20:.2f} MiB in use"
+    lines.append(f"size       {size}")
+    nothing = not (kept or report.get("prunedMessages") or report.get("orphans"))
+    lines.append("nothing to prune" if nothing else ("dry run: nothing changed" if dry else "done"))
     return lines

@@ -204,7 +204,7 @@ def test_a_session_starts_without_what_it_does_not_use(tmp_path, engine):
     # The second request waits for the lifecycle and the engine (held lines go on once they are in).
     stdin = b'{"id":1,"method":"initialize","params":{}}\n{"id":2,"method":"thread/list","params":{}}\n'
     env = {"ECHO_RPC_QUIET": "1", "CODEX_SIDECAR_ENGINE": engine, "CODEX_SIDECAR_STATE_DIR": str(tmp_path / "state")}
-    watched = ("sidecar.lifecycle", "engines.lossless.engine", "importlib.metadata", "sidecar.record", "sidecar.scrub")
+    watched = ("sidecar.lifecycle", "engines.lossless.engine", "importlib.metadata", "sidecar.record", "engines.scrub")
     out, events = traced(tmp_path, ["proxy", "--", *argv], env, stdin=stdin, heavy=watched)
     assert out.returncode == 0, out.stderr.decode()
     assert [json.loads(line)["id"] for line in out.stdout.splitlines()] == [1, 2]
@@ -212,7 +212,7 @@ def test_a_session_starts_without_what_it_does_not_use(tmp_path, engine):
     imported = {e[1] for e in events if e[0] == "import"}
     assert "sidecar.lifecycle" in imported  # the whole start ran
     assert ("engines.lossless.engine" in imported) == (engine == "lossless")
-    assert not imported & {"importlib.metadata", "sidecar.record", "sidecar.scrub"}, imported
+    assert not imported & {"importlib.metadata", "sidecar.record", "engines.scrub"}, imported
 
 
 @pytest.mark.parametrize(

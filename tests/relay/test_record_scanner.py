@@ -1,5 +1,5 @@
 """Credentials in free text never reach a recording: the secret scanner's
-rules (``sidecar.scrub``, Yelp's detect-secrets) applied to every string of
+rules (``engines.scrub``, Yelp's detect-secrets) applied to every string of
 every frame, with or without --record-redact.
 
 Each shape is planted in the place such a credential turns up: a command a
@@ -78,6 +78,11 @@ SHAPES = {
     "GH_PAT in an env map": (env("GH_PAT", "ghp_PLANTEDenvpat0AbCdEfGhIjKlMnOpQrStUvW"), "PLANTEDenvpat"),
     "DB_PASSWORD in an env map": (env("DB_PASSWORD", "PLANTEDenvpw"), "PLANTEDenvpw"),
     "X-Api-Key in an env map": (env("X-Api-Key", "PLANTEDenvkey"), "PLANTEDenvkey"),
+    # Shapes detect-secrets' own rules miss (engines.scrub.EXTRA_RULES).
+    "Hugging Face token": (prompt("log in with hf_PLANTEDhfAbCdEfGhIjKlMnOpQrStUvWx0 then pull"), "PLANTEDhf"),
+    "Google API key": (command("curl 'https://maps.googleapis.com/api?key=AIzaSyPLANTEDgoogle0123456789abcdefghij'"), "PLANTEDgoogle"),
+    "Authorization token header": (command("curl -H 'Authorization: token d3adbeefd3adbeefd3adbeefd3adbeefd3adbeef' https://api.github.com"), "d3adbeefd3adbeef"),
+    "password in words": (prompt("the staging box: my password is PLANTEDwords9! so log in"), "PLANTEDwords9"),
 }
 
 
@@ -102,7 +107,7 @@ def test_a_credential_never_reaches_the_recording(tmp_path, shape, redact):
 
 
 def test_at_least_thirty_shapes_in_every_place():
-    assert len(SHAPES) >= 30
+    assert len(SHAPES) >= 40
     methods = {frame.get("method") for frame, _ in SHAPES.values()}
     assert {"item/started", "rawResponseItem/completed", "turn/start", "command/exec", "item/completed"} <= methods
 

@@ -158,3 +158,22 @@ def test_the_import_command_says_when_it_finds_nothing(tmp_path):
     (tmp_path / "empty").mkdir()
     result = _cli(tmp_path, str(tmp_path / "empty"))
     assert result.exit_code == 1 and "no Codex rollout or OpenClaw transcript" in result.stderr
+
+
+def test_imported_history_keeps_no_credential_in_the_store(tmp_path):
+    """An import stores what the engine would store of the same turns: the
+    credentials a pasted conversation held are redacted (redact_secrets)."""
+    from engines import UserMessage
+    from engines.lossless import Store
+    from engines.lossless.importer import Transcript, import_transcript
+
+    secret = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
+    transcript = Transcript(source="pasted.jsonl", kind="codex", session_id="s-secret", session_key="s-secret", messages=[UserMessage(content=f"my token is {secret} for the kestrel job", timestamp=1)], agent=None)
+    store = Store.open_configured(None, tmp_path, "lossless.sqlite")
+    try:
+        assert import_transcript(store, transcript).new == 1
+    finally:
+        store.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert secret.encode() not in raw
+    assert b"kestrel" in raw
