@@ -94,7 +94,7 @@ class BudgetedHost:
     """The host as one session's calls for one purpose see it: ``complete``
     on the configured model and effort, within the hourly cap."""
 
-    def __init__(self, host: EngineHost, store: Store, cfg: LosslessConfig, session_id: str, purpose: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, host: EngineHost, store: Store, cfg: LosslessConfig, session_id: str, purpose: str, clock: Callable[[], float] | None = None) -> None:
         self.host = host
         self.store = store
         self.cfg = cfg
@@ -110,7 +110,7 @@ class BudgetedHost:
         cfg = self.cfg
         model = params.model or cfg.summary_model
         effort = params.effort or cfg.summary_effort or None
-        now_ms = int(self.clock() * 1000)
+        now_ms = int((self.clock or time.time)() * 1000)
         ok = await trio.to_thread.run_sync(record_call, self.store, self.session_id, self.purpose, model, cfg.summary_max_calls_per_hour, now_ms)
         if not ok:
             log.warning(
