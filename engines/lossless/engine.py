@@ -47,7 +47,7 @@ from engines.tokens import count_tokens, estimate_message_tokens
 from . import expand_query, skipping
 from .assemble import fit_budget
 from .calls_budget import BudgetedHost
-from .compaction import StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
+from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities
 from .outofline import out_of_line_view
@@ -320,7 +320,8 @@ class LosslessEngine(BaseContextEngine):
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
                 assembly = session.frame_tokens + sum(r.tokens for r in tail)
-                recent = recent_turn_tokens(tail)
+                back = await trio.to_thread.run_sync(self._view_sync, session_id, max(1, session.frame_seq + 1 - LOOKBACK_MESSAGES))
+                recent = recent_turn_tokens(back)
                 pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
                 if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent, pays):
                     return {"reason": reason, "changed": False, "needed": False}
