@@ -840,7 +840,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"longest prefix unchanged from the previous request with the same prompt_cache_key, plus {CACHED_SHARE} x the prefix; both include "
         "the engine's summary calls (turn/summ/compact: turn requests / summary calls / Codex's own compactions). wall: mean turn/start -> "
         "turn/completed over native's mean, the two sessions taking turns ABBA; a hand-over waits until the sidecar's background summaries are done.",
-        f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'} (token_budget {cfg.token_budget}, fresh_tail_tokens {sizes.fresh_tail_tokens}, "
+        f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'}, the bench's {meta.get('benchDefaults') or 'none'} (token_budget {cfg.token_budget}, fresh_tail_tokens {sizes.fresh_tail_tokens}, "
         f"leaf_chunk_tokens {sizes.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}, "
         f"warm {cfg.warm_compact_threshold}, cache_ttl {cfg.cache_ttl:g} s); "
         f"sidecar {meta.get('sidecarSettings') or 'defaults'}; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
@@ -932,7 +932,8 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{args.turns} turns, native + lossless; HOME {os.environ.get('HOME')}; load {load_start}")
         results = run(script, root, codex_bin, engine_config, args.seed, settings, args.turn_scale)
     meta = {
-        "engineSettings": ", ".join(table[1:]),
+        "engineSettings": ", ".join(args.engine_setting),
+        "benchDefaults": ", ".join(f"{k}={v}" for k, v in BENCH_DEFAULTS.items() if k not in given),
         "sidecarSettings": ", ".join(args.sidecar_setting),
         "home": f"real ({os.environ.get('HOME')})",
         "loadStart": load_start,
