@@ -9,8 +9,10 @@ with :mod:`.schema` (the tables and migrations),
 (compaction steps), :mod:`.assemble` (the assembly within the budget),
 :mod:`.outofline` (large messages kept out of line),
 :mod:`.tools` (``lcm_grep``, ``lcm_describe``, ``lcm_expand``),
-:mod:`.expand_query` (``lcm_expand_query``) and
-:mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
+:mod:`.expand_query` (``lcm_expand_query``),
+:mod:`.calls_budget` (the engine's own model calls: ``summary_model``, the
+hourly cap, their log), :mod:`.skipping` (heartbeat turns and ignored
+sessions left out of the store) and :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
 the behaviour.
 """
 
