@@ -125,8 +125,8 @@ def test_the_default_timeouts_fit_the_sidecars_engine_deadline_with_room_for_a_r
 
     deadline = next(s for s in SETTINGS if s.name == "engine_deadline").default
     cfg = LosslessConfig()
-    # A summary may take 15 s (a reasoning model at low effort on a leaf of
-    # 8,000 tokens; the old 10 s cut such answers short), the step stops
-    # asking before the sidecar's deadline cancels it.
+    # A summary may take 15 s (was 10 s: room for a reasoning model's think
+    # time; the hidden thread adds ~0.2 s), and the step stops asking
+    # before the sidecar's deadline cancels it.
     assert cfg.summary_timeout >= 15 and cfg.summary_timeout < cfg.step_deadline < deadline
     assert cfg.expand_query_timeout < deadline
