@@ -445,6 +445,8 @@ class CompleteParams(_Model, kw_only=True):
     prompt: str
     max_output_tokens: int | None = None
     model: str | None = None
+    #: The reasoning effort of the call (``low``, ``medium``, ...); None: the model's default.
+    effort: str | None = None
 
 
 class CompleteResult(_Model, kw_only=True):

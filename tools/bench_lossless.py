@@ -39,7 +39,8 @@ Every figure comes from this run:
   plus 0.1 x the prefix's tokens;
 * largest turn request against the engine's budget + Codex's framing (the
   native first request without the user's prompt: tools, base and
-  developer instructions, environment context) + 5%;
+  developer instructions, environment context), no slack; rebuilds per 10
+  turns (aim: at most one);
 * each planted fact: found in the recall tool's output (and, for
   ``lcm_grep``, in which turn's hit), and present in the model's input after
   the call; natively, present in the model's input when asked; for the
@@ -48,7 +49,9 @@ Every figure comes from this run:
 * summaries per depth, extractive (fallback) summaries and compaction steps
   (the engine's store, as ``codex-sidecar engines lossless status``);
   rebuilds (``sidecar/status`` and the inspection records); the host's
-  completion calls;
+  completion calls, and the model each request asked for (the engine's
+  calls run on ``summary_model``, ``bench-summary-mini`` unless
+  ``--engine-setting`` names another; the hourly cap is off);
 * turn wall time: ``turn/start`` sent to ``turn/completed`` received.
 
 stdout carries the report only; progress goes to stderr.
@@ -94,8 +97,17 @@ TURN_TIMEOUT = 180.0
 SETTLE_SECONDS = 0.1
 CACHED_SHARE = 0.1
 """What a cached prefix token costs against an uncached one."""
-BOUND_SLACK = 0.05
+BOUND_SLACK = 0.0
+"""The largest turn request is held to budget + framing with no slack (issue 35)."""
 TARGET_CACHE_RATIO = 0.5
+TARGET_REBUILDS_PER_10 = 1.0
+SUMMARY_MODEL = "bench-summary-mini"
+"""The bench's ``summary_model`` unless ``--engine-setting`` sets one: the
+fake model logs each request's model, so the report checks that every
+summary call asked for it and no turn request did."""
+BENCH_DEFAULTS = {"summary_model": f'"{SUMMARY_MODEL}"', "summary_max_calls_per_hour": "0"}
+"""Engine settings the bench adds unless ``--engine-setting`` gives them: its
+summary model, and no hourly cap (the bench runs hours of turns in minutes)."""
 RECALL_TOOL = "lcm_grep"
 QUERY_TOOL = "lcm_expand_query"
 """One recall question asks with this tool instead (see :func:`plan`)."""
@@ -339,6 +351,8 @@ class BenchModel(CountingFakeModel):
         self.recall_turns: set[int] = set()
         self.first_body: dict | None = None
         self.summary_requests = 0
+        self.models_by_kind: dict[str, dict[str, int]] = {}
+        """Requests by kind (``summary``, ``reply``, ...) and the model they asked for."""
         self._pending_lock = threading.Lock()
 
     def _take(self, body: dict) -> tuple[int, Any]:
@@ -350,6 +364,9 @@ class BenchModel(CountingFakeModel):
         with self._pending_lock:
             self.pending.append((self.turn, kind, body))
             self.summary_requests += kind in HOST_KINDS
+            by_model = self.models_by_kind.setdefault(kind, {})
+            name = str(body.get("model"))
+            by_model[name] = by_model.get(name, 0) + 1
         return index, step
 
     def drain(self) -> None:
@@ -382,6 +399,7 @@ class SideResult:
     context_window: int | None = None
     facts: list[dict] = dataclasses.field(default_factory=list)
     first_body: dict | None = None
+    models: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -496,6 +514,7 @@ class Session:
         self.client.notifications.clear()
         result.requests = self.model.ledger.requests
         result.first_body = self.model.first_body
+        result.models = self.model.models_by_kind
         result.facts = fact_checks(self.script, self.model.recall_bodies, self.sidecar)
         if not self.sidecar:
             return
@@ -729,6 +748,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
             "facts": r.facts,
             "store": r.store,
             "host": r.host,
+            "models": r.models,
             "cacheKeys": len({q.key for q in r.requests}),
             "requests": [dataclasses.asdict(q) for q in r.requests],
             "breakdown": breakdown(r.requests),
@@ -739,8 +759,16 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
     store = lossless.store or {}
     depths = store.get("summariesByDepth") or {}
     facts = lossless.facts
+    summary_model = cfg.summary_model
+    on_model = {kind: by for kind, by in lossless.models.items() if kind in HOST_KINDS}
+    turn_models = {m for kind, by in lossless.models.items() if kind not in BACKGROUND for m in by}
+    rebuilds_per_10 = (lossless.rebuilds or 0) * 10 / len(script) if lossless.rebuilds is not None else None
     checks = {
         "largestWithinBound": bound is not None and largest <= bound,
+        "rebuildsPer10TurnsAtMostOne": rebuilds_per_10 is not None and rebuilds_per_10 <= TARGET_REBUILDS_PER_10,
+        "summaryCallsOnSummaryModel": bool(on_model)
+        and all(set(by) == {str(summary_model)} for by in on_model.values())
+        and str(summary_model) not in turn_models,
         "cacheWeightedAtMostHalf": cache_ratio is not None and cache_ratio <= TARGET_CACHE_RATIO,
         "everyFactFound": bool(facts) and all(f["toolCalled"] and f["inToolOutput"] and f["inInputAfterCall"] for f in facts),
         "expandQueryGrowthBelowMax": any(f["tool"] == QUERY_TOOL for f in facts)
@@ -763,7 +791,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
                      "c-w turn reqs", "largest turn req", "rebuilds", "ms/turn", "median", "wall", ""], rows)
     lines += [
         "",
-        f"largest lossless turn request {largest:,} tokens; bound = (budget {cfg.token_budget:,} + Codex framing {framing if framing is not None else '?'}) x {1 + BOUND_SLACK:.2f} = "
+        f"largest lossless turn request {largest:,} tokens; bound = budget {cfg.token_budget:,} + Codex framing {framing if framing is not None else '?'} (no slack) = "
         f"{bound if bound is not None else '?'}: {'within' if checks['largestWithinBound'] else 'OVER'}",
         f"cache-weighted input, lossless over native: {_ratio(lo['all']['cacheWeightedInput'], n['all']['cacheWeightedInput'])} "
         f"(aim <= {TARGET_CACHE_RATIO}x: {'met' if checks['cacheWeightedAtMostHalf'] else 'missed'}); turn requests only "
@@ -781,7 +809,10 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "summaries per depth: " + (", ".join(f"d{d}: {v.get('total', 0)} ({v.get('fallback', 0)} extractive)" for d, v in sorted(depths.items(), key=lambda kv: int(kv[0]))) or "none")
         + f"; extractive pending {store.get('fallbackPending', '-')}; compaction steps {store.get('compactionSteps', '-')}; "
         f"host completions {((lossless.host or {}).get('completions') or {})}",
-        f"rebuilds: {lossless.rebuilds} (sidecar/status); turns the inspection records mark rebuilt: {len(lossless.rebuilt_turns)} "
+        f"models asked for (fake model log): summary calls {on_model or '-'}; turn requests {sorted(turn_models)}; summary_model "
+        f"{summary_model!r}: {'every summary call, no turn request' if checks['summaryCallsOnSummaryModel'] else 'NOT as configured'}",
+        f"rebuilds: {lossless.rebuilds} (sidecar/status), {'-' if rebuilds_per_10 is None else f'{rebuilds_per_10:.2f}'} per 10 turns "
+        f"(aim <= {TARGET_REBUILDS_PER_10:g}: {'met' if checks['rebuildsPer10TurnsAtMostOne'] else 'missed'}); turns the inspection records mark rebuilt: {len(lossless.rebuilt_turns)} "
         f"{lossless.rebuilt_turns[:40]}{' ...' if len(lossless.rebuilt_turns) > 40 else ''}; projection {lossless.projection_mode}",
         f"native: Codex context window {native.context_window}; native compactions {n['nativeCompactions']['requests']}",
         "",
@@ -809,7 +840,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"longest prefix unchanged from the previous request with the same prompt_cache_key, plus {CACHED_SHARE} x the prefix; both include "
         "the engine's summary calls (turn/summ/compact: turn requests / summary calls / Codex's own compactions). wall: mean turn/start -> "
         "turn/completed over native's mean, the two sessions taking turns ABBA; a hand-over waits until the sidecar's background summaries are done.",
-        f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'} (token_budget {cfg.token_budget}, fresh_tail_tokens {sizes.fresh_tail_tokens}, "
+        f"config: [engines.lossless] {meta.get('engineSettings') or 'defaults'}, the bench's {meta.get('benchDefaults') or 'none'} (token_budget {cfg.token_budget}, fresh_tail_tokens {sizes.fresh_tail_tokens}, "
         f"leaf_chunk_tokens {sizes.leaf_chunk_tokens}, condense_fanout {cfg.condense_fanout}, compact {cfg.compact_target}-{cfg.compact_threshold}, "
         f"warm {cfg.warm_compact_threshold}, cache_ttl {cfg.cache_ttl:g} s); "
         f"sidecar {meta.get('sidecarSettings') or 'defaults'}; codex HOME {meta.get('home')}; load average {meta.get('loadStart')} at start, {meta.get('loadEnd')} at end; {meta.get('seconds', 0):.0f} s; "
@@ -821,6 +852,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "budget": cfg.token_budget,
         "largestBound": bound,
         "largestTurnRequest": largest,
+        "rebuildsPer10Turns": rebuilds_per_10,
         "cacheWeightedRatio": cache_ratio,
         "inputRatio": lo["all"]["inputTokens"] / n["all"]["inputTokens"] if n["all"]["inputTokens"] else None,
         "wallRatio": lo["wallMeanSeconds"] / n["wallMeanSeconds"] if lo["wallMeanSeconds"] and n["wallMeanSeconds"] else None,
@@ -867,11 +899,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.05 <= args.turn_scale <= 4:
         ap.error("--turn-scale must be between 0.05 and 4")
     table = ["[engines.lossless]"]
+    given: set[str] = set()
     for item in args.engine_setting:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             ap.error(f"--engine-setting {item!r}: expected KEY=VALUE")
         table.append(f"{key.strip()} = {value.strip()}")
+        given.add(key.strip())
+    table += [f"{key} = {value}" for key, value in BENCH_DEFAULTS.items() if key not in given]
     engine_config = "\n".join(table) + "\n"
     settings: dict[str, str] = {}
     for item in args.sidecar_setting:
@@ -898,6 +933,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run(script, root, codex_bin, engine_config, args.seed, settings, args.turn_scale)
     meta = {
         "engineSettings": ", ".join(args.engine_setting),
+        "benchDefaults": ", ".join(f"{k}={v}" for k, v in BENCH_DEFAULTS.items() if k not in given),
         "sidecarSettings": ", ".join(args.sidecar_setting),
         "home": f"real ({os.environ.get('HOME')})",
         "loadStart": load_start,

@@ -233,8 +233,10 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("fake model: unexpected POST %s", self.path)
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
+        fake._note_model(body)
         index, step = fake._take(body)
         log.info("fake model: request #%d -> %s", index, type(step).__name__)
+        fake._slow_down(body)
         try:
             self._play(fake, index, body, step)
         except (BrokenPipeError, ConnectionResetError):
@@ -402,6 +404,39 @@ class FakeModel:
         self._server = _Server((host, port), _Handler)
         self._server.fake = self
         self._thread: threading.Thread | None = None
+        self._models: list[tuple[str | None, str | None]] = []
+        self._slow: list[tuple[float, Callable[[dict], bool] | None]] = []
+
+    # ---- the model asked for, and answers slow on demand
+
+    def _note_model(self, body: dict) -> None:
+        reasoning = body.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        log.info("fake model: request for model %s (effort %s)", model, effort)
+        with self._lock:
+            self._models.append((model, effort))
+
+    @property
+    def models(self) -> list[tuple[str | None, str | None]]:
+        """``(model, reasoning effort)`` of every request so far, in order of arrival."""
+        with self._lock:
+            return list(self._models)
+
+    def slow(self, seconds: float, when: Callable[[dict], bool] | None = None) -> "FakeModel":
+        """Answer every later request for which ``when(body)`` holds (every
+        request when None) ``seconds`` late, whatever its step (a reasoning
+        model's think time); repeatable, the delays add up."""
+        with self._lock:
+            self._slow.append((seconds, when))
+        return self
+
+    def _slow_down(self, body: dict) -> None:
+        with self._lock:
+            rules = list(self._slow)
+        wait = sum(seconds for seconds, when in rules if when is None or when(body))
+        if wait > 0:
+            self._closing.wait(wait)
 
     # ---- lifecycle
 
@@ -716,6 +751,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--slow", type=float, default=0.0, metavar="SECONDS", help="answer every request SECONDS late")
+    parser.add_argument("--slow-model", metavar="NAME", help="with --slow: only the requests for this model")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -724,6 +761,8 @@ def main(argv: list[str] | None = None) -> None:
     # Turn SIGTERM into a normal exit so the server socket closes cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with FakeModel(args.host, args.port) as model:
+        if args.slow:
+            model.slow(args.slow, None if args.slow_model is None else (lambda body: body.get("model") == args.slow_model))
         log.info("base_url %s (Ctrl-C to stop)", model.base_url)
         try:
             while True:

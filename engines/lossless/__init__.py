@@ -13,8 +13,10 @@ with :mod:`.schema` (the tables and migrations),
 :mod:`.importer` (Codex rollouts and OpenClaw transcripts into the store),
 :mod:`.redact` (credentials out of what is stored, with :mod:`engines.scrub`),
 :mod:`.retention` (expired sessions, per-session limits, orphans: ``prune``),
-:mod:`.expand_query` (``lcm_expand_query``) and
-:mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
+:mod:`.expand_query` (``lcm_expand_query``),
+:mod:`.calls_budget` (the engine's own model calls: ``summary_model``, the
+hourly cap, their log), :mod:`.skipping` (heartbeat turns and ignored
+sessions left out of the store) and :mod:`.engine` (the engine object). ``docs/engines/lossless.md`` describes
 the behaviour.
 """
 

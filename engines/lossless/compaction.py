@@ -70,6 +70,7 @@ __all__ = [
     "install_frame",
     "last_turn_tokens",
     "leaf_chunks",
+    "frame_room",
     "recent_turn_tokens",
     "retry_fallbacks",
     "run_step",
@@ -206,7 +207,16 @@ def last_turn_tokens(rows: Sequence[MessageRow]) -> int:
     return sum(r.tokens for r in rows if r.turn == newest)
 
 
-def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = 3) -> int:
+RECENT_TURNS = 8
+"""Turns the look-ahead takes the largest of: enough to see the periodic
+large one (a tool output every few turns). With three, at 8k, two talk
+turns after a shell turn hid it, and the next shell turn went over budget
++ framing (bench, 40 turns: 16,027 tokens against 15,796)."""
+LOOKBACK_MESSAGES = 48
+"""Stored messages (before the frame too) those turns are read from."""
+
+
+def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = RECENT_TURNS) -> int:
     """The largest of the newest ``turns`` turns among ``rows``, in tokens
     (turns differ: a turn with a tool output is larger than one without)."""
     sizes: dict[int, int] = {}
@@ -475,6 +485,18 @@ async def run_step(
     )
 
 
+def frame_room(cfg: LosslessConfig, budget: int, tail_tokens: int) -> int:
+    """Tokens a new frame's summaries may take: ``compact_target`` of the
+    budget beside the tail, but at least three leaf summaries' worth. At
+    small budgets the fresh tail alone (at least ``fresh_tail_messages``: a
+    turn with a tool call is four) passes ``compact_target`` (8k: 960
+    tokens against a ~1,400-token tail), and a frame of no summary showed
+    the model nothing of what came before, not even the system prompt
+    addition that names the recall tools."""
+    floor = 3 * knobs(cfg, budget).leaf_summary_tokens
+    return max(floor, int(cfg.compact_target * budget) - tail_tokens)
+
+
 def install_frame(
     store: Store,
     cfg: LosslessConfig,
@@ -494,7 +516,7 @@ def install_frame(
     rows = store.messages_between(session_id, session.summarized_seq + 1)
     tail = out_of_line_view(store, cfg, session_id, rows, count_text, estimate)[0]
     tail_tokens = sum(r.tokens for r in tail)
-    room = max(0, int(cfg.compact_target * budget) - tail_tokens)
+    room = frame_room(cfg, budget, tail_tokens)
     chosen, rendered, frame_tokens = select_frame(active, room, estimate)
     frame_ids = [s.id for s in chosen]
     frame = encode_openclaw(rendered)

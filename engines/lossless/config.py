@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT_ADDITION", "Knobs", "LosslessConfig", "knobs", "parse_config"]
+__all__ = ["DEFAULT_IGNORE_SESSION_PATTERNS", "DEFAULT_SYSTEM_PROMPT_ADDITION", "Knobs", "LosslessConfig", "knobs", "parse_config"]
 
 DEFAULT_SYSTEM_PROMPT_ADDITION = (
     "Older parts of this conversation are condensed into summaries marked [summary sum_... ]; "
@@ -16,6 +16,9 @@ DEFAULT_SYSTEM_PROMPT_ADDITION = (
     "original messages under a summary (or a large output kept out of line), lcm_expand_query "
     "answers a question from the original messages without filling this context."
 )
+
+
+DEFAULT_IGNORE_SESSION_PATTERNS = ("cron:*", "agent:*:cron:*")
 
 
 class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -65,12 +68,31 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: forces it (the assembly then fills toward ``warm_compact_threshold``
     #: of the budget, so the model reads more raw history at a higher price).
     frames_when_paid: bool = True
-    #: Seconds one summary call to the host may take before the extractive stand-in is used.
-    summary_timeout: float = 10.0
+    #: The model of the engine's own calls (summaries, ``lcm_expand_query``),
+    #: as Codex names it (``model`` of the call's hidden thread); unset: the
+    #: client's model. A small model of the same provider costs a fraction.
+    summary_model: str | None = None
+    #: The reasoning effort of those calls (``effort`` of the call's turn,
+    #: e.g. ``minimal``, ``low``, ``medium``, ``high``); "" leaves the model's
+    #: default. Low by default: a summary needs little reasoning, and a
+    #: reasoning model at its default effort may not answer within ``summary_timeout``.
+    summary_effort: str = "low"
+    #: The most model calls the engine makes in any hour, all sessions
+    #: together (summaries, retries, ``lcm_expand_query``; a batched call
+    #: counts once); past it summaries are extractive (retried by the model
+    #: later) and ``lcm_expand_query`` says to use the other tools. 0: no cap.
+    summary_max_calls_per_hour: int = 120
+    #: Seconds one summary call to the host may take before the extractive
+    #: stand-in is used (a batched call: this times its summaries, within
+    #: ``step_deadline``). Measured with a slow fake model: the hidden
+    #: Codex thread adds about 0.2 s to the model's own time
+    #: (``tests/live/test_lossless_summary_model.py``).
+    summary_timeout: float = 15.0
     #: Seconds one maintenance or compaction call may spend on summary calls in
     #: all; past it the remaining summaries are extractive. Keep it below the
-    #: sidecar's engine deadline.
-    step_deadline: float = 15.0
+    #: sidecar's engine deadline (20 s by default), which bounds every engine
+    #: call and every host model call.
+    step_deadline: float = 18.0
     #: Summaries asked for in one host call (one prompt, numbered sections;
     #: a section the answer does not give is asked for on its own). 1: one
     #: call per summary.
@@ -121,6 +143,17 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: Sent to the model as the system prompt addition once the assembly holds
     #: a summary; "" sends none.
     system_prompt_addition: str = DEFAULT_SYSTEM_PROMPT_ADDITION
+    #: OpenClaw's heartbeat turns (``turn/start`` with ``turnTrigger:
+    #: "heartbeat"``, ``is_heartbeat`` for the engine) are neither stored nor
+    #: summarised: their messages are left out of the store and so of later
+    #: assemblies (the client's transcript keeps them). false: stored like any turn.
+    skip_heartbeats: bool = True
+    #: Sessions whose key matches one of these shell-style patterns
+    #: (``fnmatch``, case-sensitive) are neither stored nor summarised: the
+    #: assembly is the client's own history. The defaults are OpenClaw's cron
+    #: session keys (they reach the engine when the sidecar's
+    #: ``session_key`` setting gives OpenClaw's keys).
+    ignore_session_patterns: tuple[str, ...] = DEFAULT_IGNORE_SESSION_PATTERNS
 
     def __post_init__(self) -> None:
         for name in ("fresh_tail_tokens", "leaf_chunk_tokens", "leaf_summary_tokens", "condensed_summary_tokens"):
@@ -143,7 +176,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens"):
+        for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens", "summary_max_calls_per_hour"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.condense_fanout < 2:
@@ -163,6 +196,12 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in ("summary_timeout", "step_deadline", "expand_query_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
+        if self.summary_model is not None and not self.summary_model.strip():
+            raise ValueError("summary_model must name a model (leave it out for the client's model)")
+        if self.summary_effort != self.summary_effort.strip() or any(c.isspace() for c in self.summary_effort):
+            raise ValueError(f"summary_effort must be one word (low, medium, ...) or \"\", got {self.summary_effort!r}")
+        if any(not p for p in self.ignore_session_patterns):
+            raise ValueError("ignore_session_patterns must not hold an empty pattern")
         if self.database_url is not None and not self.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("database_url must be a PostgreSQL URL (postgresql://...)")
         if not self.retention_days >= 0:

@@ -44,9 +44,10 @@ from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
 from engines.tokens import count_tokens, estimate_message_tokens
 
-from . import expand_query
+from . import expand_query, skipping
 from .assemble import fit_budget
-from .compaction import StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
+from .calls_budget import BudgetedHost
+from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities, message_id
 from .outofline import out_of_line_view
@@ -137,9 +138,16 @@ class LosslessEngine(BaseContextEngine):
         """The open store (opened on first access when unbound)."""
         return self._store_now()
 
-    def _context(self, budget: int | None = None) -> StepContext:
+    def _context(self, session_id: str, budget: int | None = None) -> StepContext:
         sizes = knobs(self.cfg, budget if budget is not None else self.cfg.token_budget)
-        return StepContext(self._store_now(), self._host, self.cfg, count_tokens, estimate_message_tokens, sizes)
+        return StepContext(self._store_now(), self._budgeted(session_id, "summary"), self.cfg, count_tokens, estimate_message_tokens, sizes)
+
+    def _budgeted(self, session_id: str, purpose: str) -> BudgetedHost | None:
+        """The host for the engine's own model calls: ``summary_model`` at
+        ``summary_effort``, within ``summary_max_calls_per_hour``."""
+        if self._host is None:
+            return None
+        return BudgetedHost(self._host, self._store_now(), self.cfg, session_id, purpose)
 
     def _cache_warm(self, session_id: str) -> bool | None:
         """Whether the provider's prompt cache for this session is likely
@@ -174,16 +182,29 @@ class LosslessEngine(BaseContextEngine):
             bases.append(hit[1])
         return identities(messages, bases)
 
-    def _ingest_sync(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str]) -> int:
+    def _ingest_sync(
+        self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str], keep: int | None = None
+    ) -> int:
+        """Store the messages not stored yet; those from ``keep`` on (a
+        heartbeat turn's) and every message of an ignored session are noted
+        as skipped instead (:mod:`.skipping`)."""
         store = self._store_now()
         known = self._known.get(session_id)
         if known is None:
-            known = self._known[session_id] = store.known_idents(session_id)
-        todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in known]
+            known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
+        if skipping.ignored_session(self.cfg, session_key):
+            keep, reason = 0, skipping.PATTERN
+        else:
+            keep, reason = (len(messages) if keep is None else keep), skipping.HEARTBEAT
+        skipped = [i for i in idents[keep:] if i not in known]
+        if skipped:
+            skipping.mark_skipped(store, session_id, skipped, reason)
+            known.update(skipped)
+        todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
         if todo and known and not store.messages_between(session_id, 1, 1):
             # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
-            known = self._known[session_id] = set()
-            todo = list(zip(messages, idents, strict=True))
+            known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
+            todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
         if not todo:
             return 0
         batch: list[AgentMessage] = [m for m, _ in todo]
@@ -200,23 +221,29 @@ class LosslessEngine(BaseContextEngine):
                 set_agent(store, session_id, agent)
         return len(stored)
 
-    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage]) -> int:
+    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: int | None = None) -> int:
         if not messages:
             return 0
         idents = self._identities(messages)
-        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents)
+        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
-        count = await self._ingest(params.session_id, params.session_key, [params.message])
+        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, 1, 0)
+        count = await self._ingest(params.session_id, params.session_key, [params.message], keep)
         return IngestResult(ingested=count > 0)
 
     async def ingest_batch(self, params: IngestBatchParams) -> IngestBatchResult:
-        return IngestBatchResult(ingested_count=await self._ingest(params.session_id, params.session_key, params.messages))
+        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, len(params.messages), 0)
+        return IngestBatchResult(ingested_count=await self._ingest(params.session_id, params.session_key, params.messages, keep))
 
     async def after_turn(self, params: AfterTurnParams) -> None:
         """Store whatever of the whole snapshot is not stored yet (replays and
-        earlier failures included); remember the budget for maintenance."""
-        await self._ingest(params.session_id, params.session_key, params.messages)
+        earlier failures included), but not a heartbeat turn's own messages
+        (``skip_heartbeats``); remember the budget for maintenance."""
+        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, len(params.messages), params.pre_prompt_message_count)
+        await self._ingest(params.session_id, params.session_key, params.messages, keep)
+        if skipping.ignored_session(self.cfg, params.session_key):
+            return
         if params.token_budget:
             await self._db("note", params.session_id, budget=params.token_budget)
 
@@ -296,6 +323,9 @@ class LosslessEngine(BaseContextEngine):
         """The frame's summaries, then every raw message after them, within
         the budget; the history handed over is stored first if it is not."""
         await self._ingest(params.session_id, params.session_key, params.messages)
+        if skipping.ignored_session(self.cfg, params.session_key):
+            # Nothing of the session is stored: the client's own history, as it is.
+            return AssembleResult(messages=list(params.messages), estimated_tokens=sum(estimate_message_tokens(m) for m in params.messages))
         budget = self._budget(params.token_budget)
         addition = self.cfg.system_prompt_addition.strip() or None
         addition_tokens = count_tokens(addition) if addition else 0
@@ -349,13 +379,14 @@ class LosslessEngine(BaseContextEngine):
         async with self._lock(session_id):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)
-            ctx = self._context(effective)
+            ctx = self._context(session_id, effective)
             install = True
             if not force:
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
                 assembly = session.frame_tokens + sum(r.tokens for r in tail)
-                recent = recent_turn_tokens(tail)
+                back = await trio.to_thread.run_sync(self._view_sync, session_id, max(1, session.frame_seq + 1 - LOOKBACK_MESSAGES))
+                recent = recent_turn_tokens(back)
                 pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
                 if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent, pays):
                     return {"reason": reason, "changed": False, "needed": False}
@@ -372,13 +403,15 @@ class LosslessEngine(BaseContextEngine):
         """A compaction step when the assembly has outgrown its threshold (or
         one was left unfinished), then retries of extractive summaries."""
         start = trio.current_time()
+        if skipping.ignored_session(self.cfg, params.session_key):
+            return MaintainResult(changed=False, reason="session ignored (ignore_session_patterns)")
         report = await self._step(params.session_id, force=False, reason=f"maintain:{params.reason}", budget=params.runtime_context.token_budget)
         retried = 0
         if self._host is not None and self.cfg.retries_per_maintain:
             async with self._lock(params.session_id):
                 session = await self._db("session", params.session_id)
                 retried = await retry_fallbacks(
-                    self._context(self._budget(params.runtime_context.token_budget or session.budget)), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
+                    self._context(params.session_id, self._budget(params.runtime_context.token_budget or session.budget)), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
                 )
         if self.cfg.max_store_mb:
             await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))
@@ -397,6 +430,8 @@ class LosslessEngine(BaseContextEngine):
         own summaries, and a summary in the result would make the sidecar's
         transcript mirror hide the history before it.
         """
+        if skipping.ignored_session(self.cfg, params.session_key):
+            return CompactResult(ok=True, compacted=False, reason="session ignored (ignore_session_patterns): nothing stored to compact")
         report = await self._step(params.session_id, force=True, reason="compact", budget=params.token_budget)
         if not report.get("changed"):
             return CompactResult(
@@ -451,7 +486,7 @@ class LosslessEngine(BaseContextEngine):
         plan = await trio.to_thread.run_sync(expand_query.prepare, store, self.cfg, params.session_id, arguments, count_tokens)
         if isinstance(plan, str):
             return ToolCallResult(text=plan)
-        answer, why = await expand_query.ask(self._host, plan, self.cfg.expand_query_timeout)
+        answer, why = await expand_query.ask(self._budgeted(params.session_id, "expand_query"), plan, self.cfg.expand_query_timeout)
         if answer is None:
             return ToolCallResult(text=expand_query.failure_text(plan, why, self.cfg.expand_query_timeout), is_error=True)
         text = await trio.to_thread.run_sync(expand_query.finish, plan, answer, count_tokens)

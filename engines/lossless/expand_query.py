@@ -244,6 +244,7 @@ def failure_text(plan: QueryPlan, why: str, timeout: float) -> str:
         "unbound": "this engine has no model access (it runs without the sidecar's host)",
         "timeout": f"the model did not answer within {timeout:g} s",
         "empty": "the model gave an empty answer",
+        "error:CallCapReached": "the engine's model calls for this hour are used up (summary_max_calls_per_hour)",
     }.get(why, f"the model call failed ({why.removeprefix('error:')})")
     return (
         f"{NAME} could not answer: {reason}. The matching sources are {_listed(plan.sources)}; "

@@ -219,7 +219,7 @@ def _drop_session(store: Store, age: SessionAge, cutoff: float) -> bool:
             conn.execute("INSERT INTO messages_fts (messages_fts, rowid, text) SELECT 'delete', pk, text FROM messages WHERE session_id = ?", sid)
             conn.execute("INSERT INTO summaries_fts (summaries_fts, rowid, text) SELECT 'delete', pk, text FROM summaries WHERE session_id = ?", sid)
         conn.execute("DELETE FROM summary_sources WHERE summary_id IN (SELECT id FROM summaries WHERE session_id = ?)", sid)
-        for table in ("summaries", "large_outputs", "messages", "sessions"):
+        for table in ("summaries", "large_outputs", "messages", "skipped_messages", "sessions"):
             conn.execute(f"DELETE FROM {table} WHERE session_id = ?", sid)
         return True
 

@@ -31,6 +31,16 @@ Tables
     ``large_output_tokens``): the message itself stays whole in ``messages``;
     this row holds the short summary the assembly shows in its place and the
     tokens of that stand-in (migration 3).
+``model_calls``
+    The engine's own model calls (summaries, retries, ``lcm_expand_query``):
+    when, for which session and purpose, on which model, and whether the
+    hourly cap refused it (``capped``); rows older than a week are dropped
+    (migration 5).
+``skipped_messages``
+    Identities of messages the engine left out of the store: OpenClaw's
+    heartbeat turns and sessions whose key matches
+    ``ignore_session_patterns`` (``reason``), so a later snapshot holding
+    them does not store them either (migration 5).
 ``schema_version``
     The migrations applied; :data:`MIGRATIONS` brings an older file up to
     date when :class:`~engines.lossless.store.Store` opens it, each
@@ -161,6 +171,30 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             # The OpenClaw agent a session belongs to, for lcm_grep's scope "agent" (see :mod:`.search`).
             "ALTER TABLE sessions ADD COLUMN agent_id TEXT",
             "CREATE INDEX sessions_by_agent ON sessions (agent_id)",
+        ],
+    ),
+    (
+        5,
+        [
+            # The engine's own model calls (engines/lossless/calls_budget.py).
+            """CREATE TABLE model_calls (
+                pk INTEGER PRIMARY KEY,
+                at_ms INTEGER NOT NULL,
+                session_id TEXT NOT NULL,
+                purpose TEXT NOT NULL,
+                model TEXT,
+                capped INTEGER NOT NULL
+            )""",
+            "CREATE INDEX model_calls_by_time ON model_calls (at_ms)",
+            "CREATE INDEX model_calls_by_session ON model_calls (session_id, at_ms)",
+            # Messages left out of the store (engines/lossless/skipping.py).
+            """CREATE TABLE skipped_messages (
+                session_id TEXT NOT NULL,
+                ident TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                at_ms INTEGER NOT NULL,
+                PRIMARY KEY (session_id, ident)
+            )""",
         ],
     ),
 ]

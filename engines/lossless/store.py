@@ -32,8 +32,10 @@ import msgspec
 from engines.api import AgentMessage, CompactionSummaryMessage, ToolResultMessage, UserMessage, decode_openclaw, encode_openclaw
 
 from .backends import Backend, BackendError, PostgresBackend, SqliteBackend
+from .calls_budget import call_figures
 from .messages import message_id, message_text
 from .schema import MIGRATIONS, SCHEMA_VERSION
+from .skipping import skipped_figures
 
 log = logging.getLogger("engines.lossless.store")
 
@@ -533,7 +535,8 @@ class Store:
     def session_ids(self) -> list[str]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT session_id FROM sessions UNION SELECT DISTINCT session_id FROM messages ORDER BY 1"
+                "SELECT session_id FROM sessions UNION SELECT DISTINCT session_id FROM messages "
+                "UNION SELECT DISTINCT session_id FROM skipped_messages ORDER BY 1"
             )
             return [r[0] for r in rows]
 
@@ -769,6 +772,8 @@ class Store:
             "budget": session.budget,
             "lastCompaction": session.last_compaction,
             "lastAssembly": session.last_assembly,
+            "skipped": skipped_figures(self, session_id),
+            "modelCalls": call_figures(self, session_id),
         }
 
 

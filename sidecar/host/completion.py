@@ -20,7 +20,7 @@ it uses the user's model, provider and credentials:
    (:class:`~sidecar.history.backing.BackingThreads`) drops every frame
    naming it before any hook or the client sees it, hands it to this call's
    :class:`Collector`, and leaves it out of ``thread/loaded/list``;
-3. ``turn/start`` with the prompt; the answer is the last ``agentMessage``
+3. ``turn/start`` with the prompt (and the call's ``effort``); the answer is the last ``agentMessage``
    of the turn, once ``turn/completed`` comes;
 4. afterwards (in the background, also after a timeout or cancellation):
    ``turn/interrupt`` if the turn is still running, then
@@ -82,7 +82,12 @@ def start_params(client: dict[str, Any], params: CompleteParams, *, lean: bool =
 
 
 def turn_params(thread_id: str, params: CompleteParams) -> dict[str, Any]:
-    return {"threadId": thread_id, "input": [{"type": "text", "text": params.prompt, "text_elements": []}]}
+    """The ``turn/start`` params of one completion: the prompt, and the
+    call's ``effort`` when it gives one (else the model's default)."""
+    out: dict[str, Any] = {"threadId": thread_id, "input": [{"type": "text", "text": params.prompt, "text_elements": []}]}
+    if params.effort:
+        out["effort"] = params.effort
+    return out
 
 
 class Collector(msgspec.Struct):

@@ -62,7 +62,7 @@ def lossless_rows(state_dir: str | os.PathLike[str], thread: str | None = None, 
         if thread is not None:
             bound = bindings.load(state_dir, thread) if _usable(state_dir, thread) else None
             row = store.status(bound.session if bound is not None else thread)  # a thread: its session
-            return [row] if row.get("messages") or row.get("compactionSteps") or row.get("lastAssembly") else []
+            return [row] if row.get("messages") or row.get("compactionSteps") or row.get("lastAssembly") or row.get("skipped") else []
         return [store.status(s) for s in store.session_ids()]
     except StoreError as exc:
         raise StoreMissing(str(exc)) from None
@@ -105,6 +105,25 @@ def render_lossless(rows: list[dict[str, Any]]) -> list[str]:
             )
         else:
             lines.append("  last assembly none yet")
+        lines += _calls_and_skips(row)
+    return lines
+
+
+def _calls_and_skips(row: dict[str, Any]) -> list[str]:
+    """The engine's own model calls (``summary_model``, the hourly cap) and
+    the messages it left out (heartbeats, ignored sessions)."""
+    lines: list[str] = []
+    calls = row.get("modelCalls") or {}
+    if calls:
+        models = ", ".join(f"{n} on {m}" for m, n in sorted((calls.get("byModel") or {}).items())) or "none"
+        lines.append(
+            f"  model calls   {calls.get('calls', 0)} ({models}); {calls.get('lastHour', 0)} in the last hour "
+            f"({calls.get('allSessionsLastHour', 0)} for all sessions); {calls.get('capped', 0)} refused by the hourly cap "
+            f"({calls.get('cappedLastHour', 0)} in the last hour)"
+        )
+    skipped = row.get("skipped") or {}
+    if skipped:
+        lines.append("  skipped       " + ", ".join(f"{n} messages ({reason})" for reason, n in sorted(skipped.items())))
     return lines
 
 

@@ -107,6 +107,19 @@ def test_a_completion_thread_is_ephemeral_with_the_engines_instructions_and_the_
     }
 
 
+def test_a_completions_model_goes_to_its_thread_and_its_effort_to_its_turn():
+    client = {"cwd": "/work", "model": "gpt-5.5", "modelProvider": "openai"}
+    ask = CompleteParams(system="s", prompt="Summarise this.", model="gpt-5.4-mini", effort="low")
+    assert start_params(client, ask)["model"] == "gpt-5.4-mini"
+    assert "effort" not in start_params(client, ask)
+    assert turn_params(OWNED, ask) == {
+        "threadId": OWNED,
+        "input": [{"type": "text", "text": "Summarise this.", "text_elements": []}],
+        "effort": "low",
+    }
+    assert "effort" not in turn_params(OWNED, CompleteParams(system="s", prompt="p", effort=""))
+
+
 async def test_a_codex_that_refuses_a_lean_completion_thread_gets_plain_ones_from_then_on():
     starts: list[dict] = []
 

@@ -89,3 +89,30 @@ async def test_status_of_a_codex_thread_shows_the_session_it_belongs_to(tmp_path
     assert result.exit_code == 0, result.output
     (row,) = [json.loads(line) for line in result.output.splitlines()]
     assert row["sessionId"] == SESSION and row["messages"] == 24
+
+
+async def test_status_counts_the_engines_model_calls_and_the_heartbeat_messages_it_skipped(tmp_path, monkeypatch):
+    with FakeHost(tmp_path / "engines" / "lossless") as host:
+        engine = LosslessEngine({**SMALL, "summary_model": "summariser-mini", "summary_max_calls_per_hour": 1, "summary_batch_size": 1, "cache_ttl": 0.0})
+        await engine.bind(host)
+        history: list = []
+        for n in range(1, 13):
+            ts = 1_700_000_000_000 + n * 10_000
+            words = " ".join(f"w{n}x{k}" for k in range(60))
+            beat = n % 4 == 0
+            prompt = "Read HEARTBEAT.md; reply HEARTBEAT_OK." if beat else f"turn {n}: {words}"
+            history += [UserMessage(content=prompt, timestamp=ts), AssistantMessage(content=[TextBlock(text="HEARTBEAT_OK" if beat else f"reply {n}: {words}")], timestamp=ts + 1)]
+            await engine.after_turn(
+                AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=list(history), pre_prompt_message_count=len(history) - 2, is_heartbeat=beat)
+            )
+            await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
+        await engine.dispose()
+    monkeypatch.setenv("CODEX_SIDECAR_STATE_DIR", str(tmp_path))
+    (row,) = [json.loads(line) for line in _run("--json").output.splitlines()]
+    assert row["skipped"] == {"heartbeat": 6}
+    assert row["modelCalls"]["calls"] == 1 and row["modelCalls"]["byModel"] == {"summariser-mini": 1}
+    assert row["modelCalls"]["capped"] >= 1
+    table = _run(SESSION).output
+    assert "model calls   1 (1 on summariser-mini)" in table
+    assert "refused by the hourly cap" in table
+    assert "skipped       6 messages (heartbeat)" in table

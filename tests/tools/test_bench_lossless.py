@@ -217,7 +217,11 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     assert lossless["cacheKeys"] > native["cacheKeys"] == 1
     # The bound comes from native's first request; the largest request is a measured one.
     assert data["framingTokens"] > 1000
-    assert data["largestBound"] == int((5000 + data["framingTokens"]) * 1.05)
+    assert data["largestBound"] == 5000 + data["framingTokens"]  # no slack
+    # Every summary call asked for the bench's summary_model, no turn request did.
+    assert data["checks"]["summaryCallsOnSummaryModel"] is True
+    assert set(lossless["models"]["summary"]) == {bl.SUMMARY_MODEL} and bl.SUMMARY_MODEL not in lossless["models"]["reply"]
+    assert data["rebuildsPer10Turns"] == lossless["rebuilds"] * 10 / 10
     assert data["largestTurnRequest"] == max(r["tokens"] for r in lossless["requests"] if r["kind"] not in ("summary", "compaction"))
     assert data["cacheWeightedRatio"] == pytest.approx(lossless["all"]["cacheWeightedInput"] / native["all"]["cacheWeightedInput"])
     assert "pg-kestrel-07" in text and "BLUE HERON" in text

@@ -383,3 +383,26 @@ def test_module_runs_as_a_server_and_keeps_stdout_clean():
         out, err = proc.communicate(timeout=10)
     assert out == b""
     assert b"listening on" in err
+
+
+def test_the_model_and_reasoning_effort_of_each_request_are_logged_in_order(model):
+    _post(model, _body(model="gpt-main"))
+    _post(model, _body(model="summariser-mini", reasoning={"effort": "low", "summary": "auto"}))
+    assert model.models == [("gpt-main", None), ("summariser-mini", "low")]
+
+
+def test_requests_matched_by_slow_wait_while_the_others_answer():
+    model = FakeModel().start()
+    try:
+        model.slow(600, when=lambda body: body.get("model") == "slow-mini")
+        late: list = []
+        waiting = threading.Thread(target=lambda: late.append(_post(model, _body(model="slow-mini"))), daemon=True)
+        waiting.start()
+        model.wait_for_requests(1)
+        status, _, raw = _post(model, _body("quick", model="gpt-main"))
+        assert status == 200 and _events(raw)[-1]["type"] == "response.completed"
+        assert model.in_flight == 1 and not late  # the slow one is still thinking
+    finally:
+        model.close()  # releases it
+    waiting.join(timeout=10)
+    assert not waiting.is_alive()

@@ -1,0 +1,40 @@
+"""Small budgets hold: the look-ahead that decides when a warm frame is due
+sees a large turn behind several small ones (8k bench, 40 turns: a shell
+turn hidden behind two talk turns went to 16,027 tokens against budget +
+framing 15,796; 14,415 with eight turns), and a frame always carries some
+summaries."""
+
+from __future__ import annotations
+
+from engines.lossless.compaction import frame_room, recent_turn_tokens
+from engines.lossless.config import parse_config
+from engines.lossless.store import MessageRow
+
+from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
+
+
+def _row(seq: int, turn_no: int, tokens: int) -> MessageRow:
+    return MessageRow(id=f"m{seq}", seq=seq, turn=turn_no, role="user", tool_name=None, timestamp=0, tokens=tokens, text="")
+
+
+def test_the_look_ahead_sees_a_large_turn_behind_several_small_ones():
+    rows = [_row(1, 1, 1_400), *(_row(n, n, 600) for n in range(2, 8))]
+    assert recent_turn_tokens(rows) == 1_400  # a shell turn, then six talk turns
+    assert recent_turn_tokens(rows, turns=3) == 600
+
+
+def test_a_frame_keeps_room_for_three_leaf_summaries_when_the_fresh_tail_fills_its_share():
+    cfg = parse_config({})
+    assert frame_room(cfg, 8_000, 1_400) == 300  # 8k: 960 - 1,400 < 0; three leaf summaries of 100
+    assert frame_room(cfg, 32_000, 2_560) == 3_840 - 2_560  # 32k: the share, as before
+
+
+async def test_a_frame_at_a_small_budget_shows_summaries_and_names_the_tools(host):
+    engine = await make_engine(host, {**SMALL, "compact_target": 0.12, "cache_ttl": 0.0})
+    history: list = []
+    for n in range(1, 30):
+        await run_turn(engine, history, turn(n))
+    status = engine.status(SESSION)
+    assert status["compactionSteps"] >= 1 and status["frameSummaries"], "the frame holds no summary"
+    result = await assemble(engine, history)
+    assert result.system_prompt_addition and "lcm_grep" in result.system_prompt_addition
