@@ -354,8 +354,9 @@ async def experimental_members(ctx: Ctx) -> None:
     stable client gets codex's refusal (whatever the sidecar declared for its
     engine), an experimental one their answers."""
     await call(ctx.client, "thread/start", {"dynamicTools": []})
-    await call(ctx.client, "thread/list", {"includeAttachedThreads": True, "searchTerm": "no thread is called this"})
-    await call(ctx.client, "thread/list", {"includeAttachedThreads": False, "searchTerm": "no thread is called this"})
+    # (members experimental in every codex of the matrix: 0.151.0 has no includeAttachedThreads)
+    await call(ctx.client, "thread/list", {"parentThreadId": "01a20000-0000-7000-8000-000000000000", "searchTerm": "no thread is called this"})
+    await call(ctx.client, "thread/list", {"parentThreadId": None, "searchTerm": "no thread is called this"})
 
 
 async def catalog_reads(ctx: Ctx) -> None:
