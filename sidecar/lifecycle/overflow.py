@@ -74,7 +74,8 @@ class Overflow:
         self.retries: dict[str, Retry] = {}
         """By client thread id: the turns withheld or being retried."""
         self.renamed: dict[bytes, tuple[bytes, Retry]] = {}
-        """A retry's turn id (as bytes on the wire) -> the first attempt's, while it runs."""
+        """A retry's turn id -> the first attempt's, while it runs: as JSON
+        strings (quoted), so that no longer id that starts with it matches."""
 
     # ------------------------------------------------ the first attempt
 
@@ -204,7 +205,7 @@ class Overflow:
         session = retry.session
         session.turns.pop(first.turn_id, None)  # never finalised: the retry is the turn
         self.turns.accepted(session, state, turn_id)
-        self.renamed[turn_id.encode()] = (first.turn_id.encode(), retry)
+        self.renamed[_quoted(turn_id)] = (_quoted(first.turn_id), retry)
 
     def _abandon(self, retry: Retry, reason: str) -> None:
         """Fail open: the first attempt ends as Codex ended it, for the
@@ -271,3 +272,8 @@ class Overflow:
             if retry_id in line:
                 return line.replace(retry_id, first_id)
         return None
+
+
+def _quoted(turn_id: str) -> bytes:
+    """A turn id as a JSON string on the wire (Codex's ids need no escapes)."""
+    return b'"' + turn_id.encode() + b'"'
