@@ -187,11 +187,7 @@ class Overflow:
             )
         except RpcError as exc:
             return f"refused: {exc.message[:80]}"
-        if retry.turn_id is None:
-            return "refused"
-        session.stats["lastOverflow"] = {"turnId": first.turn_id, "retried": True, "retryTurnId": retry.turn_id, "reason": "retry"}
-        log.info("turn retried after the engine made room", extra={"fields": self.calls.fields(session, turnId=first.turn_id, retryTurnId=retry.turn_id)})
-        return "retry"
+        return "retry" if retry.turn_id is not None else "refused"
 
     def _accepted(self, retry: Retry, answer: Any) -> None:
         """Codex's answer to the retry's ``turn/start``, as soon as it is read
@@ -206,6 +202,9 @@ class Overflow:
         session.turns.pop(first.turn_id, None)  # never finalised: the retry is the turn
         self.turns.accepted(session, state, turn_id)
         self.renamed[_quoted(turn_id)] = (_quoted(first.turn_id), retry)
+        # Here, not after the request returns: the retry's turn/completed may come first.
+        session.stats["lastOverflow"] = {"turnId": first.turn_id, "retried": True, "retryTurnId": turn_id, "reason": "retry"}
+        log.info("turn retried after the engine made room", extra={"fields": self.calls.fields(session, turnId=first.turn_id, retryTurnId=turn_id)})
 
     def _abandon(self, retry: Retry, reason: str) -> None:
         """Fail open: the first attempt ends as Codex ended it, for the
