@@ -212,7 +212,7 @@ class Turns:
                 return None
             # The engine assembles and projects in its place: the model must not get both.
             items = stripped
-            params = {**params, "input": stripped}
+            params = state.params = {**params, "input": stripped}  # a retry starts from here: no continuity to classify again
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
         opening = self.calls.machine(session).opening_step(session.had_history)

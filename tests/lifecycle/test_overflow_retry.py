@@ -81,6 +81,7 @@ async def test_an_engine_that_owns_compaction_compacts_and_the_turn_completes_as
         stats = run.session(tid).stats["lastOverflow"]
         mirrored = roles_texts(run.mirror_messages(tid))
         frames = run.frames()
+        inspected = run.lifecycle.inspect(tid)
     first_id = turn["id"]
     # Codex saw three turn/starts: the first turn, the attempt that overflowed, the retry.
     assert len(starts) == 3
@@ -100,6 +101,7 @@ async def test_an_engine_that_owns_compaction_compacts_and_the_turn_completes_as
     assert [t for r, t in mirrored if r == "user"] == [BIG, NEXT]
     assert len(engine.calls_to("after_turn")) == 2
     assert records_with(logs, "turn retried after the engine made room")
+    assert [(r["turnId"], r.get("attempt")) for r in inspected][-1] == (stats["retryTurnId"], 1)
 
 
 async def test_a_turn_request_naming_the_first_attempt_reaches_the_retry(tmp_path, sidecar):
