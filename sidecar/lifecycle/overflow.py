@@ -166,10 +166,15 @@ class Overflow:
         found = after_compaction(ok=result.ok, compacted=result.compacted)
         if not found.retry:
             return found.reason
-        state = retry.state = TurnState(
-            client_id=first.client_id, original_input=first.original_input, heartbeat=first.heartbeat, attempt=first.attempt + 1
-        )
         assert first.params is not None  # the verdict needs them
+        # The input the first attempt projected from: OpenClaw's continuity already cut, not classified again.
+        given = first.params.get("input")
+        state = retry.state = TurnState(
+            client_id=first.client_id,
+            original_input=given if isinstance(given, list) else first.original_input,
+            heartbeat=first.heartbeat,
+            attempt=first.attempt + 1,
+        )
         # The failed attempt is a turn the Codex thread holds: the rebuild takes it out too.
         if session.turns_since_rebuild is not None and first.turn_id is not None:
             session.turns_since_rebuild = [*session.turns_since_rebuild, first.turn_id]
@@ -180,6 +185,7 @@ class Overflow:
         edited = await self.turns.project(session, state, first.params, first.params.get("model") if isinstance(first.params.get("model"), str) else None)
         if edited is None or not (state.projected or state.rebuilt):
             return "no-smaller-projection"
+        state.openclaw_context = first.openclaw_context  # for its inspection record: what the client's input carried
         state.forwarded = True
         try:
             await self.proxy.request(

@@ -19,6 +19,7 @@ import trio
 from engines import AssembleResult, CompactionDetails, CompactionSummaryMessage, CompactResult, EngineInfo
 from engines.testkit import RecordingEngine
 from sidecar.lifecycle import LifecycleOptions
+from sidecar.projection import CONTEXT_HEADER, REQUEST_HEADER
 from tests.support.lifecycle import Run, calls_for, fields, make_engine, records_with, roles_texts, wait_until
 
 WINDOW = 2500
@@ -210,3 +211,40 @@ async def test_an_engine_that_compacts_nothing_leaves_codex_s_error(tmp_path, si
     assert len(starts) == 2 and len(engine.calls_to("compact")) == 1
     (warning,) = records_with(logs, "could not be retried")
     assert fields(warning)["reason"] == "nothing-compacted"
+
+
+RID = "codex-" + "ef56" * 10
+OPENCLAW_ONLY = "[thinking content omitted]"
+
+
+def hooks(rid: str) -> dict:
+    command = f"exec 'node' 'entry.js' 'hooks' 'relay' '--provider' 'codex' '--relay-id' '{rid}' '--generation' 'g1' '--event' 'permission_request'"
+    return {"config": {"features.hooks": True, "hooks.PermissionRequest": [{"hooks": [{"type": "command", "command": command}]}]}}
+
+
+def continuity(history: list[tuple[str, str]], prompt: str) -> str:
+    """OpenClaw's continuity projection of ``history`` for ``prompt`` (with a
+    placeholder only OpenClaw's renderer writes)."""
+    body = "\n\n".join(f"[{role}]\n{OPENCLAW_ONLY + chr(10) if role == 'assistant' else ''}{text}" for role, text in history)
+    return f"{CONTEXT_HEADER}\nQuoted reference data.\n\n<conversation_context>\n{body}\n</conversation_context>\n\n{REQUEST_HEADER}\n{prompt}"
+
+
+async def test_a_new_thread_s_first_turn_with_openclaw_s_continuity_is_retried_with_the_engine_s_assembly(tmp_path, sidecar):
+    """OpenClaw's continuity on a session's new thread is cut and the engine
+    assembles in its place; when that overflows, the retry starts from the
+    same cut input, not from OpenClaw's block again."""
+    async with sidecar(tmp_path, Compacting(), name="run1") as run:
+        t1 = await run.start_thread(**hooks(RID))
+        await run.turn(t1, BIG)
+        await run.turn(t1, "B" * 1800)
+        history = roles_texts(run.mirror_messages(RID))
+    async with sidecar(tmp_path, Compacting(), name="run2", script={"contextWindowChars": WINDOW}) as run:
+        t2 = await run.start_thread(**hooks(RID))
+        turn = await run.turn(t2, continuity(history, "Which letters?"), settle=False)
+        await wait_until(lambda: run.session(t2).settled and "lastFinalize" in run.session(t2).stats, what="finalised")
+        attempt, retry = run.child_turn_starts(t2)
+    assert turn["completed"]["params"]["turn"]["status"] == "completed"
+    sent = json.dumps(retry["params"])
+    assert SUMMARY in sent and "Which letters?" in sent
+    assert OPENCLAW_ONLY not in sent and BIG not in sent
+    assert OPENCLAW_ONLY not in json.dumps(attempt["params"])  # the first attempt had it cut too
