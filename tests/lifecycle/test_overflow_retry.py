@@ -248,3 +248,30 @@ async def test_a_new_thread_s_first_turn_with_openclaw_s_continuity_is_retried_w
     assert SUMMARY in sent and "Which letters?" in sent
     assert OPENCLAW_ONLY not in sent and BIG not in sent
     assert OPENCLAW_ONLY not in json.dumps(attempt["params"])  # the first attempt had it cut too
+
+
+async def test_a_turn_start_sent_while_the_engine_compacts_joins_the_retry_under_the_id_the_client_has(tmp_path, sidecar):
+    """The client thinks its turn runs: a turn/start it sends meanwhile waits
+    for the retry and joins it, as it would have joined the turn."""
+    engine = Compacting()
+    release = trio.Event()
+    engine.hang("compact", release)
+    async with sidecar(tmp_path, engine, script={"contextWindowChars": 3000}) as run:
+        tid = await run.start_thread()
+        await run.turn(tid, BIG)
+        rid, line = run.turn_start_line(tid, "HOLD " + "Z" * 1800)
+        await run.send(line)
+        first_id = (await run.wait_response(rid))["result"]["turn"]["id"]
+        await engine.wait_for_call("compact")
+        joined_rid, joined = run.turn_start_line(tid, "RELEASE and also this")
+        await run.send(joined)
+        await trio.sleep(0.1)
+        assert len(run.child_turn_starts(tid)) == 2  # the join waits for the retry
+        release.set()
+        answer = await run.wait_response(joined_rid)
+        done = await run.wait_frame(lambda f: f.get("method") == "turn/completed" and f["params"]["turn"]["id"] == first_id)
+        await wait_until(lambda: run.session(tid).settled and len(engine.calls_to("after_turn")) == 2, what="finalised")
+        mirrored = roles_texts(run.mirror_messages(tid))
+    assert answer["result"]["turn"]["id"] == first_id
+    assert done["params"]["turn"]["status"] == "completed"
+    assert [t for r, t in mirrored if r == "user"] == [BIG, "HOLD " + "Z" * 1800, "RELEASE and also this"]
