@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .session.overflow import TURN_CLIENT_REQUESTS, TURN_NOTIFICATIONS, TURN_SERVER_REQUESTS
+
 if TYPE_CHECKING:
     from .relay.messages import Hooks
 
@@ -58,6 +60,9 @@ class Part(enum.Enum):
     """The turn lifecycle: only with an engine."""
     TOOLS = "tools"
     """The engine's tools on the client's threads: only with an engine that has some."""
+    COMPACTION = "compaction"
+    """A turn that overflowed Codex's context window, retried after the engine
+    makes room: only with an engine that owns compaction."""
 
 
 class Phase(enum.IntEnum):
@@ -108,7 +113,7 @@ notifications) whose values are thread ids."""
 ID = ("threadId",)
 
 C, N, S = Sender.CLIENT, Sender.NOTIFICATION, Sender.SERVER_REQUEST
-RELAY, HISTORY, BARE, ENGINE, TOOLS = Part.RELAY, Part.HISTORY, Part.BARE, Part.ENGINE, Part.TOOLS
+RELAY, HISTORY, BARE, ENGINE, TOOLS, COMPACTION = Part.RELAY, Part.HISTORY, Part.BARE, Part.ENGINE, Part.TOOLS, Part.COMPACTION
 SEE, FRONT, MAIN, BACK = Phase.SEE, Phase.FRONT, Phase.MAIN, Phase.BACK
 
 # fmt: off
@@ -169,6 +174,14 @@ METHODS: tuple[Row, ...] = (
     Row(method="turn/completed", source=N, request="tools.on_turn_completed", part=TOOLS, phase=FRONT),
     Row(method="serverRequest/resolved", source=N, request="tools.on_resolved", part=TOOLS, phase=FRONT, thread_keys=ID),
     # (tools.on_read_response is on every read's answer, from the ``read`` column: see derived)
+    # -- a turn that overflowed the context window (an engine that owns compaction): withheld after the engine's
+    #    tools took their items (FRONT, after those rows), retried, and the retry shown under the first attempt's id (BACK)
+    Row(method="error", source=N, request="overflow.on_error", part=COMPACTION, phase=FRONT, thread_keys=ID),
+    Row(method="turn/completed", source=N, request="overflow.on_turn_completed", part=COMPACTION, phase=FRONT),
+    *(Row(method=m, request="overflow.on_turn_request", part=COMPACTION, thread_keys=ID) for m in TURN_CLIENT_REQUESTS),
+    Row(method="turn/start", response="overflow.on_turn_start_response", part=COMPACTION, phase=BACK),
+    *(Row(method=m, source=N, request="overflow.as_client_sees", part=COMPACTION, phase=BACK) for m in TURN_NOTIFICATIONS),
+    *(Row(method=m, source=S, request="overflow.as_client_sees", part=COMPACTION, phase=BACK) for m in TURN_SERVER_REQUESTS),
     # -- hooked nowhere: only their thread ids, mapped at the edge
     Row(method="review/start", thread_keys=ID + ("reviewThreadId",) + ITEMS),
     Row(method="thread/section/move", thread_keys=ID + ("beforeThreadId",)),

@@ -162,6 +162,43 @@ class Hang:
 Step = Union[Text, FunctionCall, HttpError, Failed, Delay, Gate, Hang, Callable[[dict], Any]]
 
 
+#: The OpenAI Responses API's answer to an input over the model's context
+#: window.  Codex 0.169.0 fails the turn with `codexErrorInfo:
+#: "contextWindowExceeded"` whether it comes as this HTTP 400 or as a
+#: `response.failed` with this code (both seen here).
+CONTEXT_LENGTH_EXCEEDED = {
+    "error": {
+        "message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+        "type": "invalid_request_error",
+        "param": "input",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def context_window(max_chars: int, then: Step | None = None) -> Callable[[dict], Any]:
+    """A step that rejects an oversized request as the Responses API does.
+
+    Called with the request body: when the texts of its `input` (see
+    `input_chars`) are longer than `max_chars`, an HTTP 400
+    `context_length_exceeded`; otherwise `then` (None: the default reply).
+    Like every step it answers one request: script it where an input may be
+    too large, once per attempt.
+    """
+
+    def step(body: dict) -> Any:
+        if input_chars(body) > max_chars:
+            return HttpError(400, CONTEXT_LENGTH_EXCEEDED)
+        return then
+
+    return step
+
+
+def input_chars(request: dict) -> int:
+    """Characters of every text of the request's `input` (what a context window holds)."""
+    return sum(len(t) for t in input_texts(request))
+
+
 # --------------------------------------------------------------------------
 # Token estimates.  Approximate on purpose: tests compare numbers between a
 # direct and a proxied session, so they must be deterministic, not exact.

@@ -116,10 +116,23 @@ class Compaction:
                 )
         except (MirrorError, OSError) as exc:
             log.warning("could not record compaction in the mirror", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
+        if "skipped" in native:
+            return  # no native compaction ran (make_room)
         log.info(
             "codex native compaction completed alongside context-engine compaction",
             extra={"fields": self.calls.fields(session, nativeOk=native.get("ok"), engineCompacted=result.compacted)},
         )
+
+    async def make_room(self, session: ThreadSession) -> CompactResult:
+        """The engine's compaction when a turn overflowed Codex's context
+        window (``sidecar.lifecycle.overflow``): no native compaction after
+        it (the turn is retried on a rebuilt thread); a compaction that made
+        room is recorded in the mirror. Never raises: a failure or a timeout
+        is a result that is not ``ok``."""
+        result = await self._engine_compact(session)
+        if result.ok and result.compacted:
+            await self._record_compaction(session, result, {"ok": False, "skipped": "contextWindowExceeded: the turn is retried"})
+        return result
 
     async def control_compact(self, params: dict[str, Any]) -> dict[str, Any]:
         """``sidecar/compact {threadId}``: engine compaction (if it owns it), then native."""

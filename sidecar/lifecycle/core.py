@@ -44,6 +44,7 @@ from .compaction import Compaction
 from .context import HistoryMoves
 from .finalize import Finalizer
 from .injections import Injections
+from .overflow import Overflow
 from .reverts import ClientReverts
 from .sessions import Sessions
 from .turns import Turns
@@ -97,6 +98,8 @@ class Lifecycle:
         self.opening = Sessions(ctx, self.calls, moves, self.reverts, self.injections)
         self.turns = Turns(ctx, self.calls, moves, self.opening, self.reverts)
         self.finalizer = Finalizer(ctx, self.calls, self.spares)
+        self.overflow = Overflow(ctx, self.calls, self.turns, self.finalizer, self.compaction)
+        """A turn that overflowed the context window, retried after the engine makes room (if it owns compaction)."""
         self.host = host
         """The engine's host (``sidecar.host``), given to it by ``bind``."""
         self.client_thread: dict[str, Any] = {}
@@ -150,7 +153,11 @@ class Lifecycle:
         """The parts of the method table this lifecycle installs."""
         if self.engine is None:
             return {Part.HISTORY, Part.BARE}
-        return {Part.HISTORY, Part.ENGINE} | ({Part.TOOLS} if self.tools is not None else set())
+        return (
+            {Part.HISTORY, Part.ENGINE}
+            | ({Part.TOOLS} if self.tools is not None else set())
+            | ({Part.COMPACTION} if self.calls.owns_compaction else set())
+        )
 
     def note_client_tools(self, msg: Message) -> Decision:
         """thread/start: the client's own tools, before the engine's join them."""

@@ -286,6 +286,7 @@ class Finalizer:
             "holdMs": state.hold_ms,
             "revertMs": state.revert_ms,
             **({"switched": True} if state.switched else {}),
+            **({"attempt": state.attempt} if state.attempt else {}),
             **({"openclawContext": state.openclaw_context} if state.openclaw_context else {}),
             "rebuilds": session.rebuilds,
             "heldMessages": None if session.held is None else len(session.held),

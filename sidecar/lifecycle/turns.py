@@ -132,11 +132,7 @@ class Turns:
                 # before it, or the mirror failed to follow): before this turn
                 # assembles, and is mirrored after the reverted turns.
                 await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
-            edited = await self._assemble_and_project(session, state, params, msg.typed(TurnStartParams).model)
-            if state.switched:
-                base = edited if edited is not None else params
-                sticky = self.spares.with_sticky(session, base)
-                edited = sticky if sticky is not base else edited
+            edited = await self.project(session, state, params, msg.typed(TurnStartParams).model)
         except Exception as exc:  # fail open, whatever happened
             state.fallback_reason = type(exc).__name__
             log.warning(
@@ -161,6 +157,19 @@ class Turns:
             msg.set_params(edited)  # encoded once, as the request leaves for Codex
         if not self.proxy.forward_client_request(msg):
             session.end_turn(state)
+
+    async def project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
+        """The turn/start params with the engine's context projected, and a
+        switch's sticky settings (None: forward the client's request as it
+        is). A retry of a turn that overflowed comes here again
+        (:mod:`sidecar.lifecycle.overflow`)."""
+        state.params = params
+        edited = await self._assemble_and_project(session, state, params, model)
+        if state.switched:
+            base = edited if edited is not None else params
+            sticky = self.spares.with_sticky(session, base)
+            edited = sticky if sticky is not base else edited
+        return edited
 
     async def _assemble_and_project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
         """The turn/start params with the engine's context projected (None:
@@ -203,7 +212,7 @@ class Turns:
                 return None
             # The engine assembles and projects in its place: the model must not get both.
             items = stripped
-            params = {**params, "input": stripped}
+            params = state.params = {**params, "input": stripped}  # a retry starts from here: no continuity to classify again
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
         opening = self.calls.machine(session).opening_step(session.had_history)
@@ -419,28 +428,38 @@ class Turns:
             state.held_plan = [] if state.rebuilt else None
             state.fallback_reason = "codex-refused"
         if turn_id is not None:
-            state.turn_id = turn_id
-            known = session.turns.get(turn_id)
-            if known is not None and known is not state:
-                # Codex joined this turn/start to a turn the sidecar did not
-                # start (one a join began, see _joined): keep what it collected.
-                state.items = {**known.items, **state.items}
-                state.item_times = {**known.item_times, **state.item_times}
-                if known.forwarded:  # its first userMessage is the join's input, not this request's
-                    state.original_input = known.original_input
-            session.turns[turn_id] = state
-            self.spares.confirm(session)
-            if state.addition_pending is not None:
-                self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
-            if state.epoch_pending is not None:
-                session.projected_epoch = state.epoch_pending
+            self.accepted(session, state, turn_id)
         else:  # refused: no turn will complete, the thread is free again
-            if state.rebuilt:
-                # The revert went through; the projection did not land.
-                session.held, session.turns_since_rebuild = [], []
-                session.projected_epoch = None
-            session.end_turn(state)
+            self.refused(session, state)
         return None
+
+    def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
+        """Codex took the turn's ``turn/start`` (the client's, or the
+        sidecar's own retry of it): the turn has its id."""
+        state.turn_id = turn_id
+        known = session.turns.get(turn_id)
+        if known is not None and known is not state:
+            # Codex joined this turn/start to a turn the sidecar did not
+            # start (one a join began, see _joined): keep what it collected.
+            state.items = {**known.items, **state.items}
+            state.item_times = {**known.item_times, **state.item_times}
+            if known.forwarded:  # its first userMessage is the join's input, not this request's
+                state.original_input = known.original_input
+        session.turns[turn_id] = state
+        self.spares.confirm(session)
+        if state.addition_pending is not None:
+            self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
+        if state.epoch_pending is not None:
+            session.projected_epoch = state.epoch_pending
+
+    @staticmethod
+    def refused(session: ThreadSession, state: TurnState) -> None:
+        """Codex refused the turn's ``turn/start``: no turn will complete."""
+        if state.rebuilt:
+            # The revert went through; the projection did not land.
+            session.held, session.turns_since_rebuild = [], []
+            session.projected_epoch = None
+        session.end_turn(state)
 
     def _joined(self, session: ThreadSession, msg: Message) -> None:
         """Codex's answer to a joining ``turn/start``. Normally the running

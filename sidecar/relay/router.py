@@ -169,6 +169,13 @@ class Router:
         return self._to_child(line, direction, through_edge=not raw)
 
     def send_to_client(self, line: bytes, direction: str = SIDECAR_TO_CLIENT) -> bool:
+        """A line of the sidecar's (or one a hook held) to the client: never a
+        notification the client opted out of (:class:`Negotiation`)."""
+        if self.negotiation.hidden:
+            env = parse(line)
+            if env.id is _UNSET and env.method in self.negotiation.hidden:
+                self._record(CODEX_TO_SIDECAR, line)
+                return True
         return self._to_client(line, direction)
 
     # ------------------------------------------------ held client requests

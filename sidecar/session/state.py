@@ -133,6 +133,12 @@ class TurnState(msgspec.Struct):
     (lost, or still on its way): the thread went idle, or a ``turn/start``
     sent to join it started a turn of its own. A ``turn/start`` no longer
     joins it; its ``turn/completed``, if it comes, is finalised as usual."""
+    params: dict[str, Any] | None = None
+    """The client's ``turn/start`` params as the projection started from
+    (before it): what a retry of a turn that overflowed projects again."""
+    attempt: int = 0
+    """0: the client's own ``turn/start``; 1: the sidecar's retry of it after
+    it overflowed the context window (``sidecar.session.overflow``)."""
     openclaw_context: str | None = None
     """The input came with an assembled context of OpenClaw's own:
     ``continuity`` (its one-off rendering on a new thread, replaced by the

@@ -222,3 +222,12 @@ def test_an_unchanged_request_s_refusal_passes_straight(wire):
     w.router.from_child(refusal)
     assert w.child.take() == [request]
     assert w.client.take() == [refusal]
+
+
+def test_a_notification_the_sidecar_sends_itself_is_dropped_when_the_client_opted_out(wire):
+    """Held frames a job releases later (an overflow's error) obey the opt-outs too."""
+    w = stable(wire)
+    w.router.send_to_client(frame({"method": "item/completed", "params": {"threadId": "t", "item": {}}}))
+    answer = frame({"id": 3, "result": {}})
+    w.router.send_to_client(answer)
+    assert w.client.take() == [answer]

@@ -76,8 +76,8 @@ Environment:
   can resume what an earlier one ran, like Codex's own rollout files);
 * ``FAKE_CODEX_SCRIPT``: a JSON file with optional keys ``turns`` (a list,
   by the process's turn number from 0, of ``{"status": "completed" |
-  "interrupted" | "failed", "reply": str, "repeatCompleted": bool,
-  "dropCompleted": bool, "dropIdle": bool}``; the last two leave out the
+  "interrupted" | "failed", "reply": str, "repeatCompleted": bool, "codexErrorInfo": str
+  (a failed turn's), "dropCompleted": bool, "dropIdle": bool}``; the last two leave out the
   turn's ``turn/completed`` or its ``thread/status/changed`` idle, as a lost
   notification would),
   ``defaultReply`` (str, ``{n}`` is the turn number from 1),
@@ -94,7 +94,14 @@ Environment:
   default 0.5, nothing else answered meanwhile) and
   ``refuseAdditionalContext`` (N: the first N ``turn/start`` carrying
   ``additionalContext`` are refused with -32600, as a codex that will not
-  take it would).
+  take it would) and ``contextWindowChars``
+  (N: a turn whose model input, the thread's held turns and this turn's
+  input and ``additionalContext`` as JSON, is longer than N characters fails
+  as codex 0.169.0 fails a turn over the model's context window:
+  ``thread/status/changed`` systemError, ``error`` with ``codexErrorInfo``
+  ``contextWindowExceeded``, ``turn/completed`` failed; a turn scripted
+  ``{"status": "failed", "codexErrorInfo": "contextWindowExceeded"}`` fails
+  so whatever its size).
 
 Everything is deterministic: ids are counters, timestamps are fixed.
 """
@@ -106,6 +113,7 @@ import os
 import sys
 import time
 
+OVERFLOW_MESSAGE = "Codex ran out of room in the model's context window. Start a new thread or clear earlier history before retrying."
 NOW_MS = 1_795_316_416_000
 NOW_S = NOW_MS // 1000
 
@@ -270,13 +278,19 @@ def run_turn(rid, params: dict) -> None:
             held.append(dict(turnId=t["id"], **model.get(t["id"], {})))
         held += [{"injected": i["items"]} for i in thread.get("injected", []) if i["at"] == len(thread["turns"])]
         model_log.write(json.dumps({"threadId": tid, "turnId": turn_id, "held": held, **seen}, separators=(",", ":")).encode() + b"\n")
+    window = script.get("contextWindowChars")
+    if isinstance(window, int) and status == "completed":
+        model_seen = thread.get("model", {})
+        size = len(json.dumps([model_seen.get(t["id"], {}) for t in thread["turns"]] + [seen]))
+        if size > window:
+            status, spec = "failed", {**spec, "codexErrorInfo": "contextWindowExceeded"}
     thread.setdefault("model", {})[turn_id] = seen
     result(rid, {"turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
     notify("thread/status/changed", {"threadId": tid, "status": {"type": "active", "activeFlags": []}})
     notify("turn/started", {"threadId": tid, "turn": turn_obj(turn_id, "inProgress", [], "notLoaded")})
     user = {"type": "userMessage", "id": f"{turn_id}-user", "clientId": None, "content": params.get("input") or [], "startedAtMs": NOW_MS, "completedAtMs": NOW_MS}
     item_completed(tid, turn_id, user)
-    if "HOLD" in json.dumps(params.get("input") or []):
+    if "HOLD" in json.dumps(params.get("input") or []) and status != "failed":
         # Runs until turn/interrupt or thread/revert ends it (interrupted).
         thread["turns"].append(turn_obj(turn_id, "inProgress", [user], "full"))
         save()
@@ -293,8 +307,13 @@ def run_turn(rid, params: dict) -> None:
         summary = [agent]
         seen["reply"] = reply
         token_usage(tid, turn_id, turn_number)
+    elif status == "failed" and spec.get("codexErrorInfo") == "contextWindowExceeded":
+        # As codex 0.169.0 reports a model input over the context window.
+        error_obj = {"message": OVERFLOW_MESSAGE, "codexErrorInfo": "contextWindowExceeded", "additionalDetails": None, "misalignment": None}
+        notify("thread/status/changed", {"threadId": tid, "status": {"type": "systemError"}})
+        notify("error", {"error": error_obj, "willRetry": False, "threadId": tid, "turnId": turn_id})
     elif status == "failed":
-        error_obj = {"message": "scripted model failure", "codexErrorInfo": "other", "additionalDetails": None}
+        error_obj = {"message": "scripted model failure", "codexErrorInfo": spec.get("codexErrorInfo", "other"), "additionalDetails": None}
         notify("error", {"error": error_obj, "willRetry": False, "threadId": tid, "turnId": turn_id})
     thread["turns"].append(turn_obj(turn_id, status, items, "full", error_obj))
     save()
