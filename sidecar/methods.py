@@ -203,11 +203,17 @@ COMPLETION_READS = ("turn/started", "item/completed", "thread/tokenUsage/updated
 """What the engine's completions read of their hidden threads (``sidecar.host.completion``)."""
 
 
+SHAPES_ONLY = frozenset({"overflow.as_client_sees"})
+"""Hooks that only shape what the client sees of a notification (an
+overflow retry's ids renamed): one the client opted out of needs none."""
+
+
 def notifications_read(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
-    """Every notification some hook reads (the notification rows) or a
-    completion collects: what a client's opt-out must not take from the
-    sidecar when it speaks for an engine."""
-    return tuple(dict.fromkeys([*(r.method for r in _rows(rows) if r.source is Sender.NOTIFICATION), *COMPLETION_READS]))
+    """Every notification some hook reads (the notification rows, but those
+    that only shape what the client sees) or a completion collects: what a
+    client's opt-out must not take from the sidecar when it speaks for an engine."""
+    read = (r.method for r in _rows(rows) if r.source is Sender.NOTIFICATION and r.request not in SHAPES_ONLY)
+    return tuple(dict.fromkeys([*read, *COMPLETION_READS]))
 
 
 def reads(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
