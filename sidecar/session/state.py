@@ -133,6 +133,14 @@ class TurnState(msgspec.Struct):
     (lost, or still on its way): the thread went idle, or a ``turn/start``
     sent to join it started a turn of its own. A ``turn/start`` no longer
     joins it; its ``turn/completed``, if it comes, is finalised as usual."""
+    budget: int | None = None
+    """The token budget the engine assembled against (inspection records)."""
+    engine_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """The engine's tool calls the sidecar answered in this turn (bounded
+    text): inspection records, for ``view``."""
+    sent_text: dict[str, str] | None = None
+    """What the projection put into the ``turn/start`` (``input``,
+    ``additionalContext``), bounded: inspection records, for ``view``."""
     openclaw_context: str | None = None
     """The input came with an assembled context of OpenClaw's own:
     ``continuity`` (its one-off rendering on a new thread, replaced by the

@@ -2,9 +2,12 @@
 
 One JSONL file a thread, ``<state_dir>/inspect/<thread id>.jsonl`` (0600),
 one record a finalised turn: projection mode and epoch, the assembled
-messages (role and size, never text), the channels the sidecar injected
-through, the turn input's size before and after projection, and the input
-tokens Codex reported for the turn. ``codex-sidecar inspect THREAD`` and
+messages (role and size), the channels the sidecar injected through, the
+turn input's size before and after projection, the budget, the input tokens
+Codex reported for the turn, and (``sent``, bounded) the text a projection
+put into the ``turn/start``, for ``codex-sidecar view``; the state dir holds
+the transcript's text anyway. Fields are only ever added: old records stay
+readable. ``codex-sidecar inspect THREAD`` and
 ``sidecar/inspect`` read it. Appends are single writes (see the mirror), so a
 kill leaves at most a torn last line, which reading skips.
 """
