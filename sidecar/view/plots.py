@@ -23,6 +23,13 @@ MARK_COLOURS = {
 }
 
 
+LINES = ("rotation", "fallback", "failed")
+"""Marks drawn across a chart as dashed lines; rebuilds and switches too up
+to :data:`DENSE` turns (beyond, they are ticks only: a line each would hide
+the series)."""
+DENSE = 120
+
+
 def mark_kind(mark: str) -> str:
     """The colour family of a turn's mark (``fallback: assemble-error`` is a fallback)."""
     for kind in ("rotation", "rebuild", "switch", "fallback", "revert", "compaction", "recall"):
@@ -71,7 +78,7 @@ def line_chart(
         kinds = sorted({mark_kind(m) for m in ms})
         for k, kind in enumerate(kinds):
             x = _x(i, n)
-            if kind in ("rotation", "rebuild", "switch", "fallback", "failed"):
+            if kind in LINES or (n <= DENSE and kind in ("rebuild", "switch")):
                 out.append(f'<line class="ev" x1="{_f(x)}" x2="{_f(x)}" y1="{_f(TOP)}" y2="{_f(H - BOTTOM)}" stroke="{MARK_COLOURS[kind]}"/>')
             out.append(f'<rect x="{_f(x - 1.5)}" y="{_f(H - BOTTOM + 3 + 4 * k)}" width="3" height="3" fill="{MARK_COLOURS[kind]}"/>')
     for name, colour, values in series:

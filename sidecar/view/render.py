@@ -38,7 +38,7 @@ svg.chart{width:100%;height:auto;display:block}
 .sbar{fill:#10b981;opacity:.85}.sbar.fb{fill:#f59e0b}
 .legend span{display:inline-block;margin-right:14px;font-size:12.5px}
 .dot{display:inline-block;width:9px;height:9px;border-radius:50%;margin-right:4px;vertical-align:middle}
-.turn{border-top:1px solid var(--line);scroll-margin-top:64px}
+.turn{border-top:1px solid var(--line);scroll-margin-top:64px;content-visibility:auto;contain-intrinsic-size:auto 31px}
 details.sum{scroll-margin-top:64px}
 header label{display:flex;gap:4px;align-items:center}
 .turn>summary{display:grid;grid-template-columns:52px 40px 1fr 150px 190px 120px 90px 80px;gap:8px;align-items:center;padding:5px 4px;cursor:pointer;list-style:none}
@@ -63,7 +63,7 @@ pre{white-space:pre-wrap;word-break:break-word;background:#f8fafc;border:1px sol
 .msg{margin:0 0 6px}.role{font-size:11.5px;font-weight:600;color:#475569}
 .role.user{color:#1d4ed8}.role.assistant{color:#047857}.role.toolResult{color:#b45309}.role.compactionSummary{color:#7c3aed}
 .redacted{color:var(--mute);font-style:italic}
-.kv{display:grid;grid-template-columns:auto 1fr;gap:1px 10px;font-size:12.5px;margin-bottom:6px}.kv b{font-weight:500;color:var(--mute)}
+.kv{display:grid;grid-template-columns:auto 1fr;gap:1px 10px;font-size:12.5px;margin-bottom:6px}.kv b{font-weight:500;color:var(--mute);white-space:nowrap}
 details.sum{margin:3px 0 3px 14px;border-left:3px solid #10b981;padding-left:8px}
 details.sum.fb{border-left-color:#f59e0b}
 details.sum>summary{cursor:pointer;font-size:13px}
@@ -176,7 +176,7 @@ def _turn(t: Turn, lane: int, engine_budget: int | None) -> str:
     )
     held = t.held_before
     sent = (
-        f'<div class="kv"><b>channels</b><span>{_e(", ".join(t.channels) or "none (the client&#39;s input as it was)")}</span>'
+        f'<div class="kv"><b>channels</b><span>{_e(", ".join(t.channels) or "none (the client’s input as it was)")}</span>'
         f"<b>input chars</b><span>{_num(t.original_chars)} from the client → {_num(t.sent_chars)} sent</span>"
         f"<b>thread held</b><span>{'-' if held is None else f'{held[0]:,} messages, {held[1]:,} chars'} before; {_num(t.held_after)} after</span>"
         f"<b>Codex input</b><span>{_num(t.codex_input)} tokens, {_num(t.cached_input)} cached</span>"
@@ -279,7 +279,7 @@ def render(report: Report) -> str:
         f'<section id="overview"><h2>Timeline</h2>{timeline([th.thread for th in report.threads], [lanes.get(t.thread, 0) for t in turns], marks)}'
         f'<div class="legend note">{threads}</div><div class="legend note">{legend}</div></section>'
         f'<section id="plots"><h2>Over the turns</h2><div class="charts">{tokens}{cached}{budget}{held}</div>'
-        f'<div class="note">Dashed lines: rotations (a new Codex thread), rebuilds, switches, fallbacks; ticks under each axis: every mark. Budget: what the engine assembled against the budget it kept to.</div></section>'
+        f'<div class="note">Dashed lines: rotations (a new Codex thread), fallbacks, failures, and rebuilds and switches in a short session; ticks under each axis: every mark, coloured as in the timeline. Budget: what the engine assembled against the budget it kept to.</div></section>'
         f'<section id="turns"><h2>Turns</h2><div class="note">Open a turn: what the engine assembled, beside what the sidecar gave Codex and what the turn said.</div>'
         f'<div class="thead"><span>turn</span><span>thread</span><span>status · marks</span><span>assembled</span><span>budget used</span><span class="num">Codex input</span><span class="num">cached</span><span class="num">hold</span></div>'
         f"{body}</section>"
