@@ -6,6 +6,8 @@
 #                 OpenClaw's whole agent through the sidecar included (installs both first)
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
+#   make browser  headless Chromium from Debian's packages (apt-get, as root), for the browser tests of
+#                 codex-sidecar view (marker browser); quick when it is there
 #   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
 #                 lossless store's PostgreSQL tests (a throwaway server a run, on a Unix socket)
 #   make bench    relay benchmark (ratios against a direct connection)
@@ -55,7 +57,7 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all setup lint openclaw postgres test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
+.PHONY: all setup lint openclaw postgres browser test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
 
 all: test
 
@@ -133,6 +135,17 @@ $(PG_DIR)/.installed: $(VENV)/.installed
 
 postgres: $(PG_DIR)/.installed
 
+# Debian's chromium, for tests/view/test_browser.py (no browser is downloaded
+# at run time). Its path is exported to pytest by `make test`: with it set, a
+# missing browser fails the browser tests instead of skipping them.
+CHROMIUM_ENV := CODEX_SIDECAR_TEST_CHROMIUM=$$(command -v chromium || echo /usr/bin/chromium)
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "==> browser: Debian's chromium package (apt-get, as root; ~1 min)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@chromium --version 2>/dev/null
+
 # Bytecode for the tree, as a wheel install has it: without it (and with
 # PYTHONDONTWRITEBYTECODE set) each sidecar a test or the demo starts compiles
 # every module first (~0.1 s of CPU each). Quick when up to date.
@@ -146,8 +159,8 @@ lint: setup
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint openclaw postgres
-	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+test: setup lint openclaw postgres browser
+	$(OPENCLAW_ENV) $(PG_ENV) $(CHROMIUM_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-openclaw: setup openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)

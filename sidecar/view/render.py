@@ -56,7 +56,8 @@ header label{display:flex;gap:4px;align-items:center}
 .bar i.full{background:#ef4444}
 .bud{display:flex;gap:6px;align-items:center}.bud .bar{flex:1}.bud span{font-size:12px;width:42px;text-align:right}
 .body{display:grid;grid-template-columns:1fr 1.3fr 1.3fr;gap:14px;padding:8px 6px 14px}
-.body h3{font-size:13px;margin:4px 0 6px;color:#334155}
+h3{font-size:13px;margin:10px 0 6px;color:#334155}.body h3{margin:4px 0 6px}
+.cov{font-size:12px;font-weight:600;color:#475569;margin:6px 0 3px}
 .body table{border-collapse:collapse;width:100%;font-size:12.5px}
 .body td,.body th{padding:2px 6px;border-bottom:1px solid var(--line);text-align:left}
 pre{white-space:pre-wrap;word-break:break-word;background:#f8fafc;border:1px solid var(--line);border-radius:6px;padding:6px 8px;margin:4px 0 8px;font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;max-height:340px;overflow:auto}
@@ -116,9 +117,9 @@ def _text(t: Text | None, empty: str = "(none)") -> str:
     return f"<pre>{_e(t.text)}</pre>"
 
 
-def _message(m: Message) -> str:
+def _message(m: Message, where: str = "") -> str:
     tool = f" · {_e(m.tool)}" if m.tool else ""
-    return f'<div class="msg"><span class="role {_e(m.role)}">{_e(m.role)}{tool}</span> <span class="note">{m.body.chars:,} chars</span>{_text(m.body)}</div>'
+    return f'<div class="msg">{where}<span class="role {_e(m.role)}">{_e(m.role)}{tool}</span> <span class="note">{m.body.chars:,} chars</span>{_text(m.body)}</div>'
 
 
 def _badge(mark: str) -> str:
@@ -202,7 +203,7 @@ def _turn(t: Turn, lane: int, engine_budget: int | None) -> str:
 def _summary(s: Summary, by_id: dict[str, Summary]) -> str:
     cls = "sum fb" if s.fallback else "sum"
     kind = "extractive stand-in" if s.fallback else "model summary"
-    covered = "".join(f'<div class="msg"><span class="note">seq {seq}</span> {_message(m)}</div>' for seq, m in s.covered)
+    covered = "".join(_message(m, f'<span class="note">#{seq}</span> ') for seq, m in s.covered)
     if s.covered and s.covered_count > len(s.covered):
         covered += f'<div class="note">{s.covered_count - len(s.covered)} more messages</div>'
     kids = "".join(_summary(by_id[c], by_id) for c in s.children if c in by_id)
@@ -210,7 +211,7 @@ def _summary(s: Summary, by_id: dict[str, Summary]) -> str:
     return (
         f'<details class="{cls}" id="{_e(s.id)}"><summary><b>d{s.depth}</b> messages {s.seq[0]}–{s.seq[1]} · {s.tokens:,} tokens '
         f"(from {s.source_tokens:,}) · {kind}{after} <span class=note>{_e(s.id)}</span></summary>{_text(s.body)}"
-        f"{'<h3>covers</h3>' + covered if covered else ''}{kids}</details>"
+        f"{f'<div class=cov>covers messages {s.seq[0]}–{s.seq[1]}:</div>' + covered if covered else ''}{kids}</details>"
     )
 
 
