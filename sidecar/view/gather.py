@@ -41,7 +41,7 @@ class Text(msgspec.Struct, frozen=True):
     text: str | None = None
 
 
-class Message(msgspec.Struct, frozen=True):
+class MessageText(msgspec.Struct, frozen=True):
     role: str
     body: Text
     tool: str | None = None
@@ -55,7 +55,7 @@ class ToolCall(msgspec.Struct, frozen=True):
     ms: float | None
 
 
-class Turn(msgspec.Struct, kw_only=True):
+class TurnView(msgspec.Struct, kw_only=True):
     n: int
     thread: str
     turn_id: str
@@ -87,7 +87,7 @@ class Turn(msgspec.Struct, kw_only=True):
     switched: bool = False
     finalize_ok: bool | None = None
     engine_tools: list[ToolCall] = []
-    messages: list[Message] = []
+    messages: list[MessageText] = []
     marks: list[str] = []
     """Events at the turn: rotation, rebuild, switch, revert, compaction, fallback, failed, ..."""
 
@@ -109,7 +109,7 @@ class Summary(msgspec.Struct, frozen=True):
     parent: str | None
     children: list[str]
     body: Text
-    covered: list[tuple[int, Message]]
+    covered: list[tuple[int, MessageText]]
     covered_count: int
     after_turn: int | None
     """The session's turn after which the summary could first be made."""
@@ -130,7 +130,7 @@ class Report(msgspec.Struct, kw_only=True):
     session: str
     asked: str
     threads: list[Thread]
-    turns: list[Turn]
+    turns: list[TurnView]
     lossless: Lossless | None = None
     lossless_error: str | None = None
     redacted: bool = False
@@ -169,7 +169,7 @@ def _content_text(content: Any) -> tuple[str, str | None]:
     return "\n".join(parts), tool
 
 
-def _message(entry: dict[str, Any], redact: bool) -> Message | None:
+def _message(entry: dict[str, Any], redact: bool) -> MessageText | None:
     m = entry.get("message")
     if not isinstance(m, dict):
         return None
@@ -179,7 +179,7 @@ def _message(entry: dict[str, Any], redact: bool) -> Message | None:
         tool = str(m.get("toolName") or "") or None
     elif role == "compactionSummary" or role == "branchSummary":
         text = str(m.get("summary") or text)
-    return Message(role, _text(text, redact), tool)
+    return MessageText(role, _text(text, redact), tool)
 
 
 def _key_parts(entry: dict[str, Any]) -> tuple[str, str] | None:
@@ -192,7 +192,7 @@ def _key_parts(entry: dict[str, Any]) -> tuple[str, str] | None:
 
 class _Transcript(msgspec.Struct):
     order: list[tuple[str, str]] = []
-    messages: dict[tuple[str, str], list[Message]] = {}
+    messages: dict[tuple[str, str], list[MessageText]] = {}
     started: dict[tuple[str, str], str] = {}
     finalized: dict[tuple[str, str], bool] = {}
     marks: dict[tuple[str, str], list[str]] = {}
@@ -249,7 +249,7 @@ def _held_before(state_dir: str | os.PathLike[str], thread: str) -> dict[str, tu
     return out
 
 
-def _turn_from_record(n: int, thread: str, r: dict[str, Any], held: tuple[int, int] | None, redact: bool) -> Turn:
+def _turn_from_record(n: int, thread: str, r: dict[str, Any], held: tuple[int, int] | None, redact: bool) -> TurnView:
     a = r.get("assembled") or {}
     inj = r.get("injected") or {}
     size = r.get("turnInputChars") or {}
@@ -266,7 +266,7 @@ def _turn_from_record(n: int, thread: str, r: dict[str, Any], held: tuple[int, i
         if isinstance(c, dict)
     ]
     roles = [(str(m[0]), int(m[1])) for m in a.get("messages") or [] if isinstance(m, list) and len(m) == 2 and isinstance(m[1], int)]
-    return Turn(
+    return TurnView(
         n=n,
         thread=thread,
         turn_id=str(r.get("turnId")),
@@ -302,7 +302,7 @@ def gather(state_dir: str | os.PathLike[str], name: str, *, redact: bool = False
     is not an id."""
     session, bound = bindings.session_threads(state_dir, name)
     transcript = _transcript(_jsonl(session_path(state_dir, session)), redact)
-    turns: list[Turn] = []
+    turns: list[TurnView] = []
     threads: list[Thread] = []
     seen: set[tuple[str, str]] = set()
     for b in bound:
@@ -320,7 +320,7 @@ def gather(state_dir: str | os.PathLike[str], name: str, *, redact: bool = False
     for key in transcript.order:
         if key not in seen:
             seen.add(key)
-            turns.append(Turn(n=0, thread=key[0], turn_id=key[1]))
+            turns.append(TurnView(n=0, thread=key[0], turn_id=key[1]))
     if any(not t.recorded for t in turns):
         position = {key: i for i, key in enumerate(transcript.order)}
         turns.sort(key=lambda t: position.get((t.thread, t.turn_id), len(position)))
@@ -341,7 +341,7 @@ def gather(state_dir: str | os.PathLike[str], name: str, *, redact: bool = False
     return report
 
 
-def _finish(turns: list[Turn], transcript: _Transcript) -> None:
+def _finish(turns: list[TurnView], transcript: _Transcript) -> None:
     """Number the turns, join the transcript's text and mark the events."""
     previous: str | None = None
     for i, t in enumerate(turns, 1):
@@ -398,11 +398,11 @@ def _lossless(store: Any, report: Report, redact: bool) -> Lossless | None:
     starts = [(t.started or "", t.n) for t in report.turns if t.started]
     summaries = []
     for s in rows:
-        covered: list[tuple[int, Message]] = []
+        covered: list[tuple[int, MessageText]] = []
         count = s.seq_hi - s.seq_lo + 1
         if s.depth == 0:
             for m in store.messages_between(sid, s.seq_lo, min(s.seq_hi, s.seq_lo + COVERED_KEPT - 1)):
-                covered.append((m.seq, Message(m.role, _text(m.text, redact), m.tool_name)))
+                covered.append((m.seq, MessageText(m.role, _text(m.text, redact), m.tool_name)))
         summaries.append(
             Summary(
                 id=s.id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .gather import Lossless, Message, Report, Summary, Text, Turn
+from .gather import Lossless, MessageText, Report, Summary, Text, TurnView
 from .plots import MARK_COLOURS, THREAD_COLOURS, line_chart, mark_kind, summary_map, timeline
 
 STYLE = """
@@ -117,7 +117,7 @@ def _text(t: Text | None, empty: str = "(none)") -> str:
     return f"<pre>{_e(t.text)}</pre>"
 
 
-def _message(m: Message, where: str = "") -> str:
+def _message(m: MessageText, where: str = "") -> str:
     tool = f" · {_e(m.tool)}" if m.tool else ""
     return f'<div class="msg">{where}<span class="role {_e(m.role)}">{_e(m.role)}{tool}</span> <span class="note">{m.body.chars:,} chars</span>{_text(m.body)}</div>'
 
@@ -127,27 +127,27 @@ def _badge(mark: str) -> str:
     return f'<span class="badge" style="color:{colour};border-color:{colour}">{_e(mark)}</span>'
 
 
-def _budget_share(t: Turn, engine_budget: int | None) -> float | None:
+def _budget_share(t: TurnView, engine_budget: int | None) -> float | None:
     budget = _budget(t, engine_budget)
     if t.estimated_tokens is None or not budget:
         return None
     return 100.0 * t.estimated_tokens / budget
 
 
-def _budget(t: Turn, engine_budget: int | None) -> int | None:
+def _budget(t: TurnView, engine_budget: int | None) -> int | None:
     """The budget the engine kept to: its own when smaller (``lossless``'s
     ``token_budget``), else the one the sidecar gave it."""
     budgets = [b for b in (t.budget, engine_budget) if b]
     return min(budgets) if budgets else None
 
 
-def _cached_share(t: Turn) -> float | None:
+def _cached_share(t: TurnView) -> float | None:
     if not t.codex_input or t.cached_input is None:
         return None
     return 100.0 * t.cached_input / t.codex_input
 
 
-def _turn(t: Turn, lane: int, engine_budget: int | None) -> str:
+def _turn(t: TurnView, lane: int, engine_budget: int | None) -> str:
     colour = THREAD_COLOURS[lane % len(THREAD_COLOURS)]
     share = _budget_share(t, engine_budget)
     cached = _cached_share(t)
@@ -164,14 +164,16 @@ def _turn(t: Turn, lane: int, engine_budget: int | None) -> str:
         f'<span class="num">{_num(t.codex_input)}</span><span class="num">{"-" if cached is None else f"{cached:.0f}%"}</span>'
         f'<span class="num">{_num(t.hold_ms, " ms")}</span></summary>'
     )
-    rows = "".join(f"<tr><td>{_e(role)}</td><td class=num>{chars:,}</td></tr>" for role, chars in t.assembled)
-    omitted = f'<div class="note">{t.assembled_omitted} older messages not listed</div>' if t.assembled_omitted else ""
+    # One text node, not a table: a 1,000-turn page parses 64 rows a turn otherwise.
+    first = (t.assembled_count or len(t.assembled)) - len(t.assembled) + 1
+    rows = "\n".join(f"{first + k:>4}  {role:<18}{chars:>8,} chars" for k, (role, chars) in enumerate(t.assembled))
+    omitted = f'<div class="note">the newest {len(t.assembled)} listed; {t.assembled_omitted} older not</div>' if t.assembled_omitted else ""
     budget = _budget(t, engine_budget)
     engine = (
         f'<div class="kv"><b>mode</b><span>{_e(t.mode or "-")}</span><b>messages</b><span>{_num(t.assembled_count)}</span>'
         f"<b>tokens</b><span>{_num(t.estimated_tokens)} of {_num(budget)}{'' if share is None else f' ({share:.0f}%)'}</span>"
         f"<b>fallback</b><span>{_e(t.fallback or 'none')}</span></div>"
-        f"<table><tr><th>role</th><th>chars</th></tr>{rows}</table>{omitted}"
+        f"{omitted}<pre class=roles>{_e(rows)}</pre>"
         if t.recorded
         else '<div class="note">No inspection record for this turn (no engine, or the record was lost).</div>'
     )
@@ -215,7 +217,7 @@ def _summary(s: Summary, by_id: dict[str, Summary]) -> str:
     )
 
 
-def _lossless(lossless: Lossless, turns: list[Turn]) -> str:
+def _lossless(lossless: Lossless, turns: list[TurnView]) -> str:
     by_id = {s.id: s for s in lossless.summaries}
     roots = [s for s in lossless.summaries if s.parent is None or s.parent not in by_id]
     max_seq = max((s.seq[1] for s in lossless.summaries), default=lossless.messages)
