@@ -181,11 +181,11 @@ def _turn(t: TurnView, lane: int, engine_budget: int | None) -> str:
     sent = (
         f'<div class="kv"><b>channels</b><span>{_e(", ".join(t.channels) or "none (the client’s input as it was)")}</span>'
         f"<b>input chars</b><span>{_num(t.original_chars)} from the client → {_num(t.sent_chars)} sent</span>"
-        f"<b>thread held</b><span>{'-' if held is None else f'{held[0]:,} messages, {held[1]:,} chars'} before; {_num(t.held_after)} after</span>"
+        f"<b>thread held</b><span>{'-' if held is None else f'{held[0]:,} messages, {held[1]:,} chars'} before{' (once rebuilt)' if t.rebuilt else ''}; {_num(t.held_after)} after</span>"
         f"<b>Codex input</b><span>{_num(t.codex_input)} tokens, {_num(t.cached_input)} cached</span>"
         f"<b>held for</b><span>{_num(t.hold_ms, ' ms')}{'' if t.revert_ms is None else f' (revert {t.revert_ms:,.1f} ms)'}</span></div>"
         f"<h3>input sent</h3>{_text(t.sent_input, 'the client’s input, unchanged (see the transcript)')}"
-        f"<h3>additionalContext sent</h3>{_text(t.sent_context)}"
+        f"<h3>additionalContext sent</h3>{_text(t.sent_context, '(none this turn)')}"
     )
     calls = "".join(
         f'<div class="msg"><span class="role">{_e(c.tool)}</span> <span class="note">{"ok" if c.success else "failed"}, {_num(c.ms, " ms")}</span>'
