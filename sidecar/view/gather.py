@@ -14,8 +14,10 @@ report then says how long each text was, never what it said.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -395,7 +397,7 @@ def _lossless(store: Any, report: Report, redact: bool) -> Lossless | None:
     for s in rows:
         if s.parent_id:
             children.setdefault(s.parent_id, []).append(s.id)
-    starts = [(t.started or "", t.n) for t in report.turns if t.started]
+    starts = sorted((t.started, t.n) for t in report.turns if t.started)
     summaries = []
     for s in rows:
         covered: list[tuple[int, MessageText]] = []
@@ -441,9 +443,5 @@ def _turn_at(starts: list[tuple[str, int]], ms: int) -> int | None:
     before it): a summary of messages up to then is made after it."""
     from ..store.mirror import iso_timestamp
 
-    at = iso_timestamp(ms)
-    found = None
-    for started, n in starts:
-        if started <= at:
-            found = n
-    return found
+    k = bisect.bisect_right(starts, (iso_timestamp(ms), sys.maxsize))
+    return starts[k - 1][1] if k else None

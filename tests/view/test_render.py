@@ -56,3 +56,20 @@ def test_a_chart_breaks_its_line_where_a_value_is_missing():
     assert svg.count("<polyline") == 2
     single = line_chart("t", [("s", "#000", [1.0, None, 3.0])])
     assert single.count("<circle") == 2 and "<polyline" not in single
+
+
+def test_the_lossless_part_nests_each_summary_under_the_one_that_condenses_it():
+    from sidecar.view.gather import Lossless, MessageText, Report, Summary, Text, ToolCall, TurnView
+
+    def summary(sid, depth, lo, hi, parent=None, children=(), fallback=False):
+        covered = [(lo, MessageText("user", Text(5, f"said {lo}")))] if depth == 0 else []
+        return Summary(sid, depth, (lo, hi), 10, 100, fallback, parent, list(children), Text(7, f"text of {sid}"), covered, hi - lo + 1, 1)
+
+    rows = [summary("sum_top", 1, 1, 4, children=["sum_a", "sum_b"]), summary("sum_a", 0, 1, 2, "sum_top"), summary("sum_b", 0, 3, 4, "sum_top", fallback=True), summary("sum_c", 0, 5, 6)]
+    turn = TurnView(n=1, thread="t", turn_id="u", recorded=True, engine_tools=[ToolCall("lcm_grep", Text(2, "{}"), Text(6, "3 hits"), True, 1.0)], marks=["recall"])
+    page = render(Report(session="s", asked="s", threads=[], turns=[turn], lossless=Lossless(6, 60, rows, 1, 10, 1, 1500, "here")))
+    top = page.index('id="sum_top"')
+    assert top < page.index('id="sum_a"') < page.index('id="sum_b"') < page.index('id="sum_c"')
+    assert page.count('<details class="sum') == 4 and page.count('<details class="sum fb"') == 1
+    assert page.count('class="sbar') == 4 and "said 3" in page and "text of sum_c" in page
+    assert "<td>lcm_grep</td>" in page and "3 hits" in page
