@@ -242,6 +242,27 @@ def _lossless(lossless: Lossless, turns: list[TurnView]) -> str:
     )
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _totals(turns: list[TurnView]) -> str:
+    """One line of the session's figures."""
+    rebuilds = sum(t.rebuilt for t in turns)
+    switches = sum(t.switched for t in turns)
+    fallbacks = sum(bool(t.fallback) for t in turns)
+    failed = sum(t.finalize_ok is False or t.status not in (None, "completed") for t in turns)
+    sent = sum(t.codex_input or 0 for t in turns)
+    cached = sum(t.cached_input or 0 for t in turns if t.codex_input)
+    holds = sorted(t.hold_ms for t in turns if isinstance(t.hold_ms, (int, float)))
+    median = f"{holds[len(holds) // 2]:,.1f} ms" if holds else "-"
+    share = f"{100 * cached / sent:.0f}%" if sent else "-"
+    return (
+        f'<div class="note totals">{_n(len(turns), "turn")} · {_n(rebuilds, "rebuild")} ({switches} onto a fresh thread) · {_n(fallbacks, "fallback")} · '
+        f"{failed} failed · Codex input {sent:,} tokens, {share} cached · hold median {median}</div>"
+    )
+
+
 def render(report: Report) -> str:
     """The whole page."""
     turns = report.turns
@@ -279,7 +300,7 @@ def render(report: Report) -> str:
         f'<header><h1>codex-sidecar view</h1><span class="facts">session {_e(report.session)} · {len(turns):,} turns · {n_threads} Codex thread{"s" if n_threads != 1 else ""}{engine}{redacted}</span>'
         f'<input id="q" type="search" placeholder="search the session’s text" autocomplete="off"><label class="facts"><input id="only" type="checkbox"> only hits</label><span id="hits"></span></header>'
         f"<main>{error}"
-        f'<section id="overview"><h2>Timeline</h2>{timeline([th.thread for th in report.threads], [lanes.get(t.thread, 0) for t in turns], marks)}'
+        f'<section id="overview"><h2>Timeline</h2>{_totals(turns)}{timeline([th.thread for th in report.threads], [lanes.get(t.thread, 0) for t in turns], marks)}'
         f'<div class="legend note">{threads}</div><div class="legend note">{legend}</div></section>'
         f'<section id="plots"><h2>Over the turns</h2><div class="charts">{tokens}{cached}{budget}{held}</div>'
         f'<div class="note">Dashed lines: rotations (a new Codex thread), fallbacks, failures, and rebuilds and switches in a short session; ticks under each axis: every mark, coloured as in the timeline. Budget: what the engine assembled against the budget it kept to.</div></section>'
