@@ -18,6 +18,7 @@
 #                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
 #   make bench-startup  spawn -> initialize and thread/start answered: the sidecar (legacy, lossless) minus codex alone,
 #                       paired and interleaved in one run, p50, with peak RSS (ARGS="--rounds 40")
+#   make bench-view     codex-sidecar view of a 1,000-turn session: generation, and opening in headless Chromium
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -57,7 +58,7 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all setup lint openclaw postgres browser test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
+.PHONY: all setup lint openclaw postgres browser test-openclaw demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup bench-view fixtures clean
 
 all: test
 
@@ -182,6 +183,9 @@ bench-scale: setup
 
 bench-lossless: setup
 	$(PY) -m tools.bench_lossless $(ARGS)
+
+bench-view: setup browser
+	$(PY) -m tools.bench_view $(ARGS)
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures
