@@ -90,7 +90,7 @@ function run(){clear();var q=box.value.trim().toLowerCase();if(!q){out.textConte
  items.forEach(function(e,k){var own=texts[k].indexOf(q)>=0;if(own){e.classList.add('hit');if(e.classList.contains('turn')){turns++;e.open=true;}else{sums++;e.open=true;var p=e.parentElement;while(p){if(p.tagName==='DETAILS')p.open=true;p=p.parentElement;}}if(!first)first=e;}
   else if(e.classList.contains('turn')&&document.getElementById('only').checked)e.style.display='none';});
  var marks=0;items.forEach(function(e){if(e.classList.contains('hit')&&marks<2000)marks+=mark(e.querySelector('.body')||e,q);});
- out.textContent=turns+' turns, '+sums+' summaries';if(first)first.scrollIntoView({block:'center'});}
+ out.textContent=turns+(turns===1?' turn, ':' turns, ')+sums+(sums===1?' summary':' summaries');if(first)first.scrollIntoView({block:'center'});}
 box.addEventListener('input',function(){clearTimeout(timer);timer=setTimeout(run,150);});
 document.getElementById('only').addEventListener('change',run);
 })();
