@@ -2,7 +2,7 @@
 for ``codex-sidecar view``'s tests and its benchmark (``tools/bench_view.py``).
 
 The files are written in the sidecar's own formats (bindings, inspection
-records, ledger, the transcript mirror): one session over several Codex
+records and their text, ledger, the transcript mirror): one session over several Codex
 threads (a rotation at each), with rebuilds, switches, a fallback, a failed
 ``after_turn``, a client revert, a native compaction and a failed turn, and
 a planted phrase in one turn's text. Deterministic: the same arguments
@@ -54,12 +54,13 @@ def write_session(state_dir: str | os.PathLike[str], turns: int = 40, threads: i
     sidecars wrote them (no budget, no text sent). Returns the session id
     and its thread ids, oldest first."""
     root = Path(state_dir)
-    for sub in ("bindings", "inspect", "ledger", "sessions"):
+    for sub in ("bindings", "inspect", "inspect-text", "ledger", "sessions"):
         (root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
     ids = [thread_id(k) for k in range(1, threads + 1)]
     per = max(1, -(-turns // threads))
     mirror = [_line({"type": "session", "version": 4, "id": SESSION, "timestamp": _iso(EPOCH_MS), "cwd": "/work"})]
     inspect: dict[str, list[str]] = {t: [] for t in ids}
+    texts: dict[str, list[str]] = {t: [] for t in ids}
     ledger: dict[str, list[str]] = {t: [] for t in ids}
     held: dict[str, int] = {t: 0 for t in ids}
     parent = None
@@ -126,11 +127,12 @@ def write_session(state_dir: str | os.PathLike[str], turns: int = 40, threads: i
         if n > old_records:
             record["budget"] = 4000
             if rebuilt:
-                record["sent"] = {"input": user_text(n), "additionalContext": context}
+                texts[thread].append(_line({"turnId": tid, "sent": {"input": user_text(n), "additionalContext": context}}))
         inspect[thread].append(_line(record))
     (root / "sessions" / f"{SESSION}.jsonl").write_text("".join(mirror))
     for k, t in enumerate(ids):
         (root / "inspect" / f"{t}.jsonl").write_text("".join(inspect[t]))
+        (root / "inspect-text" / f"{t}.jsonl").write_text("".join(texts[t]))
         (root / "ledger" / f"{t}.jsonl").write_text("".join(ledger[t]))
         binding = root / "bindings" / f"{t}.json"
         binding.write_text(_line({"thread": t, "session": SESSION, "via": "relay"}))

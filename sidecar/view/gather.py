@@ -1,7 +1,8 @@
 """What ``codex-sidecar view`` shows, read from the state dir: pure data.
 
 One OpenClaw session across its Codex threads: the threads bound to it
-(``bindings/``), each thread's inspection records (``inspect/``), what its
+(``bindings/``), each thread's inspection records (``inspect/``, and the
+text of its turns in ``inspect-text/``), what its
 Codex thread held before each turn (``ledger/``), the session's transcript
 (``sessions/<session>.jsonl``: the turns' text, reverts and compactions), and,
 when the ``lossless`` engine kept a store, its summaries and messages.
@@ -25,7 +26,7 @@ from typing import Any
 import msgspec
 
 from ..store import bindings
-from ..store.inspect import decode_records, inspect_path
+from ..store.inspect import decode_records, inspect_path, inspect_text_path
 from ..store.ledger import LedgerState, ledger_path
 from ..store.mirror import session_path
 
@@ -310,13 +311,14 @@ def gather(state_dir: str | os.PathLike[str], name: str, *, redact: bool = False
     for b in bound:
         held = _held_before(state_dir, b.thread)
         records = [r for r in _jsonl(inspect_path(state_dir, b.thread)) if isinstance(r, dict) and "turnId" in r]
+        texts = {t["turnId"]: t for t in _jsonl(inspect_text_path(state_dir, b.thread)) if isinstance(t, dict) and "turnId" in t}
         first = len(turns) + 1 if records else None
         for r in records:
             key = (b.thread, str(r.get("turnId")))
             if key in seen:
                 continue
             seen.add(key)
-            turns.append(_turn_from_record(len(turns) + 1, b.thread, r, held.get(key[1]), redact))
+            turns.append(_turn_from_record(len(turns) + 1, b.thread, {**texts.get(key[1], {}), **r}, held.get(key[1]), redact))
         threads.append(Thread(b.thread, b.via, len(records), first))
     # Turns the transcript knows and no record does (no engine, a record lost).
     for key in transcript.order:

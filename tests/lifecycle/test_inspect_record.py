@@ -2,13 +2,14 @@
 
 Against the fake app-server: the text a projection sent (input and
 ``additionalContext``) and the budget, the fields the view added, beside
-what Codex really got."""
+what Codex really got, the text in ``inspect-text/`` beside the records."""
 
 from __future__ import annotations
 
 import json
 
 from sidecar.lifecycle.turns import INSPECT_TEXT_CHARS
+from sidecar.store.inspect import decode_records, inspect_text_path
 from tests.support.modes import client_turn_starts, context_of, inspect_records, modes_sidecar, recall
 
 
@@ -20,11 +21,14 @@ async def test_a_projected_turn_s_record_carries_the_text_sent_and_the_budget(tm
         await run.turn_ok(tid, "Question two: the bakery?")
 
     records = inspect_records(run, tid)
+    texts = decode_records(inspect_text_path(tmp_path / "state", tid).read_bytes())
     starts = [json.loads(line) for line in run.child_lines("turn/start")]
-    for record, start in zip(records, starts, strict=True):
-        # exactly what went to Codex: its additionalContext and its input's text
-        assert record["sent"]["additionalContext"] == context_of(start)
-        assert record["sent"]["input"] == "\n\n".join(i["text"] for i in start["params"]["input"] if i.get("type") == "text")
+    assert [t["turnId"] for t in texts] == [r["turnId"] for r in records]
+    for record, text, start in zip(records, texts, starts, strict=True):
+        # exactly what went to Codex: its additionalContext and its input's text, beside the record
+        assert "sent" not in record  # the records stay small: the text has a file of its own
+        assert text["sent"]["additionalContext"] == context_of(start)
+        assert text["sent"]["input"] == "\n\n".join(i["text"] for i in start["params"]["input"] if i.get("type") == "text")
         assert isinstance(record["budget"], int) and record["budget"] > 0
     assert len(client_turn_starts(run)) == 2
 
