@@ -35,6 +35,8 @@ NATIVE_COMPACTION = "codex-native-compaction"
 FINALIZED = "openclaw-codex-sidecar/turn-finalized"
 COVERED_KEPT = 400
 """Messages a leaf summary lists (the text of each): more is a count."""
+HELD_LISTED = 12
+"""Messages a turn lists of what its Codex thread held before it (the newest)."""
 
 
 class Text(msgspec.Struct, frozen=True):
@@ -81,6 +83,9 @@ class TurnView(msgspec.Struct, kw_only=True):
     sent_chars: int | None = None
     held_before: tuple[int, int] | None = None
     """What the Codex thread held before the turn: messages, characters (ledger)."""
+    held_newest: list[tuple[str, int, int | None]] = []
+    """The newest of those: role (``?``: not in the transcript, the engine's
+    own, as a summary), characters, the turn whose transcript holds it."""
     held_after: int | None = None
     codex_input: int | None = None
     cached_input: int | None = None
@@ -200,10 +205,24 @@ class _Transcript(msgspec.Struct):
     finalized: dict[tuple[str, str], bool] = {}
     marks: dict[tuple[str, str], list[str]] = {}
     """Marks due at the turn (the next turn, for a revert or a compaction)."""
+    known: dict[str, tuple[str, tuple[str, str]]] = {}
+    """A message's ledger fingerprint: its role and the turn that said it."""
+
+
+def _fingerprint(raw: Any) -> str | None:
+    """The ledger's identity of a transcript message (as the sidecar computes it)."""
+    from engines import from_openclaw
+
+    from ..session.planner import fingerprint
+
+    try:
+        return fingerprint(from_openclaw(raw))
+    except Exception:
+        return None
 
 
 def _transcript(entries: Iterable[Any], redact: bool) -> _Transcript:
-    t = _Transcript(order=[], messages={}, started={}, finalized={}, marks={})
+    t = _Transcript(order=[], messages={}, started={}, finalized={}, marks={}, known={})
     pending: list[str] = []
     for entry in entries:
         if not isinstance(entry, dict):
@@ -221,6 +240,9 @@ def _transcript(entries: Iterable[Any], redact: bool) -> _Transcript:
             m = _message(entry, redact)
             if m is not None:
                 t.messages[at].append(m)
+                f = _fingerprint(entry.get("message"))
+                if f is not None:
+                    t.known.setdefault(f, (m.role, at))
         elif kind == "custom":
             custom = entry.get("customType")
             data = entry.get("data")
@@ -236,23 +258,40 @@ def _transcript(entries: Iterable[Any], redact: bool) -> _Transcript:
     return t
 
 
-def _held_before(state_dir: str | os.PathLike[str], thread: str) -> dict[str, tuple[int, int]]:
-    """Per turn, what the ledger says the Codex thread held just before it."""
+class _Held(msgspec.Struct, frozen=True):
+    count: int
+    chars: int
+    newest: list[tuple[str, int]]
+    """Fingerprint and characters of the newest :data:`HELD_LISTED`."""
+
+
+def _held_before(state_dir: str | os.PathLike[str], thread: str) -> dict[str, _Held]:
+    """Per turn, what the ledger says the Codex thread held when the turn
+    came (before a rebuild the turn made: the marker it wrote first)."""
     state = LedgerState()
-    out: dict[str, tuple[int, int]] = {}
+    out: dict[str, _Held] = {}
+    before_rebuild: _Held | None = None
+
+    def now() -> _Held:
+        held = state.held or []
+        return _Held(len(held), sum(state.sizes.get(f, 0) for f in held), [(f, state.sizes.get(f, 0)) for f in held[-HELD_LISTED:]])
+
     for entry in _jsonl(ledger_path(state_dir, thread)):
         if not isinstance(entry, dict):
             continue
         turn = entry.get("turn")
-        if isinstance(turn, str) and turn not in out:
-            held = state.held or []
-            out[turn] = (len(held), sum(state.sizes.get(f, 0) for f in held))
+        if entry.get("rebuilding") and before_rebuild is None:
+            before_rebuild = now()
+        if isinstance(turn, str):
+            if turn not in out:
+                out[turn] = before_rebuild or now()
+            before_rebuild = None
         with contextlib.suppress(Exception):
             state.apply(entry)
     return out
 
 
-def _turn_from_record(n: int, thread: str, r: dict[str, Any], held: tuple[int, int] | None, redact: bool) -> TurnView:
+def _turn_from_record(n: int, thread: str, r: dict[str, Any], held: _Held | None, redact: bool) -> TurnView:
     a = r.get("assembled") or {}
     inj = r.get("injected") or {}
     size = r.get("turnInputChars") or {}
@@ -287,7 +326,8 @@ def _turn_from_record(n: int, thread: str, r: dict[str, Any], held: tuple[int, i
         sent_context=_text(sent["additionalContext"], redact) if isinstance(sent.get("additionalContext"), str) else None,
         original_chars=size.get("original"),
         sent_chars=size.get("sent"),
-        held_before=held,
+        held_before=None if held is None else (held.count, held.chars),
+        held_newest=[(f, chars, None) for f, chars in held.newest] if held is not None else [],
         held_after=r.get("heldMessages"),
         codex_input=r.get("codexInputTokens"),
         cached_input=r.get("cachedInputTokens"),
@@ -348,9 +388,15 @@ def gather(state_dir: str | os.PathLike[str], name: str, *, redact: bool = False
 def _finish(turns: list[TurnView], transcript: _Transcript) -> None:
     """Number the turns, join the transcript's text and mark the events."""
     previous: str | None = None
+    number = {(t.thread, t.turn_id): i for i, t in enumerate(turns, 1)}
     for i, t in enumerate(turns, 1):
         key = (t.thread, t.turn_id)
         t.n = i
+        resolved = []
+        for f, chars, _ in t.held_newest:
+            role, said = transcript.known.get(str(f), ("?", None))
+            resolved.append((role, chars, number.get(said) if said is not None else None))
+        t.held_newest = resolved
         t.messages = transcript.messages.get(key, [])
         t.started = transcript.started.get(key) or None
         t.finalize_ok = transcript.finalized.get(key)

@@ -64,6 +64,7 @@ pre{white-space:pre-wrap;word-break:break-word;background:#f8fafc;border:1px sol
 .msg{margin:0 0 6px}.role{font-size:11.5px;font-weight:600;color:#475569}
 .role.user{color:#1d4ed8}.role.assistant{color:#047857}.role.toolResult{color:#b45309}.role.compactionSummary{color:#7c3aed}
 .redacted{color:var(--mute);font-style:italic}
+.heldl{font-size:12px;color:#475569}.heldl a{color:var(--acc);text-decoration:none}
 .kv{display:grid;grid-template-columns:auto 1fr;gap:1px 10px;font-size:12.5px;margin-bottom:6px}.kv b{font-weight:500;color:var(--mute);white-space:nowrap}
 details.sum{margin:3px 0 3px 14px;border-left:3px solid #10b981;padding-left:8px}
 details.sum.fb{border-left-color:#f59e0b}
@@ -181,7 +182,8 @@ def _turn(t: TurnView, lane: int, engine_budget: int | None) -> str:
     sent = (
         f'<div class="kv"><b>channels</b><span>{_e(", ".join(t.channels) or "none (the client’s input as it was)")}</span>'
         f"<b>input chars</b><span>{_num(t.original_chars)} from the client → {_num(t.sent_chars)} sent</span>"
-        f"<b>thread held</b><span>{'-' if held is None else f'{held[0]:,} messages, {held[1]:,} chars'} before{' (once rebuilt)' if t.rebuilt else ''}; {_num(t.held_after)} after</span>"
+        f"<b>thread held</b><span>{'-' if held is None else f'{held[0]:,} messages, {held[1]:,} chars'} before{', then rebuilt' if t.rebuilt else ''}; {_num(t.held_after)} after</span>"
+        f"{_held(t)}"
         f"<b>Codex input</b><span>{_num(t.codex_input)} tokens, {_num(t.cached_input)} cached</span>"
         f"<b>held for</b><span>{_num(t.hold_ms, ' ms')}{'' if t.revert_ms is None else f' (revert {t.revert_ms:,.1f} ms)'}</span></div>"
         f"<h3>input sent</h3>{_text(t.sent_input, 'the client’s input, unchanged (see the transcript)')}"
@@ -200,6 +202,19 @@ def _turn(t: TurnView, lane: int, engine_budget: int | None) -> str:
         f'<div class="body"><div><h3>Engine assembled</h3>{engine}</div><div><h3>Sidecar gave Codex</h3>{sent}</div>'
         f'<div><h3>The turn (transcript)</h3><div class="note">{_e(t.turn_id)} · {_e(t.started or "")}</div>{transcript}</div></div></details>'
     )
+
+
+def _held(t: TurnView) -> str:
+    """The newest messages the Codex thread held before the turn, each a link
+    to the turn that said it (``?``: the engine's own, as a summary)."""
+    if not t.held_newest or t.held_before is None:
+        return ""
+    older = t.held_before[0] - len(t.held_newest)
+    items = " · ".join(
+        (f'<a href="#turn-{n}">#{n}</a> ' if n is not None else "") + f"{_e(role if role != '?' else 'not in the transcript')} {chars:,}"
+        for role, chars, n in t.held_newest
+    )
+    return f"<b>held, newest</b><span class=heldl>{f'… {older:,} older · ' if older > 0 else ''}{items}</span>"
 
 
 def _summary(s: Summary, by_id: dict[str, Summary]) -> str:

@@ -92,3 +92,18 @@ def test_gathering_twice_gives_the_same_report(state):
 def test_an_unusable_name_is_refused(state):
     with pytest.raises(ValueError):
         gather(state, "../etc")
+
+
+def test_what_the_codex_thread_held_is_named_by_the_turns_that_said_it():
+    """The recorded demo session (fixtures/view-session): its ledger's
+    fingerprints are the transcript's messages, found again here."""
+    from pathlib import Path
+
+    recorded = Path(__file__).resolve().parents[2] / "fixtures" / "view-session"
+    turns = gather(recorded, "01a23462-68c3-7233-ade6-3a4707476553").turns
+    assert [t.held_before for t in turns] == [(0, 0), (2, 140), (6, 334), (6, 299)]
+    # turn 3 rebuilt: what the thread held when it came, before the rebuild
+    assert turns[2].rebuilt and [(role, n) for role, _, n in turns[2].held_newest] == [
+        ("user", 1), ("assistant", 1), ("user", 2), ("assistant", 2), ("toolResult", 2), ("assistant", 2)
+    ]
+    assert [(role, n) for role, _, n in turns[3].held_newest][-2:] == [("user", 3), ("assistant", 3)]
