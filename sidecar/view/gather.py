@@ -25,6 +25,9 @@ from typing import Any
 
 import msgspec
 
+from engines import from_openclaw
+
+from ..session.planner import fingerprint
 from ..store import bindings
 from ..store.inspect import decode_records, inspect_path, inspect_text_path
 from ..store.ledger import LedgerState, ledger_path
@@ -211,10 +214,6 @@ class _Transcript(msgspec.Struct):
 
 def _fingerprint(raw: Any) -> str | None:
     """The ledger's identity of a transcript message (as the sidecar computes it)."""
-    from engines import from_openclaw
-
-    from ..session.planner import fingerprint
-
     try:
         return fingerprint(from_openclaw(raw))
     except Exception:
