@@ -9,6 +9,8 @@
 #   make test-codex-matrix  the conformance suite against the oldest codex the README promises,
 #                 the pinned one and the newest (CODEX_OLDEST, CODEX_VER, CODEX_NEWEST; make test
 #                 runs the other two); make codex-0.171.0 installs one release into .tools/
+#   make browser  headless Chromium from Debian's packages (apt-get, as root), for the browser tests of
+#                 codex-sidecar view (marker browser); quick when it is there
 #   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
 #                 lossless store's PostgreSQL tests (a throwaway server a run, on a Unix socket)
 #   make bench    relay benchmark (ratios against a direct connection)
@@ -19,6 +21,7 @@
 #                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
 #   make bench-startup  spawn -> initialize and thread/start answered: the sidecar (legacy, lossless) minus codex alone,
 #                       paired and interleaved in one run, p50, with peak RSS (ARGS="--rounds 40")
+#   make bench-view     codex-sidecar view of a 1,000-turn session: generation, and opening in headless Chromium
 #   make fixtures re-record fixtures/ from the real codex and the fake model
 
 PYTHON      ?= python3
@@ -66,7 +69,7 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all setup lint openclaw postgres test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup fixtures clean
+.PHONY: all setup lint openclaw postgres browser test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup bench-view fixtures clean
 
 all: test
 
@@ -144,6 +147,17 @@ $(PG_DIR)/.installed: $(VENV)/.installed
 
 postgres: $(PG_DIR)/.installed
 
+# Debian's chromium, for tests/view/test_browser.py (no browser is downloaded
+# at run time). Its path is exported to pytest by `make test`: with it set, a
+# missing browser fails the browser tests instead of skipping them.
+CHROMIUM_ENV := CODEX_SIDECAR_TEST_CHROMIUM=$$(command -v chromium || echo /usr/bin/chromium)
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "==> browser: Debian's chromium package (apt-get, as root; ~1 min)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@chromium --version 2>/dev/null
+
 # Bytecode for the tree, as a wheel install has it: without it (and with
 # PYTHONDONTWRITEBYTECODE set) each sidecar a test or the demo starts compiles
 # every module first (~0.1 s of CPU each). Quick when up to date.
@@ -157,8 +171,8 @@ lint: setup
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint openclaw postgres
-	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+test: setup lint openclaw postgres browser
+	$(OPENCLAW_ENV) $(PG_ENV) $(CHROMIUM_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-codex-matrix CODEX_MATRIX="$(CODEX_OLDEST) $(CODEX_NEWEST)"
 
 test-openclaw: setup openclaw
@@ -206,6 +220,9 @@ bench-scale: setup
 
 bench-lossless: setup
 	$(PY) -m tools.bench_lossless $(ARGS)
+
+bench-view: setup browser
+	$(PY) -m tools.bench_view $(ARGS)
 
 fixtures: setup
 	$(PY) -m tools.record_fixtures --codex-bin $(CODEX_BIN) --out fixtures

@@ -27,7 +27,7 @@ __all__ = ["_load_engine", "cli", "freeze_startup_heap", "main", "serves_app_ser
 
 log = logging.getLogger("codex_sidecar.cli")
 
-SUBCOMMANDS = ("proxy", "version", "engines", "inspect", "doctor")
+SUBCOMMANDS = ("proxy", "version", "engines", "inspect", "doctor", "view")
 _DROP_IN = "_codex"
 
 
@@ -505,6 +505,39 @@ def _rebuild_cell(record: dict[str, Any]) -> str:
     return f"{how} {took:.0f} ms" if isinstance(took, (int, float)) else "yes"
 
 
+@cli.command("view")
+@click.argument("session")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Where to write the page (default: codex-sidecar-view-SESSION.html here).")
+@click.option("--redact", is_flag=True, help="Sizes only: no text of the session in the page.")
+@click.pass_context
+def view_cmd(ctx: click.Context, session: str, output: str | None, redact: bool) -> None:
+    """Write one self-contained HTML page (0600) for the OpenClaw session
+    SESSION (a session id or one of its Codex thread ids): the timeline of
+    its turns and threads, what the engine assembled beside what Codex was
+    given, plots over the turns, and the lossless summaries. Reads the state
+    directory (and the lossless store), so it works after the sidecar exited."""
+    from .view import gather, render, write_page
+
+    settings = _settings(ctx, ("state_dir",))
+    state_dir = settings.get("state_dir") or str(default_state_dir())
+    try:
+        database_url = _lossless_config(ctx).database_url
+    except click.ClickException:
+        database_url = None  # a bad [engines.lossless] table: the SQLite store, if any
+    out = output or f"codex-sidecar-view-{session}.html"
+    try:
+        report = gather(state_dir, session, redact=redact, database_url=database_url)
+    except ValueError:
+        raise click.ClickException(f"{session!r} is not a session or thread id (letters, digits, '.', '_', '-')") from None
+    if not report.turns:
+        raise click.ClickException(f"no turns recorded for {session} under {state_dir} (is the state dir the sidecar's? set --state-dir)")
+    try:
+        write_page(out, render(report))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+    click.echo(os.path.abspath(out))
+
+
 @cli.command("doctor")
 @click.pass_context
 def doctor_cmd(ctx: click.Context) -> None:
@@ -570,7 +603,7 @@ def split_drop_in(args: list[str]) -> list[str]:
     return args
 
 
-_HOISTED = ("doctor", "engines", "inspect", "version")
+_HOISTED = ("doctor", "engines", "inspect", "version", "view")
 
 
 def hoist_settings(args: list[str]) -> list[str]:

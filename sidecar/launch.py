@@ -67,7 +67,7 @@ Kept equal to :data:`sidecar.config.SETTINGS` by a test: importing that module
 costs click."""
 BOOL_SETTINGS = frozenset({"record_redact"})
 """The settings whose flag is ``--name`` / ``--no-name``."""
-SUBCOMMANDS = ("proxy", "version", "engines", "inspect", "doctor", "_codex")
+SUBCOMMANDS = ("proxy", "version", "engines", "inspect", "doctor", "view", "_codex")
 """The CLI's commands: a first word that is none of them starts codex's argv."""
 
 

@@ -287,6 +287,7 @@ def main() -> None:
     if not args.codex_bin:
         sys.exit("codex binary not found: run `make setup` or pass --codex-bin")
     work = Path(tempfile.mkdtemp(prefix="codex-sidecar-demo-"))
+    report = None
     try:
         if args.engine == "lossless":
             from tools import demo_lossless
@@ -295,12 +296,33 @@ def main() -> None:
         else:
             code = trio.run(run, os.path.abspath(args.codex_bin), work)
     finally:
+        report = write_view(work)
         if args.keep:
             print(f"\nkept the demo's folder: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
             print(f"\nremoved the demo's folder {work} (make demo ARGS=--keep keeps it)")
+    if report is not None:
+        print(f"\nthe session's report (codex-sidecar view), to open in a browser:\n  {report}")
     sys.exit(code)
+
+
+def write_view(work: Path) -> Path | None:
+    """``codex-sidecar view`` of the demo's session, written beside its
+    folder (``<folder>.html``) so it outlives it; None when no turn was recorded."""
+    from sidecar.view import gather, render, write_page
+
+    try:
+        thread = min(p.stem for p in (work / "state" / "inspect").iterdir())
+        report = gather(work / "state", thread)
+        if not report.turns:
+            return None
+        out = work.with_name(work.name + ".html")
+        write_page(out, render(report))
+    except (OSError, ValueError) as exc:
+        print(f"\nno session report: {exc}", file=sys.stderr)
+        return None
+    return out
 
 
 if __name__ == "__main__":

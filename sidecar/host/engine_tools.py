@@ -39,6 +39,10 @@ from .tools import call_arguments, engine_call, failed_answer, is_engine_item, m
 log = logging.getLogger("codex_sidecar.host")
 
 ANSWERED_KEPT = 1024
+TOOL_CALLS_KEPT = 32
+"""Engine tool calls a turn's inspection record keeps (the first)."""
+TOOL_TEXT_KEPT = 16_384
+"""Characters of an answer an inspection record keeps."""
 """Ids of answered tool calls remembered for their ``serverRequest/resolved``
 (and listings remembered for their answers)."""
 
@@ -175,6 +179,12 @@ class EngineTools:
                 log.warning("engine tool call failed", extra={"fields": {"threadId": thread_id, "tool": name, "error": type(exc).__name__}})
                 answer = failed_answer(name, f"the engine raised {type(exc).__name__}")
         self.stats["calls"] += 1
+        took = round((trio.current_time() - started) * 1000, 1)
+        if session is not None and session.current is not None and len(session.current.engine_tools) < TOOL_CALLS_KEPT:
+            text = "".join(i.get("text") or "" for i in answer["contentItems"])
+            session.current.engine_tools.append(
+                {"tool": name, "arguments": arguments, "success": answer["success"], "result": text[:TOOL_TEXT_KEPT], "ms": took}
+            )
         if not answer["success"]:
             self.stats["errors"] += 1
         self._answered[request_id] = None
@@ -182,7 +192,7 @@ class EngineTools:
             del self._answered[next(iter(self._answered))]
         log.info(
             "engine tool call answered",
-            extra={"fields": {"threadId": thread_id, "tool": name, "success": answer["success"], "ms": round((trio.current_time() - started) * 1000, 1)}},
+            extra={"fields": {"threadId": thread_id, "tool": name, "success": answer["success"], "ms": took}},
         )
         self.proxy.send_to_child(encode_response(request_id, answer), raw=True)
 

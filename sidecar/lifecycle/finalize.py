@@ -285,6 +285,7 @@ class Finalizer:
             "staleHeld": state.stale,
             "holdMs": state.hold_ms,
             "revertMs": state.revert_ms,
+            "budget": state.budget,
             **({"switched": True} if state.switched else {}),
             **({"attempt": state.attempt} if state.attempt else {}),
             **({"openclawContext": state.openclaw_context} if state.openclaw_context else {}),
@@ -293,6 +294,9 @@ class Finalizer:
             "forceRebuild": session.force_rebuild,
         }
         session.inspect.append(record)
+        if state.sent_text or state.engine_tools:
+            text = {"sent": state.sent_text} if state.sent_text else {}
+            session.inspect.append_text({"turnId": turn_id, **text, **({"engineTools": state.engine_tools} if state.engine_tools else {})})
 
 
 def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> None:

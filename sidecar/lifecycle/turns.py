@@ -14,7 +14,7 @@ from engines import AgentMessage, AssembleParams
 from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
-from ..projection import ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
+from ..projection import Projection, ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
@@ -29,6 +29,9 @@ log = logging.getLogger("codex_sidecar.lifecycle")
 
 INSPECT_MESSAGES = 64
 """Assembled messages an inspection record lists (the newest)."""
+INSPECT_TEXT_CHARS = 65_536
+"""The most text an inspection record keeps of each part a turn sent (the
+newest end is cut): ``codex-sidecar view`` shows it."""
 
 
 class Turns:
@@ -260,6 +263,7 @@ class Turns:
             return None
         state.assembled_count = len(result.messages)
         state.estimated_tokens = result.estimated_tokens
+        state.budget = budget
         # The newest only: an inspection record costs the same late as early.
         state.assembled_roles = [[m.role, message_chars(m)] for m in result.messages[-INSPECT_MESSAGES:]]
         mode, epoch = self._mode_for(result)
@@ -324,6 +328,7 @@ class Turns:
         if addition is not None:
             state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
             state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
+        state.sent_text = sent_text(projection)
         return projection.apply(params)
 
     async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
@@ -493,3 +498,14 @@ def _started_turn_id(msg: Message) -> str | None:
     except CodexDecodeError:
         return None
     return result.turn.id if result is not None else None
+
+
+def sent_text(projection: Projection) -> dict[str, str]:
+    """The text a projected ``turn/start`` carries, for its inspection
+    record: the input's text items, and the context and addition sent in
+    ``additionalContext``; each bounded by :data:`INSPECT_TEXT_CHARS`."""
+    parts = {
+        "input": "\n\n".join(i["text"] for i in projection.input if i.get("type") == "text" and isinstance(i.get("text"), str)),
+        "additionalContext": "\n\n".join(v.get("value") or "" if isinstance(v, dict) else str(v) for v in (projection.additional_context or {}).values()),
+    }
+    return {k: v[:INSPECT_TEXT_CHARS] for k, v in parts.items() if v}

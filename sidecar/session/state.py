@@ -139,6 +139,14 @@ class TurnState(msgspec.Struct):
     attempt: int = 0
     """0: the client's own ``turn/start``; 1: the sidecar's retry of it after
     it overflowed the context window (``sidecar.session.overflow``)."""
+    budget: int | None = None
+    """The token budget the engine assembled against (inspection records)."""
+    engine_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """The engine's tool calls the sidecar answered in this turn (bounded
+    text): inspection records, for ``view``."""
+    sent_text: dict[str, str] | None = None
+    """What the projection put into the ``turn/start`` (``input``,
+    ``additionalContext``), bounded: inspection records, for ``view``."""
     openclaw_context: str | None = None
     """The input came with an assembled context of OpenClaw's own:
     ``continuity`` (its one-off rendering on a new thread, replaced by the

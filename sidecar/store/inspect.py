@@ -2,9 +2,18 @@
 
 One JSONL file a thread, ``<state_dir>/inspect/<thread id>.jsonl`` (0600),
 one record a finalised turn: projection mode and epoch, the assembled
-messages (role and size, never text), the channels the sidecar injected
-through, the turn input's size before and after projection, and the input
-tokens Codex reported for the turn. ``codex-sidecar inspect THREAD`` and
+messages (role and size), the channels the sidecar injected through, the
+turn input's size before and after projection, the budget, the input tokens
+Codex reported for the turn. Fields are only ever added: old records stay
+readable.
+
+Beside it, ``<state_dir>/inspect-text/<thread id>.jsonl`` (0600): per turn
+that has any, the text a projection put into the ``turn/start`` (``sent``)
+and the engine's tool calls with their answers (``engineTools``), bounded,
+for ``codex-sidecar view`` (the state dir holds the transcript's text
+anyway). A file of its own, so the records stay small for the reads at a
+session's opening (:meth:`InspectLog.last`), and the text can be removed
+without them. ``codex-sidecar inspect THREAD`` and
 ``sidecar/inspect`` read it. Appends are single writes (see the mirror), so a
 kill leaves at most a torn last line, which reading skips.
 """
@@ -27,6 +36,11 @@ _decode = msgspec.json.Decoder()
 def inspect_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     """Beside the session mirrors; the same id rules (no path tricks)."""
     return Path(state_dir) / "inspect" / session_path(state_dir, thread_id).name
+
+
+def inspect_text_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
+    """The thread's per-turn text (``sent``, ``engineTools``), beside the records."""
+    return Path(state_dir) / "inspect-text" / session_path(state_dir, thread_id).name
 
 
 def append_record(path: Path, record: dict[str, Any]) -> bool:
@@ -72,6 +86,11 @@ class InspectLog:
 
     def append(self, record: dict[str, Any]) -> None:
         append_record(self.path, record)  # inspection is best-effort
+
+    def append_text(self, record: dict[str, Any]) -> None:
+        """A turn's text (``turnId``, ``sent``, ``engineTools``), in
+        ``inspect-text/`` beside ``inspect/``; best-effort too."""
+        append_record(self.path.parent.parent / "inspect-text" / self.path.name, record)
 
     def records(self) -> list[dict[str, Any]]:
         """Per-turn records, in order (ledger markers left out)."""

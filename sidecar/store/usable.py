@@ -23,7 +23,7 @@ import msgspec
 
 from .private import private_dir
 
-SUBFOLDERS = ("sessions", "inspect", "ledger", "turns", "injected", "backing", "engines", "engine-tools")
+SUBFOLDERS = ("sessions", "inspect", "inspect-text", "ledger", "turns", "injected", "backing", "engines", "engine-tools")
 """The state dir's folders (README: "The state dir holds ...")."""
 
 FIX_SETTING = "set state_dir (--state-dir, CODEX_SIDECAR_STATE_DIR or state_dir in the config file) to a folder this user owns"
