@@ -242,9 +242,24 @@ def main(argv: list[str] | None = None) -> None:
         from .cli import main as cli_main
 
         cli_main(args)
+    except Exception as exc:  # noqa: BLE001 - a failure nothing above put into words: one line, not a traceback
+        discard()
+        sys.exit(_one_line(exc))
     finally:
         discard()
         gc.enable()
+
+
+def _one_line(exc: BaseException) -> int:
+    """Say ``exc`` on one line of stderr (its traceback only at the debug
+    log level, for a bug report); the exit status 1."""
+    if (os.environ.get("CODEX_SIDECAR_LOG_LEVEL") or "").lower() == "debug":
+        import traceback
+
+        traceback.print_exception(exc)
+    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in str(exc) else ""
+    print(f"codex-sidecar: error: {type(exc).__name__}: {exc}{where} (CODEX_SIDECAR_LOG_LEVEL=debug prints the traceback)", file=sys.stderr)
+    return 1
 
 
 def _serve_without_click(plan: SessionPlan) -> int | None:

@@ -85,12 +85,9 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
     else:
         try:
             popen = start_process(argv, env)
-        except FileNotFoundError:
-            log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
-            return 127
-        except PermissionError:
-            log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
-            return 126
+        except OSError as exc:
+            log.error(start_failure(argv[0], exc), extra={"fields": {"command": argv[0], "from": child_from}})
+            return 127 if isinstance(exc, FileNotFoundError) else 126
         previous = forward_signals_to(popen)
     try:
         return _serve_started(resolved, argv, protocol_out, popen, child_from)
@@ -102,6 +99,22 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
             # it cannot open); a relay that ran has seen codex exit.
             popen.kill()
             popen.wait()
+
+
+def start_failure(command: str, exc: OSError) -> str:
+    """One line for a child that could not be started (``docs/errors.md``)."""
+    import errno
+
+    if isinstance(exc, FileNotFoundError):
+        return "cannot start child: not found"
+    if isinstance(exc, PermissionError):
+        return "cannot start child: permission denied"
+    if exc.errno == errno.ENOEXEC:
+        return (
+            f"cannot start child: {command} is not a program this machine can run "
+            "(exec format error: a script without a '#!' line, or a binary for another architecture)"
+        )
+    return f"cannot start child: {exc.strerror or exc}"
 
 
 def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen: Any, child_from: str) -> int:

@@ -102,6 +102,8 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "sidecar-loop": lambda t, m: sidecar(["app-server"], {"CODEX_SIDECAR_ACTIVE": "1"}),
     "codex-too-old": lambda t, m: check_codex(_fake_codex(t, "0.100.0"))[0].message,
     "child-not-found": lambda t, m: sidecar(["proxy", "--", str(t / "nothing-here")]),
+    "child-not-a-program": lambda t, m: ((t / "script").write_text("echo hi\n"), (t / "script").chmod(0o755), sidecar(["proxy", "--", str(t / "script")]))[2],
+    "command-near-miss": lambda t, m: sidecar(["docter"], {"CODEX_SIDECAR_CODEX_BIN": "/bin/false"}),
     "recording-unopenable": lambda t, m: sidecar(["--record", str(t / "no" / "such" / "dir" / "r.jsonl"), "proxy", "--", "true"]),
     "state-not-a-folder": lambda t, m: ((t / "f").write_text(""), check_state_dir(t / "f").message)[1],
     "state-cannot-create": lambda t, m: (m.setattr(usable, "private_dir", lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied"))), usable.state_dir_problem(t / "new", create=True).message())[1],  # type: ignore[union-attr]
