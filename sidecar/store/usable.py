@@ -83,6 +83,25 @@ def _full(folder: Path, reserve: int) -> OSError | None:
     return None
 
 
+def _unenterable(p: Path, exc: OSError) -> StateProblem:
+    """The state dir cannot even be looked up: name the folder above it that
+    this user may not enter (the first whose entry cannot be looked at)."""
+    blocked = p.parent
+    for a in [*reversed(p.parents), p][1:]:
+        try:
+            os.stat(a)
+        except OSError:
+            blocked = a.parent
+            break
+    return StateProblem(
+        p,
+        f"is inside {blocked}, which this user cannot enter ({_reason(exc)})",
+        f"let this user into {blocked} (chmod o+x, or an ACL), or {FIX_SETTING}",
+        False,
+        "state-unreadable",
+    )
+
+
 def state_dir_problem(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024, missing_ok: bool = False) -> StateProblem | None:
     """The first problem with the state dir at ``path``, or None.
 
@@ -93,7 +112,11 @@ def state_dir_problem(path: str | os.PathLike[str], *, create: bool, reserve: in
     missing state dir is no problem at all (a legacy sidecar, which has
     nothing to read there and writes nothing)."""
     p = Path(path)
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as exc:  # a folder above it this user cannot enter (another user's 0700 home)
+        return _unenterable(p, exc)
+    if not exists:
         if missing_ok:
             return None
         if not create:
