@@ -51,6 +51,24 @@ class Choice:
         return click.Choice(self.choices).convert(value, None, None)
 
 
+def _range_words(lo: float | None, hi: float | None) -> str:
+    """``at least 1``, ``between 0 and 100000``."""
+    if lo is not None and hi is not None:
+        return f"between {lo:g} and {hi:g}"
+    return f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+
+
+def _out_of_range(value: Any, kind: str, parse: Any, lo: float | None, hi: float | None) -> Exception:
+    """``'lots' is not a whole number (expected ...)`` or ``-5 is out of range (expected at least 1)``."""
+    import click
+
+    try:
+        parse.convert(value, None, None)
+    except click.BadParameter:
+        return click.BadParameter(f"{value!r} is not {kind} (expected {kind}, {_range_words(lo, hi)})")
+    return click.BadParameter(f"{value} is out of range (expected {_range_words(lo, hi)})")
+
+
 class IntRange:
     def __init__(self, min: int | None = None, max: int | None = None) -> None:
         self.min, self.max = min, max
@@ -65,7 +83,10 @@ class IntRange:
                 return n
         import click
 
-        return click.IntRange(min=self.min, max=self.max).convert(value, None, None)
+        try:  # what click accepts, it converts; what it rejects, said in plain words
+            return click.IntRange(min=self.min, max=self.max).convert(value, None, None)
+        except click.BadParameter:
+            raise _out_of_range(value, "a whole number", click.INT, self.min, self.max) from None
 
 
 class FloatRange:
@@ -82,7 +103,10 @@ class FloatRange:
                 return x
         import click
 
-        return click.FloatRange(min=self.min, max=self.max).convert(value, None, None)
+        try:
+            return click.FloatRange(min=self.min, max=self.max).convert(value, None, None)
+        except click.BadParameter:
+            raise _out_of_range(value, "a number", click.FLOAT, self.min, self.max) from None
 
 
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})

@@ -83,6 +83,23 @@ def can_write(directory: Path) -> bool:
     return True
 
 
+def _cannot_create_in(p: Path) -> str | None:
+    """Why a folder cannot be made where the missing state dir ``p`` would
+    go, tried for real (a temporary folder in its nearest existing parent,
+    removed at once): permission bits and ``access`` say yes for root, on
+    ``/proc`` or a full inode table; None when one can."""
+    ancestor = next((a for a in p.parents if a.exists()), None)
+    if ancestor is None:
+        return None
+    try:
+        probe = tempfile.mkdtemp(prefix=".codex-sidecar-doctor-", dir=ancestor)
+    except OSError as exc:
+        return f"{ancestor} refuses new folders: {exc.strerror or exc}"
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
+    return None
+
+
 def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     """Usable (the check the sidecar makes at start-up, which decides whether
     it runs an engine, the history part or a pure relay), and private (0700):
@@ -94,6 +111,9 @@ def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     if problem is not None:
         return Finding("state dir", False, problem.message())
     if not p.exists():
+        refused = _cannot_create_in(p)
+        if refused is not None:
+            return Finding("state dir", False, f"state dir unusable: {p} cannot be created ({refused}); fix: create it (mkdir -m 700 {p}), or set state_dir elsewhere")
         return Finding("state dir", True, f"{p} (does not exist yet; will be created 0700)")
     mode = stat.S_IMODE(p.stat().st_mode)
     if mode & 0o077:

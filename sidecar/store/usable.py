@@ -55,7 +55,7 @@ def _from_error(path: Path, exc: OSError, *, readable: bool, creating: bool = Fa
         return StateProblem(path, "has a file where a folder should be", f"move that file away, or {FIX_SETTING}", False, "state-not-a-folder")
     if exc.errno == errno.EROFS:
         return StateProblem(path, "is on a read-only file system", FIX_SETTING, readable, "state-unwritable")
-    if creating:
+    if creating or exc.errno == errno.ENOENT:  # ENOENT on a folder's creation: the file system refuses (/proc)
         return StateProblem(path, f"cannot be created ({_reason(exc)})", f"create it (mkdir -m 700 {path}), or {FIX_SETTING}", False, "state-cannot-create")
     if readable:
         return StateProblem(path, f"is not writable by this user ({_reason(exc)})", f"chown -R $(id -un) {path}, or {FIX_SETTING}", True, "state-unwritable")

@@ -259,3 +259,16 @@ def test_a_usable_state_dir_has_no_problem_and_the_check_writes_nothing(tmp_path
     assert state_dir_problem(state, create=True) is None
     assert sorted(p.name for p in state.iterdir()) == ["backing"] and os.stat(state).st_mtime_ns == before
     assert state_dir_problem(tmp_path / "absent", create=False) is None and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, a file system that refuses new folders")
+def test_a_state_dir_the_file_system_refuses_is_named_as_such_by_doctor_and_the_sidecar():
+    """``/proc/x``: root passes every permission check, yet no folder can be
+    made there. doctor tries for real instead of saying "will be created",
+    and the sidecar says it cannot be created rather than blaming ownership."""
+    state = Path("/proc/codex-sidecar-test")
+    line = doctor_line(state)
+    assert line.startswith("FAIL") and f"{state} cannot be created (/proc refuses new folders" in line
+    errors, _ = relay(state, engine="lossless")
+    assert len(errors) == 1 and errors[0]["code"] == "state-cannot-create", errors
+    assert f"{state} cannot be created" in errors[0]["msg"] and "chown" not in errors[0]["msg"]
