@@ -159,7 +159,41 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
     except EngineLoadError as exc:
         return Finding("engine", False, str(exc))
     info = engine.info
+    refused = bind_on_a_throwaway_host(engine)
+    if refused is not None:
+        return Finding("engine", False, f"{engine_id} loads, but cannot start: {refused} (the sidecar would run legacy)")
     return Finding("engine", True, f"{engine_id} ({info.name} {info.version}){' built-in' if builtin else ''}{ignored}")
+
+
+def bind_on_a_throwaway_host(engine: Any, deadline: float = 20.0) -> str | None:
+    """Bind ``engine`` as a session would, to a host whose state dir is a
+    temporary folder (removed after): a store it cannot open (PostgreSQL
+    unreachable, its extra not installed) fails here, not in the first
+    session. The engine's own message, a URL's password masked; None when
+    the bind went through (the engine is disposed of after)."""
+    import trio
+
+    from engines import optional_method
+
+    from .host.binding import SidecarHost, bind_failure
+
+    async def attempt() -> str | None:
+        with tempfile.TemporaryDirectory(prefix="codex-sidecar-doctor-") as folder:
+            bind = optional_method(engine, "bind")
+            try:
+                if bind is not None:
+                    with trio.fail_after(deadline):
+                        await bind(SidecarHost(folder))
+            except Exception as exc:  # the engine's reason, whatever its type
+                return bind_failure(exc)
+            finally:
+                dispose = optional_method(engine, "dispose")
+                if dispose is not None:
+                    with contextlib.suppress(Exception), trio.move_on_after(deadline):
+                        await dispose()
+        return None
+
+    return trio.run(attempt)
 
 
 def check_tokenizer(name: Callable[[], str] | None = None) -> Finding:

@@ -113,6 +113,7 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "state-open-mode": lambda t, m: ((t / "open").mkdir(mode=0o755), (t / "open").chmod(0o755), check_state_dir(t / "open").message)[2],
     "engine-not-installed": lambda t, m: check_engine("losless", None, {}).message,
     "engine-not-loaded": lambda t, m: _loader_log("losless"),
+    "engine-cannot-start": lambda t, m: check_engine("lossless", None, {"database_url": "postgresql://u:p@127.0.0.1:1/x"}).message,
     "engine-no-allowlist": lambda t, m: _third_party_without_allowlist(t, m),
     "tokenizer-inexact": lambda t, m: check_tokenizer(lambda: "cl100k_base").message,
     "inspect-no-turns": lambda t, m: sidecar(["inspect", "00000000-0000-0000-0000-000000000000", "--state-dir", str(t)]),
