@@ -114,8 +114,8 @@ def state_dir_problem(path: str | os.PathLike[str], *, create: bool, reserve: in
     p = Path(path)
     try:
         exists = p.exists()
-    except OSError as denied:  # a folder above it this user cannot enter (another user's 0700 home)
-        return _unenterable(p, denied)
+    except OSError as closed:  # a folder above it this user cannot enter (another user's 0700 home)
+        return _unenterable(p, closed)
     if not exists:
         if missing_ok:
             return None
