@@ -25,23 +25,17 @@ from .logs import setup_logging
 log = logging.getLogger("codex_sidecar.cli")
 
 
-def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool) -> int | None:
+def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool, resolved: Resolved | None = None) -> int | None:
     """Run the session :func:`sidecar.launch.plan_session` planned, with the
-    settings resolved as the CLI resolves them; None (nothing done) when
-    anything would make the CLI stop or warn: it runs then, and says so.
+    settings resolved as the CLI resolves them (``resolved``: already, by
+    :func:`resolve_planned`); None (nothing done) when anything would make
+    the CLI stop or warn: it runs then, and says so.
 
     ``given``: the sidecar's options from the command line (name -> raw
     value; ``config_file`` included), as click passes them.
     """
-    env_config = os.environ.get("CODEX_SIDECAR_CONFIG") or None
-    if "config_file" in given:
-        config_file, config_origin = given["config_file"], Origin("flag", "--config-file")
-    elif env_config is not None:
-        config_file, config_origin = env_config, Origin("env", "CODEX_SIDECAR_CONFIG")
-    else:
-        config_file, config_origin = None, DEFAULT
-    flags = {k: v for k, v in given.items() if k != "config_file"}
-    resolved = resolve_settings(flags, os.environ, config_file, config_origin)
+    if resolved is None:
+        resolved = resolve_planned(given)
     if resolved.problems:
         return None
     if not drop_in:
@@ -56,6 +50,20 @@ def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool) -> int 
     if codex != argv[0]:
         return None
     return _serve(resolved, argv, "codex on PATH" if origin.kind == "default" else str(origin))
+
+
+def resolve_planned(given: dict[str, Any]) -> Resolved:
+    """The settings for ``given`` (the command line's, ``config_file``
+    included), the variables and the config file, as the CLI resolves them."""
+    env_config = os.environ.get("CODEX_SIDECAR_CONFIG") or None
+    if "config_file" in given:
+        config_file, config_origin = given["config_file"], Origin("flag", "--config-file")
+    elif env_config is not None:
+        config_file, config_origin = env_config, Origin("env", "CODEX_SIDECAR_CONFIG")
+    else:
+        config_file, config_origin = None, DEFAULT
+    flags = {k: v for k, v in given.items() if k != "config_file"}
+    return resolve_settings(flags, os.environ, config_file, config_origin)
 
 
 def _claim_stdout() -> int:
