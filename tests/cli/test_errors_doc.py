@@ -4,6 +4,7 @@ row is left without a trigger, nor a trigger without a row."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -167,3 +168,24 @@ def test_the_state_rows_are_the_codes_the_sidecar_logs():
 
 def test_child_scripts_used_above_exist():
     assert (CHILDREN / "echo_rpc.py").exists()
+
+
+def test_openclaw_s_write_epipe_is_a_sidecar_that_exited_at_start_and_the_docs_say_so(tmp_path):
+    """What OpenClaw logs for a sidecar that stopped on a setting: its write
+    of ``initialize`` finds the pipe closed (EPIPE). Both documents map that
+    line to its cause and to doctor, run as the gateway's user."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    env.update(CODEX_SIDECAR_TOKEN_BUDGET="lots", CODEX_SIDECAR_CODEX_BIN=str(tmp_path / "codex"), XDG_CONFIG_HOME=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.wait(timeout=60) == 1
+    assert proc.stdin is not None
+    with pytest.raises(BrokenPipeError):
+        proc.stdin.write(b'{"id":1,"method":"initialize","params":{}}\n')
+        proc.stdin.flush()
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    assert proc.stderr is not None and b"invalid value CODEX_SIDECAR_TOKEN_BUDGET=lots" in proc.stderr.read()
+    for doc in (DOC, ROOT / "docs" / "openclaw.md"):
+        text = " ".join(doc.read_text().split())
+        assert 'codex app-server write failed error="write EPIPE"' in text, doc
+        assert "exited at start" in text and "codex-sidecar doctor` as the gateway's user" in text, doc
