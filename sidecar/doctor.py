@@ -54,7 +54,7 @@ def check_codex(
     try:
         path = resolve_codex_bin(configured, origin)
     except ConfigError as exc:
-        return Finding("codex", False, str(exc.message)), None
+        return Finding("codex", False, str(exc.message) + demo_codex_hint()), None
     try:
         text = run_version(path)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -67,6 +67,22 @@ def check_codex(
     if version < MIN_CODEX:
         return Finding("codex", False, f"{path} is codex {shown}; OpenClaw needs at least {minimum}"), path
     return Finding("codex", True, f"{path} (codex {shown})"), path
+
+
+def demo_codex_hint(root: Path | None = None) -> str:
+    """``; make demo installed one: --codex-bin PATH`` when this checkout's
+    ``.tools/`` holds the codex ``make demo`` installed (the Makefile's
+    ``CODEX_VER``, else the newest there), else ``""``."""
+    root = Path(__file__).resolve().parents[1] if root is None else root
+    found = [p for p in root.glob(".tools/codex-*/node_modules/.bin/codex") if os.access(p, os.X_OK)]
+    if not found:
+        return ""
+    try:
+        pinned = re.search(r"^CODEX_VER\s*:=\s*(\S+)", (root / "Makefile").read_text(), re.M)
+    except OSError:
+        pinned = None
+    found.sort(key=lambda p: (pinned is not None and p.parts[-4] == f"codex-{pinned[1]}", parse_codex_version(p.parts[-4]) or (0, 0, 0)), reverse=True)
+    return f"; make demo installed one: --codex-bin {found[0]} (or CODEX_SIDECAR_CODEX_BIN)"
 
 
 def can_write(directory: Path) -> bool:

@@ -300,6 +300,10 @@ def main() -> None:
         else:
             shutil.rmtree(work, ignore_errors=True)
             print(f"\nremoved the demo's folder {work} (make demo ARGS=--keep keeps it)")
+    if code == 0:
+        from tools.demo_next import next_steps, sidecar_script
+
+        print("\n" + "\n".join(next_steps(script=sidecar_script(sys.executable), codex_bin=os.path.abspath(args.codex_bin), state_dir=work / "state" if args.keep else None)))
     sys.exit(code)
 
 
