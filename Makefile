@@ -74,6 +74,11 @@ check-tools:
 		echo "      Debian/Ubuntu: sudo apt-get install python3-venv; then run make again." >&2; \
 		exit 1; }
 
+# setuptools warns at every editable install that a folder named like a
+# package in the working directory may shadow it: here that folder is the
+# package (the point of -e), so the wall of asterisks is left out.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 # python3 -m venv prints nothing while it installs pip (~20-60 s): a dot
 # every 2 s says it is alive.
 $(VENV)/.installed: pyproject.toml
@@ -81,14 +86,14 @@ $(VENV)/.installed: pyproject.toml
 	@printf '    python3 -m venv $(VENV) '; $(PYTHON) -m venv $(VENV) & pid=$$!; \
 		while kill -0 $$pid 2>/dev/null; do printf .; sleep 2; done; wait $$pid; status=$$?; echo; exit $$status
 	$(PY) -m pip install --progress-bar on --upgrade pip
-	$(PY) -m pip install --progress-bar on -e .
+	$(EDITABLE) $(PY) -m pip install --progress-bar on -e .
 	touch $@
 	@echo "==> setup 1/2 done"
 
 # The test tools (pytest, hypothesis, ruff, mypy, psycopg): make test, not make demo.
 $(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
 	@echo "==> test tools into .venv/: pytest, hypothesis, ruff, mypy, psycopg (pip; ~1 min the first time)"
-	$(PY) -m pip install --progress-bar on -e '.[test]'
+	$(EDITABLE) $(PY) -m pip install --progress-bar on -e '.[test]'
 	touch $@
 
 $(CODEX_BIN):
