@@ -239,9 +239,9 @@ def start_early(args: list[str], start: Callable[[list[str], dict[str, str]], su
     if plan is None:
         return None
     if settings_could_fail(plan.given, os.environ):
-        from .serve import resolve_planned
+        from .config import resolve_given  # stdlib only (~2 ms): serve's imports wait for the spawn
 
-        plan.resolved = resolve_planned(plan.given)
+        plan.resolved = resolve_given(plan.given, os.environ)
         if plan.resolved.problems:
             return None  # no codex: the CLI says what is wrong, and its words are the last
     argv = plan.argv
@@ -269,6 +269,9 @@ def main(argv: list[str] | None = None) -> None:
             status = _serve_without_click(early.plan)
             if status is not None:
                 sys.exit(status)
+            # The CLI stops here (a problem the check before the spawn did
+            # not see): the child ends first, so the CLI's error is the last line.
+            discard()
         from .cli import main as cli_main
 
         cli_main(args)

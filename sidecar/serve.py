@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .child import forward_signals_to, start_process
-from .config import ACTIVE_ENV, DEFAULT, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
+from .config import ACTIVE_ENV, DEFAULT, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_given
 from .early import adopt, child_env
 from .logs import setup_logging
 
@@ -55,15 +55,7 @@ def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool, resolve
 def resolve_planned(given: dict[str, Any]) -> Resolved:
     """The settings for ``given`` (the command line's, ``config_file``
     included), the variables and the config file, as the CLI resolves them."""
-    env_config = os.environ.get("CODEX_SIDECAR_CONFIG") or None
-    if "config_file" in given:
-        config_file, config_origin = given["config_file"], Origin("flag", "--config-file")
-    elif env_config is not None:
-        config_file, config_origin = env_config, Origin("env", "CODEX_SIDECAR_CONFIG")
-    else:
-        config_file, config_origin = None, DEFAULT
-    flags = {k: v for k, v in given.items() if k != "config_file"}
-    return resolve_settings(flags, os.environ, config_file, config_origin)
+    return resolve_given(given, os.environ)
 
 
 def _claim_stdout() -> int:
