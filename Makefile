@@ -4,7 +4,8 @@
 #                 ARGS=--keep keeps its temporary folder); installs only what it needs
 #                 (npm must be on PATH for codex), and prints what to run next
 #   make test     lint and type checks, then the whole test suite: real-codex tests and
-#                 OpenClaw's whole agent through the sidecar included (installs both first)
+#                 OpenClaw's whole agent through the sidecar included (installs both first);
+#                 the live tests one at a time, the rest on TEST_WORKERS=2 xdist workers
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
 #   make postgres PostgreSQL's server programs under .tools/ (from PyPI's pgserver wheel), for the
@@ -175,8 +176,17 @@ lint: setup-test
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
+# Two passes: the tests that drive the real codex or OpenClaw's agent run one
+# at a time, as before (each is a whole live session, CPU-bound, with its own
+# timeouts); the rest (in-process relays, sidecars against test doubles,
+# PostgreSQL on a server per worker) on two pytest-xdist workers, as many as
+# CI's cores: they mostly wait on the processes they start (docs/testing.md,
+# "Where the suite's time goes"). TEST_WORKERS=0 runs everything serially.
+# A pass that PYTEST_ARGS leaves empty is no failure (pytest's status 5).
+TEST_WORKERS ?= 2
 test: setup-test lint openclaw postgres
-	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest -m "not codex and not openclaw" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS)) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(OPENCLAW_ENV) $(PG_ENV) $(PY) -m pytest -m "codex or openclaw" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-openclaw: setup-test openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)
