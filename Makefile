@@ -1,9 +1,11 @@
 # openclaw-codex-sidecar: everything a fresh clone needs is installed from here.
 #   make demo     the main job: the sidecar in front of a real codex app-server
 #                 (make demo ENGINE=lossless: summaries and a recall tool call;
-#                 ARGS=--keep keeps its temporary folder)
+#                 ARGS=--keep keeps its temporary folder); installs only what it needs
+#                 (npm must be on PATH for codex), and prints what to run next
 #   make test     lint and type checks, then the whole test suite: real-codex tests and
-#                 OpenClaw's whole agent through the sidecar included (installs both first)
+#                 OpenClaw's whole agent through the sidecar included (installs both first);
+#                 the live tests one at a time, the rest on TEST_WORKERS=2 xdist workers
 #   make openclaw Node 24, openclaw and its Codex plugin under .tools/ (~3 min fresh)
 #   make test-openclaw  only the OpenClaw tests (marker openclaw; see docs/testing.md)
 #   make test-codex-matrix  the conformance suite against the oldest codex the README promises,
@@ -69,19 +71,45 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all setup lint openclaw postgres browser test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup bench-view fixtures clean
+.PHONY: all check-tools setup setup-test lint openclaw postgres browser test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup bench-view fixtures clean
 
 all: test
 
 # Each set-up step says what it does and about how long it takes (measured
 # on a fresh clone, 2 cores); pip and npm then show their own progress.
+# What a first `make demo` needs is checked before anything is installed:
+# npm (only while codex is not installed yet) and Python's venv module.
+check-tools:
+	@test -x $(CODEX_BIN) || command -v npm >/dev/null 2>&1 || { \
+		echo "make: npm is needed to install codex $(CODEX_VER) into $(CODEX_DIR)/, and it is not on PATH." >&2; \
+		echo "      Install Node.js with npm (Debian/Ubuntu: sudo apt-get install npm; or https://nodejs.org), then run make again." >&2; \
+		exit 1; }
+	@test -x $(PY) || $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { \
+		echo "make: $(PYTHON) cannot make a virtualenv (no venv/ensurepip module)." >&2; \
+		echo "      Debian/Ubuntu: sudo apt-get install python3-venv; then run make again." >&2; \
+		exit 1; }
+
+# setuptools warns at every editable install that a folder named like a
+# package in the working directory may shadow it: here that folder is the
+# package (the point of -e), so the wall of asterisks is left out.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
+# python3 -m venv prints nothing while it installs pip (~20-60 s): a dot
+# every 2 s says it is alive.
 $(VENV)/.installed: pyproject.toml
-	@echo "==> setup 1/2: .venv/ with the sidecar and its test tools (pip; ~1-2 min the first time)"
-	$(PYTHON) -m venv $(VENV)
+	@echo "==> setup 1/2: .venv/ with the sidecar (python3 -m venv ~20-60 s, then pip ~1 min the first time)"
+	@printf '    python3 -m venv $(VENV) '; $(PYTHON) -m venv $(VENV) & pid=$$!; \
+		while kill -0 $$pid 2>/dev/null; do printf .; sleep 2; done; wait $$pid; status=$$?; echo; exit $$status
 	$(PY) -m pip install --progress-bar on --upgrade pip
-	$(PY) -m pip install --progress-bar on -e '.[test]'
+	$(EDITABLE) $(PY) -m pip install --progress-bar on -e .
 	touch $@
 	@echo "==> setup 1/2 done"
+
+# The test tools (pytest, hypothesis, ruff, mypy, psycopg): make test, not make demo.
+$(VENV)/.test-installed: $(VENV)/.installed pyproject.toml
+	@echo "==> test tools into .venv/: pytest, hypothesis, ruff, mypy, psycopg (pip; ~1 min the first time)"
+	$(EDITABLE) $(PY) -m pip install --progress-bar on -e '.[test]'
+	touch $@
 
 $(CODEX_BIN):
 	@echo "==> setup 2/2: codex $(CODEX_VER) into $(CODEX_DIR)/ (npm; ~30 s; no global codex or account needed)"
@@ -161,21 +189,33 @@ browser:
 # Bytecode for the tree, as a wheel install has it: without it (and with
 # PYTHONDONTWRITEBYTECODE set) each sidecar a test or the demo starts compiles
 # every module first (~0.1 s of CPU each). Quick when up to date.
-setup: $(VENV)/.installed $(CODEX_BIN)
+setup: check-tools $(VENV)/.installed $(CODEX_BIN)
 	@$(PY) -m compileall -q sidecar protocol engines tools
+
+setup-test: setup $(VENV)/.test-installed
 
 demo: setup
 	$(PY) -m tools.demo --codex-bin $(CODEX_BIN) $(if $(ENGINE),--engine $(ENGINE)) $(ARGS)
 
-lint: setup
+lint: setup-test
 	$(PY) -m ruff check sidecar protocol engines
 	$(PY) -m mypy
 
-test: setup lint openclaw postgres browser
-	$(OPENCLAW_ENV) $(PG_ENV) $(CHROMIUM_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+# Two passes: the tests that drive the real codex or OpenClaw's agent run one
+# at a time, as before (each is a whole live session, CPU-bound, with its own
+# timeouts); the rest (in-process relays, sidecars against test doubles,
+# PostgreSQL on a server per worker) on two pytest-xdist workers, as many as
+# CI's cores: they mostly wait on the processes they start (docs/testing.md,
+# "Where the suite's time goes"). TEST_WORKERS=0 runs everything serially.
+# A pass that PYTEST_ARGS leaves empty is no failure (pytest's status 5).
+# Then the conformance suite against the oldest and newest codex of the matrix.
+TEST_WORKERS ?= 2
+test: setup-test lint openclaw postgres browser
+	$(OPENCLAW_ENV) $(PG_ENV) $(CHROMIUM_ENV) $(PY) -m pytest -m "not codex and not openclaw" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS)) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(OPENCLAW_ENV) $(PG_ENV) $(CHROMIUM_ENV) $(PY) -m pytest -m "codex or openclaw" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(MAKE) test-codex-matrix CODEX_MATRIX="$(CODEX_OLDEST) $(CODEX_NEWEST)"
 
-test-openclaw: setup openclaw
+test-openclaw: setup-test openclaw
 	$(OPENCLAW_ENV) $(PY) -m pytest -m openclaw $(PYTEST_ARGS)
 
 # Any codex release into .tools/codex-<version>/, as the pinned one (~30 s, ~400 MB each).
@@ -193,7 +233,7 @@ codex-%: .tools/codex-%/node_modules/.bin/codex
 # (each ~4-5 min on 2 cores), every release run even after a failure; with
 # PYTEST_ARGS (make test passes its own): a filter that selects none of its
 # tests (-m "not codex", -k ...) skips the run.
-test-codex-matrix: setup $(foreach v,$(CODEX_MATRIX),.tools/codex-$(v)/node_modules/.bin/codex)
+test-codex-matrix: setup-test $(foreach v,$(CODEX_MATRIX),.tools/codex-$(v)/node_modules/.bin/codex)
 	@failed=""; for v in $(CODEX_MATRIX); do \
 		echo "==> the conformance suite against codex $$v"; \
 		CODEX_SIDECAR_TEST_CODEX_BIN=$(abspath .tools)/codex-$$v/node_modules/.bin/codex \

@@ -21,7 +21,7 @@ import click
 
 from .config import ACTIVE_ENV, DEFAULT, SETTINGS, ConfigError, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
 from .early import discard, serves_app_server
-from .serve import _load_engine, _serve, freeze_startup_heap
+from .serve import _load_engine, _serve, freeze_startup_heap, start_failure
 
 __all__ = ["_load_engine", "cli", "freeze_startup_heap", "main", "serves_app_server"]
 
@@ -136,6 +136,7 @@ def proxy_cmd(ctx: click.Context, command: tuple[str, ...]) -> None:
 @click.argument("codex_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
+    _refuse_near_miss(ctx, codex_args)
     settings = _settings(ctx, None)
     resolved: Resolved = ctx.find_root().meta["resolved"]
     if os.environ.get(ACTIVE_ENV) and not settings.get("codex_bin"):
@@ -148,9 +149,34 @@ def drop_in_cmd(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
         # `app-server --help`, `--version`, or another codex command: not a
         # JSON-RPC session; codex answers it itself.
         discard()
-        os.execv(codex, [codex, *codex_args])
+        try:
+            os.execv(codex, [codex, *codex_args])
+        except OSError as exc:
+            raise click.ClickException(start_failure(codex, exc)) from None
     origin = resolved.origins["codex_bin"]
     sys.exit(_serve(resolved, [codex, *codex_args], "codex on PATH" if origin.kind == "default" else str(origin)))
+
+
+CODEX_COMMANDS = frozenset(
+    "agents exec e review login logout mcp plugin app-server remote-control completion update doctor sandbox debug "
+    "apply a resume queue archive delete migrate-rollouts migrate-nfs-db unarchive fork cloud exec-server features help".split()
+)
+"""codex 0.169.0's own commands (``codex --help``): a word that is one goes to codex."""
+
+
+def _refuse_near_miss(ctx: click.Context, codex_args: tuple[str, ...]) -> None:
+    """A first word that is no codex command but a near miss of the
+    sidecar's own (``docter``) is a typo, not a prompt for codex's
+    interactive screen: say so and start nothing."""
+    head = codex_args[0] if codex_args else ""
+    if not head or head.startswith("-") or head in CODEX_COMMANDS:
+        return
+    root = ctx.find_root().command
+    assert isinstance(root, click.Group)
+    ours = [name for name in root.list_commands(ctx) if not name.startswith("_") and not getattr(root.commands.get(name), "hidden", False)]
+    hint = did_you_mean(head, ours)
+    if hint:
+        raise click.UsageError(f"no such command {head!r}{hint}", ctx=ctx.find_root())
 
 
 @cli.group("engines", invoke_without_command=True)

@@ -16,18 +16,17 @@ came from, and ``doctor``, ``sidecar/status`` and the start-up log show it.
 
 from __future__ import annotations
 
-import difflib
 import os
-import shutil
-import tomllib
-from collections.abc import Collection, Iterable, Mapping
+from collections import namedtuple as _namedtuple
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import msgspec
 
 from .early import ACTIVE_ENV as ACTIVE_ENV
 from .early import is_self as _is_self
+
+TYPE_CHECKING = False  # typing costs ~3 ms, paid before codex is spawned when settings are given (sidecar.launch)
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping
+    from typing import Any
 
 ENV_PREFIX = "CODEX_SIDECAR_"
 
@@ -51,6 +50,24 @@ class Choice:
         return click.Choice(self.choices).convert(value, None, None)
 
 
+def _range_words(lo: float | None, hi: float | None) -> str:
+    """``at least 1``, ``between 0 and 100000``."""
+    if lo is not None and hi is not None:
+        return f"between {lo:g} and {hi:g}"
+    return f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+
+
+def _out_of_range(value: Any, kind: str, parse: Any, lo: float | None, hi: float | None) -> Exception:
+    """``'lots' is not a whole number (expected ...)`` or ``-5 is out of range (expected at least 1)``."""
+    import click
+
+    try:
+        parse.convert(value, None, None)
+    except click.BadParameter:
+        return click.BadParameter(f"{value!r} is not {kind} (expected {kind}, {_range_words(lo, hi)})")
+    return click.BadParameter(f"{value} is out of range (expected {_range_words(lo, hi)})")
+
+
 class IntRange:
     def __init__(self, min: int | None = None, max: int | None = None) -> None:
         self.min, self.max = min, max
@@ -65,7 +82,10 @@ class IntRange:
                 return n
         import click
 
-        return click.IntRange(min=self.min, max=self.max).convert(value, None, None)
+        try:  # what click accepts, it converts; what it rejects, said in plain words
+            return click.IntRange(min=self.min, max=self.max).convert(value, None, None)
+        except click.BadParameter:
+            raise _out_of_range(value, "a whole number", click.INT, self.min, self.max) from None
 
 
 class FloatRange:
@@ -82,7 +102,10 @@ class FloatRange:
                 return x
         import click
 
-        return click.FloatRange(min=self.min, max=self.max).convert(value, None, None)
+        try:
+            return click.FloatRange(min=self.min, max=self.max).convert(value, None, None)
+        except click.BadParameter:
+            raise _out_of_range(value, "a number", click.FLOAT, self.min, self.max) from None
 
 
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
@@ -116,12 +139,24 @@ def default_state_dir() -> Path:
     return Path(base) / "codex-sidecar"
 
 
-class Setting(msgspec.Struct, frozen=True):
+class Setting:
+    """One setting's row. (This module's records are plain slotted classes,
+    not msgspec Structs: the entry point resolves the settings a user gave
+    before it spawns codex, and msgspec's import, ~10-30 ms of CPU, would
+    then delay codex; sidecar.launch.)"""
+
+    __slots__ = ("default", "help", "metavar", "name", "type")
     name: str
     type: Any
     default: Any
     help: str
-    metavar: str | None = None
+    metavar: str | None
+
+    def __init__(self, name: str, type: Any, default: Any, help: str, metavar: str | None = None) -> None:
+        self.name, self.type, self.default, self.help, self.metavar = name, type, default, help, metavar
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name!r})"
 
     @property
     def flag(self) -> str:
@@ -222,16 +257,35 @@ def _config_error(message: str) -> Exception:
 # ------------------------------------------------------------------ sources
 
 
-class Origin(msgspec.Struct, frozen=True):
+class Origin:
     """Where a setting's value came from: shown by ``doctor``, ``sidecar/status``
-    and the start-up log line, and named by every error about the value."""
+    and the start-up log line, and named by every error about the value.
 
+    ``kind``: ``flag``, ``env``, ``file`` or ``default``; ``where``:
+    ``--token-budget``, ``CODEX_SIDECAR_TOKEN_BUDGET``, ``/path/config.toml``
+    or ``""``; ``key``: the config file's key (``file`` only). Immutable."""
+
+    __slots__ = ("key", "kind", "where")
     kind: str
-    """``flag``, ``env``, ``file`` or ``default``."""
     where: str
-    """``--token-budget``, ``CODEX_SIDECAR_TOKEN_BUDGET``, ``/path/config.toml`` or ``""``."""
-    key: str = ""
-    """The config file's key (``file`` only)."""
+    key: str
+
+    def __init__(self, kind: str, where: str, key: str = "") -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "where", where)
+        object.__setattr__(self, "key", key)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Origin is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Origin) and (self.kind, self.where, self.key) == (other.kind, other.where, other.key)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.where, self.key))
+
+    def __repr__(self) -> str:
+        return f"Origin(kind={self.kind!r}, where={self.where!r}, key={self.key!r})"
 
     def __str__(self) -> str:
         if self.kind == "file":
@@ -252,22 +306,37 @@ class Origin(msgspec.Struct, frozen=True):
 DEFAULT = Origin("default", "")
 
 
-class SettingProblem(msgspec.Struct, frozen=True):
+class SettingProblem:
     """A value the sidecar cannot use. ``setting`` is None for the config
     file as a whole (unreadable, or a key that is no setting)."""
 
+    __slots__ = ("message", "setting")
     setting: str | None
     message: str
 
+    def __init__(self, setting: str | None, message: str) -> None:
+        self.setting, self.message = setting, message
 
-class Resolved(msgspec.Struct):
-    """Every setting's value and origin, and what was wrong on the way."""
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SettingProblem) and (self.setting, self.message) == (other.setting, other.message)
 
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SettingProblem(setting={self.setting!r}, message={self.message!r})"
+
+
+class Resolved(_namedtuple("Resolved", "values origins problems config_file config_origin engines")):
+    """Every setting's value and origin, and what was wrong on the way: a
+    record (``values``, ``origins``: name -> :class:`Origin`, ``problems``:
+    :class:`SettingProblem` values, ``config_file``: the config file read or
+    None, ``config_origin``, ``engines``: the ``[engines.<id>]`` tables)."""
+
+    __slots__ = ()
     values: dict[str, Any]
     origins: dict[str, Origin]
     problems: list[SettingProblem]
     config_file: Path | None
-    """The config file read (None: none)."""
     config_origin: Origin
     engines: dict[str, Any]
 
@@ -304,6 +373,8 @@ def _bad(setting: Setting, origin: Origin, raw: Any, exc: Any) -> SettingProblem
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'state_dir'?)`` or ``""``."""
+    import difflib
+
     options = sorted(set(choices))
     close = difflib.get_close_matches(name.replace("-", "_").lower(), options, n=1, cutoff=0.6)
     if not close:
@@ -326,10 +397,12 @@ def read_config_file(path: str | os.PathLike[str] | None) -> tuple[dict[str, Any
         if explicit:
             return {}, [SettingProblem(None, f"config file not found: {p} (create it, or unset --config-file / CODEX_SIDECAR_CONFIG)")], None
         return {}, [], None
+    import tomllib  # only with a file (its parser compiles regexes: ~2 ms)
+
     try:
         with open(p, "rb") as f:
             data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
         return {}, [SettingProblem(None, f"cannot read config file {p}: {exc} (fix the file, or point CODEX_SIDECAR_CONFIG elsewhere)")], p
     problems = []
     valid = sorted(SETTING_NAMES | {"engines"})
@@ -400,7 +473,12 @@ def resolve_codex_bin(configured: str | None, origin: Origin = DEFAULT) -> str:
     if configured:
         source = f" (from {origin})" if origin.kind != "default" else ""
         fix = f"point {origin} at the real codex" if origin.kind != "default" else "set codex_bin to the real codex"
-        path = shutil.which(configured) or configured
+        if os.sep in configured:
+            path = configured  # what shutil.which(...) or configured gives a path (shutil costs ~4 ms to import)
+        else:
+            import shutil
+
+            path = shutil.which(configured) or configured
         if not os.path.exists(path):
             raise _config_error(f"codex binary not found: {configured}{source}; {fix}")
         if _is_self(path):
@@ -414,3 +492,19 @@ def resolve_codex_bin(configured: str | None, origin: Origin = DEFAULT) -> str:
         "cannot find the real codex binary: set --codex-bin, CODEX_SIDECAR_CODEX_BIN "
         "or codex_bin in the config file, or put codex on PATH"
     )
+
+
+def resolve_given(given: Mapping[str, Any], env: Mapping[str, str]) -> Resolved:
+    """The settings for the command line's options ``given`` (name -> raw
+    value, ``config_file`` included, as click passes them), the variables and
+    the config file, as the CLI resolves them (``sidecar.launch`` and
+    ``sidecar.serve``, which run a session without click)."""
+    env_config = env.get("CODEX_SIDECAR_CONFIG") or None
+    if "config_file" in given:
+        config_file, config_origin = given["config_file"], Origin("flag", "--config-file")
+    elif env_config is not None:
+        config_file, config_origin = env_config, Origin("env", "CODEX_SIDECAR_CONFIG")
+    else:
+        config_file, config_origin = None, DEFAULT
+    flags = {k: v for k, v in given.items() if k != "config_file"}
+    return resolve_settings(flags, env, config_file, config_origin)

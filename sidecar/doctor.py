@@ -58,7 +58,7 @@ def check_codex(
     try:
         path = resolve_codex_bin(configured, origin)
     except ConfigError as exc:
-        return Finding("codex", False, str(exc.message)), None
+        return Finding("codex", False, str(exc.message) + demo_codex_hint()), None
     try:
         text = run_version(path)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -71,6 +71,22 @@ def check_codex(
     if version < MIN_CODEX:
         return Finding("codex", False, f"{path} is codex {shown}; the sidecar needs at least {minimum}"), path
     return Finding("codex", True, f"{path} (codex {shown})"), path
+
+
+def demo_codex_hint(root: Path | None = None) -> str:
+    """``; make demo installed one: --codex-bin PATH`` when this checkout's
+    ``.tools/`` holds the codex ``make demo`` installed (the Makefile's
+    ``CODEX_VER``, else the newest there), else ``""``."""
+    root = Path(__file__).resolve().parents[1] if root is None else root
+    found = [p for p in root.glob(".tools/codex-*/node_modules/.bin/codex") if os.access(p, os.X_OK)]
+    if not found:
+        return ""
+    try:
+        pinned = re.search(r"^CODEX_VER\s*:=\s*(\S+)", (root / "Makefile").read_text(), re.M)
+    except OSError:
+        pinned = None
+    found.sort(key=lambda p: (pinned is not None and p.parts[-4] == f"codex-{pinned[1]}", parse_codex_version(p.parts[-4]) or (0, 0, 0)), reverse=True)
+    return f"; make demo installed one: --codex-bin {found[0]} (or CODEX_SIDECAR_CODEX_BIN)"
 
 
 def can_write(directory: Path) -> bool:
@@ -87,6 +103,23 @@ def can_write(directory: Path) -> bool:
     return True
 
 
+def _cannot_create_in(p: Path) -> str | None:
+    """Why a folder cannot be made where the missing state dir ``p`` would
+    go, tried for real (a temporary folder in its nearest existing parent,
+    removed at once): permission bits and ``access`` say yes for root, on
+    ``/proc`` or a full inode table; None when one can."""
+    ancestor = next((a for a in p.parents if a.exists()), None)
+    if ancestor is None:
+        return None
+    try:
+        probe = tempfile.mkdtemp(prefix=".codex-sidecar-doctor-", dir=ancestor)
+    except OSError as exc:
+        return f"{ancestor} refuses new folders: {exc.strerror or exc}"
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
+    return None
+
+
 def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     """Usable (the check the sidecar makes at start-up, which decides whether
     it runs an engine, the history part or a pure relay), and private (0700):
@@ -98,6 +131,9 @@ def check_state_dir(path: str | os.PathLike[str]) -> Finding:
     if problem is not None:
         return Finding("state dir", False, problem.message())
     if not p.exists():
+        refused = _cannot_create_in(p)
+        if refused is not None:
+            return Finding("state dir", False, f"state dir unusable: {p} cannot be created ({refused}); fix: create it (mkdir -m 700 {p}), or set state_dir elsewhere")
         return Finding("state dir", True, f"{p} (does not exist yet; will be created 0700)")
     mode = stat.S_IMODE(p.stat().st_mode)
     if mode & 0o077:
@@ -143,7 +179,41 @@ def check_engine(engine_id: str, allowlist: Collection[str] | None, config: Mapp
     except EngineLoadError as exc:
         return Finding("engine", False, str(exc))
     info = engine.info
+    refused = bind_on_a_throwaway_host(engine)
+    if refused is not None:
+        return Finding("engine", False, f"{engine_id} loads, but cannot start: {refused} (the sidecar would run legacy)")
     return Finding("engine", True, f"{engine_id} ({info.name} {info.version}){' built-in' if builtin else ''}{ignored}")
+
+
+def bind_on_a_throwaway_host(engine: Any, deadline: float = 20.0) -> str | None:
+    """Bind ``engine`` as a session would, to a host whose state dir is a
+    temporary folder (removed after): a store it cannot open (PostgreSQL
+    unreachable, its extra not installed) fails here, not in the first
+    session. The engine's own message, a URL's password masked; None when
+    the bind went through (the engine is disposed of after)."""
+    import trio
+
+    from engines import optional_method
+
+    from .host.binding import SidecarHost, bind_failure
+
+    async def attempt() -> str | None:
+        with tempfile.TemporaryDirectory(prefix="codex-sidecar-doctor-") as folder:
+            bind = optional_method(engine, "bind")
+            try:
+                if bind is not None:
+                    with trio.fail_after(deadline):
+                        await bind(SidecarHost(folder))
+            except Exception as exc:  # the engine's reason, whatever its type
+                return bind_failure(exc)
+            finally:
+                dispose = optional_method(engine, "dispose")
+                if dispose is not None:
+                    with contextlib.suppress(Exception), trio.move_on_after(deadline):
+                        await dispose()
+        return None
+
+    return trio.run(attempt)
 
 
 def check_tokenizer(name: Callable[[], str] | None = None) -> Finding:
@@ -202,7 +272,15 @@ def openclaw_snippet(sidecar: str, codex: str | None, engine_id: str, state_dir:
         "    entries: {",
         "      codex: {",
         "        enabled: true,",
-        f"        config: {{ appServer: {{ command: {json.dumps(sidecar)} }} }},",
+        "        config: {",
+        "          appServer: {",
+        f"            command: {json.dumps(sidecar)},",
+        "            // OpenClaw gives each app-server request 60 s (requestTimeoutMs' default):",
+        "            // short on a slow or busy host, where codex's start and the engine's first",
+        "            // turn can take longer (a thread/resume timed out on a loaded 2-core machine).",
+        "            requestTimeoutMs: 300000,",
+        "          },",
+        "        },",
         "      },",
         "    },",
         "  },",

@@ -9,7 +9,11 @@ overlap codex's (~0.1-0.2 s) only if codex is already running.
 and with the standard library only (no click, no trio), which child a
 session would run (:func:`plan_session`); when it can tell for sure, it
 starts that child at once and passes it signals as the CLI would
-(:func:`~sidecar.child.forward_signals_to`). Then the session runs without
+(:func:`~sidecar.child.forward_signals_to`). If any setting is given (a
+flag, a ``CODEX_SIDECAR_*`` variable, a config file), it could be wrong: the
+settings are resolved first (:func:`settings_could_fail`), and a problem
+starts no child at all, so the CLI's error is the last line the user sees
+rather than one buried under codex's start-up lines. Then the session runs without
 click (:func:`sidecar.serve.serve_planned`: the settings resolved as the CLI
 resolves them) if every setting is good; otherwise, and for every other
 command, the click CLI runs as it always did. Either takes the early child
@@ -149,10 +153,30 @@ class SessionPlan:
     options given before the command (name -> raw value, as click would pass
     them), and whether it is the drop-in (codex's argv) or ``proxy``."""
 
-    __slots__ = ("argv", "drop_in", "given")
+    __slots__ = ("argv", "drop_in", "given", "resolved")
 
     def __init__(self, argv: list[str], given: dict[str, Any], drop_in: bool) -> None:
         self.argv, self.given, self.drop_in = argv, given, drop_in
+        self.resolved: Any = None
+        """The settings, when they were resolved before the spawn (:func:`start_early`)."""
+
+
+SETTING_VARIABLES = frozenset("CODEX_SIDECAR_" + name.upper() for name in VALUE_SETTINGS | BOOL_SETTINGS) - {"CODEX_SIDECAR_CODEX_BIN"}
+"""The variables that set a setting whose value can be wrong (``codex_bin``
+is checked by :func:`_codex_path`, and by the spawn itself)."""
+
+
+def settings_could_fail(given: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+    """Whether any setting is given at all (a flag, a variable, a config
+    file): only then can resolving them fail, and they are resolved before
+    codex is spawned, so that a bad value stops the sidecar before codex
+    prints a line (the error is the last thing the user sees)."""
+    if any(k != "codex_bin" for k in given):
+        return True
+    if "CODEX_SIDECAR_CONFIG" in environ or not SETTING_VARIABLES.isdisjoint(environ):
+        return True
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.exists(os.path.join(base, "codex-sidecar", "config.toml"))
 
 
 def predict_child(args: list[str], environ: Mapping[str, str]) -> list[str] | None:
@@ -182,8 +206,8 @@ def plan_session(args: list[str], environ: Mapping[str, str]) -> SessionPlan | N
             return None  # options of `proxy` itself, or unknown ones click may take: the CLI decides
         if not command:
             return None
-        # The config file is checked after the spawn, by the settings'
-        # resolution (a problem: the CLI reports it, the child is ended).
+        # The config file is checked before the spawn, with every other
+        # setting given (start_early: a problem, and no child is started).
         return SessionPlan(command, given, drop_in=False)
     if head.startswith("-") and not (head in ("-c", "--config") or head.startswith("--config=")):
         return None
@@ -214,6 +238,12 @@ def start_early(args: list[str], start: Callable[[list[str], dict[str, str]], su
     plan = plan_session(args, os.environ)
     if plan is None:
         return None
+    if settings_could_fail(plan.given, os.environ):
+        from .config import resolve_given  # stdlib only (~2 ms): serve's imports wait for the spawn
+
+        plan.resolved = resolve_given(plan.given, os.environ)
+        if plan.resolved.problems:
+            return None  # no codex: the CLI says what is wrong, and its words are the last
     argv = plan.argv
     env = child_env()
     try:
@@ -239,12 +269,30 @@ def main(argv: list[str] | None = None) -> None:
             status = _serve_without_click(early.plan)
             if status is not None:
                 sys.exit(status)
+            # The CLI stops here (a problem the check before the spawn did
+            # not see): the child ends first, so the CLI's error is the last line.
+            discard()
         from .cli import main as cli_main
 
         cli_main(args)
+    except Exception as exc:  # noqa: BLE001 - a failure nothing above put into words: one line, not a traceback
+        discard()
+        sys.exit(_one_line(exc))
     finally:
         discard()
         gc.enable()
+
+
+def _one_line(exc: BaseException) -> int:
+    """Say ``exc`` on one line of stderr (its traceback only at the debug
+    log level, for a bug report); the exit status 1."""
+    if (os.environ.get("CODEX_SIDECAR_LOG_LEVEL") or "").lower() == "debug":
+        import traceback
+
+        traceback.print_exception(exc)
+    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in str(exc) else ""
+    print(f"codex-sidecar: error: {type(exc).__name__}: {exc}{where} (CODEX_SIDECAR_LOG_LEVEL=debug prints the traceback)", file=sys.stderr)
+    return 1
 
 
 def _serve_without_click(plan: SessionPlan) -> int | None:
@@ -254,7 +302,7 @@ def _serve_without_click(plan: SessionPlan) -> int | None:
     from .serve import serve_planned
 
     try:
-        return serve_planned(plan.argv, plan.given, plan.drop_in)
+        return serve_planned(plan.argv, plan.given, plan.drop_in, plan.resolved)
     except Exception as exc:
         import click
 

@@ -18,30 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from .child import forward_signals_to, start_process
-from .config import ACTIVE_ENV, DEFAULT, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_settings
+from .config import ACTIVE_ENV, DEFAULT, Origin, Resolved, default_state_dir, did_you_mean, resolve_codex_bin, resolve_given
 from .early import adopt, child_env
 from .logs import setup_logging
 
 log = logging.getLogger("codex_sidecar.cli")
 
 
-def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool) -> int | None:
+def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool, resolved: Resolved | None = None) -> int | None:
     """Run the session :func:`sidecar.launch.plan_session` planned, with the
-    settings resolved as the CLI resolves them; None (nothing done) when
-    anything would make the CLI stop or warn: it runs then, and says so.
+    settings resolved as the CLI resolves them (``resolved``: already, by
+    :func:`resolve_planned`); None (nothing done) when anything would make
+    the CLI stop or warn: it runs then, and says so.
 
     ``given``: the sidecar's options from the command line (name -> raw
     value; ``config_file`` included), as click passes them.
     """
-    env_config = os.environ.get("CODEX_SIDECAR_CONFIG") or None
-    if "config_file" in given:
-        config_file, config_origin = given["config_file"], Origin("flag", "--config-file")
-    elif env_config is not None:
-        config_file, config_origin = env_config, Origin("env", "CODEX_SIDECAR_CONFIG")
-    else:
-        config_file, config_origin = None, DEFAULT
-    flags = {k: v for k, v in given.items() if k != "config_file"}
-    resolved = resolve_settings(flags, os.environ, config_file, config_origin)
+    if resolved is None:
+        resolved = resolve_planned(given)
     if resolved.problems:
         return None
     if not drop_in:
@@ -56,6 +50,12 @@ def serve_planned(argv: list[str], given: dict[str, Any], drop_in: bool) -> int 
     if codex != argv[0]:
         return None
     return _serve(resolved, argv, "codex on PATH" if origin.kind == "default" else str(origin))
+
+
+def resolve_planned(given: dict[str, Any]) -> Resolved:
+    """The settings for ``given`` (the command line's, ``config_file``
+    included), the variables and the config file, as the CLI resolves them."""
+    return resolve_given(given, os.environ)
 
 
 def _claim_stdout() -> int:
@@ -85,12 +85,9 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
     else:
         try:
             popen = start_process(argv, env)
-        except FileNotFoundError:
-            log.error("cannot start child: not found", extra={"fields": {"command": argv[0], "from": child_from}})
-            return 127
-        except PermissionError:
-            log.error("cannot start child: permission denied", extra={"fields": {"command": argv[0], "from": child_from}})
-            return 126
+        except OSError as exc:
+            log.error(start_failure(argv[0], exc), extra={"fields": {"command": argv[0], "from": child_from}})
+            return 127 if isinstance(exc, FileNotFoundError) else 126
         previous = forward_signals_to(popen)
     try:
         return _serve_started(resolved, argv, protocol_out, popen, child_from)
@@ -102,6 +99,22 @@ def _serve(resolved: Resolved, argv: list[str], child_from: str) -> int:
             # it cannot open); a relay that ran has seen codex exit.
             popen.kill()
             popen.wait()
+
+
+def start_failure(command: str, exc: OSError) -> str:
+    """One line for a child that could not be started (``docs/errors.md``)."""
+    import errno
+
+    if isinstance(exc, FileNotFoundError):
+        return "cannot start child: not found"
+    if isinstance(exc, PermissionError):
+        return "cannot start child: permission denied"
+    if exc.errno == errno.ENOEXEC:
+        return (
+            f"cannot start child: {command} is not a program this machine can run "
+            "(exec format error: a script without a '#!' line, or a binary for another architecture)"
+        )
+    return f"cannot start child: {exc.strerror or exc}"
 
 
 def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen: Any, child_from: str) -> int:

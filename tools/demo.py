@@ -304,6 +304,10 @@ def main() -> None:
             print(f"\nremoved the demo's folder {work} (make demo ARGS=--keep keeps it)")
     if report is not None:
         print(f"\nthe session's report (codex-sidecar view), to open in a browser:\n  {report}")
+    if code == 0:
+        from tools.demo_next import next_steps, sidecar_script
+
+        print("\n" + "\n".join(next_steps(script=sidecar_script(sys.executable), codex_bin=os.path.abspath(args.codex_bin), state_dir=work / "state" if args.keep else None)))
     sys.exit(code)
 
 

@@ -65,6 +65,18 @@ class SidecarHost:
         return await self.completions.complete(params)
 
 
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]*@", re.I)
+
+
+def bind_failure(exc: BaseException) -> str:
+    """What the engine said when its bind failed (its first line: "psycopg is
+    not installed: pip install ..."), a URL's password masked; the error's
+    type for an exception with no words (a deadline: ``TooSlowError``)."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return _URL_PASSWORD.sub(r"\1***@", line)[:500]
+
+
 async def bind_engine(engine: Any, host: SidecarHost, deadline: float) -> bool:
     """Give the engine its host (if it has ``bind``). False: it raised or
     overran the deadline, and the caller runs ``legacy`` instead."""
@@ -78,7 +90,7 @@ async def bind_engine(engine: Any, host: SidecarHost, deadline: float) -> bool:
     except Exception as exc:  # TooSlowError included
         log.error(
             "context engine bind failed; running legacy",
-            extra={"fields": {"engineId": engine_id, "error": type(exc).__name__}},
+            extra={"fields": {"engineId": engine_id, "error": type(exc).__name__, "message": bind_failure(exc)}},
         )
         return False
     log.info("context engine bound to the host", extra={"fields": {"engineId": engine_id, "stateDir": host.state_dir}})

@@ -55,7 +55,7 @@ def _from_error(path: Path, exc: OSError, *, readable: bool, creating: bool = Fa
         return StateProblem(path, "has a file where a folder should be", f"move that file away, or {FIX_SETTING}", False, "state-not-a-folder")
     if exc.errno == errno.EROFS:
         return StateProblem(path, "is on a read-only file system", FIX_SETTING, readable, "state-unwritable")
-    if creating:
+    if creating or exc.errno == errno.ENOENT:  # ENOENT on a folder's creation: the file system refuses (/proc)
         return StateProblem(path, f"cannot be created ({_reason(exc)})", f"create it (mkdir -m 700 {path}), or {FIX_SETTING}", False, "state-cannot-create")
     if readable:
         return StateProblem(path, f"is not writable by this user ({_reason(exc)})", f"chown -R $(id -un) {path}, or {FIX_SETTING}", True, "state-unwritable")
@@ -83,6 +83,25 @@ def _full(folder: Path, reserve: int) -> OSError | None:
     return None
 
 
+def _unenterable(p: Path, exc: OSError) -> StateProblem:
+    """The state dir cannot even be looked up: name the folder above it that
+    this user may not enter (the first whose entry cannot be looked at)."""
+    blocked = p.parent
+    for a in [*reversed(p.parents), p][1:]:
+        try:
+            os.stat(a)
+        except OSError:
+            blocked = a.parent
+            break
+    return StateProblem(
+        p,
+        f"is inside {blocked}, which this user cannot enter ({_reason(exc)})",
+        f"let this user into {blocked} (chmod o+x, or an ACL), or {FIX_SETTING}",
+        False,
+        "state-unreadable",
+    )
+
+
 def state_dir_problem(path: str | os.PathLike[str], *, create: bool, reserve: int = 64 * 1024, missing_ok: bool = False) -> StateProblem | None:
     """The first problem with the state dir at ``path``, or None.
 
@@ -93,7 +112,11 @@ def state_dir_problem(path: str | os.PathLike[str], *, create: bool, reserve: in
     missing state dir is no problem at all (a legacy sidecar, which has
     nothing to read there and writes nothing)."""
     p = Path(path)
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as closed:  # a folder above it this user cannot enter (another user's 0700 home)
+        return _unenterable(p, closed)
+    if not exists:
         if missing_ok:
             return None
         if not create:

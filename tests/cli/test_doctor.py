@@ -344,3 +344,21 @@ def test_a_distribution_that_registers_a_built_in_id_is_shown_ignored(tmp_path, 
         assert finding.message.endswith("; ignored, as built-in ids cannot be replaced: impostor ('transcript-budget')"), finding.message
     (dist / "entry_points.txt").write_text("[openclaw.context_engines]\nnew-engine = impostor_mod:make\n")
     assert "ignored" not in check_engine("lossless", None, {}).message
+
+
+def test_doctor_without_a_codex_names_the_one_make_demo_installed(tmp_path, monkeypatch):
+    from sidecar import doctor
+
+    (tmp_path / "Makefile").write_text("CODEX_VER   := 0.169.0\n")
+    for version in ("0.149.0", "0.169.0", "0.171.0"):
+        codex = tmp_path / ".tools" / f"codex-{version}" / "node_modules" / ".bin" / "codex"
+        codex.parent.mkdir(parents=True)
+        codex.write_text("#!/bin/sh\n")
+        codex.chmod(0o755)
+    pinned = tmp_path / ".tools" / "codex-0.169.0" / "node_modules" / ".bin" / "codex"
+    assert doctor.demo_codex_hint(tmp_path) == f"; make demo installed one: --codex-bin {pinned} (or CODEX_SIDECAR_CODEX_BIN)"
+    assert doctor.demo_codex_hint(tmp_path / "nothing") == ""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(doctor, "demo_codex_hint", lambda: f"; make demo installed one: --codex-bin {pinned} (or CODEX_SIDECAR_CODEX_BIN)")
+    finding, _ = doctor.check_codex(None)
+    assert not finding.ok and f"make demo installed one: --codex-bin {pinned}" in finding.message

@@ -4,6 +4,7 @@ row is left without a trigger, nor a trigger without a row."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -102,6 +103,8 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "sidecar-loop": lambda t, m: sidecar(["app-server"], {"CODEX_SIDECAR_ACTIVE": "1"}),
     "codex-too-old": lambda t, m: check_codex(_fake_codex(t, "0.100.0"))[0].message,
     "child-not-found": lambda t, m: sidecar(["proxy", "--", str(t / "nothing-here")]),
+    "child-not-a-program": lambda t, m: ((t / "script").write_text("echo hi\n"), (t / "script").chmod(0o755), sidecar(["proxy", "--", str(t / "script")]))[2],
+    "command-near-miss": lambda t, m: sidecar(["docter"], {"CODEX_SIDECAR_CODEX_BIN": "/bin/false"}),
     "recording-unopenable": lambda t, m: sidecar(["--record", str(t / "no" / "such" / "dir" / "r.jsonl"), "proxy", "--", "true"]),
     "state-not-a-folder": lambda t, m: ((t / "f").write_text(""), check_state_dir(t / "f").message)[1],
     "state-cannot-create": lambda t, m: (m.setattr(usable, "private_dir", lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied"))), usable.state_dir_problem(t / "new", create=True).message())[1],  # type: ignore[union-attr]
@@ -111,6 +114,7 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "state-open-mode": lambda t, m: ((t / "open").mkdir(mode=0o755), (t / "open").chmod(0o755), check_state_dir(t / "open").message)[2],
     "engine-not-installed": lambda t, m: check_engine("losless", None, {}).message,
     "engine-not-loaded": lambda t, m: _loader_log("losless"),
+    "engine-cannot-start": lambda t, m: check_engine("lossless", None, {"database_url": "postgresql://u:p@127.0.0.1:1/x"}).message,
     "engine-no-allowlist": lambda t, m: _third_party_without_allowlist(t, m),
     "tokenizer-inexact": lambda t, m: check_tokenizer(lambda: "cl100k_base").message,
     "inspect-no-turns": lambda t, m: sidecar(["inspect", "00000000-0000-0000-0000-000000000000", "--state-dir", str(t)]),
@@ -165,3 +169,24 @@ def test_the_state_rows_are_the_codes_the_sidecar_logs():
 
 def test_child_scripts_used_above_exist():
     assert (CHILDREN / "echo_rpc.py").exists()
+
+
+def test_openclaw_s_write_epipe_is_a_sidecar_that_exited_at_start_and_the_docs_say_so(tmp_path):
+    """What OpenClaw logs for a sidecar that stopped on a setting: its write
+    of ``initialize`` finds the pipe closed (EPIPE). Both documents map that
+    line to its cause and to doctor, run as the gateway's user."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    env.update(CODEX_SIDECAR_TOKEN_BUDGET="lots", CODEX_SIDECAR_CODEX_BIN=str(tmp_path / "codex"), XDG_CONFIG_HOME=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "app-server", "--listen", "stdio://"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.wait(timeout=60) == 1
+    assert proc.stdin is not None
+    with pytest.raises(BrokenPipeError):
+        proc.stdin.write(b'{"id":1,"method":"initialize","params":{}}\n')
+        proc.stdin.flush()
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    assert proc.stderr is not None and b"invalid value CODEX_SIDECAR_TOKEN_BUDGET=lots" in proc.stderr.read()
+    for doc in (DOC, ROOT / "docs" / "openclaw.md"):
+        text = " ".join(doc.read_text().split())
+        assert 'codex app-server write failed error="write EPIPE"' in text, doc
+        assert "exited at start" in text and "codex-sidecar doctor` as the gateway's user" in text, doc

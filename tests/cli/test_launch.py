@@ -193,6 +193,18 @@ def test_the_child_starts_before_the_sidecar_imports_its_heavy_modules(tmp_path)
     assert spawn_at > events.index(["import", "trio"]) or spawn_at > events.index(["import", "click"])
 
 
+def test_with_settings_given_the_child_still_starts_before_trio_and_the_relay(tmp_path):
+    """Given settings are resolved before the spawn (they could fail), and
+    nothing else: the spawn still comes before trio, the relay and click."""
+    argv = [sys.executable, str(CHILDREN / "echo_rpc.py")]
+    env = {"ECHO_RPC_QUIET": "1", "CODEX_SIDECAR_ENGINE": "legacy", "CODEX_SIDECAR_TOKEN_BUDGET": "1000"}
+    out, events = traced(tmp_path, ["proxy", "--", *argv], env, stdin=b'{"id":1,"method":"initialize","params":{}}\n')
+    assert out.returncode == 0, out.stderr.decode()
+    spawn_at = events.index(["spawn", argv])
+    imported_before = {e[1] for e in events[:spawn_at] if e[0] == "import"}
+    assert not imported_before & {"trio", "sidecar.relay", "click", "sidecar.cli"}, imported_before
+
+
 @pytest.mark.parametrize("engine", ["legacy", "lossless"])
 def test_a_session_starts_without_what_it_does_not_use(tmp_path, engine):
     """The session's whole start (relay, lifecycle, engine) spawns nothing but
@@ -222,13 +234,17 @@ def test_a_session_starts_without_what_it_does_not_use(tmp_path, engine):
         {"CODEX_SIDECAR_LOG_LEVEL": "loud"},
     ],
 )
-def test_a_setting_the_cli_rejects_after_the_early_start_gives_the_same_error_and_leaves_no_child(tmp_path, env):
+def test_a_setting_the_cli_rejects_starts_no_child_and_its_error_is_the_last_line(tmp_path, env):
+    """Settings that could fail are resolved before codex is spawned: a bad
+    one is reported with no codex started (whose own start-up lines buried
+    the error), as the CLI alone reports it."""
     # A child that ignores stdin EOF and SIGTERM (so also the death signal the
     # sidecar's exit sends): only the sidecar ending it for sure ends it.
     marker = str(tmp_path / f"early-child-{time.monotonic_ns()}")
     argv = [sys.executable, str(CHILDREN / "stubborn.py"), marker, "ignore-term"]
     out, events = traced(tmp_path, ["proxy", "--", *argv], env)
-    assert any(e == ["spawn", argv] for e in events), "the early start did happen"
+    assert not any(e[0] == "spawn" for e in events), "a child was started for settings that fail"
+    assert out.stderr.decode().strip().splitlines()[-1].startswith("Error: invalid value")
     plain, plain_events = traced(tmp_path, ["proxy", "--", *argv], env, module="cli")
     assert not any(e[0] == "spawn" for e in plain_events)
     assert out.returncode == plain.returncode != 0
@@ -322,16 +338,16 @@ def test_a_recording_that_cannot_be_opened_is_reported_as_the_cli_reports_it(tmp
     assert fast.stderr == plain.stderr and b"Error: cannot open recording" in fast.stderr
 
 
-def test_a_config_file_the_cli_rejects_after_the_early_start_gives_the_same_error(tmp_path):
-    """``proxy`` starts its child before the config file is read (it cannot
-    name that child): a bad file is still the CLI's error, and no child stays."""
+def test_a_config_file_the_cli_rejects_starts_no_child_and_gives_the_same_error(tmp_path):
+    """A config file could fail, so it is read before ``proxy``'s child is
+    started: a bad file is the CLI's error, and no child was ever started."""
     cfg = tmp_path / "c.toml"
     cfg.write_text('recrod = "typo"\n')
     marker = str(tmp_path / f"early-config-{time.monotonic_ns()}")
     argv = [sys.executable, str(CHILDREN / "stubborn.py"), marker]
     env = {"CODEX_SIDECAR_CONFIG": str(cfg)}
     out, events = traced(tmp_path, ["proxy", "--", *argv], env)
-    assert ["spawn", argv] in events
+    assert not any(e[0] == "spawn" for e in events)
     plain, _ = traced(tmp_path, ["proxy", "--", *argv], env, module="cli")
     assert out.returncode == plain.returncode != 0
     assert out.stderr == plain.stderr and b"unknown key 'recrod'" in out.stderr

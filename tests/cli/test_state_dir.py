@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -148,31 +147,63 @@ def test_an_unreadable_state_dir_leaves_a_pure_relay(tmp_path):
     assert "FAIL" in doctor_line(state, faults)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"), reason="needs root to make a folder another user cannot read")
-def test_a_backing_folder_root_made_unreadable_for_real(tmp_path):
-    """No injection: the state dir is the user's, ``backing/`` root's (0700),
-    and the sidecar runs as ``nobody``."""
-    top = Path(tempfile.mkdtemp(prefix="codex-sidecar-test-"))
-    try:
-        top.chmod(0o755)
-        state = top / "state"
-        state.mkdir()
-        os.chown(state, 65534, 65534)
-        state.chmod(0o700)
-        (state / "backing").mkdir(mode=0o700)  # root's
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
-        env.update(CODEX_SIDECAR_STATE_DIR=str(state), CODEX_SIDECAR_LOG_FORMAT="json", ECHO_RPC_QUIET="1", HOME=str(top), XDG_CONFIG_HOME=str(top))
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "sidecar"]
-        # The child is the system Python: this one's lives under root's home.
-        out = subprocess.run([*cmd, "proxy", "--", "/usr/bin/python3", str(CHILDREN / "echo_rpc.py")], input=INIT, capture_output=True, env=env, cwd=ROOT, timeout=60)
-        assert out.returncode == 0, out.stderr.decode()
-        assert json.loads(out.stdout.splitlines()[0])["result"]["userAgent"].startswith("echo_rpc/")
-        errors = [e for e in map(json.loads, out.stderr.decode().splitlines()) if e["level"] == "error"]
-        assert_one_error(errors, state / "backing", "state-unreadable", "pure relay")
-        doctor = subprocess.run([*cmd, "doctor"], capture_output=True, env=env, cwd=ROOT, timeout=60)
-        assert f"FAIL state dir    state dir unusable: {state / 'backing'} cannot be read" in doctor.stdout.decode()
-    finally:
-        shutil.rmtree(top)
+NOBODY = 65534
+WITHOUT_ROOTS_PASS = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-dac_override,-dac_read_search,-fowner"]
+"""Root without the capabilities that let it into any user's folder: to the
+kernel it is then one user among others, so a folder ``nobody`` owns (0700)
+is closed to it for real. (Running the sidecar as ``nobody`` instead needs a
+checkout and a venv ``nobody`` can read: a clone in a private home folder
+is neither.)"""
+for_real = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root, to hand a folder to another user")
+
+
+def nobodys(folder: Path) -> Path:
+    folder.mkdir()
+    os.chown(folder, NOBODY, NOBODY)
+    folder.chmod(0o700)
+    return folder
+
+
+def run_as_another_user(args: list[str], state: Path, top: Path, engine: str = "legacy", stdin: bytes = INIT) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
+    env.update(CODEX_SIDECAR_STATE_DIR=str(state), CODEX_SIDECAR_ENGINE=engine, CODEX_SIDECAR_LOG_FORMAT="json", ECHO_RPC_QUIET="1", HOME=str(top), XDG_CONFIG_HOME=str(top))
+    return subprocess.run([*WITHOUT_ROOTS_PASS, sys.executable, "-m", "sidecar", *args], input=stdin, capture_output=True, env=env, cwd=ROOT, timeout=60)
+
+
+@for_real
+def test_a_backing_folder_another_user_owns_leaves_a_pure_relay_for_real(tmp_path):
+    """No injection: the state dir is the user's, ``backing/`` another user's (0700)."""
+    tmp_path.chmod(0o755)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    nobodys(state / "backing")
+    out = run_as_another_user(["proxy", "--", sys.executable, str(CHILDREN / "echo_rpc.py")], state, tmp_path)
+    assert out.returncode == 0, out.stderr.decode()
+    assert json.loads(out.stdout.splitlines()[0])["result"]["userAgent"].startswith("echo_rpc/")
+    errors = [e for e in map(json.loads, out.stderr.decode().splitlines()) if e["level"] == "error"]
+    assert_one_error(errors, state / "backing", "state-unreadable", "pure relay")
+    doctor = run_as_another_user(["doctor"], state, tmp_path, stdin=b"")
+    assert f"FAIL state dir    state dir unusable: {state / 'backing'} cannot be read" in doctor.stdout.decode()
+
+
+@for_real
+@pytest.mark.parametrize("engine", ["legacy", "lossless"])
+def test_a_state_dir_inside_a_folder_this_user_cannot_enter_answers_initialize_for_real(tmp_path, engine):
+    """Another user's 0700 folder above the state dir: ``Path.exists()``
+    itself fails (EACCES, not "missing"); the client still gets its
+    app-server, as a pure relay, and one error line names the folder."""
+    tmp_path.chmod(0o755)
+    closed = nobodys(tmp_path / "theirs")
+    state = closed / "state"
+    out = run_as_another_user(["proxy", "--", sys.executable, str(CHILDREN / "echo_rpc.py")], state, tmp_path, engine)
+    assert out.returncode == 0, out.stderr.decode()
+    assert b"Traceback" not in out.stderr
+    assert json.loads(out.stdout.splitlines()[0])["result"]["userAgent"].startswith("echo_rpc/")
+    errors = [e for e in map(json.loads, out.stderr.decode().splitlines()) if e["level"] == "error"]
+    assert_one_error(errors, state, "state-unreadable", "pure relay")
+    assert f"is inside {closed}, which this user cannot enter (Permission denied)" in errors[0]["msg"]
+    doctor = run_as_another_user(["doctor"], state, tmp_path, stdin=b"")
+    assert f"FAIL state dir    state dir unusable: {state} is inside {closed}" in doctor.stdout.decode(), doctor.stdout.decode() + doctor.stderr.decode()
 
 
 def test_an_unwritable_state_dir_keeps_the_history_without_an_engine(tmp_path):
@@ -228,3 +259,16 @@ def test_a_usable_state_dir_has_no_problem_and_the_check_writes_nothing(tmp_path
     assert state_dir_problem(state, create=True) is None
     assert sorted(p.name for p in state.iterdir()) == ["backing"] and os.stat(state).st_mtime_ns == before
     assert state_dir_problem(tmp_path / "absent", create=False) is None and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, a file system that refuses new folders")
+def test_a_state_dir_the_file_system_refuses_is_named_as_such_by_doctor_and_the_sidecar():
+    """``/proc/x``: root passes every permission check, yet no folder can be
+    made there. doctor tries for real instead of saying "will be created",
+    and the sidecar says it cannot be created rather than blaming ownership."""
+    state = Path("/proc/codex-sidecar-test")
+    line = doctor_line(state)
+    assert line.startswith("FAIL") and f"{state} cannot be created (/proc refuses new folders" in line
+    errors, _ = relay(state, engine="lossless")
+    assert len(errors) == 1 and errors[0]["code"] == "state-cannot-create", errors
+    assert f"{state} cannot be created" in errors[0]["msg"] and "chown" not in errors[0]["msg"]
