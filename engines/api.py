@@ -67,7 +67,7 @@ __all__ = [
     "MaintainParams",
     "MaintainResult",
     "PromptCacheInfo",
-    "ResetParams",
+    "SessionResetParams",
     "RuntimeContext",
     "TextBlock",
     "ThinkingBlock",
@@ -359,11 +359,11 @@ class CompactParams(_Model, kw_only=True):
     runtime_context: RuntimeContext = msgspec.field(default_factory=RuntimeContext)
 
 
-class ResetParams(_Model, kw_only=True):
+class SessionResetParams(_Model, kw_only=True):
     """OpenClaw reset the session (``/new``, ``/reset``): ``session_id`` and
     ``session_key`` name the engine session that begins now, empty;
     ``previous_session_id`` and ``previous_session_key`` the one it follows,
-    whose data the sidecar never deletes. For the optional ``reset`` method."""
+    whose data the sidecar never deletes. For the optional ``on_session_reset`` method."""
 
     session_id: str
     session_key: str

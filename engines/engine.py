@@ -3,7 +3,8 @@
 Optional engine methods
 -----------------------
 ``ingest``, ``assemble`` and ``compact`` are required.  ``bootstrap``,
-``ingest_batch``, ``after_turn``, ``maintain``, ``dispose`` and ``reset`` are optional,
+``ingest_batch``, ``after_turn``, ``maintain``, ``dispose`` and
+``on_session_reset`` are optional,
 and the spec's post-turn fallback (``after_turn``, else ``ingest_batch``, else
 ``ingest`` per new message) depends on knowing whether an engine *really*
 implements one.  An engine signals "not implemented" in any of three ways:
@@ -55,7 +56,7 @@ from .api import (
     IngestResult,
     MaintainParams,
     MaintainResult,
-    ResetParams,
+    SessionResetParams,
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
@@ -86,7 +87,7 @@ OPTIONAL_METHODS: tuple[str, ...] = (
     "after_turn",
     "maintain",
     "dispose",
-    "reset",
+    "on_session_reset",
 )
 #: Optional methods outside the turn lifecycle: engine tools and the host.
 #: ``tools`` is synchronous; ``call_tool`` and ``bind`` are async.
@@ -101,7 +102,8 @@ class ContextEngine(Protocol):
     """The minimal engine shape: ``info`` plus the three required methods.
 
     The optional methods (``bootstrap``, ``ingest_batch``, ``after_turn``,
-    ``maintain``, ``dispose``, ``reset``) are deliberately not members: a Protocol member
+    ``maintain``, ``dispose``, ``on_session_reset``) are deliberately not
+    members: a Protocol member
     is mandatory for a type checker, and an engine without them is valid.
     They are spelled out in :class:`ContextEngineWithOptionals`; at run time
     use :func:`optional_method` to find them.
@@ -130,7 +132,7 @@ class ContextEngineWithOptionals(ContextEngine, Protocol):
 
     async def dispose(self) -> None: ...
 
-    async def reset(self, params: ResetParams) -> None: ...
+    async def on_session_reset(self, params: SessionResetParams) -> None: ...
 
 
 @runtime_checkable
@@ -305,7 +307,7 @@ class BaseContextEngine(abc.ABC):
         return None
 
     @engine_default
-    async def reset(self, params: ResetParams) -> None:
+    async def on_session_reset(self, params: SessionResetParams) -> None:
         """Stand-in: the new session simply starts empty (its first assemble says so)."""
         return None
 

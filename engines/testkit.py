@@ -53,7 +53,7 @@ from .api import (
     IngestResult,
     MaintainParams,
     MaintainResult,
-    ResetParams,
+    SessionResetParams,
 )
 from .engine import OPTIONAL_METHODS, REQUIRED_METHODS, BaseContextEngine
 
@@ -280,8 +280,8 @@ class RecordingEngine(BaseContextEngine):
     async def dispose(self) -> None:
         return await self._dispatch("dispose", None)
 
-    async def reset(self, params: ResetParams) -> None:
-        return await self._dispatch("reset", params)
+    async def on_session_reset(self, params: SessionResetParams) -> None:
+        return await self._dispatch("on_session_reset", params)
 
     # -- default behaviour (override these in subclasses) -----------------
 
@@ -301,7 +301,7 @@ class RecordingEngine(BaseContextEngine):
     async def handle_ingest_batch(self, params: IngestBatchParams) -> IngestBatchResult:
         return IngestBatchResult(ingested_count=len(params.messages))
 
-    async def handle_reset(self, params: ResetParams) -> None:
+    async def handle_on_session_reset(self, params: SessionResetParams) -> None:
         return None
 
     async def handle_after_turn(self, params: AfterTurnParams) -> None:

@@ -13,7 +13,7 @@ carries it out, in the order a SIGKILL at any instant leaves consistent:
    ``codex-sidecar.reset``, keyed by the thread, so a replay adds nothing):
    the old session's says which session followed it, the new one's which it
    followed;
-4. the engine's optional ``reset`` (under the deadline; an error is logged,
+4. the engine's optional ``on_session_reset`` (under the deadline; an error is logged,
    nothing else changes).
 
 Nothing of the old session is deleted: its transcript, its engine store and
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from engines import ResetParams, optional_method
+from engines import SessionResetParams, optional_method
 
 from ..session.identity import reset_session
 from ..session.state import ThreadSession
@@ -110,12 +110,12 @@ def _record(old: TranscriptMirror | None, new: TranscriptMirror, old_id: str, ne
 
 
 async def _notify(job: Sessions, session: ThreadSession, old_id: str, old_key: str) -> None:
-    """The engine's optional ``reset``: an engine without one sees the new
+    """The engine's optional ``on_session_reset``: an engine without one sees the new
     session begin with an empty history, as any new session."""
-    reset = optional_method(job.calls.engine, "reset")
+    reset = optional_method(job.calls.engine, "on_session_reset")
     if reset is None:
         return
-    params = ResetParams(
+    params = SessionResetParams(
         session_id=session.session_id,
         session_key=session.session_key,
         previous_session_id=old_id,
