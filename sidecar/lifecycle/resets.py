@@ -63,7 +63,7 @@ async def begin(job: Sessions, session: ThreadSession) -> bool:
         job._set_session(session, old_id, old_via)
         return False
     if session.relay is not None:
-        await save_relay(job, session)
+        await name_relay(job, session)
     session.mirror = mirror
     session.had_history = False
     await trio.to_thread.run_sync(_record, old_mirror, mirror, old_id, new_id, session.thread_id)
@@ -83,10 +83,10 @@ async def repair_relay(job: Sessions, session: ThreadSession) -> None:
         return
     known = await trio.to_thread.run_sync(bindings.load_relay, job.state_dir, session.relay)
     if known is None:
-        await save_relay(job, session)
+        await name_relay(job, session)
 
 
-async def save_relay(job: Sessions, session: ThreadSession) -> None:
+async def name_relay(job: Sessions, session: ThreadSession) -> None:
     assert session.relay is not None
     record = bindings.RelaySession(session.relay, session.session_id, session.thread_id, session.via)
     try:

@@ -382,7 +382,7 @@ class Sessions:
             self._set_session(session, provisional, provisional_via)
             return False
         if session.relay is not None:
-            await resets.save_relay(self, session)
+            await resets.name_relay(self, session)
         session.mirror = mirror
         await trio.to_thread.run_sync(_drop_if_empty, old)
         session.had_history = bool(await trio.to_thread.run_sync(session.mirror.messages))

@@ -172,7 +172,8 @@ class Turns:
         stripped: list[Any] | None = None
         # A new thread's first turn may name its session (a continuity
         # projection) or begin a new one (OpenClaw's reset): before anything assembles.
-        await self.sessions_job.first_turn(session, items)
+        if session.fresh:
+            await self.sessions_job.first_turn(session, items)
         if already_projected(items):
             state.openclaw_context = await self._openclaw_context(session, items)
             if state.openclaw_context == "engine":
