@@ -259,3 +259,22 @@ async def test_a_reset_under_relay_ids_that_change_is_a_new_session_with_nothing
     assert engine.calls_to("assemble")[0].params.messages == []
     assert not any("heron" in t for t in input_texts(turn_start))
     assert users(tmp_path / "state", v2("1")) == [FACT]
+
+
+TOOLS = [{"type": "function", "name": "message", "description": "d", "inputSchema": {"type": "object"}}]
+
+
+async def test_the_thread_s_tools_are_known_to_the_new_session_in_later_processes(tmp_path, sidecar):
+    async with sidecar(tmp_path, make_engine(), name="run1") as run:
+        t1 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))
+        await run.turn(t1, FACT)
+        t2 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))  # /new
+        await run.turn(t2, "Hello.")
+    engine = make_engine()
+    async with sidecar(tmp_path, engine, name="run2") as run:
+        await run.resume_thread(t2, **hooks(RID))  # --local: no dynamicTools on a resume
+        await run.turn(t2, "Again.")
+
+    (assemble,) = engine.calls_to("assemble")
+    assert assemble.params.session_id == t2
+    assert assemble.params.available_tools == frozenset({"message"})
