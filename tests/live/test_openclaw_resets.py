@@ -3,12 +3,15 @@ when"): the real `openclaw` 2026.9.6 with its Codex plugin 2026.9.5, the real
 codex 0.169.0, the fake model, the sidecar with `lossless` wrapped so that it
 writes down what it is given.
 
-Session A plants a fact in two `--local` turns; session B plants another in
-one. Through `openclaw gateway run`: A gets `/new` and a turn, B gets
-`/reset` and a turn. Then A has two more `--local` turns (the gateway offers
-one more tool than `--local`, so OpenClaw starts another Codex thread: the
-post-reset session must continue there), the second asking the model to look
-for the fact with `lcm_grep`.
+Through `openclaw gateway run`, session A plants a fact in two turns and
+session B another in one; A gets `/new` and a turn, B gets `/reset` and a
+turn. Then web search is turned off and the gateway restarted (OpenClaw
+starts another Codex thread for the session and renders its transcript into
+it: the post-reset session must continue there) for two more turns of A, the
+second asking the model to look for the fact with `lcm_grep`; then one
+`openclaw agent --local` turn of A (a new process, and one tool fewer than
+the gateway: another thread). `--local` itself does not reset: it sends
+`/new` to the model as a prompt.
 
 After each reset: no pre-reset fact in any model request, `assemble`,
 `after_turn` or `lcm_*` answer; every later engine call is one new session;
@@ -107,6 +110,7 @@ SECRET_A, SECRET_B = "4711", "9182"
 A_BEFORE = [FACT_A, "What is 2+2?"]
 A_GATEWAY = "Which code did I give you?"
 A_AFTER = ["What is 3+3?", "Use lcm_grep to find locker."]
+A_LOCAL = "Thanks, that is all."
 B_GATEWAY = "Which code did I give you?"
 TIMED_OUT = "codex app-server request timed out"
 
@@ -169,29 +173,46 @@ def _stored(state: Path, session_id: str) -> list[str]:
         store.close()
 
 
+def _web_search_off(home: OpenClawHome) -> None:
+    config = json.loads(home.config_path.read_text())
+    config.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["enabled"] = False
+    home.config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def test_new_and_reset_through_the_gateway_begin_a_new_engine_session_that_holds_nothing_before_them(tmp_path):
     rules = Rules()
     root = tmp_path / "oc"
-    marks: dict[str, int] = {}
     with FakeModel() as model:
         home = _home(root, model)
-        for n, message in enumerate(A_BEFORE, 1):
-            _turn(home, model, A, message, [Text(f"Noted {n}.")])
-        _turn(home, model, B, FACT_B, [Text("Noted.")])
         gateway = home.start_gateway(_free_port(), root / "gateway.log")
         try:
-            marks["a_reset"] = len(model.requests)
-            _, new_ack = _turn(home, model, A, "/new", [Text("unexpected model turn")], local=False)
-            a_gateway, _ = _turn(home, model, A, A_GATEWAY, [Text("I do not know a code.")], local=False)
-            marks["b_reset"] = len(model.requests)
-            _, reset_ack = _turn(home, model, B, "/reset", [Text("unexpected model turn")], local=False)
-            b_gateway, _ = _turn(home, model, B, B_GATEWAY, [Text("I do not know a code.")], local=False)
+            for n, message in enumerate(A_BEFORE, 1):
+                _turn(home, model, A, message, [Text(f"Noted {n}.")], local=False)
+            _turn(home, model, B, FACT_B, [Text("Noted.")], local=False)
+            new = _turn(home, model, A, "/new", [Text("unexpected model turn")], local=False)
+            a_gateway = _turn(home, model, A, A_GATEWAY, [Text("I do not know a code.")], local=False)
+            reset = _turn(home, model, B, "/reset", [Text("unexpected model turn")], local=False)
+            b_gateway = _turn(home, model, B, B_GATEWAY, [Text("I do not know a code.")], local=False)
         finally:
             gateway.stop()
-        a_after = [_turn(home, model, A, A_AFTER[0], [Text("Six.")])[0], _turn(home, model, A, A_AFTER[1], [rules, rules, rules])[0]]
+        # Web search off: OpenClaw starts another Codex thread for the session
+        # and renders its (post-reset) transcript into its first turn.
+        _web_search_off(home)
+        gateway = home.start_gateway(_free_port(), root / "gateway-2.log")
+        try:
+            a_after = [
+                _turn(home, model, A, A_AFTER[0], [Text("Six.")], local=False),
+                _turn(home, model, A, A_AFTER[1], [rules, rules, rules], local=False),
+            ]
+        finally:
+            gateway.stop()
+        # --local (one tool fewer than the gateway: another thread), a new process.
+        a_after.append(_turn(home, model, A, A_LOCAL, [Text("You are welcome.")]))
         requests = list(model.requests)
-    (root / "model.json").write_text(json.dumps({"requests": requests, "marks": marks, "acks": [new_ack, reset_ack]}))
-    check(root, requests, a_gateway, b_gateway, a_after)
+    acks = [new[1], reset[1]]
+    (root / "model.json").write_text(json.dumps({"requests": requests, "acks": acks}))
+    assert not [r for r in (new[0], reset[0]) if len(r)], "a bare /new or /reset is answered by OpenClaw, no model turn"
+    check(root, requests, a_gateway[0], b_gateway[0], [r for r, _ in a_after])
 
 
 def check(root: Path, requests: list[dict], a_gateway: range, b_gateway: range, a_after: list[range]) -> None:
@@ -216,7 +237,7 @@ def check(root: Path, requests: list[dict], a_gateway: range, b_gateway: range, 
             assert c["sessionId"] == b_new, c
             assert SECRET_B not in json.dumps(c), c
     a_assembles = [c for c in calls[a_at:] if c["method"] == "assemble" and c["sessionId"] == a_new]
-    assert [c["prompt"] for c in a_assembles] == [A_GATEWAY, *A_AFTER]
+    assert [c["prompt"] for c in a_assembles] == [A_GATEWAY, *A_AFTER, A_LOCAL]
     assert a_assembles[0]["texts"] == []  # the new session's first assemble: nothing
     # The model: no pre-reset fact in any request after the reset.
     for i in [*a_gateway, *b_gateway, *(i for r in a_after for i in r)]:
@@ -228,9 +249,9 @@ def check(root: Path, requests: list[dict], a_gateway: range, b_gateway: range, 
     answers = [c for c in calls if c["method"] == "call_tool"]
     assert answers and all(c["sessionId"] == a_new and SECRET_A not in c["answer"] for c in answers), answers
     assert not any(SECRET_A in o for r in grep[1:] for o in tool_outputs(r).values())
-    # The post-reset session continued on the next Codex thread (--local after the gateway).
+    # The post-reset session continued on the next Codex threads (web search off, then --local).
     threads = bindings.threads_of(state, a_new)
-    assert len(threads) >= 2, threads
+    assert len(threads) >= 3, threads
     assert bindings.load_relay(state, a_old).session == a_new
     # Nothing of the old sessions is gone: the mirror, the store, OpenClaw's transcript.
     assert FACT_A in session_path(state, a_old).read_text() and FACT_B in session_path(state, b_old).read_text()
