@@ -51,16 +51,16 @@ async def begin(job: Sessions, session: ThreadSession) -> bool:
     old_id, old_key, old_via, old_mirror = session.session_id, session.session_key, session.via, session.mirror
     new_id = reset_session(session.thread_id)
     try:
-        job._set_session(session, new_id, "reset")
+        job.set_session(session, new_id, "reset")
         mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, new_id, session.cwd))
     except (OSError, MirrorError, ValueError) as exc:
-        job._set_session(session, old_id, old_via)
+        job.set_session(session, old_id, old_via)
         log.warning("OpenClaw reset the session but the new one could not be opened; the thread stays in the old one",
                     extra={"fields": job.calls.fields(session, error=type(exc).__name__)})
         return False
-    if not await job._save_binding(session, "reset"):
+    if not await job.save_binding(session, "reset"):
         mirror.close()
-        job._set_session(session, old_id, old_via)
+        job.set_session(session, old_id, old_via)
         return False
     if session.relay is not None:
         await name_relay(job, session)

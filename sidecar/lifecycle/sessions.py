@@ -291,7 +291,7 @@ class Sessions:
     # ------------------------------------------------------------------
     # the session a thread belongs to (sidecar.session.identity)
 
-    def _set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
+    def set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
         session.path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
         session.session_id = session_id
         session.session_key = session_key(self.options.session_key_template, session_id)
@@ -309,16 +309,16 @@ class Sessions:
         session_id, via = decide(relay=session.relay, bound=bound.session if bound else None, thread_id=session.thread_id,
                                  relay_session=moved.session if moved else None)
         try:
-            self._set_session(session, session_id, bound.via if via == "bound" and bound and bound.via else via)
+            self.set_session(session, session_id, bound.via if via == "bound" and bound and bound.via else via)
         except ValueError:
             return  # not usable as a file name: the thread stays its own session
         if via == "relay" and (bound is None or bound.session != session_id):
-            await self._save_binding(session, via)
+            await self.save_binding(session, via)
         await resets.repair_relay(self, session)
         if session.session_id != session.thread_id:
             log.info("thread bound to its session", extra={"fields": self.calls.fields(session, via=session.via)})
 
-    async def _save_binding(self, session: ThreadSession, via: Via | str) -> bool:
+    async def save_binding(self, session: ThreadSession, via: Via | str) -> bool:
         try:
             await trio.to_thread.run_sync(bindings.save, self.state_dir, bindings.Binding(session.thread_id, session.session_id, str(via)))
         except (OSError, ValueError) as exc:
@@ -372,14 +372,14 @@ class Sessions:
         old = session.mirror
         provisional, provisional_via = session.session_id, session.via
         try:
-            self._set_session(session, found, "continuity")
+            self.set_session(session, found, "continuity")
             mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, found, session.cwd))
         except (OSError, MirrorError, ValueError):
-            self._set_session(session, provisional, provisional_via)
+            self.set_session(session, provisional, provisional_via)
             return False
-        if not await self._save_binding(session, "continuity"):
+        if not await self.save_binding(session, "continuity"):
             mirror.close()
-            self._set_session(session, provisional, provisional_via)
+            self.set_session(session, provisional, provisional_via)
             return False
         if session.relay is not None:
             await resets.name_relay(self, session)
