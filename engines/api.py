@@ -67,6 +67,7 @@ __all__ = [
     "MaintainParams",
     "MaintainResult",
     "PromptCacheInfo",
+    "SessionResetParams",
     "RuntimeContext",
     "TextBlock",
     "ThinkingBlock",
@@ -355,6 +356,21 @@ class CompactParams(_Model, kw_only=True):
     current_token_count: int | None = None
     compaction_target: Literal["budget", "threshold"] = "budget"
     custom_instructions: str | None = None
+    runtime_context: RuntimeContext = msgspec.field(default_factory=RuntimeContext)
+
+
+class SessionResetParams(_Model, kw_only=True):
+    """OpenClaw reset the session (``/new``, ``/reset``): ``session_id`` and
+    ``session_key`` name the engine session that begins now, empty;
+    ``previous_session_id`` and ``previous_session_key`` the one it follows,
+    whose data the sidecar never deletes. For the optional ``on_session_reset`` method."""
+
+    session_id: str
+    session_key: str
+    previous_session_id: str
+    previous_session_key: str
+    session_file: str
+    reason: Literal["openclaw_reset"] = "openclaw_reset"
     runtime_context: RuntimeContext = msgspec.field(default_factory=RuntimeContext)
 
 

@@ -3,7 +3,8 @@
 Optional engine methods
 -----------------------
 ``ingest``, ``assemble`` and ``compact`` are required.  ``bootstrap``,
-``ingest_batch``, ``after_turn``, ``maintain`` and ``dispose`` are optional,
+``ingest_batch``, ``after_turn``, ``maintain``, ``dispose`` and
+``on_session_reset`` are optional,
 and the spec's post-turn fallback (``after_turn``, else ``ingest_batch``, else
 ``ingest`` per new message) depends on knowing whether an engine *really*
 implements one.  An engine signals "not implemented" in any of three ways:
@@ -55,6 +56,7 @@ from .api import (
     IngestResult,
     MaintainParams,
     MaintainResult,
+    SessionResetParams,
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
@@ -85,6 +87,7 @@ OPTIONAL_METHODS: tuple[str, ...] = (
     "after_turn",
     "maintain",
     "dispose",
+    "on_session_reset",
 )
 #: Optional methods outside the turn lifecycle: engine tools and the host.
 #: ``tools`` is synchronous; ``call_tool`` and ``bind`` are async.
@@ -99,7 +102,8 @@ class ContextEngine(Protocol):
     """The minimal engine shape: ``info`` plus the three required methods.
 
     The optional methods (``bootstrap``, ``ingest_batch``, ``after_turn``,
-    ``maintain``, ``dispose``) are deliberately not members: a Protocol member
+    ``maintain``, ``dispose``, ``on_session_reset``) are deliberately not
+    members: a Protocol member
     is mandatory for a type checker, and an engine without them is valid.
     They are spelled out in :class:`ContextEngineWithOptionals`; at run time
     use :func:`optional_method` to find them.
@@ -127,6 +131,8 @@ class ContextEngineWithOptionals(ContextEngine, Protocol):
     async def maintain(self, params: MaintainParams) -> MaintainResult: ...
 
     async def dispose(self) -> None: ...
+
+    async def on_session_reset(self, params: SessionResetParams) -> None: ...
 
 
 @runtime_checkable
@@ -298,6 +304,11 @@ class BaseContextEngine(abc.ABC):
     @engine_default
     async def dispose(self) -> None:
         """Stand-in: nothing to release."""
+        return None
+
+    @engine_default
+    async def on_session_reset(self, params: SessionResetParams) -> None:
+        """Stand-in: the new session simply starts empty (its first assemble says so)."""
         return None
 
     @engine_default

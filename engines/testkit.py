@@ -53,6 +53,7 @@ from .api import (
     IngestResult,
     MaintainParams,
     MaintainResult,
+    SessionResetParams,
 )
 from .engine import OPTIONAL_METHODS, REQUIRED_METHODS, BaseContextEngine
 
@@ -279,6 +280,9 @@ class RecordingEngine(BaseContextEngine):
     async def dispose(self) -> None:
         return await self._dispatch("dispose", None)
 
+    async def on_session_reset(self, params: SessionResetParams) -> None:
+        return await self._dispatch("on_session_reset", params)
+
     # -- default behaviour (override these in subclasses) -----------------
 
     async def handle_ingest(self, params: IngestParams) -> IngestResult:
@@ -296,6 +300,9 @@ class RecordingEngine(BaseContextEngine):
 
     async def handle_ingest_batch(self, params: IngestBatchParams) -> IngestBatchResult:
         return IngestBatchResult(ingested_count=len(params.messages))
+
+    async def handle_on_session_reset(self, params: SessionResetParams) -> None:
+        return None
 
     async def handle_after_turn(self, params: AfterTurnParams) -> None:
         return None

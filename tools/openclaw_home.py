@@ -90,11 +90,15 @@ class OpenClawHome:
 
     # ---- turns
 
-    def agent(self, session_id: str, message: str, *, local: bool = True, timeout: float = 1200.0) -> dict:
+    def agent(self, session_id: str, message: str, *, local: bool = True, timeout: float = 1200.0, session_key: str | None = None) -> dict:
         """One `openclaw agent` turn; its `--json` result.  Raises with the
-        tail of OpenClaw's stderr when the command fails."""
+        tail of OpenClaw's stderr when the command fails.  With `session_key`
+        the session is named by its key (`--session-key`; the gateway resets
+        a session on `/new` and `/reset` only when it has one) instead of
+        `session_id`."""
         argv = [self.openclaw_bin, "agent", *(["--local"] if local else []), "--agent", "main"]
-        argv += ["--session-id", session_id, "--message", message, "--json"]
+        argv += ["--session-key", session_key] if session_key is not None else ["--session-id", session_id]
+        argv += ["--message", message, "--json"]
         proc = subprocess.run(
             argv, env=self.env, cwd=self.workspace, capture_output=True, text=True, timeout=timeout
         )

@@ -154,6 +154,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: session keys (they reach the engine when the sidecar's
     #: ``session_key`` setting gives OpenClaw's keys).
     ignore_session_patterns: tuple[str, ...] = DEFAULT_IGNORE_SESSION_PATTERNS
+    #: OpenClaw's ``/new`` and ``/reset`` begin a new session; this many of the
+    #: previous session's newest summaries (those its frame shows) begin the new
+    #: session's frame, until its own first compaction (0: none, a clean start).
+    reset_keep_summaries: int = 0
 
     def __post_init__(self) -> None:
         for name in ("fresh_tail_tokens", "leaf_chunk_tokens", "leaf_summary_tokens", "condensed_summary_tokens"):
@@ -176,7 +180,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens", "summary_max_calls_per_hour"):
+        for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens", "summary_max_calls_per_hour", "reset_keep_summaries"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.condense_fanout < 2:

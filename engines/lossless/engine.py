@@ -34,6 +34,7 @@ from engines.api import (
     IngestResult,
     MaintainParams,
     MaintainResult,
+    SessionResetParams,
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
@@ -51,6 +52,7 @@ from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, i
 from .config import LosslessConfig, knobs, parse_config
 from .messages import content_identity, identities, message_id
 from .outofline import out_of_line_view
+from .reset import carry_summaries
 from .search import agent_of, set_agent
 from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
@@ -257,6 +259,14 @@ class LosslessEngine(BaseContextEngine):
             return BootstrapResult(bootstrapped=False, reason=f"session file unreadable: {type(exc).__name__}")
         count = await self._ingest(params.session_id, params.session_key, messages)
         return BootstrapResult(bootstrapped=True, imported_messages=count)
+
+    async def on_session_reset(self, params: SessionResetParams) -> None:
+        """OpenClaw reset the session: the new one starts empty, or with the
+        previous one's newest summaries (``reset_keep_summaries``, :mod:`.reset`)."""
+        if self.cfg.reset_keep_summaries:
+            await trio.to_thread.run_sync(
+                carry_summaries, self._store_now(), params.previous_session_id, params.session_id, self.cfg.reset_keep_summaries
+            )
 
     # ------------------------------------------------------------ assembly
 

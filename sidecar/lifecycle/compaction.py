@@ -64,7 +64,7 @@ class Compaction:
             self.proxy.spawn(self._record_compaction, session, result, native)
         return None  # a native failure does not fail the engine's compaction; the client sees Codex's answer
 
-    async def _engine_compact(self, session: ThreadSession) -> CompactResult:
+    async def _engine_compact(self, session: ThreadSession, instructions: str | None = None) -> CompactResult:
         try:
             result = await self.calls.call(
                 self.calls.engine.compact(
@@ -75,6 +75,7 @@ class Compaction:
                         force=True,
                         current_token_count=session.current_token_count,
                         compaction_target="budget",
+                        custom_instructions=instructions,
                         runtime_context=self.calls.runtime(session, {}),
                     )
                 ),
@@ -135,12 +136,17 @@ class Compaction:
         return result
 
     async def control_compact(self, params: dict[str, Any]) -> dict[str, Any]:
-        """``sidecar/compact {threadId}``: engine compaction (if it owns it), then native."""
+        """``sidecar/compact {threadId, instructions?}``: engine compaction (if
+        it owns it; ``instructions`` become its ``custom_instructions``), then
+        native (Codex's takes no instructions)."""
         thread_id = params.get("threadId")
         session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
         if session is None:
             raise RpcError(-32602, "unknown threadId")
-        engine_result = await self._engine_compact(session) if self.calls.owns_compaction else None
+        instructions = params.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            raise RpcError(-32602, "instructions must be a string")
+        engine_result = await self._engine_compact(session, instructions or None) if self.calls.owns_compaction else None
         try:
             await self.proxy.request("thread/compact/start", {"threadId": session.thread_id}, timeout=self.options.engine_deadline)
             native: dict[str, Any] = {"ok": True}

@@ -17,7 +17,7 @@ from ..history.archive import TurnArchive, archive_path
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.identity import Via, decide, match_transcript, relay_id, session_key
+from ..session.identity import Via, decide, first_turn, match_transcript, relay_id, session_key
 from ..session.planner import fingerprints
 from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed
 from ..store import bindings
@@ -25,6 +25,7 @@ from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, LedgerState, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
+from . import resets
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .injections import Injections
@@ -290,7 +291,7 @@ class Sessions:
     # ------------------------------------------------------------------
     # the session a thread belongs to (sidecar.session.identity)
 
-    def _set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
+    def set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
         session.path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
         session.session_id = session_id
         session.session_key = session_key(self.options.session_key_template, session_id)
@@ -302,17 +303,22 @@ class Sessions:
         A binding found on the wire is persisted before any turn goes on."""
         # A thread Codex just started has no binding yet: no disk read for it.
         bound = None if session.fresh else await trio.to_thread.run_sync(bindings.load, self.state_dir, session.thread_id)
-        session_id, via = decide(relay=session.relay, bound=bound.session if bound else None, thread_id=session.thread_id)
+        # The session the relay id names now (after a reset, or a content
+        # match of a relay id nothing knew): read only when it decides.
+        moved = await trio.to_thread.run_sync(bindings.load_relay, self.state_dir, session.relay) if session.relay and bound is None else None
+        session_id, via = decide(relay=session.relay, bound=bound.session if bound else None, thread_id=session.thread_id,
+                                 relay_session=moved.session if moved else None)
         try:
-            self._set_session(session, session_id, bound.via if via == "bound" and bound and bound.via else via)
+            self.set_session(session, session_id, bound.via if via == "bound" and bound and bound.via else via)
         except ValueError:
             return  # not usable as a file name: the thread stays its own session
         if via == "relay" and (bound is None or bound.session != session_id):
-            await self._save_binding(session, via)
+            await self.save_binding(session, via)
+        await resets.repair_relay(self, session)
         if session.session_id != session.thread_id:
             log.info("thread bound to its session", extra={"fields": self.calls.fields(session, via=session.via)})
 
-    async def _save_binding(self, session: ThreadSession, via: Via | str) -> bool:
+    async def save_binding(self, session: ThreadSession, via: Via | str) -> bool:
         try:
             await trio.to_thread.run_sync(bindings.save, self.state_dir, bindings.Binding(session.thread_id, session.session_id, str(via)))
         except (OSError, ValueError) as exc:
@@ -332,14 +338,30 @@ class Sessions:
         state = LedgerState(held=[], sizes={}, turns_since_rebuild=[], rebuilds=session.rebuilds, force_rebuild=session.force_rebuild, projected_epoch=session.projected_epoch)
         await trio.to_thread.run_sync(session.ledger.reset, state)
 
+    async def first_turn(self, session: ThreadSession, items: list[Any]) -> None:
+        """The first turn of a thread started in this process, before it
+        assembles: what it says of the thread's session
+        (``identity.first_turn``): a continuity projection may name a known
+        session (:meth:`continue_session`); none, on a new thread of a
+        relay-named session with history, is OpenClaw's reset (``resets``)."""
+        if not session.fresh or session.turns_this_opening or session.mirror is None:
+            return
+        step = first_turn(via=session.via, had_history=session.had_history, projected=continuity.context_text(items) is not None)
+        if step == "match":
+            await self.continue_session(session, items)
+        elif step == "reset":
+            await resets.begin(self, session)
+
     async def continue_session(self, session: ThreadSession, items: list[Any]) -> bool:
         """A new thread's first turn carries OpenClaw's continuity projection
-        and no relay id told its session: bind it to the one known session
-        whose transcript the projection renders (by content), persist the
-        binding, and switch the thread onto that session's mirror. False
-        when nothing matches (the thread stays its own session)."""
+        and nothing known told its session (no relay id, or one no session
+        has: a relay id that changes with each binding): bind it to the one
+        known session whose transcript the projection renders (by content),
+        persist the binding (and what the relay id names), and switch the
+        thread onto that session's mirror. False when nothing matches (the
+        thread stays in its own session)."""
         context = continuity.context_text(items)
-        if context is None or not session.fresh or session.via != "thread" or session.mirror is None:
+        if context is None or not session.fresh or session.via not in ("thread", "relay") or session.mirror is None:
             return False
         candidates = await self._candidates(session)
         found = await trio.to_thread.run_sync(match_transcript, context, candidates)
@@ -348,17 +370,19 @@ class Sessions:
                      extra={"fields": self.calls.fields(session, candidates=len(candidates))})
             return False
         old = session.mirror
-        provisional = session.session_id
+        provisional, provisional_via = session.session_id, session.via
         try:
-            self._set_session(session, found, "continuity")
+            self.set_session(session, found, "continuity")
             mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, found, session.cwd))
         except (OSError, MirrorError, ValueError):
-            self._set_session(session, provisional, "thread")
+            self.set_session(session, provisional, provisional_via)
             return False
-        if not await self._save_binding(session, "continuity"):
+        if not await self.save_binding(session, "continuity"):
             mirror.close()
-            self._set_session(session, provisional, "thread")
+            self.set_session(session, provisional, provisional_via)
             return False
+        if session.relay is not None:
+            await resets.name_relay(self, session)
         session.mirror = mirror
         await trio.to_thread.run_sync(_drop_if_empty, old)
         session.had_history = bool(await trio.to_thread.run_sync(session.mirror.messages))

@@ -182,6 +182,10 @@ class Turns:
             state.fallback_reason = "no-mirror"
             return None
         stripped: list[Any] | None = None
+        # A new thread's first turn may name its session (a continuity
+        # projection) or begin a new one (OpenClaw's reset): before anything assembles.
+        if session.fresh:
+            await self.sessions_job.first_turn(session, items)
         if already_projected(items):
             state.openclaw_context = await self._openclaw_context(session, items)
             if state.openclaw_context == "engine":
@@ -196,9 +200,7 @@ class Turns:
                     )
                 return None
             # OpenClaw's continuity: its transcript rendered once into a new
-            # (or stale) thread. It may name the thread's session.
-            if session.fresh and session.via == "thread":
-                await self.sessions_job.continue_session(session, items)
+            # (or stale) thread.
             stripped = continuity.strip_block(items)
         history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
         if history is None:

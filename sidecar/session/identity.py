@@ -18,7 +18,19 @@ session, so it needs the session of every thread:
 
 A thread's binding, once made, is persisted (``sidecar.store.bindings``), so
 a later process resuming the thread finds its session again without any of
-these clues.
+these clues; it comes before the relay id, whose format OpenClaw may change
+(its source trees carry a v2 hash that adds a generation: a new relay id for
+each new binding, and so possibly each process).
+
+**Resets** (:func:`first_turn`). OpenClaw's ``/new`` and ``/reset`` keep the
+session key and id (so the v1 relay id), write a reset marker into OpenClaw's
+transcript, retire the Codex thread and start a new one. What reaches the
+wire: a ``thread/start`` with the session's relay id whose first turn carries
+no continuity projection, although the session has history (a rotation always
+renders OpenClaw's transcript into the new thread's first turn; after a reset
+OpenClaw's context starts at the marker, empty). The new thread then starts a
+new engine session of its own (:func:`reset_session`), and the relay id names
+it from then on (``sidecar.store.bindings`` keeps the relay's current session).
 """
 
 from __future__ import annotations
@@ -33,9 +45,15 @@ from engines import AgentMessage, AssistantMessage, TextBlock, UserMessage
 from ..projection import user_request
 from .continuity import needle, normalise
 
-Via = Literal["relay", "continuity", "thread", "bound"]
+Via = Literal["relay", "continuity", "thread", "bound", "reset"]
 """How a thread's session was found: OpenClaw's hook relay id, a continuity
-projection matched by content, the thread itself, or the persisted binding."""
+projection matched by content, the thread itself, the persisted binding, or
+OpenClaw's reset (the thread began a new session)."""
+
+FirstTurn = Literal["keep", "match", "reset"]
+"""What a new thread's first turn says of its session: nothing new (keep),
+look for the known session its continuity projection renders (match), or
+OpenClaw reset the session (reset)."""
 
 RELAY_ID = re.compile(r"--relay-id(?:=|['\"]?\s+)['\"]?(codex-[0-9a-f]{40})(?![0-9A-Za-z])")
 HOOK_KEY = "hooks.PermissionRequest"
@@ -100,16 +118,42 @@ def relay_id(params: Any) -> str | None:
         return None
 
 
-def decide(*, relay: str | None, bound: str | None, thread_id: str) -> tuple[str, Via]:
+def decide(*, relay: str | None, bound: str | None, thread_id: str, relay_session: str | None = None) -> tuple[str, Via]:
     """A thread's session when it is opened (``thread/start`` or
-    ``thread/resume``): the relay id on the wire, else the persisted
-    binding, else the thread itself (a continuity match may still bind a
-    new thread at its first turn)."""
-    if relay is not None:
-        return relay, "relay"
+    ``thread/resume``): the persisted binding (a thread stays in the session
+    it was bound to, whatever relay id a later process resumes it with),
+    else the session the relay id names (``relay_session``: the one a reset
+    or a content match gave it; else the relay id itself), else the thread
+    itself (a continuity match may still bind a new thread at its first
+    turn)."""
     if bound is not None:
         return bound, "bound"
+    if relay is not None:
+        return (relay_session or relay), "relay"
     return thread_id, "thread"
+
+
+def first_turn(*, via: str, had_history: bool, projected: bool) -> FirstTurn:
+    """The rule for the first turn of a thread started in this process.
+
+    ``projected``: the input carries OpenClaw's continuity projection;
+    ``had_history``: the session the thread was opened in has mirrored
+    messages. A continuity projection on a thread with no session of its
+    own yet (the thread itself, or a relay id naming nothing known: a relay
+    id that changes with each binding) is matched by content. No projection
+    on a new thread of a relay-named session with history is OpenClaw's
+    reset: its context starts empty at its reset marker, where a rotation
+    renders its transcript. Anything else keeps the session."""
+    if projected:
+        return "match" if via == "thread" or (via == "relay" and not had_history) else "keep"
+    return "reset" if via == "relay" and had_history else "keep"
+
+
+def reset_session(thread_id: str) -> str:
+    """The engine session a reset begins: the new thread's own id (the
+    session a thread with no clue has; unique, and the same in every
+    process that decides it)."""
+    return thread_id
 
 
 def session_key(template: str, session_id: str) -> str:

@@ -8,6 +8,14 @@ the thread's first turn is forwarded, so a later process that resumes the
 thread finds its session even when ``thread/resume`` carries no clue.
 Reading one thread's binding is one small read; listing a session's threads
 (``inspect``) reads the folder.
+
+Beside them, ``<state_dir>/relays/<relay id>.json`` (``{"relay", "session",
+"thread", "via"}``): the session an OpenClaw hook relay id names now, when it
+is not the relay id itself: after OpenClaw reset the session (``via``
+``reset``: the new thread's session), or when a relay id nothing knew was
+matched to a known session by content (``continuity``). Written like a
+binding, before the turn that decided it goes on; nothing is ever deleted
+(the session before a reset keeps its files).
 """
 
 from __future__ import annotations
@@ -73,12 +81,16 @@ def load(state_dir: str | os.PathLike[str], thread_id: str) -> Binding | None:
 
 def save(state_dir: str | os.PathLike[str], binding: Binding) -> None:
     """Persist ``binding`` atomically (raises OSError / ValueError)."""
-    path = binding_path(state_dir, binding.thread)
+    _write_atomic(binding_path(state_dir, binding.thread), {"thread": binding.thread, "session": binding.session, "via": binding.via})
+
+
+def _write_atomic(path: Path, obj: dict[str, str]) -> None:
+    """Write, fsync, rename: a SIGKILL leaves the old record or the new one."""
     private_dir(path.parent)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, _encode.encode({"thread": binding.thread, "session": binding.session, "via": binding.via}) + b"\n")
+        os.write(fd, _encode.encode(obj) + b"\n")
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -127,3 +139,36 @@ def session_threads(state_dir: str | os.PathLike[str], name: str) -> tuple[str, 
 
 def _has_records(state_dir: str | os.PathLike[str], thread_id: str) -> bool:
     return inspect_path(state_dir, thread_id).exists()
+
+
+class RelaySession(msgspec.Struct, frozen=True):
+    relay: str
+    session: str
+    thread: str
+    via: str
+
+
+def relay_path(state_dir: str | os.PathLike[str], relay: str) -> Path:
+    return Path(state_dir) / "relays" / (session_path(state_dir, relay).stem + ".json")
+
+
+def load_relay(state_dir: str | os.PathLike[str], relay: str) -> RelaySession | None:
+    """The session ``relay`` names now, when a reset or a content match
+    moved it; None when it names itself (or the record is unreadable)."""
+    try:
+        obj = _decode.decode(relay_path(state_dir, relay).read_bytes())
+    except (OSError, ValueError, msgspec.DecodeError):
+        return None
+    if not isinstance(obj, dict) or obj.get("relay") != relay or not isinstance(obj.get("session"), str):
+        return None
+    try:
+        session_path(state_dir, obj["session"])
+    except ValueError:
+        return None
+    thread, via = obj.get("thread"), obj.get("via")
+    return RelaySession(relay, obj["session"], thread if isinstance(thread, str) else "", via if isinstance(via, str) else "")
+
+
+def save_relay(state_dir: str | os.PathLike[str], record: RelaySession) -> None:
+    """Persist ``record`` atomically (raises OSError / ValueError)."""
+    _write_atomic(relay_path(state_dir, record.relay), {"relay": record.relay, "session": record.session, "thread": record.thread, "via": record.via})

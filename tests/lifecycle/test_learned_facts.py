@@ -10,6 +10,7 @@ from typing import Any
 
 from engines import ToolCallResult, ToolSpec
 from sidecar.lifecycle import LifecycleOptions
+from sidecar.projection import CONTEXT_HEADER, REQUEST_HEADER
 from sidecar.session.state import DEFAULT_CONTEXT_WINDOW
 from tests.support.lifecycle import calls_for, make_engine
 from tests.support.lifecycle import sidecar as open_sidecar
@@ -162,6 +163,13 @@ async def test_a_whole_fork_knows_the_addition_its_parent_s_history_carries(tmp_
 RID = "codex-" + "ab12" * 10  # OpenClaw's hook relay id (tests/lifecycle/test_sessions.py)
 
 
+def rotated(history: list[str], prompt: str) -> str:
+    """A rotated thread's first turn: OpenClaw renders its transcript into it
+    (without it, a new thread of a session with history is OpenClaw's reset)."""
+    body = "\n\n".join(f"[user]\n{text}" for text in history)
+    return f"{CONTEXT_HEADER}\n\n<conversation_context>\n{body}\n</conversation_context>\n\n{REQUEST_HEADER}\n{prompt}"
+
+
 def hooks(rid: str) -> dict:
     command = f"exec 'node' 'entry.js' 'hooks' 'relay' '--provider' 'codex' '--relay-id' '{rid}' '--generation' 'g1' '--event' 'permission_request'"
     return {"config": {"features.hooks": True, "hooks.PermissionRequest": [{"hooks": [{"type": "command", "command": command}]}]}}
@@ -184,7 +192,7 @@ async def test_a_session_s_new_thread_in_a_new_process_has_the_window_its_earlie
     async with open_sidecar(tmp_path, engine, options=options(), name="run3") as run:
         t2 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))
         assert t2 != t1
-        await run.turn(t2, "three")
+        await run.turn(t2, rotated(["one", "two"], "three"))
     (first,) = calls_for(engine, "assemble", RID)  # by session id: the relay id
     assert first.token_budget == WINDOW - 20_000
     assert first.runtime_context.context_window == WINDOW
@@ -204,7 +212,7 @@ async def test_a_window_a_thread_learned_as_its_own_session_reaches_the_session_
     engine = make_engine()
     async with open_sidecar(tmp_path, engine, options=options(), name="run3") as run:
         t2 = await run.start_thread(dynamicTools=TOOLS, **hooks(RID))
-        await run.turn(t2, "three")
+        await run.turn(t2, rotated(["one", "two"], "three"))
     (first,) = calls_for(engine, "assemble", RID)  # by session id: the relay id
     assert first.token_budget == WINDOW - 20_000
 

@@ -81,9 +81,12 @@ def test_any_shape_of_params_never_raises(value):
         assert found is None or (found.startswith("codex-") and len(found) == 46)
 
 
-def test_the_relay_id_wins_then_the_binding_then_the_thread():
-    assert decide(relay=RID, bound="codex-old", thread_id="t1") == (RID, "relay")
+def test_the_binding_wins_then_the_relay_id_s_session_then_the_relay_id_then_the_thread():
+    # A thread stays in the session it was bound to, whatever relay id a later process resumes it with.
+    assert decide(relay=RID, bound="codex-old", thread_id="t1") == ("codex-old", "bound")
     assert decide(relay=None, bound="codex-old", thread_id="t1") == ("codex-old", "bound")
+    assert decide(relay=RID, bound=None, thread_id="t1", relay_session="t0") == ("t0", "relay")
+    assert decide(relay=RID, bound=None, thread_id="t1") == (RID, "relay")
     assert decide(relay=None, bound=None, thread_id="t1") == ("t1", "thread")
 
 
