@@ -40,13 +40,14 @@ from protocol import (
 from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
 from .. import methods
-from . import oversized
+from .calls import InternalCall, InternalCalls
 from .control import ControlMethods, Later
 from .edge import Edge
 from .messages import HANDLED, Hooks, Message, PendingRequest, RpcError, dead_child_error, exit_text
 from .negotiation import Negotiation
 from .observe import Observed
 from .options import ProxyOptions
+from .rawlines import RawLines
 
 if TYPE_CHECKING:
     from ..record import Recorder
@@ -132,12 +133,8 @@ class Router:
         """Told when the child will answer soon (a request went to it)."""
         self.expect_client: Callable[[], None] | None = None
         """Told when the client may write soon (it got a response or a server request)."""
-        self._raw_c2s_open = False
-        self._raw_c2s_pending: PendingRequest | None = None
-        """The request an oversized client line being streamed carries."""
-        """A client line too long to parse is being streamed to codex."""
-        self._raw_s2c: str | None = None
-        """The same from codex: "forward" it, or "drop" it (the sidecar's own answer)."""
+        self.raw = RawLines(self)
+        """Lines too long to parse, streamed through in pieces."""
 
     # ----------------------------------------------------------- sending
 
@@ -357,41 +354,8 @@ class Router:
         self._to_client(await later.reply(), SIDECAR_TO_CLIENT)
 
     def from_client_fragment(self, ev: Oversized | Fragment) -> None:
-        """A piece of a client line too long to parse, or its stream's torn tail."""
-        if type(ev) is Oversized:
-            first = not self._raw_c2s_open
-            self._raw_c2s_open = not ev.end
-            if first:
-                ev = Oversized(self._client_raw_head(ev.data), ev.end)
-            pending = self._raw_c2s_pending
-            if ev.end and pending is not None:
-                # Codex gets the line's end: from now on it may have parsed
-                # and run it, so its death is answered outcome unknown
-                # (-32603), never -32001, which clients retry. Until then
-                # codex holds no whole line: not delivered, safe to retry.
-                self._raw_c2s_pending = None
-                if not self.child_gone:
-                    pending.forwarded = True
-        self._forward_raw(ev, self.c2s, self.to_child, CLIENT_TO_CODEX, "client")
-
-    def _client_raw_head(self, data: bytes) -> bytes:
-        """A request too long to parse still gets what every request gets: a
-        pending entry (its answer if codex dies: -32001 until codex has
-        the whole line, outcome unknown after) and an alias for an id in
-        the sidecar's namespace. Its hooks cannot run: it passes unchanged."""
-        head = oversized.request_head(data)
-        if head is None:
-            return data  # not a request whose id and method come before its params: as is
-        client_id, name, span = head
-        if name.startswith(CONTROL_PREFIX) or self.child_gone:
-            return data
-        pending = self.pending.open(client_id, name)
-        self._raw_c2s_pending = pending
-        if self.hooks.client_requests.get(name):
-            log.warning("oversized request passed without the sidecar's hooks", extra={"fields": {"method": name, "maxLine": self.max_line}})
-        if pending.wire_id is not client_id:
-            data = oversized.replace_id(data, span, pending.wire_id)
-        return data
+        """A piece of a client line too long to parse, or its stream's torn tail (:mod:`.rawlines`)."""
+        self.raw.from_client(ev)
 
     # -------------------------------------------------- child -> client
 
@@ -520,73 +484,8 @@ class Router:
             call.settle(result, error)
 
     def from_child_fragment(self, ev: Oversized | Fragment) -> None:
-        """A piece of a child line too long to parse, or its stream's torn tail."""
-        if type(ev) is Oversized:
-            if self._raw_s2c is None:
-                data, self._raw_s2c = self._child_raw_head(ev.data)
-                ev = Oversized(data, ev.end)
-            keep = self._raw_s2c == "forward"
-            if ev.end:
-                self._raw_s2c = None
-            if not keep:
-                return  # an answer to the sidecar's own request: not the client's
-        self._forward_raw(ev, self.s2c, self.to_client, CODEX_TO_CLIENT, "codex")
-
-    def _child_raw_head(self, data: bytes) -> tuple[bytes, str]:
-        """A response too long to parse is still matched to its request: the
-        request is no longer pending (no -32001 later), an aliased id goes
-        back to the client's, and an answer to one of the sidecar's own
-        requests fails that request instead of reaching the client.
-        Response hooks cannot run on it: it passes unchanged."""
-        head = oversized.answer_head(data)
-        if head is None:
-            return data, "forward"  # not recognisably an answer: as is
-        wire_id, span = head
-        if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self.pending.is_alias(wire_id):
-            call = self.calls.live(wire_id)
-            if call is not None:
-                self.calls.end(call)
-                call.settle(error=RpcError(-32603, f"response longer than the sidecar's max line ({self.max_line} bytes)"))
-            log.warning("oversized response to a sidecar request dropped", extra={"fields": {"maxLine": self.max_line}})
-            return data, "drop"
-        pending = self.pending.close(wire_id)
-        if pending is None:
-            return data, "forward"
-        if self.hooks.responses.get(pending.method):
-            log.warning("oversized response passed without the sidecar's hooks", extra={"fields": {"method": pending.method, "maxLine": self.max_line}})
-        if pending.wire_id is not pending.client_id:
-            data = oversized.replace_id(data, span, pending.client_id)
-        return data, "forward"
-
-    def _forward_raw(self, ev: Oversized | Fragment, counters: Counters, out: Sink, direction: str, source: str) -> None:
-        """A piece of an unparsable line, or a stream's unterminated tail: as is."""
-        if type(ev) is Oversized:
-            if ev.end:
-                counters.frames += 1
-                counters.oversized += 1
-                log.warning(f"oversized line from {source} forwarded unparsed", extra={"fields": {"maxLine": self.max_line}})
-                if self.recorder is not None:
-                    self.recorder.note(direction, "oversized line forwarded unparsed")
-        else:
-            counters.frames += 1
-            counters.invalid += 1
-            log.warning(f"{source} output ended inside a line; forwarding the fragment")
-            if source == "codex":
-                # The sidecar's own -32001 answers follow: end the torn line
-                # so that they reach the client as lines of their own.
-                counters.bytes += len(ev.data)
-                out.put(ev.data + b"\n")
-                return
-        data = ev.data
-        if self.edge is not None and type(ev) is Oversized:
-            # Thread ids in the piece, as in a parsed line (one a piece
-            # boundary cuts is not mapped; nothing can be dropped).
-            data = self.edge.fragment_to_codex(data) if source == "client" else self.edge.fragment_to_client(data)
-        counters.bytes += len(data)
-        if type(ev) is Oversized:
-            out.put_raw(data, ev.end)
-        else:
-            out.put(data)
+        """A piece of a child line too long to parse, or its stream's torn tail (:mod:`.rawlines`)."""
+        self.raw.from_child(ev)
 
     # ------------------------------------------------------------ hooks
 
@@ -636,12 +535,11 @@ def _name(fn: Any) -> str:
 # * :class:`PendingTable`: client requests Codex has not answered, keyed by
 #   the id Codex sees; a client id inside the sidecar's own id space travels
 #   under an alias and comes back as itself.
-# * :class:`InternalCalls`: the sidecar's own requests, and for a while those
-#   that timed out but still want their answer.
 # * :class:`Gates`: threads whose later requests wait behind one a hook holds.
-
-LATE_CALLS = 64
-"""Timed-out internal calls whose late answer is still awaited (oldest dropped)."""
+#
+# Both are on every request's path, so they live here; the sidecar's own
+# requests (:class:`~sidecar.relay.calls.InternalCalls`) and lines too long
+# to parse (:class:`~sidecar.relay.rawlines.RawLines`) have modules of their own.
 
 
 class PendingTable:
@@ -697,68 +595,6 @@ class PendingTable:
 
     def __iter__(self) -> Iterator[PendingRequest]:
         return iter(list(self._by_wire.values()))
-
-
-class InternalCall:
-    """One request the sidecar sent; ``notify`` runs once it is settled."""
-
-    __slots__ = ("id", "method", "on_result", "notify", "result", "error", "settled")
-
-    def __init__(
-        self,
-        call_id: str,
-        method: str,
-        on_result: Callable[[Any], None] | None = None,
-        notify: Callable[[], Any] | None = None,
-    ) -> None:
-        self.id = call_id
-        self.method = method
-        self.on_result = on_result
-        """Run as the answer is read, before any later frame is."""
-        self.notify = notify
-        self.result: Any = None
-        self.error: RpcError | None = None
-        self.settled = False
-
-    def settle(self, result: Any = None, error: RpcError | None = None) -> None:
-        self.result, self.error, self.settled = result, error, True
-        if self.notify is not None:
-            self.notify()
-
-
-class InternalCalls:
-    __slots__ = ("ids", "_live", "_late")
-
-    def __init__(self, ids: IdSpace) -> None:
-        self.ids = ids
-        self._live: dict[str, InternalCall] = {}
-        self._late: dict[str, InternalCall] = {}
-        """Timed-out calls whose answer still runs their ``on_result``."""
-
-    def open(self, method: str, on_result: Callable[[Any], None] | None = None, notify: Callable[[], Any] | None = None) -> InternalCall:
-        call = InternalCall(self.ids.new_internal(), method, on_result, notify)
-        self._live[call.id] = call
-        return call
-
-    def live(self, call_id: str) -> InternalCall | None:
-        return self._live.get(call_id)
-
-    def take_late(self, call_id: str) -> InternalCall | None:
-        return self._late.pop(call_id, None)
-
-    def end(self, call: InternalCall, timed_out: bool = False) -> None:
-        """Its requester stopped waiting; after a timeout a call with an
-        ``on_result`` still gets its answer (the last :data:`LATE_CALLS`)."""
-        self._live.pop(call.id, None)
-        if timed_out and not call.settled and call.on_result is not None:
-            self._late[call.id] = call
-            while len(self._late) > LATE_CALLS:
-                del self._late[next(iter(self._late))]  # never answered: let go of the oldest
-
-    def fail_all(self, error: RpcError) -> None:
-        calls, self._live = self._live, {}
-        for call in calls.values():
-            call.settle(error=error)
 
 
 class Gates:

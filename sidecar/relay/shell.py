@@ -19,39 +19,26 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import trio
 
 import sidecar
-from protocol import Fragment, InvalidMessage, LineSplitter, Oversized, RpcId, parse
+from protocol import Fragment, LineSplitter, Oversized, RpcId
 
-from ..child import FORWARDED_SIGNALS, Child
+from ..child import Child
 from .control import AsyncControl
 from .edge import Edge
+from .failures import failure_fields, task_name
+from .hold import ClientHold, is_initialize
 from .messages import Hooks, Message
 from .options import ProxyOptions
-from .router import Counters, Router
+from .pipes import READ_SIZE, effective_busy_poll, grow_pipe
+from .router import Router
+from .stopping import forward_signals, stop_child
 
 if TYPE_CHECKING:
     from ..record import Recorder  # only a session that records imports it
 
 log = logging.getLogger("codex_sidecar.proxy")
-
-HELD_BYTES = 1 << 20
-"""At most this much of the client's output is held while the lifecycle loads
-(plus one read): past it the relay stops reading the client until the release,
-so a client that writes at once cannot grow the sidecar's memory."""
-
-
-def _is_initialize(line: bytes) -> bool:
-    if b'"initialize"' not in line:
-        return False
-    try:
-        env = parse(line)
-    except InvalidMessage:
-        return False
-    return env.method == "initialize" and env.id is not msgspec.UNSET
-
 
 class Proxy:
     """Relays between a client byte stream pair and a child process's stdio."""
@@ -101,12 +88,8 @@ class Proxy:
         self._nursery: trio.Nursery | None = None
         self._child_stdout_done = trio.Event()
         self._shutdown_started = False
-        self._parked: list[tuple[bool, Any]] | None = None
-        """Client lines and pieces held until :meth:`release_client` (None: none held)."""
-        self._parked_bytes = 0
-        self._on_held: Callable[[], None] | None = None
-        self._released = trio.Event()
-        self._released.set()
+        self.held = ClientHold()
+        """The client's lines held at start-up (:meth:`hold_client`)."""
 
     # ------------------------------------------------ what hooks work with
 
@@ -216,14 +199,6 @@ class Proxy:
         """Threads some hook has gated (with or without requests waiting)."""
         return len(self.router.gates)
 
-    @property
-    def c2s(self) -> Counters:
-        return self.router.c2s
-
-    @property
-    def s2c(self) -> Counters:
-        return self.router.s2c
-
     def status(self) -> dict[str, Any]:
         observed = self.router.observed
         return {
@@ -263,7 +238,7 @@ class Proxy:
             nursery.start_soon(self._pump_child)
             nursery.start_soon(self._watch_client_out)
             if self.options.forward_signals:
-                nursery.start_soon(self._forward_signals)
+                nursery.start_soon(forward_signals, self.process)
             nursery.start_soon(self._supervise_child)
         assert self.exit_status is not None
         return self.exit_status
@@ -276,7 +251,7 @@ class Proxy:
             await self._child_stdout_done.wait()
         self.to_child.close()
         failed = self.router.child_exited(rc)
-        if self._parked is not None:
+        if self.held.parked is not None:
             self.release_client()  # codex never had them: answered -32001 (not delivered)
         self.exit_status = 128 - rc if rc < 0 else rc
         log.info("child exited", extra={"fields": {"status": rc, "exitStatus": self.exit_status, "failedRequests": failed}})
@@ -292,37 +267,12 @@ class Proxy:
         self._shutdown_started = True
         assert self.process is not None
         log.info("client gone; stopping child", extra={"fields": {"reason": why}})
-        self.to_child.close()
-        with trio.move_on_after(self.options.eof_grace):
-            await self.process.wait()
-            return
-        if self.process.returncode is None:
-            log.warning("child ignored stdin EOF; sending SIGTERM")
-            self.process.terminate()
-        with trio.move_on_after(self.options.kill_grace):
-            await self.process.wait()
-            return
-        if self.process.returncode is None:
-            log.warning("child ignored SIGTERM; sending SIGKILL")
-            self.process.kill()
+        await stop_child(self.process, self.to_child.close, self.options.eof_grace, self.options.kill_grace)
 
     async def _watch_client_out(self) -> None:
         await self.to_client.finished.wait()
         if self.to_client.broken and not self.router.child_gone:
             await self._shutdown_child("client output closed")
-
-    async def _forward_signals(self) -> None:
-        assert self.process is not None
-        with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-            async for signum in signals:
-                if self.process.returncode is None:
-                    log.info("forwarding signal", extra={"fields": {"signal": signum}})
-                    try:
-                        self.process.send_signal(signum)
-                    except ProcessLookupError:
-                        pass
-
-    # -------------------------------------------------------------- pumps
 
     # ------------------------------------------------- held at start-up
 
@@ -333,20 +283,11 @@ class Proxy:
         and nothing the lifecycle hooks reaches codex before its hooks are in.
         ``on_held`` is called once, when the first line is held or the client
         ends its output while held: someone now waits for the release."""
-        self._parked = []
-        self._parked_bytes = 0
-        self._released = trio.Event()
-        self._on_held = on_held
-
-    def _note_held(self) -> None:
-        on_held, self._on_held = self._on_held, None
-        if on_held is not None:
-            on_held()
+        self.held.start(on_held)
 
     def release_client(self) -> None:
         """Relay what was held, in order, and everything after it as it comes."""
-        parked, self._parked = self._parked, None
-        self._released.set()
+        parked = self.held.release()
         if not parked:
             return
         self.to_child.hold()
@@ -360,19 +301,15 @@ class Proxy:
             self.to_child.flush()
 
     def _client_line(self, line: bytes) -> None:
-        parked = self._parked
-        if parked is not None and (parked or not _is_initialize(line)):
-            parked.append((True, line))
-            self._parked_bytes += len(line)
-            self._note_held()
+        parked = self.held.parked
+        if parked is not None and (parked or not is_initialize(line)):
+            self.held.park(True, line, len(line))
             return
         self.router.from_client(line)
 
     def _client_piece(self, ev: Oversized | Fragment) -> None:
-        if self._parked is not None:
-            self._parked.append((False, ev))
-            self._parked_bytes += len(ev.data)
-            self._note_held()
+        if self.held.parked is not None:
+            self.held.park(False, ev, len(ev.data))
             return
         self.router.from_client_fragment(ev)
 
@@ -380,9 +317,9 @@ class Proxy:
 
     async def _pump_client(self) -> None:
         await self._pump(self._client_in, self.to_child, self._client_line, self._client_piece, self._expect_client)
-        if self._parked is not None:
-            self._note_held()
-        await self._released.wait()  # what was held still goes to codex before its stdin closes
+        if self.held.parked is not None:
+            self.held.note_held()
+        await self.held.released.wait()  # what was held still goes to codex before its stdin closes
         if not self.router.child_gone:
             await self._shutdown_child("client closed its output (EOF)")
 
@@ -411,10 +348,10 @@ class Proxy:
         receive = receiver(stream, self.busy_poll, expect)
         while True:
             await out.wait_writable()
-            if out is self.to_child and self._parked is not None and self._parked_bytes >= HELD_BYTES:
-                # Held at start-up past the bound: read no more of the client
+            if out is self.to_child and self.held.parked is not None and self.held.full:
+                # Held at start-up past HELD_BYTES: read no more of the client
                 # (its writes block on the pipe) until the lifecycle is in.
-                await self._released.wait()
+                await self.held.released.wait()
             try:
                 data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -449,9 +386,8 @@ class Proxy:
 # and ends there, failing open; the relay, the child and every other task
 # carry on. Cancellation is not a failure and passes through.
 #
-# The log names the task, the exception's type and where it was raised
-# (``file:line`` of the raising frame), never the exception's text, which may
-# quote a prompt.
+# The log names the task, the exception's type and where it was raised, never
+# the exception's text, which may quote a prompt (:mod:`.failures`).
 
 task_log = logging.getLogger("codex_sidecar.tasks")
 
@@ -461,44 +397,6 @@ async def supervised(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         await fn(*args)
     except Exception as exc:
         task_log.error("background task failed; carrying on", extra={"fields": failure_fields(task_name(fn, args), exc)})
-
-
-def task_name(fn: Any, args: tuple[Any, ...] = ()) -> str:
-    """``fn``'s name; a runner's with what it runs (``run_sync(ArchiveLog.mark_restored)``)."""
-    name = _qualname(fn)
-    if args and callable(args[0]):
-        name += f"({_qualname(args[0])})"
-    return name
-
-
-def _qualname(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
-
-
-def failure_fields(task: str, exc: BaseException) -> dict[str, Any]:
-    """Task name, exception type and raising location; no message text."""
-    leaf = exc
-    while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
-        leaf = leaf.exceptions[0]  # the first of a group says where it went wrong
-    etype = type(leaf)
-    fields: dict[str, Any] = {
-        "task": task,
-        "exception": f"{etype.__module__}.{etype.__qualname__}",
-        "at": raised_at(leaf),
-    }
-    if leaf is not exc:
-        fields["group"] = type(exc).__qualname__
-    return fields
-
-
-def raised_at(exc: BaseException) -> str | None:
-    """``file:line`` of the frame that raised ``exc`` (its traceback's last)."""
-    tb = exc.__traceback__
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
 
 
 # -- the outboxes ------------------------------------------------------------
@@ -710,26 +608,9 @@ class Outbox:
 
 
 # -- reading the pipes -----------------------------------------------------------
-# A receive without per-read checkpoints, optional busy polling while an
-# answer is expected, and bigger pipe buffers: the relay's hot path on the
-# wire side; no routing decisions here.
-
-READ_SIZE = 1 << 20
-PIPE_SIZE = 1 << 20
-_F_SETPIPE_SZ = 1031
-
-
-def effective_busy_poll(requested: float) -> float:
-    """The busy-poll window actually used: none on a single CPU.
-
-    Polling only pays when the peer that will answer runs on another CPU; on
-    one CPU the poller would take the very CPU the peer needs.
-    """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return requested if requested > 0 and cpus > 1 else 0.0
+# A receive without per-read checkpoints and optional busy polling while an
+# answer is expected: the relay's hot path on the wire side; no routing
+# decisions here. The pipes' sizes and whether to poll at all: :mod:`.pipes`.
 
 
 class Activity:
@@ -812,16 +693,3 @@ def receiver(
             return data
 
     return receive
-
-
-def grow_pipe(stream: object) -> None:
-    """Ask for a PIPE_SIZE buffer (Linux; capped by /proc/sys/fs/pipe-max-size)."""
-    fileno = getattr(stream, "fileno", None)
-    if fileno is None:
-        return
-    try:
-        import fcntl
-
-        fcntl.fcntl(fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
-    except (OSError, ValueError, ImportError):
-        pass  # not a pipe, or not Linux

@@ -95,7 +95,7 @@ async def small_lines_sidecar(tmp_path: Path, max_line: int):
 
 
 async def test_an_oversized_request_after_a_switch_goes_to_the_current_backing_thread(tmp_path):
-    """proxy.py _client_raw_head/_forward_raw: a client line longer than
+    """relay/rawlines.py RawLines._client_head/_forward: a client line longer than
     max_line_bytes is streamed to Codex without edge.to_codex, so after a
     switch it names the client's id, i.e. the RETIRED Codex thread. Its
     notifications are then about a hidden thread and dropped: the client

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from sidecar.relay.shell import effective_busy_poll
+from sidecar.relay.pipes import effective_busy_poll
 from tests.support.harness import ROOT as REPO
 from tools.bench import bench_env, cpu_seconds, echo_child_argv
 

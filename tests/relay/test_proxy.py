@@ -459,7 +459,8 @@ async def test_a_client_that_writes_at_once_while_held_is_read_no_further_than_t
     """Held lines are memory: past ``HELD_BYTES`` the relay stops reading the
     client until the release (its writes wait on the pipe), then everything
     goes on, in order, nothing lost."""
-    from sidecar.relay.shell import HELD_BYTES, READ_SIZE
+    from sidecar.relay.hold import HELD_BYTES
+    from sidecar.relay.pipes import READ_SIZE
 
     frame = b'{"method":"note","params":{"pad":"' + b"x" * 1000 + b'"}}\n'
     count = 4 * HELD_BYTES // len(frame)
@@ -468,7 +469,7 @@ async def test_a_client_that_writes_at_once_while_held_is_read_no_further_than_t
         async with trio.open_nursery() as nursery:
             nursery.start_soon(c.send, frame * count)
             await trio.sleep(0.5)
-            held = c.proxy._parked_bytes
+            held = c.proxy.held.parked_bytes
             assert 0 < held <= HELD_BYTES + READ_SIZE + len(frame), held
             c.proxy.release_client()
         lines = await c.wait_lines(count)

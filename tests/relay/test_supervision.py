@@ -10,7 +10,7 @@ import trio
 
 from sidecar.logs import JsonFormatter, TextFormatter
 from sidecar.relay import Hooks
-from sidecar.relay.shell import failure_fields, task_name
+from sidecar.relay.failures import failure_fields, task_name
 from tests.support.harness import child, proxied
 
 SECRET = "PROMPT-TEXT-MUST-NOT-LEAK"
