@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -39,7 +39,6 @@ from engines.api import (
     ToolCallResult,
     ToolSpec,
     decode_openclaw,
-    from_openclaw,
 )
 from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
@@ -522,34 +521,17 @@ class LosslessEngine(BaseContextEngine):
 def _read_session_file(path: str) -> list[AgentMessage]:
     """The messages on the leaf path of an OpenClaw session file (JSONL tree):
     every ``message`` entry from the root to the last entry, compacted or not
-    (the engine keeps everything). Lines that do not parse are skipped."""
-    entries: dict[str, dict[str, Any]] = {}
-    leaf: str | None = None
-    with open(path, "rb") as f:
-        for raw in f:
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or entry.get("type") == "session":
-                continue
-            entries[entry["id"]] = entry
-            leaf = entry["id"]
-    path_entries: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    current = entries.get(leaf) if leaf else None
-    while current is not None and current["id"] not in seen:
-        seen.add(current["id"])
-        path_entries.append(current)
-        parent = current.get("parentId")
-        current = entries.get(parent) if isinstance(parent, str) else None
-    out: list[AgentMessage] = []
-    for entry in reversed(path_entries):
-        if entry.get("type") != "message":
-            continue
-        try:
-            out.append(from_openclaw(entry.get("message")))
-        except Exception:  # a role outside the contract or a bad shape: not context
-            continue
-    return out
+    (the engine keeps everything), read as ``engines lossless import`` reads
+    them. Lines that do not parse are skipped."""
+    from .importer import openclaw_messages
+
+    def entries() -> Iterator[Any]:
+        with open(path, "rb") as f:
+            for raw in f:
+                try:
+                    yield json.loads(raw)
+                except ValueError:
+                    continue
+
+    return openclaw_messages(entries())[0]
 

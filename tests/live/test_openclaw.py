@@ -37,34 +37,22 @@ from pathlib import Path
 import pytest
 
 from tests.support.normalise import Normaliser
-from tools.codex_home import find_codex_bin
+from tests.support.openclaw import CODEX_BIN, MARKS, MISSING, OPENCLAW
 from tools.fake_model import FakeModel, ShellCall, Text, input_texts
 from tools.openclaw_home import (
     FAKE_API_KEY,
     RUNTIME_CONTEXT_HEADER,
     AgentFailed,
     OpenClawHome,
-    OpenClawMissing,
-    find_openclaw,
     make_openclaw_home,
     message_text,
     sidecar_command,
     transcript_user_texts,
 )
 
-try:
-    OPENCLAW = find_openclaw()  # None only when make did not export the variables
-    MISSING: str | None = None
-except OpenClawMissing as exc:  # make said it is installed and it is not: every test fails
-    OPENCLAW, MISSING = None, str(exc)
-CODEX_BIN = find_codex_bin()
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [
-    pytest.mark.openclaw,
-    pytest.mark.codex,
-    pytest.mark.skipif(OPENCLAW is None and MISSING is None, reason="OpenClaw env not set: run through `make test` or `make test-openclaw`"),
-]
+pytestmark = MARKS
 
 SESSION = "oc-live-1"
 SCRIPT = [

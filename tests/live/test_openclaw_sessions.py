@@ -42,23 +42,13 @@ from engines.lossless import DB_NAME, Store
 from sidecar.projection import CONTEXT_CLOSE, CONTEXT_HEADER, CONTEXT_OPEN, RUNTIME_HEADER
 from sidecar.store import bindings
 from sidecar.store.mirror import session_path
-from tools.codex_home import find_codex_bin
+from tests.support.openclaw import CODEX_BIN, MARKS, MISSING, OPENCLAW
 from tools.fake_model import FakeModel, Rules, Step, Text, input_texts, tool_names, tool_outputs
-from tools.openclaw_home import AgentFailed, OpenClawHome, OpenClawMissing, find_openclaw, make_openclaw_home, sidecar_command
+from tools.openclaw_home import AgentFailed, OpenClawHome, make_openclaw_home, sidecar_command
 
-try:
-    OPENCLAW = find_openclaw()
-    MISSING: str | None = None
-except OpenClawMissing as exc:
-    OPENCLAW, MISSING = None, str(exc)
-CODEX_BIN = find_codex_bin()
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [
-    pytest.mark.openclaw,
-    pytest.mark.codex,
-    pytest.mark.skipif(OPENCLAW is None and MISSING is None, reason="OpenClaw env not set: run through `make test` or `make test-openclaw`"),
-]
+pytestmark = MARKS
 
 DIST = "live-openclaw-sessions-engines"
 ENGINE_ID = "live-openclaw-sessions-lossless"
