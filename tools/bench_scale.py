@@ -83,6 +83,7 @@ from typing import Any
 
 import trio
 
+from engines.budget import TRANSCRIPT_BUDGET_ENGINE_ID
 from tools.bench_context import Router, Turn, process_cpu, reported_rebuilds
 from tools.client import AppServerClient, RpcError, ServerGone
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
@@ -91,7 +92,7 @@ from tools.fake_model import FakeModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CONFIGS: dict[str, str | None] = {"native": None, "identity": IDENTITY_ID, "window": WINDOW_ID}
+CONFIGS: dict[str, str | None] = {"native": None, "identity": IDENTITY_ID, "window": WINDOW_ID, "budget": TRANSCRIPT_BUDGET_ENGINE_ID}
 """Configuration name -> the sidecar's engine id (None: codex alone)."""
 
 DEFAULT_TURNS = 600
@@ -106,6 +107,7 @@ TURN_TIMEOUT = 120.0
 
 TARGET_IDENTITY = 1.10
 TARGET_WINDOW = 2.0
+TARGET_BUDGET = 1.3
 AIM_WINDOW = 1.2
 TARGET_PEAK_RSS_MB = 100.0
 CONSTANT_BYTES = 1.25
@@ -827,7 +829,7 @@ def checks_for(result: ConfigResult, native: ConfigResult | None, edge: int) -> 
     late = early_late(result.walls, edge)[1]
     native_late = early_late(native.walls, edge)[1] if native is not None and native.ok else None
     ratio = late / native_late if late and native_late else None
-    limit = TARGET_IDENTITY if result.name == "identity" else TARGET_WINDOW
+    limit = {"identity": TARGET_IDENTITY, "budget": TARGET_BUDGET}.get(result.name, TARGET_WINDOW)
     aim = f" (aim {AIM_WINDOW:.1f}x)" if result.name == "window" else ""
     out.append(Check("late", f"late <= {limit:.1f}x native{aim}", None if ratio is None else ratio <= limit, "-" if ratio is None else f"{ratio:.2f}x"))
     hwm = max([s.sidecar_hwm_kb or 0 for s in result.samples] + [result.sidecar_hwm_kb or 0]) / 1024
