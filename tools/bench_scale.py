@@ -1,12 +1,12 @@
 """Scale benchmark: does a turn cost the same at turn 600 as at turn 10?
 
-    python -m tools.bench_scale [--turns 600] [--configs native,identity,window]
+    python -m tools.bench_scale [--turns 600] [--configs native,identity,window,budget]
                                 [--home real|empty] [--json FILE] [--keep DIR]
                                 [--py-spy DIR]
                                 (what `make bench-scale` runs)
 
 ``--turns`` short turns, back to back, on ONE thread, through the real codex
-and the fake model (``tools.fake_model``), in three configurations open side
+and the fake model (``tools.fake_model``), in four configurations open side
 by side in one run:
 
 * ``native``: the client talks to codex itself (no sidecar);
@@ -14,7 +14,10 @@ by side in one run:
   history unchanged: it never drops anything, so never rebuilds);
 * ``window``: the sidecar with ``bench-window`` (the newest ``--window``
   messages, 40 by default: it drops old content every turn, so the sidecar
-  rebuilds whenever the dropped part exceeds its stale slack).
+  rebuilds whenever the dropped part exceeds its stale slack);
+* ``budget``: the sidecar with the built-in ``transcript-budget`` at the
+  sidecar's default token budget (it counts the transcript with the o200k
+  tokenizer every turn; issue 34's late-turn check, 1.3x native).
 
 The sidecar runs its defaults (projection ``delta``, ``rebuild = "fresh"``).
 Codex runs with the machine's real ``HOME`` (``--home real``, the default):
