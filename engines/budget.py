@@ -24,6 +24,12 @@ newest messages that fit a token budget, counted with :mod:`engines.tokens`
 ``estimated_tokens`` is the sum of :func:`engines.tokens.estimate_message_tokens`
 over the kept messages plus the addition's tokens.
 
+Each session's message estimates are remembered from its last ``assemble``
+by message object (:class:`_Estimates`): the sidecar hands every turn the same
+message objects its mirror decoded once plus the turn's new ones, so a turn
+counts only the new messages, not a transcript that grows every turn (which
+had made a 600-turn thread's ``assemble`` ~10x slower late than early).
+
 Config (``[engines.transcript-budget]`` in the sidecar config):
 
 ``token_budget``
@@ -43,7 +49,8 @@ are the base class's "not implemented" stand-ins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .api import (
@@ -102,21 +109,49 @@ def _valid_cuts(messages: Sequence[Any]) -> list[bool]:
     return cuts
 
 
+class _Estimates:
+    """:func:`estimate_message_tokens` of messages seen in a session's last
+    ``assemble``, by object (the object is held, so its id is not reused);
+    what a call did not see is dropped at its end. The messages are the
+    mirror's, never modified: the mirror itself hands out the same objects
+    turn after turn on that understanding."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[Any, int]] = {}
+        self._now: dict[int, tuple[Any, int]] = {}
+
+    def __call__(self, message: Any) -> int:
+        key = id(message)
+        seen = self._now.get(key) or self._last.get(key)
+        if seen is None or seen[0] is not message:
+            seen = (message, estimate_message_tokens(message))
+        self._now[key] = seen
+        return seen[1]
+
+    def settle(self) -> None:
+        """The end of a call: keep what it saw, for the next."""
+        self._last, self._now = self._now, {}
+
+
+_SESSIONS_REMEMBERED = 16
+"""Sessions whose estimates an engine keeps (the most recently assembled)."""
+
+
 def select_within_budget(
-    messages: Sequence[Any], budget: int | None, *, reserved_tokens: int = 0
+    messages: Sequence[Any], budget: int | None, *, reserved_tokens: int = 0, estimate: Callable[[Any], int] = estimate_message_tokens
 ) -> tuple[list[Any], int]:
     """The newest suffix of ``messages`` within ``budget`` and its token estimate.
 
     Follows the rules in the module documentation; ``reserved_tokens`` are
     charged against the budget first (and not included in the returned
     estimate).  Only the messages that are kept, plus the one that did not
-    fit, are tokenized.
+    fit, are tokenized; ``estimate`` counts one message.
     """
     n = len(messages)
     if n == 0:
         return [], 0
     if budget is None:
-        return list(messages), sum(estimate_message_tokens(m) for m in messages)
+        return list(messages), sum(estimate(m) for m in messages)
     cuts = _valid_cuts(messages)
     available = budget - reserved_tokens
     # The cut that keeps only the newest message and what it answers.
@@ -125,7 +160,7 @@ def select_within_budget(
     total = 0
     best_total: int | None = None
     for c in range(n - 1, -1, -1):  # add messages newest to oldest
-        total += estimate_message_tokens(messages[c])
+        total += estimate(messages[c])
         if c <= floor and cuts[c]:
             if c == floor or total <= available:
                 best, best_total = c, total
@@ -134,7 +169,7 @@ def select_within_budget(
         elif c < floor and total > available:
             break  # every older cut holds at least these tokens
     if best_total is None:  # pragma: no cover - the loop always reaches floor
-        best_total = sum(estimate_message_tokens(m) for m in messages[best:])
+        best_total = sum(estimate(m) for m in messages[best:])
     return list(messages[best:]), best_total
 
 
@@ -157,6 +192,7 @@ class TranscriptBudgetEngine(BaseContextEngine):
             raise ValueError(f"system_prompt_addition must be a string, got {type(addition).__name__}")
         preload()  # the tokenizer, ready before the first assemble (which would hold the first turn for it)
         self.token_budget: int | None = budget
+        self._estimates: OrderedDict[str, _Estimates] = OrderedDict()
         self.system_prompt_addition: str | None = addition if addition and addition.strip() else None
         self.info = EngineInfo(
             id=TRANSCRIPT_BUDGET_ENGINE_ID,
@@ -173,9 +209,16 @@ class TranscriptBudgetEngine(BaseContextEngine):
     async def assemble(self, params: AssembleParams) -> AssembleResult:
         addition = self.system_prompt_addition
         addition_tokens = count_tokens(addition) if addition else 0
-        kept, tokens = select_within_budget(
-            params.messages, self.effective_budget(params.token_budget), reserved_tokens=addition_tokens
-        )
+        estimates = self._estimates.pop(params.session_id, None) or _Estimates()
+        self._estimates[params.session_id] = estimates  # the newest last
+        while len(self._estimates) > _SESSIONS_REMEMBERED:
+            self._estimates.popitem(last=False)
+        try:
+            kept, tokens = select_within_budget(
+                params.messages, self.effective_budget(params.token_budget), reserved_tokens=addition_tokens, estimate=estimates
+            )
+        finally:
+            estimates.settle()
         return AssembleResult(
             messages=kept,
             estimated_tokens=tokens + addition_tokens,

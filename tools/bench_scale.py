@@ -1,12 +1,12 @@
 """Scale benchmark: does a turn cost the same at turn 600 as at turn 10?
 
-    python -m tools.bench_scale [--turns 600] [--configs native,identity,window]
+    python -m tools.bench_scale [--turns 600] [--configs native,identity,window,budget]
                                 [--home real|empty] [--json FILE] [--keep DIR]
                                 [--py-spy DIR]
                                 (what `make bench-scale` runs)
 
 ``--turns`` short turns, back to back, on ONE thread, through the real codex
-and the fake model (``tools.fake_model``), in three configurations open side
+and the fake model (``tools.fake_model``), in four configurations open side
 by side in one run:
 
 * ``native``: the client talks to codex itself (no sidecar);
@@ -14,7 +14,10 @@ by side in one run:
   history unchanged: it never drops anything, so never rebuilds);
 * ``window``: the sidecar with ``bench-window`` (the newest ``--window``
   messages, 40 by default: it drops old content every turn, so the sidecar
-  rebuilds whenever the dropped part exceeds its stale slack).
+  rebuilds whenever the dropped part exceeds its stale slack);
+* ``budget``: the sidecar with the built-in ``transcript-budget`` at the
+  sidecar's default token budget (it counts the transcript with the o200k
+  tokenizer every turn; issue 34's late-turn check, 1.3x native).
 
 The sidecar runs its defaults (projection ``delta``, ``rebuild = "fresh"``).
 Codex runs with the machine's real ``HOME`` (``--home real``, the default):
@@ -83,6 +86,7 @@ from typing import Any
 
 import trio
 
+from engines.budget import TRANSCRIPT_BUDGET_ENGINE_ID
 from tools.bench_context import Router, Turn, process_cpu, reported_rebuilds
 from tools.client import AppServerClient, RpcError, ServerGone
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
@@ -91,7 +95,7 @@ from tools.fake_model import FakeModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CONFIGS: dict[str, str | None] = {"native": None, "identity": IDENTITY_ID, "window": WINDOW_ID}
+CONFIGS: dict[str, str | None] = {"native": None, "identity": IDENTITY_ID, "window": WINDOW_ID, "budget": TRANSCRIPT_BUDGET_ENGINE_ID}
 """Configuration name -> the sidecar's engine id (None: codex alone)."""
 
 DEFAULT_TURNS = 600
@@ -106,6 +110,7 @@ TURN_TIMEOUT = 120.0
 
 TARGET_IDENTITY = 1.10
 TARGET_WINDOW = 2.0
+TARGET_BUDGET = 1.3
 AIM_WINDOW = 1.2
 TARGET_PEAK_RSS_MB = 100.0
 CONSTANT_BYTES = 1.25
@@ -827,7 +832,7 @@ def checks_for(result: ConfigResult, native: ConfigResult | None, edge: int) -> 
     late = early_late(result.walls, edge)[1]
     native_late = early_late(native.walls, edge)[1] if native is not None and native.ok else None
     ratio = late / native_late if late and native_late else None
-    limit = TARGET_IDENTITY if result.name == "identity" else TARGET_WINDOW
+    limit = {"identity": TARGET_IDENTITY, "budget": TARGET_BUDGET}.get(result.name, TARGET_WINDOW)
     aim = f" (aim {AIM_WINDOW:.1f}x)" if result.name == "window" else ""
     out.append(Check("late", f"late <= {limit:.1f}x native{aim}", None if ratio is None else ratio <= limit, "-" if ratio is None else f"{ratio:.2f}x"))
     hwm = max([s.sidecar_hwm_kb or 0 for s in result.samples] + [result.sidecar_hwm_kb or 0]) / 1024

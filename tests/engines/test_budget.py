@@ -253,6 +253,34 @@ async def test_no_budget_returns_everything():
     assert empty.messages == [] and empty.estimated_tokens == 0
 
 
+async def test_a_session_s_next_assemble_counts_only_its_new_messages(monkeypatch):
+    import engines.budget
+
+    counted: list[object] = []
+
+    def counting(message):
+        counted.append(message)
+        return estimate_message_tokens(message)
+
+    monkeypatch.setattr(engines.budget, "estimate_message_tokens", counting)
+    engine = TranscriptBudgetEngine({})
+    messages = [m for i in range(20) for m in (user(i), reply(i))]
+    first = await engine.assemble(params(messages, 100_000))
+    assert len(counted) == len(messages)
+    counted.clear()
+    grown = [*messages, user(20), reply(20)]
+    second = await engine.assemble(params(grown, 100_000))
+    assert [id(m) for m in counted] == [id(grown[-1]), id(grown[-2])]  # the new ones only, newest first
+    assert second.estimated_tokens == first.estimated_tokens + cost(grown[-2:]) == cost(grown)
+    counted.clear()
+    changed = [*grown[:-1], reply(21)]  # the newest replaced by another object: counted afresh
+    third = await engine.assemble(params(changed, 100_000))
+    assert [id(m) for m in counted] == [id(changed[-1])] and third.estimated_tokens == cost(changed)
+    counted.clear()
+    await engine.assemble(AssembleParams(session_id="other", session_key="k", messages=list(grown)))
+    assert len(counted) == len(grown)  # another session keeps estimates of its own
+
+
 async def test_smaller_of_call_and_configured_budget_applies():
     messages = [user(i) for i in range(20)]
     each = estimate_message_tokens(messages[-1])

@@ -130,6 +130,11 @@ def test_checks_read_the_late_ratio_the_peak_rss_and_the_state_growth():
     slow = bs.ConfigResult("window", "bench-window", walls=[0.1] * 5 + [0.3] * 5, samples=grows)
     checks = {c.name: c for c in bs.checks_for(slow, native, 5)}
     assert not checks["late"].passed and not checks["rss"].passed and not checks["state"].passed
+    budget = bs.ConfigResult("budget", "transcript-budget", walls=[0.1] * 5 + [0.125] * 5, samples=flat)
+    (late, *_) = bs.checks_for(budget, native, 5)
+    assert late.passed and late.target == "late <= 1.3x native"
+    over = bs.ConfigResult("budget", "transcript-budget", walls=[0.1] * 5 + [0.135] * 5, samples=flat)
+    assert not bs.checks_for(over, native, 5)[0].passed
 
 
 def test_py_spy_raw_stacks_are_summed_by_own_and_inclusive_samples():
@@ -152,7 +157,7 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert code == 0, {k: v["error"] for k, v in data["configs"].items()}
-    assert set(data["configs"]) == {"native", "identity", "window"}
+    assert set(data["configs"]) == {"native", "identity", "window", "budget"}
     assert data["edge"] == 3
     script = bs.build_script(6)
     native = data["configs"]["native"]
@@ -169,7 +174,7 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
         assert c["codexRssEndKb"] > 10_000
         assert c["restart"]["resumeMs"] > 0 and c["restart"]["turnMs"] > 0, "a new process resumed the thread and ran a turn"
         assert f"\n{name} " in text
-    for name in ("identity", "window"):
+    for name in ("identity", "window", "budget"):
         c = data["configs"][name]
         assert isinstance(c["rebuilds"], int)
         assert c["sidecarPeakRssKb"] > 10_000
