@@ -169,7 +169,7 @@ class Overflow:
             return found.reason
         assert first.params is not None  # the verdict needs them
         state = retry.state = first.retry()
-        holdings.overflowed(session, first, state)
+        holdings.retry_started(session, first, state)
         if self.options.projection_mode == "per_turn" and not await self.turns.rebuilder.rebuild(session):
             return "no-smaller-projection"
         edited = await self.turns.project(session, state, first.params, first.params.get("model") if isinstance(first.params.get("model"), str) else None)

@@ -172,7 +172,7 @@ def revert_unsupported(session: ThreadSession) -> None:
     session.revert_unsupported = True
 
 
-def overflowed(session: ThreadSession, first: TurnState, retry: TurnState) -> None:
+def retry_started(session: ThreadSession, first: TurnState, retry: TurnState) -> None:
     """A turn overflowed and is retried: the failed attempt is a turn the
     Codex thread holds (the rebuild takes it out too)."""
     if session.turns_since_rebuild is not None and first.turn_id is not None:

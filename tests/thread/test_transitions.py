@@ -117,7 +117,7 @@ def test_an_abandoned_retry_without_a_rebuild_leaves_the_first_attempt_to_the_fi
     first = TurnState(client_id=1, original_input=None, turn_id="t1")
     session = thread(turns_since_rebuild=["t0"])
     retry = TurnState(client_id=1, original_input=None)
-    holdings.overflowed(session, first, retry)
+    holdings.retry_started(session, first, retry)
     assert (session.turns_since_rebuild, session.force_rebuild, session.current) == (["t0", "t1"], True, retry)
     holdings.retry_abandoned(session, first, retry)
     assert (session.turns_since_rebuild, session.current) == (["t0"], first)
