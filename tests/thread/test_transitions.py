@@ -251,3 +251,118 @@ def test_a_projection_notes_its_channels_and_holds_its_addition_until_codex_acce
     assert (state.projected, state.channels, state.addition_pending, state.sent_text) == (True, ["turn/start.input"], None, {"input": "x"})
     state.note_projection(["addition"], "be brief", None)
     assert (state.channels, state.addition_pending) == (["turn/start.input", "addition"], "be brief")
+
+
+# ------------------------------------------------ the smaller transitions
+
+
+def test_what_makes_the_next_turn_rebuild_and_what_a_rebuild_settles() -> None:
+    session = thread(held=["a"], turns_since_rebuild=["t1"], rebuilds=1)
+    holdings.codex_compacted(session)
+    assert session.force_rebuild
+    holdings.rebuilt(session)
+    assert (session.rebuilds, session.force_rebuild) == (2, False)
+    holdings.untracked_projection(session)
+    assert session.force_rebuild
+    holdings.unknown(session)
+    assert (session.held, session.force_rebuild, session.turns_since_rebuild) == (None, True, None)
+    holdings.at_framing(session)
+    assert session.turns_since_rebuild == []
+    holdings.first_turn_unknown(session)
+    assert session.turns_since_rebuild is None
+    holdings.revert_unsupported(session)
+    assert session.revert_unsupported
+    holdings.epoch_accepted(session, "e2")
+    assert session.projected_epoch == "e2"
+
+
+def test_a_new_codex_thread_of_a_known_session_holds_nothing_once() -> None:
+    session = thread(held=None, turns_since_rebuild=None)
+    assert holdings.holds_nothing(session) is True
+    assert (session.held, session.turns_since_rebuild) == ([], [])
+    session.held = ["a"]
+    assert holdings.holds_nothing(session) is False
+    assert session.held == ["a"]
+    holdings.framing_only(session)
+    assert (session.held, session.turns_since_rebuild, session.live_turns) == ([], [], [])
+
+
+def test_an_opening_binds_the_thread_and_keeps_its_files() -> None:
+    session = thread()
+    opening.bound(session, "s1", "agent:s1", Path("/tmp/s1.jsonl"), "relay")
+    assert (session.session_id, session.session_key, session.path, session.via) == ("s1", "agent:s1", Path("/tmp/s1.jsonl"), "relay")
+    mirror, inspect, ledger = object(), object(), object()
+    opening.mirror_opened(session, mirror, had_history=True)  # type: ignore[arg-type]
+    opening.files_opened(session, inspect=inspect)  # type: ignore[arg-type]
+    opening.files_opened(session, ledger=ledger)  # type: ignore[arg-type]
+    assert (session.mirror, session.had_history, session.inspect, session.ledger) == (mirror, True, inspect, ledger)
+    opening.mirror_opened(session, None)
+    assert (session.mirror, session.had_history) == (None, True)
+    opening.history_known(session, False)
+    opening.history_imported(session, False)
+    assert not session.had_history
+    opening.history_imported(session, True)
+    assert session.had_history
+
+
+def test_a_closed_thread_is_released_only_when_nothing_of_it_is_under_way() -> None:
+    session = thread()
+    assert not opening.releasable(session)
+    opening.closed(session)
+    assert opening.releasable(session)
+    session.take_slot(TurnState(client_id=1, original_input=None))
+    assert not opening.releasable(session)
+    session.current = None
+    opening.revert_sent(session)
+    assert not opening.releasable(session)
+    opening.revert_answered(session)
+    opening.closed(session, False)
+    assert not opening.releasable(session)
+
+
+def test_a_fork_cut_at_a_turn_sends_the_addition_again() -> None:
+    assert opening.fork_keeps_addition({"threadId": "p"})
+    assert not opening.fork_keeps_addition({"threadId": "p", "lastTurnId": "t1"})
+    assert not opening.fork_keeps_addition({"threadId": "p", "beforeTurnId": "t1"})
+
+
+def test_usage_learned_facts_and_compactions_are_the_threads() -> None:
+    from engines import PromptCacheInfo, Usage
+    from sidecar.session.state import LearnedMachine
+
+    session = thread()
+    usage, cache = Usage(input=1, output=2, cache_read=0, cache_write=0, total_tokens=3), PromptCacheInfo(cached_input_tokens=0, input_tokens=1)
+    opening.usage_reported(session, usage, cache, 1)
+    machine = LearnedMachine("thr")
+    opening.learned_read(session, machine, "key")
+    opening.compacted(session)
+    assert (session.last_usage, session.prompt_cache, session.current_token_count, session.learned, session.learned_key, session.compactions) == (
+        usage, cache, 1, machine, "key", 1
+    )
+
+
+def test_a_turns_record_notes_what_the_assembly_and_the_projection_did() -> None:
+    state = TurnState(client_id=1, original_input=None)
+    state.projecting({"input": []})
+    state.context_carried("continuity")
+    state.history_read([])
+    state.note_assembly(count=3, tokens=40, budget=100, roles=[["user", 2]], mode="delta", epoch=None)
+    state.note_render(rendered=3, dropped=1, context_chars=10, original_chars=4, sent_chars=14)
+    state.fell_back("no-mirror")
+    assert (state.params, state.openclaw_context, state.pre_prompt_count, state.assembled_count, state.estimated_tokens, state.budget, state.mode) == (
+        {"input": []}, "continuity", 0, 3, 40, 100, "delta"
+    )
+    assert (state.rendered, state.dropped, state.context_chars, state.original_chars, state.sent_chars, state.fallback_reason) == (3, 1, 10, 4, 14, "no-mirror")
+
+
+def test_a_finalised_turn_leaves_the_table_and_a_join_codex_made_its_own_takes_the_slot() -> None:
+    session = thread()
+    session.item_completed("t1", {"id": "i1"}, None)
+    state = session.finalising("t1")
+    assert "t1" not in session.turns and list(state.items) == ["i1"]
+    assert session.finalising("t2").turn_id == "t2"  # never seen: a record of its own
+    session.finalising_join(state)
+    assert session.current is state
+    session.turns["t0"] = TurnState(client_id=1, original_input=None, turn_id="t0")
+    session.retry_accepted(TurnState(client_id=1, original_input=None, turn_id="t0"))
+    assert "t0" not in session.turns
