@@ -75,7 +75,7 @@ class ClientReverts:
             if session is not None:
                 # A turn/start already queued for the slot (not gated: a turn was
                 # running) must not assemble before Codex answered this revert.
-                opening.revert_sent(session)
+                opening.revert_sent(session, trio.Event())
                 self._unanswered[msg.id] = session
         decision = self._redirect_if_archived(msg, ("beforeTurnId",), self.archive_reverts)
         if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):

@@ -115,7 +115,8 @@ class Turns:
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         edited: dict[str, Any] | None = None
-        state = TurnState.requested(msg.id, params, trio.current_time())
+        # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat runs say so.
+        state = TurnState(client_id=msg.id, original_input=params.get("input"), heartbeat=params.get("turnTrigger") == "heartbeat", received=trio.current_time())
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()

@@ -1,7 +1,7 @@
 """A thread's session in this process: its records, its transitions and
 what its processes learned are :mod:`sidecar.thread`'s (their one owner),
-named here too; the trio primitives the lifecycle's jobs wait on are
-:class:`ThreadSync`; the params of requests whose answers the lifecycle
+named here too; :func:`new_session` gives a thread's state the trio
+primitives the lifecycle's jobs wait on; the params of requests whose answers the lifecycle
 reads are :class:`RequestParams`."""
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ __all__ = [
     "RevertNoise",
     "SessionChanged",
     "ThreadSession",
-    "ThreadSync",
     "ToolsGiven",
     "TurnState",
     "Unfollowed",
@@ -65,24 +64,9 @@ __all__ = [
 ]
 
 
-class ThreadSync:
-    """A thread's trio primitives, which its :class:`ThreadSession` holds but
-    does not own: ``ready`` (the session is open), the one-turn-at-a-time
-    ``slot`` and ``reverts_answered``."""
-
-    def __init__(self) -> None:
-        self.ready = trio.Event()
-        self.slot = trio.Semaphore(1)
-        self.reverts_answered = trio.Event()
-
-    def revert_sent(self) -> None:
-        """A client revert is unanswered: turns wait for ``reverts_answered`` again."""
-        self.reverts_answered = trio.Event()
-
-
 def new_session(thread_id: str, session_key: str, path: Path) -> ThreadSession:
     """A thread's state with fresh trio primitives."""
-    return ThreadSession(thread_id, session_key, path, ThreadSync())
+    return ThreadSession(thread_id, session_key, path, trio.Event(), trio.Semaphore(1), trio.Event())
 
 
 class RequestParams:

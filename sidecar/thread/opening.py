@@ -11,6 +11,8 @@ from engines import PromptCacheInfo, Usage
 from .state import ThreadSession, Unfollowed
 
 if TYPE_CHECKING:
+    import trio
+
     from ..session.state import LearnedMachine
     from ..store.injected import Injection
     from ..store.inspect import InspectLog
@@ -82,10 +84,11 @@ def compacted(session: ThreadSession) -> None:
 # ------------------------------------------------------------ client reverts
 
 
-def revert_sent(session: ThreadSession) -> None:
-    """A client ``thread/revert`` went to Codex: turns wait for its answer."""
+def revert_sent(session: ThreadSession, answered: trio.Event) -> None:
+    """A client ``thread/revert`` went to Codex: turns wait for its answer
+    (``answered``, a new event, is set when the last is answered)."""
     session.reverts_unanswered += 1
-    session.sync.revert_sent()
+    session.reverts_answered = answered
 
 
 def revert_answered(session: ThreadSession) -> bool:

@@ -4,7 +4,7 @@ and of its turns, in this process.
 Plain records, no I/O and no trio: the thread's open files (mirror, ledger,
 inspect log) and its trio primitives (``ready``, the one-turn-at-a-time
 ``slot``, ``reverts_answered``) are handles the lifecycle gives it
-(``sync``: :class:`sidecar.session.state.ThreadSync`). Only this package
+(:func:`sidecar.session.state.new_session`). Only this package
 writes the fields: the lifecycle jobs call its transitions (the records'
 methods, :mod:`.holdings`, :mod:`.opening`), and
 ``tests/docs/test_thread_state_owner.py`` counts every write from outside.
@@ -48,7 +48,6 @@ from .learned import (
 if TYPE_CHECKING:
     import trio
 
-    from ..session.state import ThreadSync
     from ..store.injected import Injection
     from ..store.inspect import InspectLog
     from ..store.ledger import Ledger
@@ -158,11 +157,6 @@ class TurnState(msgspec.Struct):
 
     # -- transitions (the turns job, the overflow retry) ------------------
 
-    @classmethod
-    def requested(cls, client_id: Any, params: dict[str, Any], received: float) -> TurnState:
-        """The client's ``turn/start`` (its typed view vouches for the input's shape)."""
-        return cls(client_id=client_id, original_input=params.get("input"), heartbeat=params.get("turnTrigger") == "heartbeat", received=received)
-
     def retry(self) -> TurnState:
         """The sidecar's retry of this turn (it overflowed the context window),
         from the input it projected from (OpenClaw's continuity already cut)."""
@@ -249,8 +243,13 @@ class ThreadSession(msgspec.Struct):
     thread_id: str
     session_key: str
     path: Path
-    sync: ThreadSync
-    """The thread's trio primitives (the lifecycle's, not state)."""
+    ready: trio.Event
+    """Set once the session is open."""
+    slot: trio.Semaphore
+    """One turn at a time per thread, in arrival order (trio semaphores are
+    FIFO and, unlike locks, may be released by the finalising task)."""
+    reverts_answered: trio.Event
+    """Set whenever the last unanswered client revert is answered."""
     session_id: str = ""
     via: str = "thread"
     """How the session was found (``sidecar.session.identity.Via``)."""
@@ -329,22 +328,6 @@ class ThreadSession(msgspec.Struct):
     def __post_init__(self) -> None:
         if not self.session_id:
             self.session_id = self.thread_id
-
-    @property
-    def ready(self) -> trio.Event:
-        """Set once the session is open."""
-        return self.sync.ready
-
-    @property
-    def slot(self) -> trio.Semaphore:
-        """One turn at a time per thread, in arrival order (trio semaphores are
-        FIFO and, unlike locks, may be released by the finalising task)."""
-        return self.sync.slot
-
-    @property
-    def reverts_answered(self) -> trio.Event:
-        """Set whenever the last unanswered client revert is answered."""
-        return self.sync.reverts_answered
 
     @property
     def busy(self) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
 from sidecar.store.injected import Injection
 from sidecar.store.ledger import LedgerState
@@ -146,10 +148,10 @@ def test_a_projection_codex_refused_left_nothing_in_the_thread() -> None:
 
 def test_a_forwarded_turn_ends_the_threads_first_turn_and_counts() -> None:
     session = thread(fresh=True)
-    state = TurnState.requested(1, {"input": [], "turnTrigger": "heartbeat"}, received=3.0)
+    state = TurnState(client_id=1, original_input=[], heartbeat=True, received=3.0)
     session.take_slot(state)
     session.turn_forwarded(state, 1.5)
-    assert (state.heartbeat, state.forwarded, state.hold_ms, session.fresh, session.turns_this_opening, session.current) == (True, True, 1.5, False, 1, state)
+    assert (state.forwarded, state.hold_ms, session.fresh, session.turns_this_opening, session.current) == (True, 1.5, False, 1, state)
 
 
 def test_a_finalised_turn_is_the_newest_and_codex_holds_it() -> None:
@@ -183,9 +185,10 @@ def test_an_answered_start_opens_the_thread_fresh_and_a_fork_of_the_framing_hold
 
 def test_turns_wait_until_the_last_client_revert_is_answered() -> None:
     session = thread()
-    opening.revert_sent(session)
-    opening.revert_sent(session)
-    assert not session.reverts_answered.is_set()
+    answered = trio.Event()
+    opening.revert_sent(session, trio.Event())
+    opening.revert_sent(session, answered)
+    assert session.reverts_answered is answered
     assert [opening.revert_answered(session), opening.revert_answered(session), opening.revert_answered(session)] == [False, True, True]
 
 
@@ -313,7 +316,7 @@ def test_a_closed_thread_is_released_only_when_nothing_of_it_is_under_way() -> N
     session.take_slot(TurnState(client_id=1, original_input=None))
     assert not opening.releasable(session)
     session.current = None
-    opening.revert_sent(session)
+    opening.revert_sent(session, trio.Event())
     assert not opening.releasable(session)
     opening.revert_answered(session)
     opening.closed(session, False)
