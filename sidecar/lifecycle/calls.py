@@ -16,6 +16,7 @@ from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
 from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
+from ..thread import opening
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -62,8 +63,8 @@ class EngineCalls:
         in between a turn reads them without touching the journal."""
         key = self.session_key(session)
         if session.learned is None or session.learned_key != key:
-            session.learned = self.learned.machine(session.thread_id, key)
-            session.learned_key = key
+            opening.learned_read(session, self.learned.machine(session.thread_id, key), key)
+        assert session.learned is not None
         return session.learned
 
     def facts(self, session: ThreadSession) -> Learned:

@@ -15,6 +15,7 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
+from ..thread import opening
 from .calls import EngineCalls
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -87,7 +88,7 @@ class Compaction:
         return result
 
     async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:
-        session.compactions += 1
+        opening.compacted(session)
         mirror = session.mirror
         if mirror is None:
             return

@@ -16,9 +16,10 @@ from ..history.archive import TurnArchive, archive_path, archived_turn
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
-from ..session.planner import fingerprint, fingerprints
+from ..session.planner import fingerprints
 from ..session.state import ThreadSession, TurnState, WindowReported
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms
+from ..thread import holdings, opening
 from ..translate import messages_of, translate_turn
 from .calls import EngineCalls
 
@@ -44,15 +45,9 @@ class Finalizer:
         item, turn_id = note.item, note.turn_id
         if session is None or not isinstance(item, dict) or not isinstance(item.get("id"), str):
             return None
-        state = session.turns.get(turn_id)
-        if state is None:
-            state = session.turns[turn_id] = TurnState(client_id=None, original_input=None, turn_id=turn_id)
-        state.items[item["id"]] = item
-        stamp = note.completed_at_ms or item.get("completedAtMs")
-        if isinstance(stamp, int):
-            state.item_times[item["id"]] = stamp
+        session.item_completed(turn_id, item, note.completed_at_ms or item.get("completedAtMs"))
         if item.get("type") == "contextCompaction":
-            session.force_rebuild = True  # Codex rewrote its history: the ledger no longer holds
+            holdings.codex_compacted(session)  # Codex rewrote its history: the ledger no longer holds
             log.info(
                 "native Codex compaction in turn",
                 extra={"fields": self.calls.fields(session, turnId=turn_id, backend="codex-app-server", ownsCompaction=self.calls.owns_compaction)},
@@ -71,15 +66,18 @@ class Finalizer:
         last = usage.last
         if last is not None:
             cached, total_in = last.cached_input_tokens, last.input_tokens
-            session.last_usage = Usage(
-                input=max(0, total_in - cached),
-                output=last.output_tokens,
-                cache_read=cached,
-                cache_write=last.cache_write_input_tokens,
-                total_tokens=last.total_tokens,
+            opening.usage_reported(
+                session,
+                Usage(
+                    input=max(0, total_in - cached),
+                    output=last.output_tokens,
+                    cache_read=cached,
+                    cache_write=last.cache_write_input_tokens,
+                    total_tokens=last.total_tokens,
+                ),
+                PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in),
+                total_in,
             )
-            session.prompt_cache = PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in)
-            session.current_token_count = total_in
         if usage.model_context_window is not None:
             self.calls.learn(session, WindowReported(usage.model_context_window))
         return None
@@ -105,12 +103,12 @@ class Finalizer:
     async def _finalize(self, session: ThreadSession, turn: dict[str, Any]) -> None:
         turn_id: str = turn["id"]
         status = turn.get("status")
-        state = session.turns.pop(turn_id, None) or TurnState(client_id=None, original_input=None, turn_id=turn_id)
+        state = session.finalising(turn_id)
         if state.forwarded and state.client_id is None and session.current is not state:
             # A joining turn/start that Codex made a turn of its own (the turn
             # it was to join had ended): finalised after that turn, in order.
             await session.slot.acquire()
-            session.current = state
+            session.finalising_join(state)
         try:
             await session.ready.wait()
             if session.mirror is None:
@@ -129,13 +127,10 @@ class Finalizer:
                     "giving up a client revert the transcript mirror could not follow; the engine keeps the reverted turns",
                     extra={"fields": self.calls.fields(session, turnId=turn_id)},
                 )
-                session.unfollowed = None
+                opening.unfollowed(session, None)
                 self.proxy.ungate(session.thread_id, unfollowed.holder)
-            if session.live_turns is not None:
-                session.live_turns.append(turn_id)
             ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]
-            session.last_items[turn_id] = ids[-1] if ids and isinstance(ids[-1], str) else None
-            session.last_turn = turn_id
+            session.finalised(turn_id, ids[-1] if ids and isinstance(ids[-1], str) else None)
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
             error = turn.get("error")
             records = translate_turn(
@@ -202,16 +197,7 @@ class Finalizer:
             session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}  # busy until the marker is written
             if state.client_id is not None:
                 before = session.held
-                base = state.held_plan
-                if base is None:
-                    base = session.held if session.held is not None else [fingerprint(m) for m in state.history]
-                session.held = base + fingerprints(session.sizes, snapshot[state.pre_prompt_count :], session.fingerprints)
-                if state.rebuilt:
-                    session.turns_since_rebuild = [turn_id]
-                elif session.turns_since_rebuild is not None:
-                    session.turns_since_rebuild = [*session.turns_since_rebuild, turn_id]
-                # else: unknown (a fork, a thread from before this state dir)
-                # stays unknown: a rebuild asks Codex for the thread's first turn.
+                holdings.turn_finalised(session, state, turn_id, fingerprints(session.sizes, snapshot[state.pre_prompt_count :], session.fingerprints))
                 self._record_ledger(session, turn_id, before, state.rebuilt)
             self._inspect_record(session, state, turn_id, status)
             if status == "completed" and ok:

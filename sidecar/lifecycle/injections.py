@@ -16,6 +16,7 @@ from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession
 from ..store.injected import InjectedItems, Injection, injected_path
+from ..thread import opening
 from .calls import EngineCalls
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -46,9 +47,7 @@ class Injections:
         if session is None:
             return None
         injection = Injection(None, items)
-        if session.injected_framing == len(session.injected) and session.turns_since_rebuild == [] and session.current is None:
-            session.injected_framing += 1  # before the thread's first turn, with the others put back there
-        session.injected.append(injection)  # at once: the next turn's rebuild puts it back
+        opening.injected(session, injection)
         self.proxy.spawn(self._record, session, injection)
         return None
 
@@ -56,7 +55,7 @@ class Injections:
         """Once the session is open (its newest turn known), on disk."""
         await session.ready.wait()
         placed = Injection(session.last_turn, injection.items)
-        session.injected = [placed if i is injection else i for i in session.injected]
+        opening.injection_placed(session, injection, placed)
         framing = None if session.injected_unsure else session.injected_framing
         journal = self.journal(session)
         def write() -> None:
@@ -70,10 +69,7 @@ class Injections:
         """At the session's opening: the journal, then what came meanwhile."""
         journal = self.journal(session)
         loaded, framing, unsure = await trio.to_thread.run_sync(journal.load)
-        session.injected = loaded + session.injected
-        session.injected_framing = framing
-        session.injected_unsure = unsure
-        session.last_turn = last_turn
+        opening.injections_loaded(session, loaded, framing, unsure, last_turn)
 
     async def replay(self, session: ThreadSession, kept_framing: bool) -> None:
         """A rebuild moved the thread: the client's injected items go back in,
@@ -93,23 +89,23 @@ class Injections:
         target = len(session.injected)
         if not items:
             if session.injected_unsure or session.injected_framing != kept:
-                session.injected_framing, session.injected_unsure = kept, False
+                opening.replay_settled(session, kept)
                 await trio.to_thread.run_sync(journal.framing, kept)
             return
-        session.injected_unsure = True
+        opening.replaying(session)
         await trio.to_thread.run_sync(journal.replaying, target)
         try:
             await self.proxy.request("thread/inject_items", {"threadId": session.thread_id, "items": items}, timeout=self.options.engine_deadline)
         except RpcError as exc:
             # Refused: the thread holds what it held before.
-            session.injected_framing, session.injected_unsure = kept, False
+            opening.replay_settled(session, kept)
             await trio.to_thread.run_sync(journal.framing, kept)
             self._missed(session, exc)
             return
         except trio.TooSlowError as exc:
             self._missed(session, exc)  # may yet have been applied: stays unsure
             return
-        session.injected_framing, session.injected_unsure = target, False
+        opening.replay_settled(session, target)
         await trio.to_thread.run_sync(journal.framing, target)
 
     def _missed(self, session: ThreadSession, exc: Exception) -> None:
@@ -121,7 +117,6 @@ class Injections:
     async def forget_after(self, session: ThreadSession, gone: list[str]) -> None:
         """The client reverted these turns: what it injected after them goes too."""
         dropped = set(gone)
-        if not any(i.after_turn in dropped for i in session.injected):
+        if not opening.injections_dropped(session, dropped):
             return
-        session.injected = [i for i in session.injected if i.after_turn not in dropped]
         await trio.to_thread.run_sync(self.journal(session).drop_after, sorted(dropped))

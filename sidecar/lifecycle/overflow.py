@@ -36,6 +36,7 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.overflow import TURN_CLIENT_REQUESTS, Verdict, after_compaction, client_sees, overflowed, verdict
 from ..session.state import ThreadSession, TurnState
+from ..thread import holdings
 from .calls import EngineCalls
 from .compaction import Compaction
 from .finalize import Finalizer
@@ -167,26 +168,14 @@ class Overflow:
         if not found.retry:
             return found.reason
         assert first.params is not None  # the verdict needs them
-        # The input the first attempt projected from: OpenClaw's continuity already cut, not classified again.
-        given = first.params.get("input")
-        state = retry.state = TurnState(
-            client_id=first.client_id,
-            original_input=given if isinstance(given, list) else first.original_input,
-            heartbeat=first.heartbeat,
-            attempt=first.attempt + 1,
-        )
-        # The failed attempt is a turn the Codex thread holds: the rebuild takes it out too.
-        if session.turns_since_rebuild is not None and first.turn_id is not None:
-            session.turns_since_rebuild = [*session.turns_since_rebuild, first.turn_id]
-        session.force_rebuild = True
-        session.current = state
+        state = retry.state = first.retry()
+        holdings.retry_started(session, first, state)
         if self.options.projection_mode == "per_turn" and not await self.turns.rebuilder.rebuild(session):
             return "no-smaller-projection"
         edited = await self.turns.project(session, state, first.params, first.params.get("model") if isinstance(first.params.get("model"), str) else None)
         if edited is None or not (state.projected or state.rebuilt):
             return "no-smaller-projection"
-        state.openclaw_context = first.openclaw_context  # for its inspection record: what the client's input carried
-        state.forwarded = True
+        state.retry_forwarded(first)
         try:
             await self.proxy.request(
                 "turn/start", edited, timeout=self.options.engine_deadline, on_result=lambda answer: self._accepted(retry, answer)
@@ -205,7 +194,7 @@ class Overflow:
             return
         retry.turn_id = turn_id
         session = retry.session
-        session.turns.pop(first.turn_id, None)  # never finalised: the retry is the turn
+        session.retry_accepted(first)  # never finalised: the retry is the turn
         self.turns.accepted(session, state, turn_id)
         self.renamed[_quoted(turn_id)] = (_quoted(first.turn_id), retry)
         # Here, not after the request returns: the retry's turn/completed may come first.
@@ -223,14 +212,7 @@ class Overflow:
             "turn overflowed the context window and could not be retried; Codex's error goes to the client",
             extra={"fields": self.calls.fields(session, turnId=first.turn_id, reason=reason)},
         )
-        if state is not None:
-            if state.rebuilt:  # the thread was rebuilt; nothing was projected into it
-                session.held, session.turns_since_rebuild = [], []
-                session.projected_epoch = None
-                first.held_plan = None
-            elif session.turns_since_rebuild and session.turns_since_rebuild[-1] == first.turn_id:
-                session.turns_since_rebuild = session.turns_since_rebuild[:-1]  # the finalizer notes it
-        session.current = first
+        holdings.retry_abandoned(session, first, state)
         for msg in retry.withheld:
             if msg.method == "turn/completed":
                 self.finalizer.on_turn_completed(msg)

@@ -33,6 +33,7 @@ from ..session.identity import reset_session
 from ..session.state import ThreadSession
 from ..store import bindings
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms
+from ..thread import opening
 
 if TYPE_CHECKING:
     from .sessions import Sessions
@@ -64,8 +65,7 @@ async def begin(job: Sessions, session: ThreadSession) -> bool:
         return False
     if session.relay is not None:
         await name_relay(job, session)
-    session.mirror = mirror
-    session.had_history = False
+    opening.mirror_opened(session, mirror, had_history=False)
     await trio.to_thread.run_sync(_record, old_mirror, mirror, old_id, new_id, session.thread_id)
     if old_mirror is not None:
         old_mirror.close()

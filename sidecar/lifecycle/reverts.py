@@ -16,8 +16,8 @@ from ..history.archive import TurnArchive, archive_path
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import AdditionSent, ThreadSession, Unfollowed
-from ..store.ledger import LedgerState
 from ..store.mirror import MirrorError
+from ..thread import holdings, opening
 from ..translate import turn_key_prefix
 from .calls import EngineCalls
 from .context import HistoryMoves
@@ -75,8 +75,7 @@ class ClientReverts:
             if session is not None:
                 # A turn/start already queued for the slot (not gated: a turn was
                 # running) must not assemble before Codex answered this revert.
-                session.reverts_unanswered += 1
-                session.reverts_answered = trio.Event()
+                opening.revert_sent(session, trio.Event())
                 self._unanswered[msg.id] = session
         decision = self._redirect_if_archived(msg, ("beforeTurnId",), self.archive_reverts)
         if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):
@@ -175,7 +174,7 @@ class ClientReverts:
             wrapped = self.archived.wrap_revert_cursors(thread_id, before, session.live_turns, session.last_items, msg.result())
         if session is not None:
             # Set now: a turn/start already queued for the slot follows it first.
-            session.unfollowed = Unfollowed(before, into_archive, frozenset(in_flight), holder)
+            opening.unfollowed(session, Unfollowed(before, into_archive, frozenset(in_flight), holder))
         self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
         return None if wrapped is None else rewrite(msg.line, result=wrapped)
 
@@ -190,8 +189,7 @@ class ClientReverts:
         """A client revert was answered (or given up on): turns stop waiting for it."""
         session = self._unanswered.pop(client_id, None)
         if session is not None:
-            session.reverts_unanswered = max(0, session.reverts_unanswered - 1)
-            if not session.reverts_unanswered:
+            if opening.revert_answered(session):
                 session.reverts_answered.set()
 
     async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, holder: Any) -> None:
@@ -230,8 +228,7 @@ class ClientReverts:
         await self.injections.forget_after(session, [before, *gone])
         self.archived.forget(thread_id)
         await self.archived.load(thread_id)
-        if session.live_turns is not None:
-            session.live_turns = [t for t in session.live_turns if t not in gone]
+        holdings.turns_gone(session, gone)
         followed = True
         mirror = session.mirror
         if mirror is not None:
@@ -249,46 +246,19 @@ class ClientReverts:
             except (MirrorError, OSError) as exc:
                 followed = False  # the intent stays: the next turn (or opening) tries again
                 log.warning("transcript mirror could not follow the client's revert", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
-        if not into_archive:
-            since = session.turns_since_rebuild
-            session.turns_since_rebuild = since[: since.index(before)] if since is not None and before in since else None
-        if into_archive or session.turns_since_rebuild == []:
-            # Codex is back at its framing (the rebuild's own turn was reverted,
-            # or the revert went before Codex's first turn): it holds nothing,
-            # no epoch either, and the next turn projects the whole assembly.
-            session.held, session.turns_since_rebuild, session.projected_epoch = [], [], None
-            if into_archive:
-                session.live_turns = []
-        elif session.rebuilds or session.force_rebuild or session.projected_epoch is not None:
-            # Codex holds a projection plus turns since, so the mirror's history
-            # is not what it holds; what it holds is the ledger as it stood
-            # after the last turn kept, which that turn's inspect record has.
-            kept = session.turns_since_rebuild[-1] if session.turns_since_rebuild else None
+        if holdings.revert_followed(session, before, into_archive=into_archive):
+            # What Codex holds is the ledger as it stood after the last turn
+            # kept, which that turn's record in the ledger's journal has.
+            kept = holdings.last_kept(session)
             ledger = await self._ledger_after(session, kept) if kept is not None else None
+            holdings.ledger_found(session, ledger)
             if ledger is not None:
-                session.held, session.projected_epoch, session.force_rebuild = ledger
                 self.calls.learn(session, AdditionSent(None))  # it may have come in a reverted turn: send it again
-            else:  # not known: project the assembly afresh (exact, at a revert's cost)
-                session.held, session.force_rebuild = None, True
-        else:
-            # Never rebuilt: Codex holds the mirror's turns, worked out afresh
-            # from it (a later mismatch with the assembly rebuilds).
-            session.held = None
         if session.ledger is not None:
             # The ledger a restart restores.
-            now = LedgerState(
-                held=session.held,
-                sizes=session.sizes,
-                turns_since_rebuild=session.turns_since_rebuild,
-                rebuilds=session.rebuilds,
-                force_rebuild=session.force_rebuild,
-                projected_epoch=session.projected_epoch,
-            )
+            now = holdings.holdings(session)
             await trio.to_thread.run_sync(lambda: session.ledger.reset(now, clientRevert=before))  # type: ignore[union-attr]
-        if session.unfollowed is pending:
-            session.unfollowed = None if followed else pending
-        elif not followed and session.unfollowed is None:
-            session.unfollowed = pending  # (a restart's pending intent) the next turn retries
+        opening.follow_ended(session, pending, followed)
         self.proxy.ungate(thread_id, pending.holder)  # followed, or the next turn retries
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)

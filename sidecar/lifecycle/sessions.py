@@ -19,11 +19,12 @@ from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, first_turn, match_transcript, relay_id, session_key
 from ..session.planner import fingerprints
-from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed
+from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed, new_session
 from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
-from ..store.ledger import Ledger, LedgerState, ledger_path
+from ..store.ledger import Ledger, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
+from ..thread import holdings, opening
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from . import resets
 from .calls import EngineCalls
@@ -91,15 +92,10 @@ class Sessions:
         except ValueError:
             log.warning("thread id unusable as a session file name; lifecycle off for it")
             return None
-        session.closed = False  # opened again: a release under way keeps it
-        if pending.method in ("thread/start", "thread/resume"):
-            session.relay = relay_id(params)
-            session.fresh = pending.method == "thread/start"
-            session.turns_this_opening = 0
+        model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model")
+        opening.answered_open(session, pending.method, relay=relay_id(params), cwd=thread.get("cwd") or params.get("cwd"), model=model, framing_fork=framing_fork)
         if pending.method == "thread/start":
             self.spares.client_started(thread_id, params)
-        session.cwd = thread.get("cwd") or params.get("cwd") or session.cwd
-        session.model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model") or session.model
         if given is None and isinstance(params.get("dynamicTools"), list):
             given = callable_tool_names(params["dynamicTools"])
         if given is not None:
@@ -113,8 +109,6 @@ class Sessions:
             self.archived.seed_fork(thread_id, params["threadId"], params)
             if not framing_fork:
                 self._inherit_addition(session, params)
-        if framing_fork:
-            session.framing_only = True
         self.proxy.spawn(self.open, session, pending.method, params, thread)
         if pending.method == "thread/resume":
             return self.archived.splice_resume(msg, result, thread, params)
@@ -123,14 +117,9 @@ class Sessions:
         return None
 
     def _inherit_addition(self, session: ThreadSession, params: dict[str, Any]) -> None:
-        """A whole fork holds its parent's history, and so the engine's
-        system-prompt addition that history carries: the fork knows it, so
-        its first turn does not send it again (Codex would hold it twice). A
-        fork cut at a turn (``lastTurnId``, ``beforeTurnId``) may have lost
-        the turn that carried it, so it sends it again: at worst twice,
-        never missing. A parent this process has not opened is known only
-        if it was opened here (like its tools)."""
-        if isinstance(params.get("lastTurnId"), str) or isinstance(params.get("beforeTurnId"), str):
+        """A whole fork knows its parent's addition (``opening.fork_keeps_addition``);
+        a parent is known only if it was opened here (like its tools)."""
+        if not opening.fork_keeps_addition(params):
             return
         parent = self.sessions.get(params["threadId"])
         if parent is None or self.calls.facts(session).addition is not None:
@@ -143,7 +132,7 @@ class Sessions:
         session = self.sessions.get(thread_id)
         if session is None:
             key = session_key(self.options.session_key_template, thread_id)
-            session = ThreadSession(thread_id, key, session_path(self.state_dir, thread_id))
+            session = new_session(thread_id, key, session_path(self.state_dir, thread_id))
             self.sessions[thread_id] = session
         return session
 
@@ -157,7 +146,7 @@ class Sessions:
         thread_id = params.get("threadId") if isinstance(params, dict) else None
         session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
         if session is not None:
-            session.closed = True
+            opening.closed(session)
             self.proxy.spawn(self._release, session)
         return None
 
@@ -189,17 +178,12 @@ class Sessions:
         log.info("thread closed by codex; session released", extra={"fields": self.calls.fields(session)})
 
     def _releasable(self, session: ThreadSession) -> bool:
-        """Closed, still this thread's session, and nothing of it under way."""
+        """Closed and idle (``opening.releasable``), still this thread's
+        session, and no rebuild revert or native compaction of it under way."""
         return (
-            session.closed
+            opening.releasable(session)
             and self.sessions.get(session.thread_id) is session
-            and not session.turns
-            and session.current is None
-            and session.unfollowed is None
-            and session.reverts_unanswered == 0
-            and not session.marking
             and session.thread_id not in self.inplace.reverting
-            and session.slot.statistics().tasks_waiting == 0
             and not any(s is session for s, _ in self.compaction.native_pending.values())
         )
 
@@ -237,19 +221,19 @@ class Sessions:
                     mirror = await trio.to_thread.run_sync(self._fork_archive_then_mirror, parent_id, session, params)
                 else:
                     mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd))
-                session.mirror = mirror
+                opening.mirror_opened(session, mirror)
                 opened = True
                 # A fork's copy of its parent's mirror is its history (keyed by
                 # the parent's ids: importing Codex's copy too would store it twice).
-                session.had_history = (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages))
+                opening.history_known(session, (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages)))
             await self.archived.load(session.thread_id)
             if opened:
                 order = await trio.to_thread.run_sync(TurnArchive(archive_path(self.state_dir, session.thread_id)).turn_order)
                 await self.injections.load(session, order[-1] if order else None)
             if session.inspect is None:
-                session.inspect = InspectLog(inspect_path(self.state_dir, session.thread_id))
+                opening.files_opened(session, inspect=InspectLog(inspect_path(self.state_dir, session.thread_id)))
             if session.ledger is None:
-                session.ledger = Ledger(ledger_path(self.state_dir, session.thread_id))
+                opening.files_opened(session, ledger=Ledger(ledger_path(self.state_dir, session.thread_id)))
                 await trio.to_thread.run_sync(_restore_ledger, session)
             if method == "thread/start" and session.had_history:
                 # A new Codex thread of a session with history holds none of it.
@@ -268,10 +252,10 @@ class Sessions:
                 await self.reverts.settle_unanswered(session, archive)
             if self.spares.take_rolled_back(session.thread_id):
                 # Back from a switch Codex never accepted: what the thread holds is not known.
-                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
+                holdings.unknown(session)
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
-                session.held, session.turns_since_rebuild, session.live_turns = [], [], []
+                holdings.framing_only(session)
             # Import only when the session is first seen: a thread started or
             # imported earlier in this run is mirrored turn by turn already, and
             # importing it again would bootstrap an engine that saw every turn.
@@ -284,7 +268,7 @@ class Sessions:
                 "transcript mirror unavailable; turns of this thread pass through",
                 extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}},
             )
-            session.mirror = None
+            opening.mirror_opened(session, None)
         finally:
             session.ready.set()
 
@@ -292,10 +276,8 @@ class Sessions:
     # the session a thread belongs to (sidecar.session.identity)
 
     def set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
-        session.path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
-        session.session_id = session_id
-        session.session_key = session_key(self.options.session_key_template, session_id)
-        session.via = via
+        path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
+        opening.bound(session, session_id, session_key(self.options.session_key_template, session_id), path, via)
 
     async def _bind(self, session: ThreadSession) -> None:
         """Find the thread's session before its mirror opens: the relay id it
@@ -332,11 +314,9 @@ class Sessions:
         thread of a known session): the planner projects what the engine
         assembles, and the ledger says so before any turn (a kill before
         the first turn is finalised must not make it claim the history)."""
-        if session.held is not None or session.ledger is None:
+        if session.ledger is None or not holdings.holds_nothing(session):
             return
-        session.held, session.turns_since_rebuild = [], []
-        state = LedgerState(held=[], sizes={}, turns_since_rebuild=[], rebuilds=session.rebuilds, force_rebuild=session.force_rebuild, projected_epoch=session.projected_epoch)
-        await trio.to_thread.run_sync(session.ledger.reset, state)
+        await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
 
     async def first_turn(self, session: ThreadSession, items: list[Any]) -> None:
         """The first turn of a thread started in this process, before it
@@ -383,9 +363,9 @@ class Sessions:
             return False
         if session.relay is not None:
             await resets.name_relay(self, session)
-        session.mirror = mirror
+        opening.mirror_opened(session, mirror)
         await trio.to_thread.run_sync(_drop_if_empty, old)
-        session.had_history = bool(await trio.to_thread.run_sync(session.mirror.messages))
+        opening.history_known(session, bool(await trio.to_thread.run_sync(mirror.messages)))
         if session.had_history:
             await self._holds_nothing(session)
         log.info("thread bound to its session by its continuity projection", extra={"fields": self.calls.fields(session, via="continuity")})
@@ -471,25 +451,10 @@ class Sessions:
         if added:
             # Codex holds these turns natively, as finalisation would have recorded.
             records = {t["id"]: r for t, r in per_turn}
-            if session.held is not None:
-                for tid in added:
-                    fps = fingerprints(session.sizes, messages_of(records[tid]))
-                    if fps and session.held[-len(fps) :] != fps:  # not recorded already (a write that failed)
-                        session.held = session.held + fps
-            if session.turns_since_rebuild is not None:
-                session.turns_since_rebuild = [*session.turns_since_rebuild, *added]
-            if session.live_turns is not None:
-                session.live_turns.extend(added)
+            fps = [fingerprints(session.sizes, messages_of(records[tid])) for tid in added] if session.held is not None else []
+            holdings.caught_up(session, added, fps)
             if session.ledger is not None:
-                now_state = LedgerState(
-                    held=session.held,
-                    sizes=session.sizes,
-                    turns_since_rebuild=session.turns_since_rebuild,
-                    rebuilds=session.rebuilds,
-                    force_rebuild=session.force_rebuild,
-                    projected_epoch=session.projected_epoch,
-                )
-                await trio.to_thread.run_sync(session.ledger.reset, now_state)
+                await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
             log.warning(
                 "mirrored turns the transcript lacked (killed before writing them, or run without the sidecar)",
                 extra={"fields": {"threadId": session.thread_id, "turns": len(added)}},
@@ -523,7 +488,7 @@ class Sessions:
         archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
         known = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
         added = await trio.to_thread.run_sync(_archive_many_then_append, archive, known, session.mirror, records)
-        session.had_history = session.had_history or bool(messages_of(records))
+        opening.history_imported(session, bool(messages_of(records)))
         log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
 
 
@@ -603,19 +568,4 @@ def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]],
 def _restore_ledger(session: ThreadSession) -> None:
     """What the Codex thread holds, as the ledger's journal last recorded it."""
     assert session.ledger is not None and session.inspect is not None
-    state = session.ledger.load()
-    if state == LedgerState():
-        # No journal: a thread of an older state dir keeps its ledger in the
-        # inspection log, with another fingerprint; a thread it says was ever
-        # rebuilt is rebuilt once more to be exact.
-        last = session.inspect.last()
-        if last:
-            state.rebuilds = int(last.get("rebuilds") or 0)
-            state.force_rebuild = bool(state.rebuilds or last.get("forceRebuild") or last.get("rebuilding"))
-    session.held, session.sizes = state.held, dict(state.sizes)
-    session.turns_since_rebuild = state.turns_since_rebuild
-    session.rebuilds, session.force_rebuild, session.projected_epoch = state.rebuilds, state.force_rebuild, state.projected_epoch
-    if state.rebuilding:
-        # Killed between a rebuild and the turn that carried the projection:
-        # the thread may hold only its framing.
-        session.held, session.force_rebuild = [], True
+    holdings.restored(session, session.ledger.load(), session.inspect.last())

@@ -20,6 +20,7 @@ from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import AdditionSent, Bootstrapped, MaintainedOnOpening, ThreadSession, TurnState, addition_digest
+from ..thread import holdings
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -114,16 +115,15 @@ class Turns:
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         edited: dict[str, Any] | None = None
-        # The typed view (on_turn_start made it) vouches for the input's shape: a list, or absent.
-        state = TurnState(client_id=msg.id, original_input=params.get("input"))
-        state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
+        # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat runs say so.
+        state = TurnState(client_id=msg.id, original_input=params.get("input"), heartbeat=params.get("turnTrigger") == "heartbeat", received=trio.current_time())
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()
         if waited.cancelled_caught:
             # The previous turn never finished (lost turn/completed): take over its slot.
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
-        session.current = state
+        session.take_slot(state)
         started = trio.current_time()
         self.proxy.gate(session.thread_id, id(msg))
         try:
@@ -137,14 +137,15 @@ class Turns:
                 await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
             edited = await self.project(session, state, params, msg.typed(TurnStartParams).model)
         except Exception as exc:  # fail open, whatever happened
-            state.fallback_reason = type(exc).__name__
+            state.fell_back(type(exc).__name__)
             log.warning(
                 "context engine assembly failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
             edited = None
-        state.hold_ms = round((trio.current_time() - started) * 1000, 2)
+        hold_ms = round((trio.current_time() - started) * 1000, 2)
+        session.turn_forwarded(state, hold_ms)  # from now, a turn/start on the thread joins this turn
         log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
         session.stats["lastTurn"] = {
             "holdMs": state.hold_ms,
@@ -153,9 +154,6 @@ class Turns:
             "estimatedTokens": state.estimated_tokens,
             "fallback": state.fallback_reason,
         }
-        state.forwarded = True  # from now, a turn/start on the thread joins this turn
-        session.fresh = False  # OpenClaw's continuity comes with a thread's first turn only
-        session.turns_this_opening += 1
         if edited is not None:
             msg.set_params(edited)  # encoded once, as the request leaves for Codex
         if not self.proxy.forward_client_request(msg):
@@ -166,7 +164,7 @@ class Turns:
         switch's sticky settings (None: forward the client's request as it
         is). A retry of a turn that overflowed comes here again
         (:mod:`sidecar.lifecycle.overflow`)."""
-        state.params = params
+        state.projecting(params)
         edited = await self._assemble_and_project(session, state, params, model)
         if state.switched:
             base = edited if edited is not None else params
@@ -179,7 +177,7 @@ class Turns:
         forward the client's request as it is). ``params`` is not modified."""
         items = state.original_input or []
         if session.mirror is None:
-            state.fallback_reason = "no-mirror"
+            state.fell_back("no-mirror")
             return None
         stripped: list[Any] | None = None
         # A new thread's first turn may name its session (a continuity
@@ -187,11 +185,10 @@ class Turns:
         if session.fresh:
             await self.sessions_job.first_turn(session, items)
         if already_projected(items):
-            state.openclaw_context = await self._openclaw_context(session, items)
+            state.context_carried(await self._openclaw_context(session, items))
             if state.openclaw_context == "engine":
-                state.fallback_reason = "already-projected"
-                if not session.warned_double_projection:
-                    session.warned_double_projection = True
+                state.fell_back("already-projected")
+                if session.warn_double_projection():
                     log.warning(
                         "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
                         "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
@@ -205,19 +202,18 @@ class Turns:
         history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
         if history is None:
             history = await trio.to_thread.run_sync(session.mirror.messages)
-        state.history = history
-        state.pre_prompt_count = len(history)
+        state.history_read(history)
         if state.openclaw_context == "continuity":
             if stripped is None or not history:
                 # Nothing of the session is known here (or the block cannot be
                 # cut): OpenClaw's rendering is the model's only copy of it.
-                state.fallback_reason = "openclaw-continuity-kept"
+                state.fell_back("openclaw-continuity-kept")
                 log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
                          extra={"fields": self.calls.fields(session, historyMessages=len(history))})
                 return None
             # The engine assembles and projects in its place: the model must not get both.
             items = stripped
-            params = state.params = {**params, "input": stripped}  # a retry starts from here: no continuity to classify again
+            params = state.continuity_cut(params, stripped)  # a retry starts from here: no continuity to classify again
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
         opening = self.calls.machine(session).opening_step(session.had_history)
@@ -252,24 +248,21 @@ class Turns:
                 ),
             )
         except trio.TooSlowError:
-            state.fallback_reason = "assemble-deadline"
+            state.fell_back("assemble-deadline")
             log.warning("context engine assemble exceeded its deadline; forwarding the original request", extra={"fields": self.calls.fields(session)})
             return None
         except Exception as exc:
-            state.fallback_reason = "assemble-error"
+            state.fell_back("assemble-error")
             log.warning(
                 "context engine assemble failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
             return None
-        state.assembled_count = len(result.messages)
-        state.estimated_tokens = result.estimated_tokens
-        state.budget = budget
-        # The newest only: an inspection record costs the same late as early.
-        state.assembled_roles = [[m.role, message_chars(m)] for m in result.messages[-INSPECT_MESSAGES:]]
         mode, epoch = self._mode_for(result)
-        state.mode, state.epoch = mode, epoch
+        # The newest roles only: an inspection record costs the same late as early.
+        roles = [[m.role, message_chars(m)] for m in result.messages[-INSPECT_MESSAGES:]]
+        state.note_assembly(count=len(result.messages), tokens=result.estimated_tokens, budget=budget, roles=roles, mode=mode, epoch=epoch)
         messages = result.messages
         placement: Literal["input", "additional_context"] = "input"
         if mode in ("delta", "epoch"):
@@ -280,7 +273,7 @@ class Turns:
             if state.rebuilt:
                 self.calls.learn(session, AdditionSent(None))  # the revert took the turn that carried it
         else:
-            session.force_rebuild = True  # a per-turn projection sits in history untracked
+            holdings.untracked_projection(session)  # a per-turn projection sits in history untracked
         addition = result.system_prompt_addition or None
         if addition is not None and addition_digest(addition) == self.calls.facts(session).addition:
             addition = None  # already in the thread's history, unchanged (sent by this process or an earlier one)
@@ -296,19 +289,14 @@ class Turns:
                 placement=placement,
             )
         except ProjectionError as exc:
-            if state.rebuilt:
-                state.held_plan = []  # reverted, and nothing projected after all
-            state.fallback_reason = f"projection-{exc.reason}"
+            state.projection_failed(f"projection-{exc.reason}")
             log.warning("projection failed; forwarding the original request", extra={"fields": self.calls.fields(session, reason=exc.reason)})
             return None
-        state.rendered, state.dropped = projection.messages_rendered, projection.messages_dropped
-        state.context_chars = len(projection.text or "")
-        state.original_chars = input_text_chars(items)
         # What this turn adds to the model's input, wherever it travels: the
         # input text, plus the context block and addition in additionalContext.
-        state.sent_chars = projection.input_text_chars + len(addition or "")
-        if placement == "additional_context":
-            state.sent_chars += len(projection.text or "")
+        sent = projection.input_text_chars + len(addition or "") + (len(projection.text or "") if placement == "additional_context" else 0)
+        state.note_render(rendered=projection.messages_rendered, dropped=projection.messages_dropped, context_chars=len(projection.text or ""),
+                      original_chars=input_text_chars(items), sent_chars=sent)
         log.info(
             "codex context engine assemble applied",
             extra={
@@ -324,13 +312,10 @@ class Turns:
         )
         if not projection.changed:
             return None if stripped is None else params
-        state.projected = True
-        if projection.text:
-            state.channels.append("turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]")
+        channels = ["turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]"] if projection.text else []
         if addition is not None:
-            state.channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
-            state.addition_pending = result.system_prompt_addition  # held once Codex accepts the turn
-        state.sent_text = sent_text(projection)
+            channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
+        state.note_projection(channels, result.system_prompt_addition if addition is not None else None, sent_text(projection))
         return projection.apply(params)
 
     async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
@@ -389,23 +374,19 @@ class Turns:
             history_empty=not history,
             slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, self.calls.budget(session)),
         )
-        state.held_plan = list(plan.held_after)
-        state.epoch_pending = plan.epoch_pending
+        state.note_plan(list(plan.held_after), plan.epoch_pending, plan.stale if plan.action == "tail" else None)
         if plan.action == "tail":
-            state.stale = plan.stale
             if plan.drops_content:
                 self.spares.engine_rebuilds = True  # it drops content: a rebuild will come
             return result.messages[plan.tail_from :]
         if plan.action == "nothing":
             return []
         if not await self.rebuilder.rebuild(session):
-            state.held_plan, state.epoch_pending = None, None
-            state.fallback_reason = "rebuild-unavailable"
+            state.rebuild_unavailable()
             return None
-        state.rebuilt = True
-        session.rebuilds += 1
+        state.mark_rebuilt()
+        holdings.rebuilt(session)
         self.spares.engine_rebuilds = True
-        session.force_rebuild = False
         log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
         return result.messages
 
@@ -430,10 +411,7 @@ class Turns:
         if turn_id is not None and pending.fell_back:
             # Codex refused the projected turn/start and took the client's
             # own: nothing of the projection reached the thread.
-            state.projected, state.channels = False, []
-            state.addition_pending = state.epoch_pending = None
-            state.held_plan = [] if state.rebuilt else None
-            state.fallback_reason = "codex-refused"
+            state.refused_by_codex()
         if turn_id is not None:
             self.accepted(session, state, turn_id)
         else:  # refused: no turn will complete, the thread is free again
@@ -443,29 +421,18 @@ class Turns:
     def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
         """Codex took the turn's ``turn/start`` (the client's, or the
         sidecar's own retry of it): the turn has its id."""
-        state.turn_id = turn_id
-        known = session.turns.get(turn_id)
-        if known is not None and known is not state:
-            # Codex joined this turn/start to a turn the sidecar did not
-            # start (one a join began, see _joined): keep what it collected.
-            state.items = {**known.items, **state.items}
-            state.item_times = {**known.item_times, **state.item_times}
-            if known.forwarded:  # its first userMessage is the join's input, not this request's
-                state.original_input = known.original_input
-        session.turns[turn_id] = state
+        session.accept(state, turn_id)  # with what a turn a join began collected (_joined)
         self.spares.confirm(session)
         if state.addition_pending is not None:
             self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
         if state.epoch_pending is not None:
-            session.projected_epoch = state.epoch_pending
+            holdings.epoch_accepted(session, state.epoch_pending)
 
     @staticmethod
     def refused(session: ThreadSession, state: TurnState) -> None:
         """Codex refused the turn's ``turn/start``: no turn will complete."""
-        if state.rebuilt:
-            # The revert went through; the projection did not land.
-            session.held, session.turns_since_rebuild = [], []
-            session.projected_epoch = None
+        if state.rebuilt:  # the revert went through; the projection did not land
+            holdings.projection_lost(session)
         session.end_turn(state)
 
     def _joined(self, session: ThreadSession, msg: Message) -> None:

@@ -22,7 +22,7 @@ from ..history.reads import ArchivedTurns
 from ..relay import RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..store.ledger import LedgerState
+from ..thread import holdings
 from .inplace import FirstTurnGone, InPlace
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -65,7 +65,7 @@ class Rebuilder:
             log.warning("cannot list the thread's turns for a rebuild", extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__)})
             return False
         if first is None:
-            session.turns_since_rebuild = []
+            holdings.at_framing(session)
             return True  # nothing but framing yet
         # Persist before moving: a SIGKILL between the rebuild and the
         # turn/start that carries the projection must not leave a ledger
@@ -94,12 +94,12 @@ class Rebuilder:
                         return True
                 except FirstTurnGone:
                     # Ask Codex for the thread's first turn instead, once.
-                    session.turns_since_rebuild = None
+                    holdings.first_turn_unknown(session)
                     self.archived.reverting.discard(session.thread_id)
                     return await self.rebuild(session)
             if session.ledger is not None:
                 # Nothing moved: the ledger stands as it was before the marker.
-                await trio.to_thread.run_sync(session.ledger.reset, _ledger_state(session))
+                await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
             return False
         finally:
             self.archived.reverting.discard(session.thread_id)
@@ -131,17 +131,6 @@ class Rebuilder:
         data = (listed.get("data") or listed.get("turns")) if isinstance(listed, dict) else None
         first = data[0] if isinstance(data, list) and data else None
         return first.get("id") if isinstance(first, dict) and isinstance(first.get("id"), str) else None
-
-
-def _ledger_state(session: ThreadSession) -> LedgerState:
-    return LedgerState(
-        held=session.held,
-        sizes=session.sizes,
-        turns_since_rebuild=session.turns_since_rebuild,
-        rebuilds=session.rebuilds,
-        force_rebuild=session.force_rebuild,
-        projected_epoch=session.projected_epoch,
-    )
 
 
 def _before_rebuild(archive: TurnArchive, session: ThreadSession, unread: Any = UNKNOWN, path: str | None = None) -> list[str]:

@@ -25,6 +25,7 @@ from ..history.reads import ArchivedTurns
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
+from ..thread import holdings
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -175,7 +176,7 @@ class Spares:
             self.backing.rolled_back.discard(alias.client)
             session = self.sessions.get(alias.client)
             if session is not None:
-                session.held, session.force_rebuild, session.turns_since_rebuild = None, True, None
+                holdings.unknown(session)
             else:
                 self.backing.rolled_back.add(alias.client)  # for the session about to open
             changed = True
@@ -331,11 +332,7 @@ class Spares:
             log.warning("backing-thread switch not saved; reverting instead", extra={"fields": log_fields(session, self.engine_id)})
             return False
         self.proxy.spawn(self.archived.load, session.thread_id)
-        session.live_turns = []
-        session.turns_since_rebuild = []
-        if session.current is not None:
-            session.current.switched = True
-            session.current.revert_ms = round((trio.current_time() - started) * 1000, 1)
+        holdings.moved(session, round((trio.current_time() - started) * 1000, 1), switched=True)
         # Let Codex unload the thread the client's thread left (its frames are dropped already).
         self.proxy.spawn(self.apply_to_retired, "thread/unsubscribe", [old])
         log.info("rebuilt on a fresh backing thread", extra={"fields": log_fields(session, self.engine_id, retired=len(alias.retired))})

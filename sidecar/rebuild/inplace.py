@@ -13,6 +13,7 @@ from ..history.reads import ArchivedTurns
 from ..relay import HANDLED, Decision, Message, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RevertNoise, ThreadSession, log_fields
+from ..thread import holdings
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -40,15 +41,12 @@ class InPlace:
         the ledger's first turn is not Codex's any more."""
         noise = self.reverting.setdefault(session.thread_id, RevertNoise())
         ticket = trio.Event()
-        noise.answered = False
-        noise.tickets.append(ticket)
+        noise.sent(ticket)
         started = trio.current_time()
         try:
             await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
         except (RpcError, trio.TooSlowError) as exc:
-            noise.answered = True
-            if ticket in noise.tickets:
-                noise.tickets.remove(ticket)  # no thread/reverted for a refused revert
+            noise.refused(ticket)  # no thread/reverted for a refused revert
             self._drop_noise(session.thread_id, noise)
             if isinstance(exc, RpcError):
                 # Refused: Codex keeps the turns, so they are its to list again.
@@ -60,25 +58,22 @@ class InPlace:
                 # itself, or the sidecar died between a revert and its turn/start).
                 raise FirstTurnGone from exc
             if "paginated" in message:
-                session.revert_unsupported = True
+                holdings.revert_unsupported(session)
             log.warning(
                 "rebuild impossible (thread/revert refused); forwarding the original request",
                 extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__, legacyHistory=session.revert_unsupported)},
             )
             return False
         answered = trio.current_time()
-        noise.answered = True
+        noise.answered_now()
         self.archived.forget(session.thread_id)
         self.proxy.spawn(self.archived.load, session.thread_id)  # before a read needs it
-        session.live_turns = []
         revert_ms = round((answered - started) * 1000, 1)
-        if session.current is not None:
-            session.current.revert_ms = revert_ms
+        holdings.moved(session, revert_ms, switched=False)
         # thread/reverted follows the response: it is swallowed when it comes,
         # but the turn need not wait for it (the status notifications, which
         # the turn has its own of, all came before the response).
         self.proxy.spawn(self._expire_noise, session, noise, ticket, revert_ms)
-        session.turns_since_rebuild = []
         return True
 
     async def _expire_noise(self, session: ThreadSession, noise: RevertNoise, ticket: trio.Event, revert_ms: float) -> None:

@@ -18,13 +18,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .inspect import append_record, decode_records
 from .mirror import session_path
 from .private import private_dir
+
+if TYPE_CHECKING:
+    from ..thread.holdings import Holdings
 
 COMPACT_AFTER = 256
 """Journal entries after which the next write rewrites it as one snapshot."""
@@ -128,7 +131,7 @@ class Ledger:
     def rebuilding(self, rebuilds: int, epoch: str | None) -> None:
         self._append({"rebuilding": True, "rebuilds": rebuilds, "epoch": epoch})
 
-    def reset(self, state: LedgerState, **marker: Any) -> None:
+    def reset(self, state: LedgerState | Holdings, **marker: Any) -> None:
         """The whole ledger as it now stands (a client revert followed)."""
         held = None if state.held is None else [[f, state.sizes.get(f, 0)] for f in state.held]
         self._append(

@@ -14,7 +14,7 @@ from sidecar.host.offered import OfferedTools
 from sidecar.relay import Message
 from sidecar.session.context import LifecycleContext
 from sidecar.session.options import LifecycleOptions
-from sidecar.session.state import RequestParams, ThreadSession, TurnState
+from sidecar.session.state import RequestParams, ThreadSession, TurnState, new_session
 
 THREAD = "01a20132-6799-70b2-9e11-b6afa40528ac"
 
@@ -50,7 +50,7 @@ async def _call(tmp_path: Path, answer: str, session: ThreadSession) -> None:
 
 
 async def test_a_call_in_a_turn_is_kept_on_the_turn_with_its_answer_bounded(tmp_path):
-    session = ThreadSession(THREAD, "key", Path("/dev/null"))
+    session = new_session(THREAD, "key", Path("/dev/null"))
     session.current = TurnState(client_id=1, original_input=None)
     await _call(tmp_path, "h" * (TOOL_TEXT_KEPT + 5), session)
     (kept,) = session.current.engine_tools
@@ -59,6 +59,6 @@ async def test_a_call_in_a_turn_is_kept_on_the_turn_with_its_answer_bounded(tmp_
 
 
 async def test_a_call_outside_a_turn_is_answered_and_kept_nowhere(tmp_path):
-    session = ThreadSession(THREAD, "key", Path("/dev/null"))
+    session = new_session(THREAD, "key", Path("/dev/null"))
     await _call(tmp_path, "3 hits", session)
     assert session.current is None

@@ -15,7 +15,7 @@ from sidecar.host.offered import OfferedTools
 from sidecar.relay import HANDLED, Message, PendingRequest
 from sidecar.session.context import LifecycleContext
 from sidecar.session.options import LifecycleOptions
-from sidecar.session.state import RequestParams, ThreadSession
+from sidecar.session.state import RequestParams, ThreadSession, new_session
 
 THREAD = "01a20132-6799-70b2-9e11-b6afa40528ac"
 GREP = ToolSpec(name="lcm_grep", description="search", input_schema={"type": "object"})
@@ -68,7 +68,7 @@ async def _start(tools: EngineTools, relay: Relay, sessions: dict[str, ThreadSes
     rewritten = tools.on_thread_start(msg(line))
     assert isinstance(rewritten, bytes)
     params = json.loads(rewritten)["params"]
-    sessions[THREAD] = ThreadSession(THREAD, "key", Path("/dev/null"))
+    sessions[THREAD] = new_session(THREAD, "key", Path("/dev/null"))
     answer = encode_response(7, {"thread": {"id": THREAD}})
     assert tools.on_started(msg(answer), PendingRequest(7, "thread/start", 7)) is None
     await relay.run_spawned()  # the record is written

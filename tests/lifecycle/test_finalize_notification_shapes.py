@@ -17,7 +17,7 @@ import pytest
 from protocol import parse
 from sidecar.lifecycle.finalize import Finalizer
 from sidecar.relay import Message
-from sidecar.session.state import ThreadSession, WindowReported
+from sidecar.session.state import ThreadSession, WindowReported, new_session
 
 T = "thr_1"
 
@@ -39,7 +39,7 @@ class _Proxy:
 
 
 def _finalizer() -> tuple[Finalizer, ThreadSession, _Calls]:
-    session = ThreadSession(T, "key", Path("/dev/null"))
+    session = new_session(T, "key", Path("/dev/null"))
     calls = _Calls()
     ctx = SimpleNamespace(proxy=_Proxy(), sessions={T: session}, state_dir=Path("/dev/null"))
     return Finalizer(ctx, calls, None), session, calls  # type: ignore[arg-type]

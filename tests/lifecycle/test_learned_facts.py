@@ -232,10 +232,10 @@ def test_a_thread_s_turns_read_its_facts_from_the_session_not_the_journal(tmp_pa
     asks for its budget, tools and opening step and reports facts it already
     has without reading or writing the journal."""
     from sidecar.lifecycle.calls import EngineCalls
-    from sidecar.session.state import Bootstrapped, ThreadSession, ToolsGiven, WindowReported
+    from sidecar.session.state import Bootstrapped, ToolsGiven, WindowReported, new_session
 
     calls = EngineCalls(None, options(), tmp_path)
-    session = ThreadSession("t1", "t1", tmp_path / "t1.jsonl")
+    session = new_session("t1", "t1", tmp_path / "t1.jsonl")
     calls.learn(session, WindowReported(WINDOW))
     calls.learn(session, ToolsGiven(CLIENT_TOOLS))
     calls.learn(session, Bootstrapped())
@@ -253,12 +253,12 @@ def test_a_thread_s_facts_are_read_again_once_its_session_is_known(tmp_path):
     earlier processes of the session learned) and the thread's window goes
     to it."""
     from sidecar.lifecycle.calls import EngineCalls
-    from sidecar.session.state import Bootstrapped, ThreadSession, WindowReported
+    from sidecar.session.state import Bootstrapped, WindowReported, new_session
     from sidecar.store.learned import LearnedFacts
 
     LearnedFacts(tmp_path).learn("t0", "codex-abc", Bootstrapped())  # an earlier process of the session
     calls = EngineCalls(None, options(), tmp_path)
-    session = ThreadSession("t1", "t1", tmp_path / "t1.jsonl")
+    session = new_session("t1", "t1", tmp_path / "t1.jsonl")
     calls.learn(session, WindowReported(WINDOW))  # before the binding was read
     assert not calls.facts(session).bootstrapped
     session.session_key = "codex-abc"  # the session got known

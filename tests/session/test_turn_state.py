@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar.session.state import ThreadSession, TurnState
+from sidecar.session.state import ThreadSession, TurnState, new_session
 
 
 def running(turn_id: str | None = "t1") -> tuple[ThreadSession, TurnState]:
     """A thread whose held turn was sent to Codex (and answered with ``turn_id``)."""
-    session = ThreadSession("thr", "key", Path("/dev/null"))
+    session = new_session("thr", "key", Path("/dev/null"))
     session.slot.acquire_nowait()
     state = TurnState(client_id=1, original_input=None, turn_id=turn_id, forwarded=True)
     session.current = state
@@ -74,6 +74,6 @@ async def test_a_new_turn_from_a_join_waits_behind_a_turn_being_finalised():
 
 
 async def test_a_new_turn_from_a_join_on_a_free_thread_takes_the_slot():
-    session = ThreadSession("thr", "key", Path("/dev/null"))
+    session = new_session("thr", "key", Path("/dev/null"))
     new, is_running = session.started_by_join("t2")
     assert is_running and session.current is new and session.busy

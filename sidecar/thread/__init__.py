@@ -1,0 +1,17 @@
+"""A thread's state and its one owner: the ground floor of the context half.
+
+What the sidecar knows of one client thread in this process is a handful of
+records (:mod:`.state`: the session, its turns, its revert noise, with the
+turn slot's transitions as their methods, and the learned-facts machine,
+whose vocabulary is :mod:`.learned`), and only this package writes them:
+:mod:`.holdings` (what the Codex thread holds: the ledger's view, and the
+one place its record is built), :mod:`.opening` (identity, opening, release,
+learned facts, client reverts and injections). The lifecycle's jobs do the
+I/O around them (locks, files, engine calls, the relay) and call a
+transition for every change; the transitions are pure, tested without
+processes (``tests/thread/``). No trio, no ``sidecar.store`` and no relay at
+run time: the thread's trio primitives and open files are handles the
+lifecycle gives it. ``tests/docs/test_thread_state_owner.py`` counts the
+writes to the records from outside the package (none) and the ledger states
+built by hand (none).
+"""
