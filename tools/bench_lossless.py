@@ -892,7 +892,7 @@ def target_rows(
     rows = [
         [f"at most {TARGET_REBUILDS_PER_10:g} rebuild per 10 turns", ("-" if per_10 is None else f"{per_10:.2f}") + floor_note,
          verdict("rebuildsPer10TurnsAtMostOne")],
-        ["largest turn request <= budget + framing, no slack", f"{largest:,} / {bound if bound is not None else '?'}", verdict("largestWithinBound")],
+        ["largest turn request <= budget + framing, no slack", f"{largest:,} / " + (f"{bound:,}" if bound is not None else "?"), verdict("largestWithinBound")],
         [f"cache-weighted <= {TARGET_CACHE_RATIO}x native", "-" if ratio is None else f"{ratio:.3f}x", verdict("cacheWeightedAtMostHalf")],
     ]
     if "cacheWeightedDefaultRun" in checks:

@@ -263,7 +263,7 @@ def test_the_targets_table_says_pass_or_fail_for_each_target_and_the_rebuild_flo
     assert verdicts["every planted fact recalled"] == "pass"
     rebuilds = next(row for row in rows if "rebuild" in row[0])
     assert "2.37" in rebuilds[1] and "floor for this conversation and budget: 1.02" in rebuilds[1]
-    assert ["largest turn request <= budget + framing, no slack", "15,000 / 15793", "pass"] in rows
+    assert ["largest turn request <= budget + framing, no slack", "15,000 / 15,793", "pass"] in rows
     # Without the default run's check (another budget or length) there is no row for it.
     del checks["cacheWeightedDefaultRun"]
     assert not any("default run" in row[0] for row in bl.target_rows(checks, 0.31, 0.5, None, 1, 2))
