@@ -53,7 +53,14 @@ Every figure comes from this run:
   completion calls, and the model each request asked for (the engine's
   calls run on ``summary_model``, ``bench-summary-mini`` unless
   ``--engine-setting`` names another; the hourly cap is off);
-* turn wall time: ``turn/start`` sent to ``turn/completed`` received.
+* turn wall time: ``turn/start`` sent to ``turn/completed`` received;
+* the targets (issues 27 and 35), pass or FAIL each: at most one rebuild
+  per 10 turns, the largest turn request within budget + framing, <= 0.5x
+  native cache-weighted (<= 0.30x for the default run: 300 turns at the
+  default budget), every fact recalled, summary calls on ``summary_model``;
+  beside the rebuilds, their floor for the run: 10 x tokens a turn /
+  budget (between rebuilds the assembly only appends, so the turns between
+  two rebuilds fit the budget).
 
 stdout carries the report only; progress goes to stderr.
 """
