@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
 import trio
 
 from engines.api import (
@@ -67,6 +68,17 @@ class LosslessNotReady(RuntimeError):
     """The engine has no store: it was neither bound to a host nor given ``state_dir``."""
 
 
+def own_tokens(cfg: LosslessConfig) -> int:
+    """Tokens the engine adds to every request besides the assembly and the
+    system prompt addition (which the assembly reserves room for once it
+    shows a summary): its tools' specs, as JSON (name, description, schema;
+    Codex 0.169.0 sends the four as ~780 tokens); ``own_framing_tokens``
+    when set."""
+    if cfg.own_framing_tokens is not None:
+        return cfg.own_framing_tokens
+    return sum(count_tokens(msgspec.json.encode(spec).decode()) for spec in TOOL_SPECS)
+
+
 class LosslessEngine(BaseContextEngine):
     """Keeps every message, summarises in a hierarchy, recalls with tools.
 
@@ -90,6 +102,7 @@ class LosslessEngine(BaseContextEngine):
         # and would delay the sidecar's first answer (the sidecar preloads it
         # once ``initialize`` is answered; a count before that loads it).
         self._host: EngineHost | None = None
+        self._own_tokens: int | None = None  # own_tokens(cfg), counted on first use
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
         self._known: dict[str, set[str]] = {}
@@ -165,8 +178,20 @@ class LosslessEngine(BaseContextEngine):
             lock = self._step_locks[session_id] = trio.Lock()
         return lock
 
+    @property
+    def _own(self) -> int:
+        if self._own_tokens is None:
+            self._own_tokens = own_tokens(self.cfg)
+        return self._own_tokens
+
     def _budget(self, given: int | None) -> int:
-        return min(self.cfg.token_budget, given) if given else self.cfg.token_budget
+        """What the assembly may hold: the smaller of ``token_budget`` and the
+        sidecar's budget, less what the engine adds to every request itself
+        (:func:`own_tokens`: its tools' specs), so the whole request stays within budget + the client's
+        framing (8k bench: 783 tokens of tool specs put a request 173 tokens
+        over that bound)."""
+        ceiling = min(self.cfg.token_budget, given) if given else self.cfg.token_budget
+        return max(1, ceiling - self._own)
 
     # ------------------------------------------------------------ ingestion
 
