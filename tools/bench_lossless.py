@@ -1,6 +1,7 @@
 """The lossless engine against native codex over a long conversation.
 
-    python -m tools.bench_lossless [--turns 300] [--json FILE] [--keep DIR]
+    python -m tools.bench_lossless [--turns 300] [--budget TOKENS] [--turn-scale F]
+                                   [--json FILE] [--keep DIR]
                                    (what `make bench-lossless` runs)
 
 One scripted conversation (``--turns`` turns, 300 by default, about 1k tokens
@@ -52,7 +53,14 @@ Every figure comes from this run:
   completion calls, and the model each request asked for (the engine's
   calls run on ``summary_model``, ``bench-summary-mini`` unless
   ``--engine-setting`` names another; the hourly cap is off);
-* turn wall time: ``turn/start`` sent to ``turn/completed`` received.
+* turn wall time: ``turn/start`` sent to ``turn/completed`` received;
+* the targets (issues 27 and 35), pass or FAIL each: at most one rebuild
+  per 10 turns, the largest turn request within budget + framing, <= 0.5x
+  native cache-weighted (<= 0.30x for the default run: 300 turns at the
+  default budget), every fact recalled, summary calls on ``summary_model``;
+  beside the rebuilds, their floor for the run: 10 x tokens a turn /
+  budget (between rebuilds the assembly only appends, so the turns between
+  two rebuilds fit the budget).
 
 stdout carries the report only; progress goes to stderr.
 """
@@ -83,7 +91,7 @@ from engines.lossless import status as lossless_status
 from engines.lossless.config import LosslessConfig, knobs, parse_config
 from engines.tokens import count_tokens
 from sidecar.store.lossless_view import store_dir
-from tools.bench_context import CountingFakeModel, work_root, item_tokens, normalise_item, reported_rebuilds, turn_schedule
+from tools.bench_context import CountingFakeModel, item_tokens, normalise_item, reported_rebuilds, turn_schedule, work_root
 from tools.bench_scale import drive, read_inspect
 from tools.client import AppServerClient, RpcError
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
@@ -100,6 +108,8 @@ CACHED_SHARE = 0.1
 BOUND_SLACK = 0.0
 """The largest turn request is held to budget + framing with no slack (issue 35)."""
 TARGET_CACHE_RATIO = 0.5
+TARGET_DEFAULT_RATIO = 0.30
+"""The default run (300 turns at the default budget) is held to this (issue 27)."""
 TARGET_REBUILDS_PER_10 = 1.0
 SUMMARY_MODEL = "bench-summary-mini"
 """The bench's ``summary_model`` unless ``--engine-setting`` sets one: the
@@ -733,7 +743,7 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
     for r in results:
         sides[r.name] = {
             "all": _sums(r.requests),
-            "turnRequests": _sums(r.requests, exclude=background),
+            "turnRequests": _sums(r.requests, exclude=set(background)),
             "summaryCalls": _sums(r.requests, kinds=set(HOST_KINDS)),
             "nativeCompactions": _sums(r.requests, kinds={"compaction"}),
             "turns": len(r.walls),
@@ -774,6 +784,14 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "expandQueryGrowthBelowMax": any(f["tool"] == QUERY_TOOL for f in facts)
         and all(f["contextGrowth"] is not None and f["contextGrowth"] < cfg.expand_query_default_tokens for f in facts if f["tool"] == QUERY_TOOL),
     }
+    default_run = len(script) == DEFAULT_TURNS and cfg.token_budget == LosslessConfig().token_budget and meta.get("turnScale", 1.0) == 1.0
+    if default_run:
+        checks["cacheWeightedDefaultRun"] = cache_ratio is not None and cache_ratio <= TARGET_DEFAULT_RATIO
+    per_turn = meta.get("tokensPerTurn")
+    # Between rebuilds the assembly only appends: ten turns that outgrow the
+    # budget cannot all fit between two rebuilds, whatever the engine does.
+    floor = 10 * per_turn / cfg.token_budget if per_turn else None
+    targets = target_rows(checks, cache_ratio, rebuilds_per_10, floor, largest, bound)
     window = max(10, len(script) // 6)
     lines = [f"bench-lossless: {len(script)} turns, native codex and the sidecar with lossless, paired ABBA, one run", ""]
     rows = []
@@ -836,6 +854,9 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         f"against the tool's max_tokens {cfg.expand_query_default_tokens:,} (the call gives none): "
         f"{'below' if checks['expandQueryGrowthBelowMax'] else 'NOT below'}",
         "",
+        "targets (issues 27 and 35):",
+        *_table(["target", "result", ""], targets),
+        "",
         "input tok: every request's tools, instructions and input items (model-visible strings, o200k); cache-weighted: tokens after the "
         f"longest prefix unchanged from the previous request with the same prompt_cache_key, plus {CACHED_SHARE} x the prefix; both include "
         "the engine's summary calls (turn/summ/compact: turn requests / summary calls / Codex's own compactions). wall: mean turn/start -> "
@@ -859,10 +880,36 @@ def report(results: Sequence[SideResult], script: Sequence[Turn], cfg: LosslessC
         "summariesByDepth": depths,
         "fallbackSummaries": sum(int(v.get("fallback") or 0) for v in depths.values()),
         "checks": checks,
+        "rebuildFloorPer10Turns": floor,
         "sides": sides,
         **meta,
         "text": "\n".join(lines),
     }
+
+
+def target_rows(
+    checks: dict[str, bool], ratio: float | None, per_10: float | None, floor: float | None, largest: int, bound: int | None
+) -> list[list[str]]:
+    """One row a target: what it asks, what this run measured, pass or FAIL."""
+
+    def verdict(key: str) -> str:
+        return "pass" if checks[key] else "FAIL"
+
+    floor_note = f" (floor for this conversation and budget: {floor:.2f})" if floor is not None else ""
+    rows = [
+        [f"at most {TARGET_REBUILDS_PER_10:g} rebuild per 10 turns", ("-" if per_10 is None else f"{per_10:.2f}") + floor_note,
+         verdict("rebuildsPer10TurnsAtMostOne")],
+        ["largest turn request <= budget + framing, no slack", f"{largest:,} / " + (f"{bound:,}" if bound is not None else "?"), verdict("largestWithinBound")],
+        [f"cache-weighted <= {TARGET_CACHE_RATIO}x native", "-" if ratio is None else f"{ratio:.3f}x", verdict("cacheWeightedAtMostHalf")],
+    ]
+    if "cacheWeightedDefaultRun" in checks:
+        rows.append([f"default run (300 turns, default budget) <= {TARGET_DEFAULT_RATIO}x", "-" if ratio is None else f"{ratio:.3f}x", verdict("cacheWeightedDefaultRun")])
+    rows += [
+        ["every planted fact recalled", "", verdict("everyFactFound")],
+        ["every summary call on summary_model, no turn request", "", verdict("summaryCallsOnSummaryModel")],
+        [f"{QUERY_TOOL} grows the context below its max_tokens", "", verdict("expandQueryGrowthBelowMax")],
+    ]
+    return rows
 
 
 def tokens_per_turn(script: Sequence[Turn], native: SideResult) -> int | None:
@@ -886,6 +933,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turn-scale", type=float, default=1.0, metavar="F",
                     help="multiply the length of prompts, replies and logs by F (default 1: ~920 tokens a turn; 0.35: ~330, "
                     "a conversation whose ten turns fit an 8,000-token budget)")
+    ap.add_argument("--budget", type=int, metavar="TOKENS",
+                    help="the engine's token_budget (short for --engine-setting token_budget=TOKENS; default: the engine's, 32,000)")
     ap.add_argument("--engine-setting", action="append", default=[], metavar="KEY=VALUE",
                     help="a key of [engines.lossless] (TOML value), e.g. token_budget=16000; repeatable; default: the engine's defaults")
     ap.add_argument("--sidecar-setting", action="append", default=[], metavar="NAME=VALUE",
@@ -898,6 +947,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--turns must be at least 4")
     if not 0.05 <= args.turn_scale <= 4:
         ap.error("--turn-scale must be between 0.05 and 4")
+    if args.budget is not None:
+        if args.budget < 1:
+            ap.error("--budget must be a positive number of tokens")
+        args.engine_setting.append(f"token_budget={args.budget}")
     table = ["[engines.lossless]"]
     given: set[str] = set()
     for item in args.engine_setting:

@@ -37,6 +37,8 @@ from tools.fake_model import Failed, FakeModel, FunctionCall, Text, input_texts
 CONFIG = """\
 [engines.lossless]
 token_budget = 1500
+# a budget this small has no room for the recall tools' specs (~780 tokens) too
+own_framing_tokens = 0
 fresh_tail_tokens = 250
 fresh_tail_messages = 2
 leaf_chunk_tokens = 250

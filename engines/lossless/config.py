@@ -64,6 +64,11 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: (instructions, tool specs: about 7,800 for Codex 0.169.0), which a new
     #: frame's first request also reads uncached.
     framing_tokens: int = 8_000
+    #: Tokens the engine's tools' specs add to every request, taken out of
+    #: the assembly's budget so that the whole request stays within
+    #: ``token_budget`` plus the client's framing; unset: counted from the
+    #: specs (about 780 tokens); 0: not taken out.
+    own_framing_tokens: int | None = None
     #: false: no frame for cost alone; a warm frame waits until the budget
     #: forces it (the assembly then fills toward ``warm_compact_threshold``
     #: of the budget, so the model reads more raw history at a higher price).
@@ -180,6 +185,8 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.own_framing_tokens is not None and self.own_framing_tokens < 0:
+            raise ValueError(f"own_framing_tokens must not be negative, got {self.own_framing_tokens}")
         for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens", "summary_max_calls_per_hour", "reset_keep_summaries"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")

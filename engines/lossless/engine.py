@@ -7,6 +7,7 @@ work to worker threads and keeps per-session locks and caches.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
 import trio
 
 from engines.api import (
@@ -65,6 +67,28 @@ LOSSLESS_ENGINE_ID = "lossless"
 
 class LosslessNotReady(RuntimeError):
     """The engine has no store: it was neither bound to a host nor given ``state_dir``."""
+
+
+@functools.lru_cache(maxsize=16)
+def own_tokens(cfg: LosslessConfig) -> int:
+    """Tokens the engine adds to every request besides the assembly and the
+    system prompt addition (which the assembly reserves room for once it
+    shows a summary): its tools' specs, as JSON (name, description, schema;
+    Codex 0.169.0 sends the four as ~780 tokens); ``own_framing_tokens``
+    when set. Counted on first use (the tokenizer loads lazily)."""
+    if cfg.own_framing_tokens is not None:
+        return cfg.own_framing_tokens
+    return sum(count_tokens(msgspec.json.encode(spec).decode()) for spec in TOOL_SPECS)
+
+
+def assembly_budget(cfg: LosslessConfig, given: int | None) -> int:
+    """What the assembly may hold: the smaller of ``token_budget`` and the
+    sidecar's budget, less what the engine adds to every request itself
+    (:func:`own_tokens`), so the whole request stays within budget + the
+    client's framing (8k bench: 783 tokens of tool specs put a request 173
+    tokens over that bound)."""
+    ceiling = min(cfg.token_budget, given) if given else cfg.token_budget
+    return max(1, ceiling - own_tokens(cfg))
 
 
 class LosslessEngine(BaseContextEngine):
@@ -166,7 +190,7 @@ class LosslessEngine(BaseContextEngine):
         return lock
 
     def _budget(self, given: int | None) -> int:
-        return min(self.cfg.token_budget, given) if given else self.cfg.token_budget
+        return assembly_budget(self.cfg, given)
 
     # ------------------------------------------------------------ ingestion
 

@@ -12,7 +12,7 @@ from engines.testkit import FakeHost
 from sidecar.cli import cli
 
 SESSION = "01a20132-6799-70b2-9e11-b6afa40528ac"
-SMALL = {"token_budget": 2000, "fresh_tail_tokens": 300, "fresh_tail_messages": 2, "leaf_chunk_tokens": 300, "leaf_summary_tokens": 40, "condense_fanout": 3}
+SMALL = {"token_budget": 2000, "fresh_tail_tokens": 300, "fresh_tail_messages": 2, "leaf_chunk_tokens": 300, "leaf_summary_tokens": 40, "condense_fanout": 3, "own_framing_tokens": 0}
 
 
 async def _store(state_dir) -> None:

@@ -357,6 +357,7 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
 LOSSLESS_CONFIG = """\
 [engines.lossless]
 token_budget = 2000
+own_framing_tokens = 0
 fresh_tail_tokens = 200
 fresh_tail_messages = 2
 leaf_chunk_tokens = 300

@@ -54,6 +54,7 @@ stale_slack = 0
 
 [engines.lossless]
 token_budget = {BUDGET}
+own_framing_tokens = 0
 fresh_tail_tokens = 200
 fresh_tail_messages = 2
 leaf_chunk_tokens = 300

@@ -32,6 +32,7 @@ THINK_SECONDS = 3.0
 CONFIG = f"""\
 [engines.lossless]
 token_budget = 2000
+own_framing_tokens = 0
 fresh_tail_tokens = 200
 fresh_tail_messages = 2
 leaf_chunk_tokens = 300

@@ -166,15 +166,15 @@ def test_a_fact_counts_as_found_only_through_this_turns_own_lcm_grep_call():
 # ------------------------------------------------------------ the live bench
 
 
-SMALL = ["token_budget=5000", "fresh_tail_tokens=1200", "leaf_chunk_tokens=1200", "leaf_summary_tokens=100", "condensed_summary_tokens=150", "condense_fanout=2"]
-"""A budget ten turns outgrow, so the run summarises and rebuilds."""
+SMALL = ["fresh_tail_tokens=1200", "leaf_chunk_tokens=1200", "leaf_summary_tokens=100", "condensed_summary_tokens=150", "condense_fanout=2"]
+"""Sizes for the live run's 5,000-token budget (`--budget`), which ten turns outgrow, so the run summarises and rebuilds."""
 
 
 @pytest.mark.codex
 @pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed (make setup)")
 def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     out = tmp_path / "report.json"
-    args = ["--turns", "10", "--json", str(out), "--keep", str(tmp_path / "run")]
+    args = ["--turns", "10", "--budget", "5000", "--json", str(out), "--keep", str(tmp_path / "run")]
     for setting in SMALL:
         args += ["--engine-setting", setting]
     code = bl.main(args)
@@ -225,6 +225,10 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     assert data["largestTurnRequest"] == max(r["tokens"] for r in lossless["requests"] if r["kind"] not in ("summary", "compaction"))
     assert data["cacheWeightedRatio"] == pytest.approx(lossless["all"]["cacheWeightedInput"] / native["all"]["cacheWeightedInput"])
     assert "pg-kestrel-07" in text and "BLUE HERON" in text
+    # The targets, one row each, pass or FAIL; the rebuild floor from the run's own turn size.
+    assert "targets (issues 27 and 35):" in text and "floor for this conversation and budget" in text
+    assert data["rebuildFloorPer10Turns"] == pytest.approx(10 * data["tokensPerTurn"] / 5000)
+    assert "cacheWeightedDefaultRun" not in data["checks"]  # 10 turns at 5k is not the default run
 
 
 def test_a_turn_scale_shortens_prompts_replies_and_logs_and_one_keeps_the_standard_run(tmp_path):
@@ -239,3 +243,27 @@ def test_a_turn_scale_shortens_prompts_replies_and_logs_and_one_keeps_the_standa
     full, short = bl.make_workspace(tmp_path / "a"), bl.make_workspace(tmp_path / "b", scale=0.35)
     assert len((short / "logs" / "job-00.log").read_text().splitlines()) == 9
     assert len((full / "logs" / "job-00.log").read_text().splitlines()) == 26
+
+
+def test_the_targets_table_says_pass_or_fail_for_each_target_and_the_rebuild_floor():
+    checks = {
+        "largestWithinBound": True,
+        "rebuildsPer10TurnsAtMostOne": False,
+        "cacheWeightedAtMostHalf": True,
+        "cacheWeightedDefaultRun": False,
+        "everyFactFound": True,
+        "summaryCallsOnSummaryModel": True,
+        "expandQueryGrowthBelowMax": True,
+    }
+    rows = bl.target_rows(checks, 0.31, 2.37, 1.02, 15_000, 15_793)
+    verdicts = {row[0]: row[2] for row in rows}
+    assert verdicts["at most 1 rebuild per 10 turns"] == "FAIL"
+    assert verdicts["largest turn request <= budget + framing, no slack"] == "pass"
+    assert verdicts["default run (300 turns, default budget) <= 0.3x"] == "FAIL"
+    assert verdicts["every planted fact recalled"] == "pass"
+    rebuilds = next(row for row in rows if "rebuild" in row[0])
+    assert "2.37" in rebuilds[1] and "floor for this conversation and budget: 1.02" in rebuilds[1]
+    assert ["largest turn request <= budget + framing, no slack", "15,000 / 15,793", "pass"] in rows
+    # Without the default run's check (another budget or length) there is no row for it.
+    del checks["cacheWeightedDefaultRun"]
+    assert not any("default run" in row[0] for row in bl.target_rows(checks, 0.31, 0.5, None, 1, 2))

@@ -38,3 +38,29 @@ async def test_a_frame_at_a_small_budget_shows_summaries_and_names_the_tools(hos
     assert status["compactionSteps"] >= 1 and status["frameSummaries"], "the frame holds no summary"
     result = await assemble(engine, history)
     assert result.system_prompt_addition and "lcm_grep" in result.system_prompt_addition
+
+
+def test_the_engine_counts_its_tools_specs_as_its_own_framing_unless_told():
+    from engines.lossless.engine import own_tokens
+
+    counted = own_tokens(parse_config({}))
+    assert 600 <= counted <= 1_000  # the four tools' specs, as Codex sends them (~780 tokens at 0.169.0)
+    assert own_tokens(parse_config({"own_framing_tokens": 0})) == 0
+    assert own_tokens(parse_config({"own_framing_tokens": 1_234})) == 1_234
+
+
+async def test_the_assembly_leaves_room_for_the_engines_own_tool_specs(host):
+    """8k bench, 300 turns of ~340 tokens: the engine's four tool specs (783
+    tokens) ride in every request beside the assembly, and a request went to
+    15,981 tokens against budget + Codex's framing 15,808. The assembly
+    (and the frame decisions) work within the budget less those tokens."""
+    budget, own = 3_000, 1_000
+    engine = await make_engine(host, {**SMALL, "token_budget": budget, "own_framing_tokens": own, "cache_ttl": 0.0})
+    history: list = []
+    worst = 0
+    for n in range(1, 40):
+        result = await run_turn(engine, history, turn(n))
+        worst = max(worst, result.estimated_tokens)
+        assert engine.status(SESSION)["lastAssembly"]["budget"] == budget - own
+    assert engine.status(SESSION)["compactionSteps"] >= 1
+    assert worst <= budget - own
