@@ -130,7 +130,7 @@ class Finalizer:
                     extra={"fields": self.calls.fields(session, turnId=turn_id)},
                 )
                 session.unfollowed = None
-                self.proxy.ungate(session.thread_id, unfollowed.holder)
+                self.proxy.router.ungate(session.thread_id, unfollowed.holder)
             if session.live_turns is not None:
                 session.live_turns.append(turn_id)
             ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]

@@ -70,7 +70,7 @@ class Turns:
         # it. From now when the thread is idle or only finalising its last
         # turn; from when the slot is free otherwise.
         if not session.busy or session.turn_over_in_codex():
-            self.proxy.gate(session.thread_id, id(msg))
+            self.proxy.router.gate(session.thread_id, id(msg))
         self.proxy.spawn(self._prepare_turn, session, msg, params)
         return HANDLED
 
@@ -110,7 +110,7 @@ class Turns:
         try:
             await self._hold_turn_start(session, msg, params)
         finally:
-            self.proxy.ungate(session.thread_id, id(msg))
+            self.proxy.router.ungate(session.thread_id, id(msg))
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         edited: dict[str, Any] | None = None
@@ -125,7 +125,7 @@ class Turns:
             log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
         session.current = state
         started = trio.current_time()
-        self.proxy.gate(session.thread_id, id(msg))
+        self.proxy.router.gate(session.thread_id, id(msg))
         try:
             if session.reverts_unanswered:
                 with trio.move_on_after(self.options.previous_turn_wait):
@@ -158,7 +158,7 @@ class Turns:
         session.turns_this_opening += 1
         if edited is not None:
             msg.set_params(edited)  # encoded once, as the request leaves for Codex
-        if not self.proxy.forward_client_request(msg):
+        if not self.proxy.router.forward_client_request(msg):
             session.end_turn(state)
 
     async def project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -93,6 +94,19 @@ def _no_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
     raise RuntimeError("the router has no task runner")
 
 
+class Activity:
+    """When a reader was last told to expect data (``time.perf_counter``):
+    the router marks it, the shell's pipe reader polls in its window."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def mark(self) -> None:
+        self.last = perf_counter()
+
+
 class Router:
     def __init__(
         self,
@@ -102,23 +116,26 @@ class Router:
         hooks: Hooks | None = None,
         spawn: Callable[..., None] = _no_spawn,
         options: ProxyOptions | None = None,
+        edge: Edge | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
-        """``options``: the longest line parsed, and whether the sidecar
-        speaks for an engine (:class:`Negotiation`)."""
+        """Built whole: what is optional at its fixed points is given here
+        or never. ``options``: the longest line parsed, whether the sidecar
+        speaks for an engine (:class:`Negotiation`), and whether readers
+        busy-poll (then the router marks when each side will answer).
+        ``edge``: the one optional edge at the child's side (:class:`Edge`).
+        ``recorder``: what every line in and out is shown to (``--record``)."""
         options = options or ProxyOptions()
         self.to_child = to_child
         self.to_client = to_client
         self.hooks = hooks or Hooks()
         self.controls = ControlMethods()
         """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
-        self.recorder: Recorder | None = None
-        """What every line in and out is shown to (``--record``): optional,
-        attached by the shell like the edge."""
+        self.recorder = recorder
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = options.max_line
-        self.edge: Edge | None = None
-        """The one optional edge at the child's side (:class:`Edge`)."""
+        self.edge = edge
         ids = IdSpace()
         self.pending = PendingTable(ids)
         self.calls = InternalCalls(ids)
@@ -129,10 +146,12 @@ class Router:
         self.negotiation = Negotiation(methods.notifications_read() if options.for_engine else None)
         methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
-        self.expect_child: Callable[[], None] | None = None
-        """Told when the child will answer soon (a request went to it)."""
-        self.expect_client: Callable[[], None] | None = None
-        """Told when the client may write soon (it got a response or a server request)."""
+        self.child_expected = Activity()
+        """When the child will answer soon (a request went to it)."""
+        self.client_expected = Activity()
+        """When the client may write soon (it got a response or a server request)."""
+        self.busy_poll = options.busy_poll > 0
+        """Whether the shell's readers poll: the marks above are kept only then."""
         self.raw = RawLines(self)
         """Lines too long to parse, streamed through in pieces."""
 
@@ -266,8 +285,8 @@ class Router:
             # Responses to server requests and client notifications pass through.
             if method is not _UNSET and method.startswith(CONTROL_PREFIX):
                 return  # a control notification: nothing to answer, nothing to forward
-            if method is _UNSET and self.expect_child is not None:
-                self.expect_child()  # codex goes on after an answer
+            if method is _UNSET and self.busy_poll:
+                self.child_expected.last = perf_counter()  # codex goes on after an answer
             self._to_child(line, CLIENT_TO_CODEX, self.c2s)
             return
         if method.startswith(CONTROL_PREFIX):
@@ -284,8 +303,8 @@ class Router:
             return
         # Nobody reads it and nothing changes it: the relay's fast path, no Message.
         self.pending.open(env.id, method).forwarded = True
-        if self.expect_child is not None:
-            self.expect_child()
+        if self.busy_poll:
+            self.child_expected.last = perf_counter()
         self._to_child(line, CLIENT_TO_CODEX, self.c2s)
 
     def _client_request(self, msg: Message) -> None:
@@ -320,8 +339,8 @@ class Router:
             if chained is not msg:  # a hook's new bytes
                 pending.original = msg.line
             msg = chained
-        if self.expect_child is not None:
-            self.expect_child()
+        if self.busy_poll:
+            self.child_expected.last = perf_counter()
         pending.forwarded = True
         self._request_to_child(msg, pending)
 
@@ -389,8 +408,8 @@ class Router:
                     self._to_child(answer, SIDECAR_TO_CODEX)
                     return
             hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
-            if self.expect_client is not None:
-                self.expect_client()
+            if self.busy_poll:
+                self.client_expected.last = perf_counter()
         if hooks:
             chained = self._run_chain(hooks, Message(env, line))
             if chained is None:
@@ -428,8 +447,8 @@ class Router:
                 if chained is None:
                     return
                 line = chained.wire()
-        if self.expect_client is not None:
-            self.expect_client()  # clients often ask again at once
+        if self.busy_poll:
+            self.client_expected.last = perf_counter()  # clients often ask again at once
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
 
     def _send_original(self, pending: PendingRequest, env: Envelope) -> None:
