@@ -37,14 +37,22 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from .session.overflow import TURN_CLIENT_REQUESTS, TURN_NOTIFICATIONS, TURN_SERVER_REQUESTS
 
-if TYPE_CHECKING:
-    from .relay.messages import Hooks
+
+class Hooks(Protocol):
+    """Where :func:`install` puts the rows' hooks (the relay's
+    :class:`~sidecar.relay.Hooks`): named here, so the table, which the
+    relay reads, does not import the relay back."""
+
+    def on_client_request(self, method: str, hook: Any) -> None: ...
+    def on_server_notification(self, method: str, hook: Any) -> None: ...
+    def on_server_request(self, method: str, hook: Any) -> None: ...
+    def on_response(self, method: str, hook: Any) -> None: ...
 
 
 class Part(enum.Enum):
