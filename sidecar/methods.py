@@ -44,7 +44,7 @@ import msgspec
 from .session.overflow import TURN_CLIENT_REQUESTS, TURN_NOTIFICATIONS, TURN_SERVER_REQUESTS
 
 
-class Hooks(Protocol):
+class HookTable(Protocol):
     """Where :func:`install` puts the rows' hooks (the relay's
     :class:`~sidecar.relay.Hooks`): named here, so the table, which the
     relay reads, does not import the relay back."""
@@ -258,7 +258,7 @@ def installed(parts: Collection[Part], rows: Iterable[Row] | None = None) -> lis
     return [r for _, _, r in sorted(chosen, key=lambda t: (t[0], t[1]))]
 
 
-def install(hooks: Hooks, root: Any, parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
+def install(hooks: HookTable, root: Any, parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
     """Put the hooks of ``parts``' rows on ``hooks``, each handler resolved on ``root``."""
     for row in installed(parts, rows):
         if row.request is not None:

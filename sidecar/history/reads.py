@@ -34,6 +34,7 @@ process has not opened.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -73,10 +74,8 @@ class Visible(Protocol):
 
 class ArchivedTurns:
     def __init__(self, proxy: Proxy, state_dir: str | os.PathLike[str], *, wrap_cursors: bool = False, visible: Visible | None = None) -> None:
-        """``wrap_cursors``: hand out Codex's listing cursors wrapped with
-        their anchor, so they survive a rebuild (in modes that rebuild).
-        ``visible``: what a page the sidecar answers itself, or the turns a
-        session imports, may show the client (None: all of it)."""
+        """``wrap_cursors``: Codex's listing cursors handed out wrapped with their
+        anchor, to survive rebuilds. ``visible``: what the client may see (None: all)."""
         self.proxy = proxy
         self.state_dir = state_dir
         self._cache: dict[str, list[dict[str, Any]]] = {}
@@ -98,12 +97,7 @@ class ArchivedTurns:
         self._recorded: dict[str, dict[str, Any]] = {}
         """thread id -> what the archive recorded the client saw (cache, see ``TurnArchive.shown``)."""
         self.visible = visible
-
-    def codex_version(self) -> str | None:
-        """The version of the codex behind (what its ``initialize`` said):
-        entries the sidecar answers with are shaped as that codex's own
-        (:func:`sidecar.history.archive.entry_times`)."""
-        return self.proxy.router.observed.codex_version
+        self.codex_version: Callable[[], str | None] = lambda: proxy.router.observed.codex_version  # entries answered are shaped as its own
 
     def visible_turns(self, thread_id: str, turns: list[Any]) -> list[Any]:
         """Codex's turns of a thread as the client (and the mirror) may take them."""

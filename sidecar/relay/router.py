@@ -296,7 +296,7 @@ class Router:
             self.gates
             or self.child_gone
             or self.hooks.client_requests.get(method)
-            or IdSpace.is_reserved(env.id)
+            or _reserved(env.id)
             or (self.negotiation.screens and experimental.gated(method))
         ):
             self._client_request(Message(env, line))
@@ -324,8 +324,9 @@ class Router:
             if thread_id is not None and self.gates.gated(thread_id):
                 self.gates.park(thread_id, msg)
                 return
-        client_id: RpcId = msg.id
-        method = msg.method
+        env = msg.env  # the envelope's id and method: no call into the message
+        client_id: RpcId = env.id  # type: ignore[assignment]
+        method: str = env.method  # type: ignore[assignment]
         if self.child_gone:
             self._record(CLIENT_TO_CODEX, msg.line)
             self._to_client(encode_error(client_id, *dead_child_error(PendingRequest(client_id, method, client_id), None)), SIDECAR_TO_CLIENT)
@@ -516,7 +517,7 @@ class Router:
         (and thread) the hooks read (the first message of the chain whose
         params were read)."""
         for hook in hooks:
-            edits = msg.edits()
+            edits = None if msg._changes is None else dict(msg._changes)  # Message.edits, inlined on every hook's path
             try:
                 decision = hook(msg) if pending is None else hook(msg, pending)
             except Exception:
@@ -542,6 +543,12 @@ request, invalid params): what a change of the sidecar's may have caused."""
 def _refused(error: msgspec.Raw) -> bool:
     err = decode(error)
     return isinstance(err, dict) and err.get("code") in REFUSALS
+
+
+def _reserved(rpc_id: Any) -> bool:
+    """``IdSpace.is_reserved``, inlined on the request's path: a client id in
+    the sidecar's own space travels under an alias."""
+    return isinstance(rpc_id, str) and rpc_id.startswith(INTERNAL_PREFIX)
 
 
 def _name(fn: Any) -> str:
@@ -571,7 +578,7 @@ class PendingTable:
     def open(self, client_id: RpcId, method: str) -> PendingRequest:
         """Take a client request in: its wire id (an alias when the client's
         id lies in the sidecar's space) is what goes to Codex."""
-        wire_id = self.ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
+        wire_id = self.ids.alias_client_id(client_id) if _reserved(client_id) else client_id
         pending = PendingRequest(client_id, method, wire_id)
         self._by_wire[wire_id] = pending
         return pending
@@ -589,7 +596,7 @@ class PendingTable:
 
     def find(self, client_id: RpcId) -> PendingRequest | None:
         """The pending request with the client's id ``client_id``."""
-        if not IdSpace.is_reserved(client_id):
+        if not _reserved(client_id):
             return self._by_wire.get(client_id)
         for p in self._by_wire.values():
             if p.client_id == client_id and p.wire_id is not p.client_id:
