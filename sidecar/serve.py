@@ -181,9 +181,10 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     )
     # The history's edge (the client's threads and the Codex threads behind
     # them) is the relay's from its first line: built here, with the relay,
-    # whatever engine loads later; none when the state dir cannot be read.
+    # whatever engine loads later; none for a pure relay (a state dir that
+    # cannot be read, or none and no engine to make one).
     edge = None
-    if problem is None or problem.readable:
+    if (problem is None or problem.readable) and (wanted or os.path.isdir(state_dir)):
         from .history.backing import BackingThreads
 
         edge = BackingThreads(state_dir)
