@@ -24,7 +24,7 @@ class Relay:
         self.spawned: list = []
 
     @property
-    def router(self) -> "Relay":
+    def router(self) -> Relay:
         """The fake relay routes too (``proxy.router.send_to_child``)."""
         return self
 

@@ -27,7 +27,7 @@ class Relay:
         self.to_child: list[bytes] = []
 
     @property
-    def router(self) -> "Relay":
+    def router(self) -> Relay:
         """The fake relay routes too (``proxy.router.send_to_child``)."""
         return self
 
