@@ -37,14 +37,22 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from .session.overflow import TURN_CLIENT_REQUESTS, TURN_NOTIFICATIONS, TURN_SERVER_REQUESTS
 
-if TYPE_CHECKING:
-    from .relay.messages import Hooks
+
+class HookTable(Protocol):
+    """Where :func:`install` puts the rows' hooks (the relay's
+    :class:`~sidecar.relay.Hooks`): named here, so the table, which the
+    relay reads, does not import the relay back."""
+
+    def on_client_request(self, method: str, hook: Any) -> None: ...
+    def on_server_notification(self, method: str, hook: Any) -> None: ...
+    def on_server_request(self, method: str, hook: Any) -> None: ...
+    def on_response(self, method: str, hook: Any) -> None: ...
 
 
 class Part(enum.Enum):
@@ -250,7 +258,7 @@ def installed(parts: Collection[Part], rows: Iterable[Row] | None = None) -> lis
     return [r for _, _, r in sorted(chosen, key=lambda t: (t[0], t[1]))]
 
 
-def install(hooks: Hooks, root: Any, parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
+def install(hooks: HookTable, root: Any, parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
     """Put the hooks of ``parts``' rows on ``hooks``, each handler resolved on ``root``."""
     for row in installed(parts, rows):
         if row.request is not None:

@@ -151,6 +151,7 @@ __all__ = [
     "input_text_chars",
     "project_turn_input",
     "strip_projected_context",
+    "request_text",
     "user_request",
     "RUNTIME_HEADER",
 ]
@@ -565,11 +566,16 @@ def _same_words(a: str, b: str) -> bool:
         a, b, k = pa[k], pb[k], k * 2
 
 
-def _request_text(input_items: Sequence[Mapping[str, Any]]) -> str:
+def request_text(input_items: Sequence[Any]) -> str:
     """The request as the user wrote it: inside OpenClaw's runtime-context
     wrapper when the client wrapped it (FACTS 3a), which is what an engine
-    was given as the prompt and may end its assembly with."""
-    return "\n".join(user_request(item["text"]) for item in input_items if item.get("type") == "text")
+    is given as the prompt and may end its assembly with. Items that are
+    not text items are left out."""
+    return "\n".join(
+        user_request(item["text"])
+        for item in input_items
+        if isinstance(item, Mapping) and item.get("type") == "text" and isinstance(item.get("text"), str)
+    )
 
 
 def _validate_items(input_items: Any) -> list[Mapping[str, Any]]:
@@ -655,7 +661,7 @@ def project_turn_input(
     # Drop a tail message that repeats the current request.
     history = list(messages)
     duplicate = False
-    request = _request_text(items)
+    request = request_text(items)
     if history and isinstance(history[-1], UserMessage) and request and not request.isspace():
         if _same_words(_user_text(history[-1]), request):
             history.pop()

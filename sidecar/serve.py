@@ -179,6 +179,15 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
         stale_slack=settings["stale_slack"],
         rebuild=settings["rebuild"],
     )
+    # The history's edge (the client's threads and the Codex threads behind
+    # them) is the relay's from its first line: built here, with the relay,
+    # whatever engine loads later; none for a pure relay (a state dir that
+    # cannot be read, or none and no engine to make one).
+    edge = None
+    if (problem is None or problem.readable) and (wanted or os.path.isdir(state_dir)):
+        from .history.backing import BackingThreads
+
+        edge = BackingThreads(state_dir)
     in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
 
     async def serve() -> int:
@@ -187,6 +196,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
             Child(popen),
             trio.StapledStream(trio.lowlevel.FdStream(protocol_out), trio.lowlevel.FdStream(os.dup(0))),
             options=options,
+            edge=edge,
             recorder=recorder,
         )
         proxy.add_status_provider("settings", lambda: in_effect)
@@ -207,7 +217,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
         def initialize_forwarded(_msg: Any) -> None:
             go.set()
 
-        proxy.hooks.on_client_request("initialize", initialize_forwarded)
+        proxy.router.hooks.on_client_request("initialize", initialize_forwarded)
         lifecycle: Any = None
 
         async def set_up() -> None:
@@ -223,11 +233,11 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
                     return
                 # The engine's host, bound before the client's held lines go on;
                 # an engine whose bind fails runs as legacy.
-                bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline)
+                bound, host = await _bind(engine, state_dir, lifecycle_options.engine_deadline, proxy)
                 # With no engine (legacy, or one that failed to load or bind) the
                 # lifecycle keeps only the history earlier rebuilds moved: the thread stays whole.
                 lifecycle = lifecycle_cls(proxy, bound, state_dir, lifecycle_options, host=host)
-                lifecycle.install(proxy.hooks)
+                lifecycle.install(proxy.router.hooks)
             finally:
                 proxy.release_client()
 
@@ -277,12 +287,14 @@ def _load_lifecycle(resolved: Resolved, problem: Any, state_dir: str, codex: str
     return engine, Lifecycle
 
 
-async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]:
+async def _bind(engine: Any, state_dir: str, deadline: float, proxy: Any) -> tuple[Any, Any]:
     """(the engine, its host) once bound; (None, None) when there is no
-    engine or it could not be bound (logged: the sidecar runs legacy)."""
+    engine or it could not be bound (logged: the sidecar runs legacy). The
+    host is built whole: its completions run through ``proxy``, their
+    threads hidden by its edge."""
     if engine is None:
         return None, None
-    from .host import SidecarHost, bind_engine, engine_state_dir
+    from .host import Completions, SidecarHost, bind_engine, engine_state_dir
     from .store.usable import _from_error
 
     try:
@@ -291,7 +303,7 @@ async def _bind(engine: Any, state_dir: str, deadline: float) -> tuple[Any, Any]
         problem = _from_error(Path(exc.filename or state_dir), exc, readable=True)
         log.error(problem.message(), extra={"fields": {"engineId": engine.info.id, "path": str(problem.path), "running": "legacy", "code": problem.code}})
         return None, None
-    host = SidecarHost(str(folder))
+    host = SidecarHost(str(folder), Completions(proxy, proxy.router.edge, deadline))
     if not await bind_engine(engine, host, deadline):
         return None, None
     return engine, host

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -64,8 +64,18 @@ from .archive import (
 )
 
 
+class Visible(Protocol):
+    """What the client may see of a thread's turns (``sidecar.host``'s
+    ``EngineTools``: without the engine's tool call items)."""
+
+    def visible_page(self, thread_id: str, page: Any) -> Any: ...
+    def visible_turns(self, thread_id: str, turns: Any) -> Any: ...
+
+
 class ArchivedTurns:
-    def __init__(self, proxy: Proxy, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, proxy: Proxy, state_dir: str | os.PathLike[str], *, wrap_cursors: bool = False, visible: Visible | None = None) -> None:
+        """``wrap_cursors``: Codex's listing cursors handed out wrapped with their
+        anchor, to survive rebuilds. ``visible``: what the client may see (None: all)."""
         self.proxy = proxy
         self.state_dir = state_dir
         self._cache: dict[str, list[dict[str, Any]]] = {}
@@ -76,9 +86,7 @@ class ArchivedTurns:
         """client id -> (space, thread id, direction, limit, params) of a listing to splice."""
         self.reverting: set[str] = set()
         """Threads whose rebuild revert is under way (set by the lifecycle)."""
-        self.wrap_cursors = False
-        """Hand out Codex's listing cursors wrapped with their anchor, so they
-        survive a rebuild (set by the lifecycle in modes that rebuild)."""
+        self.wrap_cursors = wrap_cursors
         self._wraps: dict[Any, str] = {}
         """client id -> space (turns, items) of a listing whose cursors to wrap."""
         self.shown_unread: dict[str, Any] = {}
@@ -88,13 +96,12 @@ class ArchivedTurns:
         """thread id -> the rollout ``path`` the client last saw."""
         self._recorded: dict[str, dict[str, Any]] = {}
         """thread id -> what the archive recorded the client saw (cache, see ``TurnArchive.shown``)."""
-        self.visible: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
-        """A page the sidecar answers itself, as the client may see it
-        (``sidecar.host``: without the engine's tool call items)."""
-        self.codex_version: Callable[[], str | None] = lambda: None
-        """The version of the codex behind (what its ``initialize`` said; set
-        by the lifecycle): entries the sidecar answers with are shaped as
-        that codex's own (:func:`sidecar.history.archive.entry_times`)."""
+        self.visible = visible
+        self.codex_version: Callable[[], str | None] = lambda: proxy.router.observed.codex_version  # entries answered are shaped as its own
+
+    def visible_turns(self, thread_id: str, turns: list[Any]) -> list[Any]:
+        """Codex's turns of a thread as the client (and the mirror) may take them."""
+        return turns if self.visible is None else self.visible.visible_turns(thread_id, turns)
 
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
@@ -593,8 +600,8 @@ class ArchivedTurns:
         result: dict[str, Any] = {"data": page, "nextCursor": after, "backwardsCursor": back}
         params = msg.params()
         if self.visible is not None and isinstance(params, dict) and isinstance(params.get("threadId"), str):
-            result = self.visible(params["threadId"], result)
-        self.proxy.answer_client_request(msg.id, encode_response(msg.id, result))
+            result = self.visible.visible_page(params["threadId"], result)
+        self.proxy.router.answer_client_request(msg.id, encode_response(msg.id, result))
 
 
 def _unit_key(space: str, unit: dict[str, Any]) -> Any:

@@ -51,10 +51,11 @@ def engine_state_dir(state_dir: str | os.PathLike[str], engine_id: str) -> Path:
 class SidecarHost:
     """What ``bind(host)`` hands the engine."""
 
-    def __init__(self, state_dir: str) -> None:
+    def __init__(self, state_dir: str, completions: Completions | None = None) -> None:
+        """``completions``: how ``complete`` asks the relay's app-server
+        (None: there is none, e.g. ``doctor``'s bind check)."""
         self.state_dir = state_dir
-        self.completions: Completions | None = None
-        """Set by the lifecycle once it is wired to the relay."""
+        self.completions = completions
 
     def count_tokens(self, text: str, model: str | None = None) -> int:
         return count_tokens(text)

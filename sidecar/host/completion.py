@@ -154,11 +154,13 @@ class Collector(msgspec.Struct):
 class Completions:
     """Runs ``host.complete`` through ``proxy``; frames hidden by ``backing``."""
 
-    def __init__(self, proxy: Proxy, backing: BackingThreads, deadline: float, client_params: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, proxy: Proxy, backing: BackingThreads, deadline: float) -> None:
         self.proxy = proxy
         self.backing = backing
         self.deadline = deadline
-        self.client_params = client_params
+        self.client_thread: dict[str, Any] = {}
+        """The settings of the client's newest thread (cwd, model, provider as
+        Codex answered), noted by the lifecycle: a completion thread takes them."""
         self.limiter = trio.CapacityLimiter(CONCURRENCY)
         self.lean = True
         """Start completion threads lean until Codex refuses it once."""
@@ -207,7 +209,7 @@ class Completions:
                 collector.feed(line)
                 while collector.requests:
                     # Nothing of this thread may wait on the client: refuse.
-                    self.proxy.send_to_child(encode_error(collector.requests.pop(), -32601, "not available to the sidecar's own model calls"), raw=True)
+                    self.proxy.router.send_to_child(encode_error(collector.requests.pop(), -32601, "not available to the sidecar's own model calls"), raw=True)
                 if collector.finished:
                     done.set()
 
@@ -234,7 +236,7 @@ class Completions:
 
     async def _start(self, params: CompleteParams, owned: Callable[[Any], None]) -> None:
         """``thread/start`` the lean way; once, the plain way, if Codex refuses it."""
-        client = self.client_params()
+        client = self.client_thread
         if self.lean:
             try:
                 await self.proxy.request("thread/start", start_params(client, params), raw=True, on_result=owned)
@@ -248,7 +250,7 @@ class Completions:
         """Wait until no client thread/start, resume or fork is unanswered:
         the notifications a start sends that name no thread would be taken
         for the client's."""
-        while self.proxy.pending_methods() & CLIENT_OPENING:
+        while self.proxy.router.pending.methods() & CLIENT_OPENING:
             await trio.sleep(0.02)
 
     async def _quieted(self) -> None:

@@ -194,7 +194,7 @@ class EngineTools:
             "engine tool call answered",
             extra={"fields": {"threadId": thread_id, "tool": name, "success": answer["success"], "ms": took}},
         )
-        self.proxy.send_to_child(encode_response(request_id, answer), raw=True)
+        self.proxy.router.send_to_child(encode_response(request_id, answer), raw=True)
 
     def on_resolved(self, msg: Message) -> Decision:
         params = msg.params()

@@ -14,7 +14,7 @@ from protocol.codex import callable_tool_names
 
 from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
-from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, ThreadSession, log_fields, token_budget
+from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, MaintainedOnOpening, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
 from ..thread import opening
 
@@ -102,18 +102,41 @@ class EngineCalls:
         return token_budget(self.facts(session).window, explicit=self.options.token_budget, reserve=self.options.token_reserve)
 
     def runtime(self, session: ThreadSession, params: dict[str, Any]) -> RuntimeContext:
-        return RuntimeContext(
+        return self.assemble_inputs(session, params)[0]
+
+    def assemble_inputs(self, session: ThreadSession, params: dict[str, Any]) -> tuple[RuntimeContext, int, frozenset[str]]:
+        """What an ``assemble`` is given besides the messages: the runtime
+        context, the token budget and the client's own tools, from one read
+        of the learned facts."""
+        facts = self.facts(session)
+        budget = token_budget(facts.window, explicit=self.options.token_budget, reserve=self.options.token_reserve)
+        runtime = RuntimeContext(
             cwd=params.get("cwd") if isinstance(params.get("cwd"), str) else session.cwd,
             model=params.get("model") if isinstance(params.get("model"), str) else session.model,
-            token_budget=self.budget(session),
+            token_budget=budget,
             current_token_count=session.current_token_count,
-            context_window=self.facts(session).window,
+            context_window=facts.window,
             last_usage=session.last_usage,
             prompt_cache=session.prompt_cache,
         )
+        return runtime, budget, facts.tools or frozenset()
 
     def fields(self, session: ThreadSession, **more: Any) -> dict[str, Any]:
         return log_fields(session, self.engine_id, **more)
+
+    async def open_engine_session(self, session: ThreadSession) -> None:
+        """Before a turn assembles: the engine's session bootstrapped, or
+        maintained, as the learned facts say it must be on this opening."""
+        machine = self.machine(session)
+        opening = machine.opening_step(session.had_history)
+        if opening == "bootstrap":
+            await self.bootstrap(session)
+        elif opening == "maintain":
+            self.learn(session, MaintainedOnOpening())
+            await self.maintain(session, "bootstrap")
+        elif not session.had_history and not machine.state.bootstrapped:
+            # The engine follows this session from its first turn: nothing to bootstrap, now or later.
+            self.learn(session, Bootstrapped())
 
     async def bootstrap(self, session: ThreadSession) -> None:
         """Bootstrap the engine's session once: done is journaled, so no

@@ -51,7 +51,7 @@ class Compaction:
         # the client gets Codex's own answer; its outcome is recorded by
         # _on_compact_response.
         self.native_pending[msg.id] = (session, result)
-        if not self.proxy.forward_client_request(msg):
+        if not self.proxy.router.forward_client_request(msg):
             self.native_pending.pop(msg.id, None)
 
     def on_compact_response(self, msg: Message, pending: PendingRequest) -> Decision:

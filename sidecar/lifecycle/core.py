@@ -26,7 +26,7 @@ import trio
 from .. import methods
 from ..history.backing import BackingThreads
 from ..history.reads import ArchivedTurns
-from ..host import Completions, EngineTools, SidecarHost
+from ..host import EngineTools, SidecarHost
 from ..host.completion import START_KEYS
 from ..host.engine_tools import engine_specs
 from ..host.offered import OfferedTools
@@ -63,29 +63,39 @@ class Lifecycle:
         options: LifecycleOptions | None = None,
         host: SidecarHost | None = None,
     ) -> None:
+        """``proxy``: the relay, built with the history's edge (its
+        ``router.edge`` is the :class:`BackingThreads` of ``state_dir``:
+        the relay runs before the lifecycle is imported, so the edge is made
+        with it, never attached later). ``host``: the engine's host, built
+        with its completions before the engine's ``bind``."""
+        backing = proxy.router.edge
+        if not isinstance(backing, BackingThreads):
+            raise TypeError("the lifecycle needs a relay built with the history's edge (BackingThreads)")
         self.proxy = proxy
         self.engine = engine
         """None: history only (no engine, or ``legacy``)."""
         self.state_dir = Path(state_dir)
         self.options = options or LifecycleOptions()
+        self.backing = backing
+        """The client's threads and the Codex threads behind them (empty until
+        a fresh rebuild switches one): mapped at the child's edge."""
         self.sessions: dict[str, ThreadSession] = {}
         self.calls = EngineCalls(engine, self.options, state_dir)
         self.engine_id = self.calls.engine_id
-        self.archived = ArchivedTurns(proxy, state_dir)
-        """The read side: answers thread/read, resume, fork, turns/list and
-        items/list with the turns rebuilds took out of Codex (``sidecar.history.reads``)."""
-        self.archived.codex_version = lambda: proxy.router.observed.codex_version
-        # Cursors handed out wrapped outlive rebuilds; wrapped ones are
-        # unwrapped whatever the engine.
-        self.archived.wrap_cursors = engine is not None and self.options.projection_mode != "per_turn"
-        self.backing = BackingThreads(state_dir)
-        """The client's threads and the Codex threads behind them (empty until
-        a fresh rebuild switches one): mapped at the child's edge."""
-        proxy.edge = self.backing
         fresh = engine is not None and self.options.rebuild == "fresh"
         self.requests = requests = RequestParams()
         self.context = ctx = LifecycleContext(proxy, self.sessions, requests, self.options, self.state_dir)
         """What every job, the rebuild strategies and the engine's tools share (``sidecar.session.context``)."""
+        specs = engine_specs(engine) if engine is not None else []
+        self.tools: EngineTools | None = (
+            EngineTools(ctx, engine, specs, OfferedTools(state_dir), lambda s: self.calls.runtime(s, {})) if specs else None
+        )
+        """The engine's tools on the client's threads (None: it has none)."""
+        # Cursors handed out wrapped outlive rebuilds; wrapped ones are
+        # unwrapped whatever the engine.
+        self.archived = ArchivedTurns(proxy, state_dir, wrap_cursors=engine is not None and self.options.projection_mode != "per_turn", visible=self.tools)
+        """The read side: answers thread/read, resume, fork, turns/list and
+        items/list with the turns rebuilds took out of Codex (``sidecar.history.reads``)."""
         self.spares = Spares(ctx, self.backing, self.archived, self.engine_id, fresh=fresh)
         """Starting spares and switching onto them (``sidecar.rebuild.fresh``)."""
         self.inplace = InPlace(proxy, self.archived, self.options, self.engine_id)
@@ -102,17 +112,6 @@ class Lifecycle:
         """A turn that overflowed the context window, retried after the engine makes room (if it owns compaction)."""
         self.host = host
         """The engine's host (``sidecar.host``), given to it by ``bind``."""
-        self.client_thread: dict[str, Any] = {}
-        """The client's last opened thread's settings a completion thread takes."""
-        if engine is not None and host is not None:
-            host.completions = Completions(proxy, self.backing, self.options.engine_deadline, lambda: self.client_thread)
-        specs = engine_specs(engine) if engine is not None else []
-        self.tools: EngineTools | None = None
-        """The engine's tools on the client's threads (None: it has none)."""
-        if specs:
-            self.tools = EngineTools(ctx, engine, specs, OfferedTools(state_dir), lambda s: self.calls.runtime(s, {}))
-            self.archived.visible = self.tools.visible_page
-            self.opening.visible_turns = self.tools.visible_turns
 
     @property
     def reverting(self) -> dict[str, Any]:
@@ -145,8 +144,8 @@ class Lifecycle:
         observed = getattr(getattr(self.proxy, "router", None), "observed", None)
         if getattr(observed, "user_agent", None) is not None:
             self.proxy.spawn(self._preload_tokenizer)  # installed after the answer passed
-        self.proxy.add_async_control("sidecar/compact", self.compaction.control_compact)
-        self.proxy.add_async_control("sidecar/inspect", self._control_inspect)
+        self.proxy.router.controls.add_async("sidecar/compact", self.compaction.control_compact)
+        self.proxy.router.controls.add_async("sidecar/inspect", self._control_inspect)
         self.proxy.add_status_provider("lifecycle", self.status)
 
     def parts(self) -> set[Part]:
@@ -182,13 +181,16 @@ class Lifecycle:
     def note_client_thread(self, msg: Message, pending: PendingRequest) -> Decision:
         """The settings of the client's newest thread (what the engine's own
         model calls run with): its cwd, model and provider as Codex answered."""
+        completions = self.host.completions if self.host is not None else None
+        if completions is None:
+            return None
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if isinstance(thread, dict):
             merged = {**thread, **result}
             noted = {k: merged[k] for k in START_KEYS if isinstance(merged.get(k), str)}
             if noted:
-                self.client_thread = noted
+                completions.client_thread = noted
         return None
 
     async def dispose(self) -> None:

@@ -128,7 +128,7 @@ class Finalizer:
                     extra={"fields": self.calls.fields(session, turnId=turn_id)},
                 )
                 opening.unfollowed(session, None)
-                self.proxy.ungate(session.thread_id, unfollowed.holder)
+                self.proxy.router.ungate(session.thread_id, unfollowed.holder)
             ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]
             session.finalised(turn_id, ids[-1] if ids and isinstance(ids[-1], str) else None)
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]

@@ -147,7 +147,7 @@ class Overflow:
     async def _retry(self, retry: Retry) -> None:
         session = retry.session
         holder = object()
-        self.proxy.gate(session.thread_id, holder)  # the client's next requests wait for the retry
+        self.proxy.router.gate(session.thread_id, holder)  # the client's next requests wait for the retry
         reason: str = "retry"
         try:
             reason = await self._make_room_and_retry(retry)
@@ -157,7 +157,7 @@ class Overflow:
         finally:
             if reason != "retry":
                 self._abandon(retry, reason)
-            self.proxy.ungate(session.thread_id, holder)
+            self.proxy.router.ungate(session.thread_id, holder)
 
     async def _make_room_and_retry(self, retry: Retry) -> str:
         session, first = retry.session, retry.first
@@ -216,7 +216,7 @@ class Overflow:
         for msg in retry.withheld:
             if msg.method == "turn/completed":
                 self.finalizer.on_turn_completed(msg)
-            self.proxy.send_to_client(msg.wire())
+            self.proxy.router.send_to_client(msg.wire())
 
     # ------------------------------------------- what the client sees
 

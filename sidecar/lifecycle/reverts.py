@@ -69,7 +69,7 @@ class ClientReverts:
         session: ThreadSession | None = None
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
             holder = ("client-revert", msg.id)
-            self.proxy.gate(params["threadId"], holder)
+            self.proxy.router.gate(params["threadId"], holder)
             self.proxy.spawn(self._expire_gate, params["threadId"], holder)  # never answered
             session = self.sessions.get(params["threadId"])
             if session is not None:
@@ -116,7 +116,7 @@ class ClientReverts:
             return None
         if not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
             return None
-        self.proxy.gate(thread_id, id(msg))  # the client's later requests stay behind it
+        self.proxy.router.gate(thread_id, id(msg))  # the client's later requests stay behind it
         self.proxy.spawn(self._into_archive, msg, thread_id, flagged)
         return HANDLED
 
@@ -135,9 +135,9 @@ class ClientReverts:
                 flagged.add(msg.id)
             # else: Codex holds no turn (or did not say): the request goes as
             # it is, and Codex's answer (turn not found) reaches the client.
-            self.proxy.forward_client_request(msg)
+            self.proxy.router.forward_client_request(msg)
         finally:
-            self.proxy.ungate(thread_id, id(msg))
+            self.proxy.router.ungate(thread_id, id(msg))
 
     def on_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
@@ -150,7 +150,7 @@ class ClientReverts:
         holder = ("client-revert", pending.client_id)
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
             if isinstance(thread_id, str):
-                self.proxy.ungate(thread_id, holder)  # refused: nothing to follow
+                self.proxy.router.ungate(thread_id, holder)  # refused: nothing to follow
                 if isinstance(before, str) and not into_archive:
                     with contextlib.suppress(ValueError):
                         TurnArchive(archive_path(self.state_dir, thread_id)).revert_refused(before)
@@ -158,7 +158,7 @@ class ClientReverts:
         try:
             archive = TurnArchive(archive_path(self.state_dir, thread_id))
         except ValueError:
-            self.proxy.ungate(thread_id, holder)
+            self.proxy.router.ungate(thread_id, holder)
             return None
         # Codex has reverted. The intent goes to disk before the client hears
         # of it (one small append, here on the loop as the inspect record is),
@@ -182,7 +182,7 @@ class ClientReverts:
         """The client's requests never wait longer than a turn/start would,
         nor do later turns wait for an answer that never came."""
         await trio.sleep(self.options.previous_turn_wait)
-        self.proxy.ungate(thread_id, holder)
+        self.proxy.router.ungate(thread_id, holder)
         self._answered(holder[1])
 
     def _answered(self, client_id: Any) -> None:
@@ -214,7 +214,7 @@ class ClientReverts:
             if pending is not None and pending.holder == holder:  # else a turn followed it first
                 await self.follow(session, archive, pending)
         finally:
-            self.proxy.ungate(thread_id, holder)
+            self.proxy.router.ungate(thread_id, holder)
             if acquired is not None:
                 acquired.slot.release()
 
@@ -259,7 +259,7 @@ class ClientReverts:
             now = holdings.holdings(session)
             await trio.to_thread.run_sync(lambda: session.ledger.reset(now, clientRevert=before))  # type: ignore[union-attr]
         opening.follow_ended(session, pending, followed)
-        self.proxy.ungate(thread_id, pending.holder)  # followed, or the next turn retries
+        self.proxy.router.ungate(thread_id, pending.holder)  # followed, or the next turn retries
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)
         log.info("client reverted its thread; mirror and ledger follow", extra={"fields": self.calls.fields(session, turnsForgotten=len(gone))})

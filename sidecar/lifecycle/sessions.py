@@ -58,9 +58,6 @@ class Sessions:
         self.injections = injections
         self.released = {"threads": 0, "rebuilds": 0}
         """Sessions released after Codex closed their thread, and their rebuilds."""
-        self.visible_turns: Callable[[str, list[Any]], list[Any]] | None = None
-        """Codex's turns of a thread as the mirror may take them
-        (``sidecar.host``: without the engine's tool call items)."""
 
     def on_resume(self, msg: Message) -> Decision:
         self.remember_params(msg)
@@ -437,8 +434,7 @@ class Sessions:
                 return
             turns = list(reversed(listed.get("data") or [])) if isinstance(listed, dict) else []
         turns = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
-        if self.visible_turns is not None:
-            turns = self.visible_turns(session.thread_id, turns)
+        turns = self.archived.visible_turns(session.thread_id, turns)
         if not turns:
             return
         now = now_ms()
@@ -474,8 +470,7 @@ class Sessions:
                 return
         if not isinstance(turns, list):
             return
-        if self.visible_turns is not None:
-            turns = self.visible_turns(session.thread_id, turns)
+        turns = self.archived.visible_turns(session.thread_id, turns)
         now = now_ms()
         records = []
         for turn in turns:

@@ -14,12 +14,12 @@ from engines import AgentMessage, AssembleParams
 from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
-from ..projection import Projection, ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, user_request
+from ..projection import Projection, ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, request_text
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
-from ..session.state import AdditionSent, Bootstrapped, MaintainedOnOpening, ThreadSession, TurnState, addition_digest
+from ..session.state import AdditionSent, ThreadSession, TurnState, addition_digest
 from ..thread import holdings
 from .calls import EngineCalls
 from .context import HistoryMoves
@@ -65,14 +65,14 @@ class Turns:
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
         if session.joins_running_turn():
             return self._join(session, msg)
-        self._joins.pop(msg.id, None)  # a join with this id was never answered (the child died): done
+        self._joins.pop(msg.env.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
         # it. From now when the thread is idle or only finalising its last
         # turn; from when the slot is free otherwise.
-        if not session.busy or session.turn_over_in_codex():
-            self.proxy.gate(session.thread_id, id(msg))
-        self.proxy.spawn(self._prepare_turn, session, msg, params)
+        if gated := not session.busy or session.turn_over_in_codex():
+            self.proxy.router.gate(session.thread_id, id(msg))
+        self.proxy.spawn(self._prepare_turn, session, msg, params, gated)
         return HANDLED
 
     def _join(self, session: ThreadSession, msg: Message) -> Decision:
@@ -107,25 +107,29 @@ class Turns:
             log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
         return None
 
-    async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
+    async def _prepare_turn(self, session: ThreadSession, msg: Message, params: dict[str, Any], gated: bool) -> None:
         try:
-            await self._hold_turn_start(session, msg, params)
+            await self._hold_turn_start(session, msg, params, gated)
         finally:
-            self.proxy.ungate(session.thread_id, id(msg))
+            self.proxy.router.ungate(session.thread_id, id(msg))
 
-    async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
+    async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any], gated: bool) -> None:
         edited: dict[str, Any] | None = None
         # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat runs say so.
-        state = TurnState(client_id=msg.id, original_input=params.get("input"), heartbeat=params.get("turnTrigger") == "heartbeat", received=trio.current_time())
-        await session.ready.wait()
-        with trio.move_on_after(self.options.previous_turn_wait) as waited:
-            await session.slot.acquire()
-        if waited.cancelled_caught:
-            # The previous turn never finished (lost turn/completed): take over its slot.
-            log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
+        state = TurnState(client_id=msg.env.id, original_input=params.get("input"), heartbeat=params.get("turnTrigger") == "heartbeat", received=trio.current_time(), params=params)
+        if session.ready.is_set() and session.slot.value:  # a steady turn: on at once, no trip through the scheduler
+            session.slot.acquire_nowait()
+        else:
+            await session.ready.wait()
+            with trio.move_on_after(self.options.previous_turn_wait) as waited:
+                await session.slot.acquire()
+            if waited.cancelled_caught:
+                # The previous turn never finished (lost turn/completed): take over its slot.
+                log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
         session.take_slot(state)
         started = trio.current_time()
-        self.proxy.gate(session.thread_id, id(msg))
+        if not gated:  # from now: the slot is this turn's
+            self.proxy.router.gate(session.thread_id, id(msg))
         try:
             if session.reverts_unanswered:
                 with trio.move_on_after(self.options.previous_turn_wait):
@@ -135,7 +139,7 @@ class Turns:
                 # before it, or the mirror failed to follow): before this turn
                 # assembles, and is mirrored after the reverted turns.
                 await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
-            edited = await self.project(session, state, params, msg.typed(TurnStartParams).model)
+            edited = await self.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
         except Exception as exc:  # fail open, whatever happened
             state.fell_back(type(exc).__name__)
             log.warning(
@@ -146,7 +150,8 @@ class Turns:
             edited = None
         hold_ms = round((trio.current_time() - started) * 1000, 2)
         session.turn_forwarded(state, hold_ms)  # from now, a turn/start on the thread joins this turn
-        log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
         session.stats["lastTurn"] = {
             "holdMs": state.hold_ms,
             "projected": state.projected,
@@ -156,15 +161,15 @@ class Turns:
         }
         if edited is not None:
             msg.set_params(edited)  # encoded once, as the request leaves for Codex
-        if not self.proxy.forward_client_request(msg):
+        if not self.proxy.router.forward_client_request(msg):
             session.end_turn(state)
 
     async def project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
         """The turn/start params with the engine's context projected, and a
         switch's sticky settings (None: forward the client's request as it
         is). A retry of a turn that overflowed comes here again
-        (:mod:`sidecar.lifecycle.overflow`)."""
-        state.projecting(params)
+        (:mod:`sidecar.lifecycle.overflow`); ``state`` was made with ``params``
+        (the projection starts from them, a retry from its own)."""
         edited = await self._assemble_and_project(session, state, params, model)
         if state.switched:
             base = edited if edited is not None else params
@@ -216,21 +221,10 @@ class Turns:
             params = state.continuity_cut(params, stripped)  # a retry starts from here: no continuity to classify again
             log.info("OpenClaw's continuity projection replaced by the engine's assembly",
                      extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-        opening = self.calls.machine(session).opening_step(session.had_history)
-        if opening == "bootstrap":
-            await self.calls.bootstrap(session)
-        elif opening == "maintain":
-            self.calls.learn(session, MaintainedOnOpening())
-            await self.calls.maintain(session, "bootstrap")
-        elif not session.had_history:
-            # The engine follows this session from its first turn: nothing to bootstrap, now or later.
-            self.calls.learn(session, Bootstrapped())
-        runtime = self.calls.runtime(session, params)
-        budget = self.calls.budget(session)
+        await self.calls.open_engine_session(session)
+        runtime, budget, tools = self.calls.assemble_inputs(session, params)
         # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.
-        prompt = "\n".join(
-            user_request(i["text"]) for i in items if isinstance(i, dict) and i.get("type") == "text" and isinstance(i.get("text"), str)
-        )
+        prompt = request_text(items)
         try:
             result = await self.calls.call(
                 self.calls.engine.assemble(
@@ -239,7 +233,7 @@ class Turns:
                         session_key=session.session_key,
                         messages=history,
                         token_budget=budget,
-                        available_tools=self.calls.tools(session),
+                        available_tools=tools,
                         citations_mode=self.options.citations_mode,
                         model=model or session.model,
                         prompt=prompt,
@@ -295,8 +289,7 @@ class Turns:
         # What this turn adds to the model's input, wherever it travels: the
         # input text, plus the context block and addition in additionalContext.
         sent = projection.input_text_chars + len(addition or "") + (len(projection.text or "") if placement == "additional_context" else 0)
-        state.note_render(rendered=projection.messages_rendered, dropped=projection.messages_dropped, context_chars=len(projection.text or ""),
-                      original_chars=input_text_chars(items), sent_chars=sent)
+        original = input_text_chars(items)
         log.info(
             "codex context engine assemble applied",
             extra={
@@ -310,6 +303,8 @@ class Turns:
                 )
             },
         )
+        state.note_render(rendered=projection.messages_rendered, dropped=projection.messages_dropped, context_chars=len(projection.text or ""),
+                      original_chars=original, sent_chars=sent)
         if not projection.changed:
             return None if stripped is None else params
         channels = ["turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]"] if projection.text else []
@@ -372,7 +367,7 @@ class Turns:
             epoch=epoch,
             estimated_tokens=result.estimated_tokens,
             history_empty=not history,
-            slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, self.calls.budget(session)),
+            slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, state.budget),
         )
         state.note_plan(list(plan.held_after), plan.epoch_pending, plan.stale if plan.action == "tail" else None)
         if plan.action == "tail":

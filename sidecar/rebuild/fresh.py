@@ -246,7 +246,7 @@ class Spares:
 
     async def start_spare(self, session: ThreadSession, alias: Alias, token: object) -> None:
         try:
-            if self.proxy.pending_methods() & {"thread/start", "thread/resume", "thread/fork"}:
+            if self.proxy.router.pending.methods() & {"thread/start", "thread/resume", "thread/fork"}:
                 return  # the client's own: a spare's notifications would be mistaken for its (next turn)
             self.backing.spare_starts += 1
             try:

@@ -1,9 +1,10 @@
 """The relay's pipes, set up: how much one read takes, how big a pipe's
 buffer is asked to be, and whether readers busy-poll at all.
 
-The reader itself (:func:`sidecar.relay.shell.receiver`) and its
-:class:`~sidecar.relay.shell.Activity` stay in the shell: every line the
-relay reads goes through them (see docs/architecture.md's walk); what is
+The reader itself (:func:`sidecar.relay.shell.receiver`) stays in the
+shell, and the marks it polls by (:class:`~sidecar.relay.router.Activity`:
+when each side will answer) are the router's, which decides it: every line
+the relay reads goes through them (see docs/architecture.md's walk); what is
 decided once, when the relay starts, is here.
 """
 

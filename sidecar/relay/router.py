@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -93,6 +94,19 @@ def _no_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
     raise RuntimeError("the router has no task runner")
 
 
+class Activity:
+    """When a reader was last told to expect data (``time.perf_counter``):
+    the router marks it, the shell's pipe reader polls in its window."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def mark(self) -> None:
+        self.last = perf_counter()
+
+
 class Router:
     def __init__(
         self,
@@ -102,23 +116,26 @@ class Router:
         hooks: Hooks | None = None,
         spawn: Callable[..., None] = _no_spawn,
         options: ProxyOptions | None = None,
+        edge: Edge | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
-        """``options``: the longest line parsed, and whether the sidecar
-        speaks for an engine (:class:`Negotiation`)."""
+        """Built whole: what is optional at its fixed points is given here
+        or never. ``options``: the longest line parsed, whether the sidecar
+        speaks for an engine (:class:`Negotiation`), and whether readers
+        busy-poll (then the router marks when each side will answer).
+        ``edge``: the one optional edge at the child's side (:class:`Edge`).
+        ``recorder``: what every line in and out is shown to (``--record``)."""
         options = options or ProxyOptions()
         self.to_child = to_child
         self.to_client = to_client
         self.hooks = hooks or Hooks()
         self.controls = ControlMethods()
         """The ``sidecar/...`` methods this router answers itself (added by the shell)."""
-        self.recorder: Recorder | None = None
-        """What every line in and out is shown to (``--record``): optional,
-        attached by the shell like the edge."""
+        self.recorder = recorder
         self.spawn = spawn
         """Runs ``fn(*args)`` as a task (an async control method's answer)."""
         self.max_line = options.max_line
-        self.edge: Edge | None = None
-        """The one optional edge at the child's side (:class:`Edge`)."""
+        self.edge = edge
         ids = IdSpace()
         self.pending = PendingTable(ids)
         self.calls = InternalCalls(ids)
@@ -129,10 +146,12 @@ class Router:
         self.negotiation = Negotiation(methods.notifications_read() if options.for_engine else None)
         methods.install(self.hooks, self, {methods.Part.RELAY})
         self.child_gone = False
-        self.expect_child: Callable[[], None] | None = None
-        """Told when the child will answer soon (a request went to it)."""
-        self.expect_client: Callable[[], None] | None = None
-        """Told when the client may write soon (it got a response or a server request)."""
+        self.child_expected = Activity()
+        """When the child will answer soon (a request went to it)."""
+        self.client_expected = Activity()
+        """When the client may write soon (it got a response or a server request)."""
+        self.busy_poll = options.busy_poll > 0
+        """Whether the shell's readers poll: the marks above are kept only then."""
         self.raw = RawLines(self)
         """Lines too long to parse, streamed through in pieces."""
 
@@ -266,8 +285,8 @@ class Router:
             # Responses to server requests and client notifications pass through.
             if method is not _UNSET and method.startswith(CONTROL_PREFIX):
                 return  # a control notification: nothing to answer, nothing to forward
-            if method is _UNSET and self.expect_child is not None:
-                self.expect_child()  # codex goes on after an answer
+            if method is _UNSET and self.busy_poll:
+                self.child_expected.last = perf_counter()  # codex goes on after an answer
             self._to_child(line, CLIENT_TO_CODEX, self.c2s)
             return
         if method.startswith(CONTROL_PREFIX):
@@ -277,15 +296,15 @@ class Router:
             self.gates
             or self.child_gone
             or self.hooks.client_requests.get(method)
-            or IdSpace.is_reserved(env.id)
+            or _reserved(env.id)
             or (self.negotiation.screens and experimental.gated(method))
         ):
             self._client_request(Message(env, line))
             return
         # Nobody reads it and nothing changes it: the relay's fast path, no Message.
         self.pending.open(env.id, method).forwarded = True
-        if self.expect_child is not None:
-            self.expect_child()
+        if self.busy_poll:
+            self.child_expected.last = perf_counter()
         self._to_child(line, CLIENT_TO_CODEX, self.c2s)
 
     def _client_request(self, msg: Message) -> None:
@@ -305,8 +324,9 @@ class Router:
             if thread_id is not None and self.gates.gated(thread_id):
                 self.gates.park(thread_id, msg)
                 return
-        client_id: RpcId = msg.id
-        method = msg.method
+        env = msg.env  # the envelope's id and method: no call into the message
+        client_id: RpcId = env.id  # type: ignore[assignment]
+        method: str = env.method  # type: ignore[assignment]
         if self.child_gone:
             self._record(CLIENT_TO_CODEX, msg.line)
             self._to_client(encode_error(client_id, *dead_child_error(PendingRequest(client_id, method, client_id), None)), SIDECAR_TO_CLIENT)
@@ -320,8 +340,8 @@ class Router:
             if chained is not msg:  # a hook's new bytes
                 pending.original = msg.line
             msg = chained
-        if self.expect_child is not None:
-            self.expect_child()
+        if self.busy_poll:
+            self.child_expected.last = perf_counter()
         pending.forwarded = True
         self._request_to_child(msg, pending)
 
@@ -389,8 +409,8 @@ class Router:
                     self._to_child(answer, SIDECAR_TO_CODEX)
                     return
             hooks = self.hooks.server_requests.get(env.method)  # type: ignore[arg-type]
-            if self.expect_client is not None:
-                self.expect_client()
+            if self.busy_poll:
+                self.client_expected.last = perf_counter()
         if hooks:
             chained = self._run_chain(hooks, Message(env, line))
             if chained is None:
@@ -428,8 +448,8 @@ class Router:
                 if chained is None:
                     return
                 line = chained.wire()
-        if self.expect_client is not None:
-            self.expect_client()  # clients often ask again at once
+        if self.busy_poll:
+            self.client_expected.last = perf_counter()  # clients often ask again at once
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
 
     def _send_original(self, pending: PendingRequest, env: Envelope) -> None:
@@ -497,7 +517,7 @@ class Router:
         (and thread) the hooks read (the first message of the chain whose
         params were read)."""
         for hook in hooks:
-            edits = msg.edits()
+            edits = None if msg._changes is None else dict(msg._changes)  # Message.edits, inlined on every hook's path
             try:
                 decision = hook(msg) if pending is None else hook(msg, pending)
             except Exception:
@@ -523,6 +543,12 @@ request, invalid params): what a change of the sidecar's may have caused."""
 def _refused(error: msgspec.Raw) -> bool:
     err = decode(error)
     return isinstance(err, dict) and err.get("code") in REFUSALS
+
+
+def _reserved(rpc_id: Any) -> bool:
+    """``IdSpace.is_reserved``, inlined on the request's path: a client id in
+    the sidecar's own space travels under an alias."""
+    return isinstance(rpc_id, str) and rpc_id.startswith(INTERNAL_PREFIX)
 
 
 def _name(fn: Any) -> str:
@@ -552,7 +578,7 @@ class PendingTable:
     def open(self, client_id: RpcId, method: str) -> PendingRequest:
         """Take a client request in: its wire id (an alias when the client's
         id lies in the sidecar's space) is what goes to Codex."""
-        wire_id = self.ids.alias_client_id(client_id) if IdSpace.is_reserved(client_id) else client_id
+        wire_id = self.ids.alias_client_id(client_id) if _reserved(client_id) else client_id
         pending = PendingRequest(client_id, method, wire_id)
         self._by_wire[wire_id] = pending
         return pending
@@ -570,7 +596,7 @@ class PendingTable:
 
     def find(self, client_id: RpcId) -> PendingRequest | None:
         """The pending request with the client's id ``client_id``."""
-        if not IdSpace.is_reserved(client_id):
+        if not _reserved(client_id):
             return self._by_wire.get(client_id)
         for p in self._by_wire.values():
             if p.client_id == client_id and p.wire_id is not p.client_id:

@@ -22,17 +22,16 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 import sidecar
-from protocol import Fragment, LineSplitter, Oversized, RpcId
+from protocol import Fragment, LineSplitter, Oversized
 
 from ..child import Child
-from .control import AsyncControl
 from .edge import Edge
 from .failures import failure_fields, task_name
 from .hold import ClientHold, is_initialize
-from .messages import Hooks, Message
+from .messages import Hooks
 from .options import ProxyOptions
 from .pipes import READ_SIZE, effective_busy_poll, grow_pipe
-from .router import Router
+from .router import Activity, Router
 from .stopping import forward_signals, stop_child
 
 if TYPE_CHECKING:
@@ -50,12 +49,16 @@ class Proxy:
         *,
         options: ProxyOptions | None = None,
         hooks: Hooks | None = None,
+        edge: Edge | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         """``child``: already started, or how :meth:`run` starts it (e.g.
         ``functools.partial(Child.spawn, argv, env)``). ``client``: the
         client's byte streams, what it sends (``receive_stream``) and where
-        its answers go (``send_stream``)."""
+        its answers go (``send_stream``). ``hooks``, ``edge`` and
+        ``recorder`` go to the :class:`Router`, built here whole: the hooks
+        the lifecycle installs later are rows added to ``hooks``, never a
+        collaborator attached to the router."""
         self._child = child
         self.options = options or ProxyOptions()
         self._client_in = client.receive_stream
@@ -68,21 +71,15 @@ class Proxy:
             hooks=hooks,
             spawn=self.spawn,
             options=self.options,
+            edge=edge,
+            recorder=recorder,
         )
-        self.router.recorder = recorder
-        self.controls = self.router.controls
-        self.controls.add("sidecar/status", self.status)
+        """Every routing decision, and what hooks and jobs call to send,
+        forward, answer or gate: they talk to it directly."""
+        self.router.controls.add("sidecar/status", self.status)
         self._status_providers: dict[str, Callable[[], Any]] = {}
         self.started_at = time.monotonic()
         self.busy_poll = effective_busy_poll(self.options.busy_poll)
-        # When each reader should expect an answer: the child's after a
-        # request went to it, the client's after a response or server
-        # request went to it. Notifications set neither.
-        self._expect_child = Activity()
-        self._expect_client = Activity()
-        if self.busy_poll:
-            self.router.expect_child = self._expect_child.mark
-            self.router.expect_client = self._expect_client.mark
         self.exit_status: int | None = None
         self.process: Child | None = None
         self._nursery: trio.Nursery | None = None
@@ -92,48 +89,6 @@ class Proxy:
         """The client's lines held at start-up (:meth:`hold_client`)."""
 
     # ------------------------------------------------ what hooks work with
-
-    @property
-    def hooks(self) -> Hooks:
-        return self.router.hooks
-
-    @property
-    def edge(self) -> Edge | None:
-        """The edge at the child's side (``sidecar.history.backing.BackingThreads``
-        whenever the lifecycle is installed), or None."""
-        return self.router.edge
-
-    @edge.setter
-    def edge(self, edge: Edge | None) -> None:
-        self.router.edge = edge
-
-    def send_to_child(self, line: bytes, direction: str = "sidecar>codex", *, raw: bool = False) -> bool:
-        """``raw``: thread ids not mapped at the edge (a request about a retired thread)."""
-        return self.router.send_to_child(line, direction, raw=raw)
-
-    def send_to_client(self, line: bytes, direction: str = "sidecar>client") -> bool:
-        return self.router.send_to_client(line, direction)
-
-    def forward_client_request(self, msg: Message) -> bool:
-        """Forward a client request a hook held back (or rewrote later)."""
-        return self.router.forward_client_request(msg)
-
-    def answer_client_request(self, client_id: RpcId, line: bytes) -> bool:
-        """Answer a held client request from the sidecar (no child involved)."""
-        return self.router.answer_client_request(client_id, line)
-
-    def gate(self, thread_id: str, holder: Any) -> None:
-        """See :meth:`Router.gate`: later requests on the thread wait for ``holder``."""
-        self.router.gate(thread_id, holder)
-
-    def ungate(self, thread_id: str, holder: Any) -> None:
-        self.router.ungate(thread_id, holder)
-
-    def add_async_control(self, method: str, fn: AsyncControl) -> None:
-        """A ``sidecar/...`` method that needs to await (e.g. the child):
-        ``fn(params)`` runs in a task; its return value is the result, an
-        ``RpcError`` it raises the error."""
-        self.controls.add_async(method, fn)
 
     def add_status_provider(self, name: str, fn: Callable[[], Any]) -> None:
         """Adds ``name: fn()`` to ``sidecar/status``."""
@@ -181,24 +136,6 @@ class Proxy:
         """Relaying, with the child alive: the sidecar's own requests can be answered."""
         return self._nursery is not None and not self.router.child_gone
 
-    def pending_methods(self) -> set[str]:
-        """Methods of the client requests Codex has not answered yet."""
-        return self.router.pending.methods()
-
-    @property
-    def pending_count(self) -> int:
-        return len(self.router.pending)
-
-    @property
-    def gated_count(self) -> int:
-        """Client requests waiting behind a held request on their thread."""
-        return self.router.gates.waiting
-
-    @property
-    def gated_threads(self) -> int:
-        """Threads some hook has gated (with or without requests waiting)."""
-        return len(self.router.gates)
-
     def status(self) -> dict[str, Any]:
         observed = self.router.observed
         return {
@@ -212,7 +149,7 @@ class Proxy:
             "clientToCodex": self.router.c2s.as_dict(),
             "codexToClient": self.router.s2c.as_dict(),
             "pendingRequests": len(self.router.pending),
-            "gatedRequests": self.gated_count,
+            "gatedRequests": self.router.gates.waiting,
             "threadsSeen": sorted(observed.threads_seen),
             "busyPollMicroseconds": round(self.busy_poll * 1e6),
             "negotiated": self.router.negotiation.status(),
@@ -316,7 +253,7 @@ class Proxy:
     # -------------------------------------------------------------- pumps
 
     async def _pump_client(self) -> None:
-        await self._pump(self._client_in, self.to_child, self._client_line, self._client_piece, self._expect_client)
+        await self._pump(self._client_in, self.to_child, self._client_line, self._client_piece, self.router.client_expected)
         if self.held.parked is not None:
             self.held.note_held()
         await self.held.released.wait()  # what was held still goes to codex before its stdin closes
@@ -326,7 +263,7 @@ class Proxy:
     async def _pump_child(self) -> None:
         assert self.process is not None
         try:
-            await self._pump(self.process.stdout, self.to_client, self.router.from_child, self.router.from_child_fragment, self._expect_child)
+            await self._pump(self.process.stdout, self.to_client, self.router.from_child, self.router.from_child_fragment, self.router.child_expected)
         finally:
             self._child_stdout_done.set()
 
@@ -611,18 +548,6 @@ class Outbox:
 # A receive without per-read checkpoints and optional busy polling while an
 # answer is expected: the relay's hot path on the wire side; no routing
 # decisions here. The pipes' sizes and whether to poll at all: :mod:`.pipes`.
-
-
-class Activity:
-    """When a reader was last told to expect data (``time.perf_counter``)."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last = 0.0
-
-    def mark(self) -> None:
-        self.last = time.perf_counter()
 
 
 def receiver(

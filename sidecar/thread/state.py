@@ -162,7 +162,7 @@ class TurnState(msgspec.Struct):
         from the input it projected from (OpenClaw's continuity already cut)."""
         given = (self.params or {}).get("input")
         return TurnState(client_id=self.client_id, original_input=given if isinstance(given, list) else self.original_input,
-                         heartbeat=self.heartbeat, attempt=self.attempt + 1)
+                         heartbeat=self.heartbeat, attempt=self.attempt + 1, params=self.params)
 
     def retry_forwarded(self, first: TurnState) -> None:
         self.openclaw_context = first.openclaw_context  # for its inspection record: what the client's input carried
@@ -171,10 +171,6 @@ class TurnState(msgspec.Struct):
     def fell_back(self, reason: str) -> None:
         """The client's own request goes (fail open), for ``reason``."""
         self.fallback_reason = reason
-
-    def projecting(self, params: dict[str, Any]) -> None:
-        """The params the projection starts from (a retry projects them again)."""
-        self.params = params
 
     def context_carried(self, whose: str | None) -> None:
         """Whose assembled context the client's input carries (``continuity``, ``engine``)."""

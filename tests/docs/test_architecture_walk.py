@@ -6,7 +6,9 @@ take one turn, then profiles the next one: every function of ``sidecar/`` and
 ``protocol/`` that runs (or resumes) from the moment the client's line is
 sent until the rewritten ``turn/start`` is queued for the child.  The modules
 those functions belong to must be exactly the list the document gives, in the
-number it gives, so the document cannot drift from the code."""
+number it gives, so the document cannot drift from the code; and the path
+must be flat: few changes of module from one call to the next (a hand-off
+that only passes a call on costs two)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -54,11 +57,26 @@ def documented_walk() -> tuple[int, set[str]]:
     return count, set(re.findall(r"`([^`]+)`", match.group(2)))
 
 
+@dataclass
+class Trace:
+    functions: dict[str, set[str]] = field(default_factory=dict)
+    """module -> the functions of it that ran (or resumed)."""
+    calls: list[str] = field(default_factory=list)
+    """The module of every call (or resumption), in order."""
+
+    def modules(self) -> set[str]:
+        return {doc_name(module) for module in self.functions}
+
+    def changes(self) -> int:
+        """Changes of module between consecutive calls."""
+        return sum(a != b for a, b in zip(self.calls, self.calls[1:], strict=False))
+
+
 @contextmanager
-def traced_until_child_write(marker: bytes) -> Iterator[dict[str, set[str]]]:
-    """Collect module -> functions of sidecar/ and protocol/ that run until the
+def traced_until_child_write(marker: bytes) -> Iterator[Trace]:
+    """Collect the functions of sidecar/ and protocol/ that run until the
     first line containing ``marker`` is queued on an outbox (the child's)."""
-    seen: dict[str, set[str]] = {}
+    seen = Trace()
     written: list[bool] = []
     put_line = Outbox.put_line.__code__
 
@@ -67,7 +85,8 @@ def traced_until_child_write(marker: bytes) -> Iterator[dict[str, set[str]]]:
             return
         module = frame.f_globals.get("__name__", "")
         if module.partition(".")[0] in ("sidecar", "protocol"):
-            seen.setdefault(module, set()).add(frame.f_code.co_qualname)
+            seen.functions.setdefault(module, set()).add(frame.f_code.co_qualname)
+            seen.calls.append(module)
         if frame.f_code is put_line and marker in frame.f_locals.get("line", b""):
             written.append(True)
 
@@ -80,7 +99,7 @@ def traced_until_child_write(marker: bytes) -> Iterator[dict[str, set[str]]]:
     assert written, "the traced turn/start never reached the child's outbox"
 
 
-async def trace_steady_turn(tmp_path) -> dict[str, set[str]]:
+async def trace_steady_turn(tmp_path) -> Trace:
     """A thread's second turn, default projection mode, no rebuild."""
     async with sidecar(tmp_path, make_engine(), mode="auto") as run:
         thread_id = await run.start_thread()
@@ -100,9 +119,9 @@ async def trace_steady_turn(tmp_path) -> dict[str, set[str]]:
 
 async def test_the_documented_turn_start_walk_is_the_traced_one(tmp_path):
     seen = await trace_steady_turn(tmp_path)
-    traced = {doc_name(module) for module in seen}
+    traced = seen.modules()
     count, documented = documented_walk()
-    functions = sum(len(f) for f in seen.values())
+    functions = sum(len(f) for f in seen.functions.values())
     assert documented == traced, (
         f"docs/architecture.md lists modules the turn/start does not cross: {sorted(documented - traced)}; "
         f"it leaves out modules it does cross: {sorted(traced - documented)} ({len(traced)} modules, {functions} functions)"
@@ -116,9 +135,23 @@ turn needs only now and then (a journal read, a switch's settings, the edge
 of a switched thread) stays off its path."""
 
 
-async def test_a_steady_turn_start_crosses_at_most_ten_modules(tmp_path):
-    traced = {doc_name(module) for module in await trace_steady_turn(tmp_path)}
+MOST_CHANGES = 40
+"""Issue 34: at most 40 changes of module between consecutive calls on that
+path (68-70 when the shell handed 16 of its methods on to the router and the
+turn went back to the engine calls for each input)."""
+
+
+async def test_a_steady_turn_start_crosses_at_most_ten_modules_on_a_flat_path(tmp_path):
+    seen = await trace_steady_turn(tmp_path)
+    traced = seen.modules()
     assert len(traced) <= MOST_MODULES, f"a turn/start crosses {len(traced)} modules: {sorted(traced)}"
+    path = [doc_name(m) for i, m in enumerate(seen.calls) if i == 0 or m != seen.calls[i - 1]]
+    assert seen.changes() <= MOST_CHANGES, f"a turn/start changes module {seen.changes()} times: {' > '.join(path)}"
+
+
+def test_changes_of_module_are_counted_between_consecutive_calls():
+    trace = Trace(calls=["a", "a", "b", "a", "c", "c"])
+    assert trace.changes() == 3
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,11 @@ class Relay:
     def __init__(self) -> None:
         self.spawned: list = []
 
+    @property
+    def router(self) -> Relay:
+        """The fake relay routes too (``proxy.router.send_to_child``)."""
+        return self
+
     def spawn(self, fn, *args) -> None:
         self.spawned.append((fn, args))
 

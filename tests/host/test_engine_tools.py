@@ -26,6 +26,11 @@ class Relay:
         self.spawned: list[tuple[Any, tuple[Any, ...]]] = []
         self.to_child: list[bytes] = []
 
+    @property
+    def router(self) -> Relay:
+        """The fake relay routes too (``proxy.router.send_to_child``)."""
+        return self
+
     def spawn(self, fn: Any, *args: Any) -> None:
         self.spawned.append((fn, args))
 

@@ -130,7 +130,8 @@ async def test_a_codex_that_refuses_a_lean_completion_thread_gets_plain_ones_fro
                 raise RpcError(-32602, "unknown field baseInstructions")
             on_result({"thread": {"id": OWNED}})
 
-    completions = Completions(Refusing(), None, 5.0, lambda: {"cwd": "/work"})
+    completions = Completions(Refusing(), None, 5.0)
+    completions.client_thread = {"cwd": "/work"}
     got: list = []
     await completions._start(CompleteParams(system="s", prompt="p"), got.append)
     await completions._start(CompleteParams(system="s", prompt="p"), got.append)

@@ -29,7 +29,7 @@ def _texts(messages) -> list[str]:
 
 async def _idle(run, tid: str) -> None:
     await wait_until(
-        lambda: not run.client.proxy.gated_threads and run.session(tid).settled and run.session(tid).unfollowed is None,
+        lambda: not len(run.client.proxy.router.gates) and run.session(tid).settled and run.session(tid).unfollowed is None,
         what="the revert followed and the thread idle",
     )
 

@@ -48,14 +48,16 @@ class ToolEngine(RecordingEngine):
         return ToolCallResult(text="none")
 
 
-def proxy() -> Proxy:
+def proxy(state_dir=None) -> Proxy:
+    """A relay never run; with ``state_dir``, built with the history's edge (a lifecycle's)."""
     a, b = trio.testing.memory_stream_pair()
-    return Proxy(lambda: None, trio.StapledStream(a, b))  # type: ignore[arg-type,return-value]
+    edge = BackingThreads(state_dir) if state_dir is not None else None
+    return Proxy(lambda: None, trio.StapledStream(a, b), edge=edge)  # type: ignore[arg-type,return-value]
 
 
 def lifecycle(tmp_path, engine: Any) -> tuple[Lifecycle, Hooks]:
     """A lifecycle installed on hooks of its own (the relay's rows are the router's)."""
-    lc = Lifecycle(proxy(), engine, tmp_path)
+    lc = Lifecycle(proxy(tmp_path), engine, tmp_path)
     hooks = Hooks()
     lc.install(hooks)
     return lc, hooks
@@ -125,7 +127,7 @@ def test_the_relay_installs_only_its_own_rows(tmp_path):
     p = proxy()
     relay_rows = [r for r in METHODS if r.part is Part.RELAY]
     assert relay_rows
-    got = registered(p.hooks)
+    got = registered(p.router.hooks)
     assert len(got) == sum(bool(r.request) + bool(r.response) for r in relay_rows)
     assert {hook.__self__ for _, _, hook in got} == {p.router.observed, p.router.negotiation}
 

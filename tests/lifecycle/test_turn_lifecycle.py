@@ -1110,7 +1110,7 @@ async def test_turns_queued_behind_a_finalisation_go_one_at_a_time(tmp_path, sid
         # while that runs (this double has finished A2 by then, so it starts
         # a turn of its own, finalised after A2's).
         proxy = run.client.proxy
-        await wait_until(lambda: proxy.pending_count == 1 and proxy.gated_count == 1, what="both turn/starts held")
+        await wait_until(lambda: len(proxy.router.pending) == 1 and proxy.router.gates.waiting == 1, what="both turn/starts held")
         await trio.testing.wait_all_tasks_blocked(0.01)
         assert [m["params"]["input"][-1]["text"] for m in run.child_turn_starts()] == ["A1"]
         engine.reset("after_turn")

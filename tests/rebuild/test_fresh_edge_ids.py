@@ -81,10 +81,10 @@ async def small_lines_sidecar(tmp_path: Path, max_line: int):
     }
     (tmp_path / "script.json").write_text(json.dumps(SCRIPT))
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=max_line)
-    async with proxied(child("fake_codex.py"), env=env, options=opts) as client:
+    async with proxied(child("fake_codex.py"), env=env, options=opts, edge=BackingThreads(state_dir)) as client:
         engine = summarising(keep=2)
         lifecycle = Lifecycle(client.proxy, engine, state_dir, fresh())
-        lifecycle.install(client.proxy.hooks)
+        lifecycle.install(client.proxy.router.hooks)
         run = ModesRun(
             client, lifecycle, engine, state_dir, tmp_path / "received.jsonl", tmp_path / "sent.jsonl",
             model_log=tmp_path / "model.jsonl", store_path=tmp_path / "codex-store.json",

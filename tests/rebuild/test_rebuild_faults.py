@@ -380,7 +380,7 @@ async def test_requests_waiting_behind_a_held_turn_start_are_answered_when_codex
         with trio.fail_after(5):
             await engine.wait_for_call("assemble")
         await run.send(frame({"id": 900, "method": "thread/read", "params": {"threadId": tid}}))
-        await wait_until(lambda: run.client.proxy.gated_count == 1, what="the read waits behind the turn/start")
+        await wait_until(lambda: run.client.proxy.router.gates.waiting == 1, what="the read waits behind the turn/start")
         run.client.proxy.process.kill()
         await run.client.wait_exit()
         release.set()
@@ -464,7 +464,7 @@ async def test_requests_behind_a_client_revert_are_not_stuck_behind_a_turn_that_
         assert "result" in reverted
         with trio.fail_after(10):
             read = await run.request("thread/read", {"threadId": tid, "includeTurns": True})
-        gated = run.client.proxy.gated_count
+        gated = run.client.proxy.router.gates.waiting
     assert gated == 0
     assert [t["id"] for t in read["result"]["thread"]["turns"]] == [run.store_turns(tid)[0]["id"]]
 
@@ -591,7 +591,7 @@ async def test_a_turn_joined_before_a_client_revert_goes_with_the_reverted_turn(
     async with modes_sidecar(tmp_path, engine) as run:
         tid = await run.start_thread()
         t1, t2 = await _joined_turn_then_client_revert(run, tid, "Q4")
-        await wait_until(lambda: not run.client.proxy.gated_threads and run.session(tid).settled, what="gates and slot free")
+        await wait_until(lambda: not len(run.client.proxy.router.gates) and run.session(tid).settled, what="gates and slot free")
         t5 = await run.turn_ok(tid, "Q5")
         path_messages = run.session(tid).mirror.messages()
         forgotten = TurnArchive(archive_path(tmp_path / "state", tid))._read()[2]

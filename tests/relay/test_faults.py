@@ -216,7 +216,7 @@ async def test_an_oversized_request_with_a_reserved_id_gets_its_answer():
         for request in requests:
             await c.send(json.dumps(request).encode() + b"\n")
         lines = await c.wait_lines(2)
-        assert c.proxy.pending_count == 0
+        assert len(c.proxy.router.pending) == 0
     assert [json.loads(line)["id"] for line in lines] == ["codex-sidecar:9", "codex-sidecar:10"]
 
 
@@ -277,7 +277,7 @@ async def test_an_oversized_server_request_leaves_the_client_s_request_pending()
         await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
         lines = await c.wait_lines(1)
         assert json.loads(lines[0])["method"] == "item/tool/call"
-        assert c.proxy.pending_count == 1, "the client's request 0 is still waiting for its answer"
+        assert len(c.proxy.router.pending) == 1, "the client's request 0 is still waiting for its answer"
     async with proxied([sys.executable, "-c", _BIG_SERVER_REQUEST_CHILD], options=opts, env={"DIE_AFTER": "1"}) as c:
         await c.send(b'{"id":0,"method":"thread/read","params":{}}\n')
         await c.wait_exit()

@@ -101,7 +101,7 @@ async def test_forwarding_keeps_order_and_bytes_under_random_interleavings(tmp_p
             assert json.loads(line)["method"] == json.loads(exp)["method"]
         else:
             assert line == exp
-    assert c.proxy.pending_count == 0
+    assert len(c.proxy.router.pending) == 0
 
 
 async def test_unknown_methods_server_requests_and_errors_pass_both_ways(tmp_path):
@@ -263,7 +263,7 @@ async def test_a_held_request_does_not_block_other_traffic_and_keeps_its_fields(
             await release.wait()
             params = msg.params()
             params["input"].append({"type": "text", "text": "added"})
-            c.proxy.forward_client_request(type(msg)(parse(msg.line), msg.line.replace(b'"input":[]', b'"input":' + frame(params["input"]))))
+            c.proxy.router.forward_client_request(type(msg)(parse(msg.line), msg.line.replace(b'"input":[]', b'"input":' + frame(params["input"]))))
 
         c.proxy.spawn(later)
         return HANDLED

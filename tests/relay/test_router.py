@@ -279,8 +279,7 @@ class SwappingEdge:
 
 
 def test_the_edge_maps_every_line_at_the_child_s_side(wire):
-    w = wire()
-    w.router.edge = edge = SwappingEdge()
+    w = wire(edge=(edge := SwappingEdge()))
     seen = []
     w.router.hooks.on_server_notification("turn/started", lambda msg: seen.append(msg.params()))
     w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"front"}}')
@@ -301,8 +300,7 @@ def test_the_edge_maps_every_line_at_the_child_s_side(wire):
 
 
 def test_an_edge_with_no_thread_to_map_is_not_asked_about_lines_to_the_child(wire):
-    w = wire()
-    w.router.edge = edge = SwappingEdge()
+    w = wire(edge=(edge := SwappingEdge()))
     edge.maps_to_codex = False
     w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"front"}}')
     w.router.call("thread/read", {"threadId": "front"})
@@ -314,8 +312,7 @@ def test_an_edge_with_no_thread_to_map_is_not_asked_about_lines_to_the_child(wir
 
 
 def test_the_edge_maps_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire):
-    w = wire(max_line=64)
-    w.router.edge = edge = SwappingEdge()
+    w = wire(max_line=64, edge=(edge := SwappingEdge()))
     call = w.router.call("thread/read", {"threadId": "front"})
     [sent] = loads(w.child.take())
     assert sent["params"] == {"threadId": "back"}
@@ -489,8 +486,7 @@ def test_a_decoded_request_s_edits_alias_and_thread_id_go_out_in_one_encode(wire
     encodes = []
     real = messages.encode
     monkeypatch.setattr(messages, "encode", lambda value: encodes.append(value) or real(value))
-    w = wire()
-    w.router.edge = edge = _MappingEdge()
+    w = wire(edge=(edge := _MappingEdge()))
     w.router.hooks.on_client_request("turn/start", lambda msg: msg.set_params({**msg.params(), "input": ["projected"]}))
     w.router.from_client(b'{"id":"' + PREFIX.encode() + b'1","method":"turn/start","params":{"threadId":"t1","input":[],"x":{"y":1}},"z":2}')
     [sent] = loads(w.child.take())
@@ -501,8 +497,7 @@ def test_a_decoded_request_s_edits_alias_and_thread_id_go_out_in_one_encode(wire
 
 
 def test_a_request_no_hook_decoded_is_mapped_on_its_bytes(wire):
-    w = wire()
-    w.router.edge = edge = _MappingEdge()
+    w = wire(edge=(edge := _MappingEdge()))
     w.router.from_client(b'{"id":1,"method":"thread/read","params":{"threadId":"t1"}}')
     assert w.child.take() == [b'{"id":1,"method":"thread/read","params":{"threadId":"t9"}}']
     assert edge.byte_maps == 1

@@ -79,7 +79,7 @@ async def test_an_async_control_method_failure_answers_the_caller_and_nothing_el
         fail()
 
     async with proxied(child("echo_rpc.py"), env={"ECHO_RPC_QUIET": "1"}) as c:
-        c.proxy.add_async_control("sidecar/crash", crash)
+        c.proxy.router.controls.add_async("sidecar/crash", crash)
         await c.send(b'{"id":1,"method":"sidecar/crash","params":{}}\n{"id":2,"method":"thread/read","params":{}}\n')
         lines = await c.wait_lines(2)
     answers = {m["id"]: m for m in map(json.loads, lines)}

@@ -84,12 +84,12 @@ class Client:
 
 
 @asynccontextmanager
-async def proxied(argv, *, options: ProxyOptions | None = None, hooks: Hooks | None = None, env=None, recorder=None):
+async def proxied(argv, *, options: ProxyOptions | None = None, hooks: Hooks | None = None, env=None, recorder=None, edge=None):
     in_send, in_recv = trio.testing.memory_stream_one_way_pair()
     out_send, out_recv = trio.testing.memory_stream_one_way_pair()
     opts = options or ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False)
     full_env = dict(os.environ, **(env or {}))
-    proxy = Proxy(partial(Child.spawn, argv, full_env), trio.StapledStream(out_send, in_recv), options=opts, hooks=hooks, recorder=recorder)
+    proxy = Proxy(partial(Child.spawn, argv, full_env), trio.StapledStream(out_send, in_recv), options=opts, hooks=hooks, edge=edge, recorder=recorder)
     client = Client(in_send, proxy)
 
     async def read_all():

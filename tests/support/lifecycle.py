@@ -23,6 +23,7 @@ import trio
 
 from engines import EngineInfo, TextBlock
 from engines.testkit import RecordingEngine
+from sidecar.history.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.store.mirror import TranscriptMirror, session_path
 
@@ -204,12 +205,12 @@ async def sidecar(
         script_path = tmp_path / f"{name}-script.json"
         script_path.write_text(json.dumps(script))
         env["FAKE_CODEX_SCRIPT"] = str(script_path)
-    async with proxied(child("fake_codex.py"), env=env) as client:
+    async with proxied(child("fake_codex.py"), env=env, edge=BackingThreads(state_dir)) as client:
         lifecycle = None
         if engine is not None:
             # As sidecar.cli wires it, before any frame flows.
             lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode))
-            lifecycle.install(client.proxy.hooks)
+            lifecycle.install(client.proxy.router.hooks)
         run = Run(client, lifecycle, engine, state_dir, received_log, sent_log)
         resp = await run.request(
             "initialize",

@@ -345,8 +345,7 @@ def test_usage_learned_facts_and_compactions_are_the_threads() -> None:
 
 
 def test_a_turns_record_notes_what_the_assembly_and_the_projection_did() -> None:
-    state = TurnState(client_id=1, original_input=None)
-    state.projecting({"input": []})
+    state = TurnState(client_id=1, original_input=None, params={"input": []})
     state.context_carried("continuity")
     state.history_read([])
     state.note_assembly(count=3, tokens=40, budget=100, roles=[["user", 2]], mode="delta", epoch=None)
