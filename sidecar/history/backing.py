@@ -51,7 +51,7 @@ from typing import Any
 
 import msgspec
 
-from protocol import rewrite
+from protocol import encode
 
 from ..methods import thread_id_keys
 from ..store.private import private_dir
@@ -453,7 +453,7 @@ class BackingThreads:
         if not isinstance(result, dict) or not isinstance(result.get("thread"), dict):
             return line
         thread = self.client_listed(result["thread"].get("id"), result["thread"])
-        return line if thread is result["thread"] else rewrite(line, result={**result, "thread": thread})
+        return line if thread is result["thread"] else encode({**msg, "result": {**result, "thread": thread}})
 
     def fragment_to_codex(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to Codex (an id
@@ -496,7 +496,7 @@ class BackingThreads:
             changes["data"] = patched
         if not changes:
             return line
-        return rewrite(line, result={**result, **changes})
+        return encode({**msg, "result": {**result, **changes}})  # (decoded here once, encoded once)
 
 
 def map_thread_ids(value: Any, table: dict[str, str]) -> Any:

@@ -39,7 +39,7 @@ from typing import Any
 
 import trio
 
-from protocol import encode_response, rewrite
+from protocol import encode_response
 
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
 from .archive import (
@@ -117,7 +117,9 @@ class ArchivedTurns:
         if include:
             return self.splice_thread(msg, result, thread)
         shown = self.as_client(thread["id"], result)
-        return None if shown is result else rewrite(msg.line, result=shown)
+        if shown is not result:
+            msg.set_result(shown)
+        return None
 
     # ------------------------------------------------------------ read state
 
@@ -208,7 +210,9 @@ class ArchivedTurns:
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
         shown = self.as_client(params["threadId"], params)
-        return None if shown is params else rewrite(msg.line, params=shown)
+        if shown is not params:
+            msg.set_params(shown)
+        return None
 
     def _recorded_of(self, thread_id: str) -> dict[str, Any]:
         if thread_id not in self._recorded:
@@ -231,7 +235,9 @@ class ArchivedTurns:
             spliced = splice_turns(self.hidden_for(thread["id"]), turns)
             if spliced is not None:
                 shown = {**shown, "thread": {**thread, "turns": spliced}}
-        return None if shown is result else rewrite(msg.line, result=shown)
+        if shown is not result:
+            msg.set_result(shown)
+        return None
 
     def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
         hidden = self._cache.get(thread_id)
@@ -309,7 +315,9 @@ class ArchivedTurns:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 seen.setdefault(entry["id"], []).append(entry)
         if all(len(group) == 1 for group in seen.values()):
-            return None if result is given else rewrite(msg.line, result=result)
+            if result is not given:
+                msg.set_result(result)
+            return None
         merged: list[Any] = []
         done: set[str] = set()
         for entry in data:
@@ -323,7 +331,8 @@ class ArchivedTurns:
             group = seen[thread_id]
             original = next((e for e in group if str(e.get("path") or "").endswith(f"{thread_id}.jsonl")), group[-1])
             merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt"), "path": original.get("path")})
-        return rewrite(msg.line, result={**result, "data": merged})
+        msg.set_result({**result, "data": merged})
+        return None
 
     # ------------------------------------------------------------- listings
     # thread/turns/list (newest first by default) and thread/items/list
@@ -347,7 +356,9 @@ class ArchivedTurns:
         page = spliced if spliced is not None else result
         wrapped = self._wrap_page(wrap, page) if wrap is not None else None
         page = wrapped if wrapped is not None else page
-        return None if page is result else rewrite(msg.line, result=page)
+        if page is not result:
+            msg.set_result(page)
+        return None
 
     def _wrap_page(self, space: str, page: dict[str, Any]) -> dict[str, Any] | None:
         """The page with Codex's cursors wrapped (see :func:`sidecar.history.archive.wrap_cursor`):
@@ -403,7 +414,8 @@ class ArchivedTurns:
         limit, archived = asked.get("limit"), len(self.hidden_for(thread_id))
         if not archived or not isinstance(limit, int) or limit <= archived:
             return None
-        return rewrite(msg.line, params={**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
+        msg.set_params({**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
+        return None
 
     def splice_resume(self, msg: Message, result: dict[str, Any], thread: dict[str, Any], params: dict[str, Any]) -> Decision:
         """A ``thread/resume`` answer: the thread's turns (unless
@@ -435,7 +447,9 @@ class ArchivedTurns:
                 wrapped = self._wrap_page("turns", out["initialTurnsPage"])
                 if wrapped is not None:
                     out["initialTurnsPage"] = wrapped
-        return None if out == result else rewrite(msg.line, result=out)
+        if out != result:
+            msg.set_result(out)
+        return None
 
     def wrap_revert_cursors(
         self, thread_id: str, before: str, live_turns: list[str] | None, last_items: dict[str, str | None], result: dict[str, Any]
@@ -519,7 +533,8 @@ class ArchivedTurns:
                     # Past the last archived unit: Codex's own, from their start.
                     if self.wrap_cursors:
                         self._wraps[msg.id] = space
-                    return rewrite(msg.line, params={**params, "cursor": None})
+                    msg.set_params({**params, "cursor": None})
+                    return None
                 page, after = hidden_page(units, direction, position, limit, space=space, handover=not one_turn)
                 self._answer(msg, page, after, backwards_cursor(len(units), direction, position, page, space))
                 return HANDLED
@@ -529,8 +544,8 @@ class ArchivedTurns:
         decision = self._route_list(msg, space, params, thread_id, cursor, limit, direction)
         if decision is HANDLED:
             self._wraps.pop(msg.id, None)
-        if decision is None and params is not original:
-            return rewrite(msg.line, params=params)
+        if decision is None and params is not original and msg.params() is original:
+            msg.set_params(params)
         return decision
 
     def _route_list(
@@ -551,7 +566,8 @@ class ArchivedTurns:
                 return HANDLED
         if codex_cursor_from_start(cursor, space):
             # The archived units are listed: Codex's own from their start.
-            return rewrite(msg.line, params={**params, "cursor": None})
+            msg.set_params({**params, "cursor": None})
+            return None
         ours = decode_cursor(cursor, space)
         units = self._units(space, thread_id, params)
         if ours is not None or (direction == "asc" and cursor is None and units and isinstance(limit, int) and 0 < limit <= len(units)):
@@ -564,7 +580,8 @@ class ArchivedTurns:
         self._lists[msg.id] = (space, thread_id, direction, limit, params)
         if direction == "asc" and isinstance(limit, int) and limit > 0:
             # The archived units come first: Codex fills the rest of the page.
-            return rewrite(msg.line, params={**params, "limit": limit - len(units)})
+            msg.set_params({**params, "limit": limit - len(units)})
+            return None
         return None
 
     def _archived_turn_items(self, msg: Message, thread_id: str, params: dict[str, Any], direction: str) -> Decision:

@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from engines import RuntimeContext, ToolCallParams, ToolCallResult, ToolSpec, optional_method
-from protocol import decode, encode_response, parse, rewrite
+from protocol import encode_response
 
 from ..relay import HANDLED, Decision, Message, PendingRequest
 from ..session.context import LifecycleContext
@@ -112,7 +112,8 @@ class EngineTools:
         if merged is None:
             return None
         self._starts[msg.id] = names
-        return rewrite(msg.line, params=merged)
+        msg.set_params(merged)
+        return None
 
     def on_started(self, msg: Message, pending: PendingRequest) -> Decision:
         names = self._starts.pop(pending.client_id, None)
@@ -218,7 +219,7 @@ class EngineTools:
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:
-        return self._strip_frame(msg, "params")
+        return self._strip_frame(msg)
 
     def on_list(self, msg: Message) -> Decision:
         params = msg.params()
@@ -243,7 +244,9 @@ class EngineTools:
         if parent is not None:
             names = names | self.names_for(parent)
         stripped = without_engine_items(result, names)
-        return None if stripped is result else rewrite(msg.line, result=stripped)
+        if stripped is not result:
+            msg.set_result(stripped)
+        return None
 
     def visible_page(self, thread_id: str, page: Any) -> Any:
         """A page the sidecar answers from its archive, without the engine's items."""
@@ -253,15 +256,17 @@ class EngineTools:
         """Codex's turns of a thread (imported into the mirror), without the engine's items."""
         return without_engine_items(turns, self.names_for(thread_id))
 
-    def _strip_frame(self, msg: Message, member: str) -> Decision:
+    def _strip_frame(self, msg: Message) -> Decision:
         if not mentions_tool_call(msg.line):
             return None
-        value = decode(getattr(parse(msg.line), member))
+        value = msg.params()
         thread_id = value.get("threadId") if isinstance(value, dict) else None
         if not isinstance(thread_id, str):
             return None
         stripped = without_engine_items(value, self.names_for(thread_id))
-        return None if stripped is value else rewrite(msg.line, **{member: stripped})
+        if stripped is not value:
+            msg.set_params(stripped)
+        return None
 
     def status(self) -> dict[str, Any]:
         return {"tools": sorted(self.names), **self.stats}

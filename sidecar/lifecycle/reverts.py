@@ -10,7 +10,6 @@ from typing import Any
 
 import trio
 
-from protocol import rewrite
 
 from ..history.archive import TurnArchive, archive_path
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
@@ -177,7 +176,9 @@ class ClientReverts:
             # Set now: a turn/start already queued for the slot follows it first.
             session.unfollowed = Unfollowed(before, into_archive, frozenset(in_flight), holder)
         self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
-        return None if wrapped is None else rewrite(msg.line, result=wrapped)
+        if wrapped is not None:
+            msg.set_result(wrapped)
+        return None
 
     async def _expire_gate(self, thread_id: str, holder: Any) -> None:
         """The client's requests never wait longer than a turn/start would,

@@ -28,8 +28,9 @@ class _Handled:
 HANDLED = _Handled()
 """Hook decision: the hook took the message; the relay must not forward it."""
 
-Decision = None | bytes | _Handled
-"""A hook returns None (forward unchanged), new bytes (forward these), or HANDLED."""
+Decision = None | _Handled
+"""A hook returns None (forward, with whatever it changed through
+:meth:`Message.set_params` / :meth:`Message.set_result`) or HANDLED."""
 
 
 _UNDECODED: Any = object()
@@ -45,9 +46,10 @@ class Message(msgspec.Struct):
     (converted from the decoded value, never parsed again). Readers never
     modify what they get.
 
-    Encode once: a hook that changes a request says so with
-    :meth:`set_params` (whole new params: every field it does not mean to
-    change copied from :meth:`params`, so fields the sidecar does not know
+    Encode once: a hook that changes a message says so with
+    :meth:`set_params` or, on an answer, :meth:`set_result` (whole new
+    params or result: every field it does not mean to change copied from
+    :meth:`params` / :meth:`result`, so fields the sidecar does not know
     pass through) and the router with :meth:`set_id` (an alias); nothing is
     encoded until :meth:`wire` builds the line for the child, once, every
     other top-level field kept in its place. A message nobody changed goes out
@@ -62,6 +64,10 @@ class Message(msgspec.Struct):
 
     @property
     def id(self) -> RpcId:
+        """The id (the current one, after :meth:`set_id`)."""
+        changes = self._changes
+        if changes is not None and "id" in changes:
+            return changes["id"]  # type: ignore[no-any-return]
         return self.env.id  # type: ignore[return-value]
 
     @property
@@ -70,13 +76,17 @@ class Message(msgspec.Struct):
 
     def params(self) -> Any:
         """The params as decoded (the current ones, after :meth:`set_params`)."""
-        if self._changes is not None and "params" in self._changes:
-            return self._changes["params"]
+        return self._member("params", self.env.params)
+
+    def _member(self, name: str, raw: msgspec.Raw) -> Any:
+        changes = self._changes
+        if changes is not None and name in changes:
+            return changes[name]
         if self._body is _UNDECODED:
-            if not self.env.params:
+            if not raw:
                 return None
             self._body = decode(self.line)
-        return self._body.get("params")
+        return self._body.get(name)
 
     def params_if_read(self) -> Any:
         """The client's params as a reader decoded them (before any
@@ -118,6 +128,13 @@ class Message(msgspec.Struct):
         self._changes["params"] = params
         self._views = None
 
+    def set_result(self, result: Any) -> None:
+        """Replace an answer's result (encoded with the rest once, by :meth:`wire`)."""
+        if self._changes is None:
+            self._changes = {}
+        self._changes["result"] = result
+        self._views = None
+
     def set_id(self, id: RpcId) -> None:
         """Send the message under another id (the client's, aliased)."""
         if self._changes is None:
@@ -155,16 +172,27 @@ class Message(msgspec.Struct):
         return line
 
     def result(self) -> Any:
-        return decode(self.env.result) if self.env.result else None
+        """An answer's result as decoded, once: every reader gets the same
+        object (the current one, after :meth:`set_result`); None for an
+        error response. Readers never modify it."""
+        return self._member("result", self.env.result)
 
     def result_as(self, cls: type[_S]) -> _S | None:
-        """A response's result decoded straight into ``cls`` (a
-        ``protocol.codex`` Struct; one decode, no dict); None for an error
-        response. Raises ``CodexDecodeError`` when the result does not fit."""
-        return decode_as(cls, self.env.result) if self.env.result else None
+        """A response's result as ``cls`` (a ``protocol.codex`` Struct);
+        None for an error response. Raises ``CodexDecodeError`` when the
+        result does not fit. Decoded straight into ``cls`` (no dict) when
+        no reader decoded the answer yet, else converted from :meth:`result`."""
+        if not self.env.result:
+            return None
+        if self._body is _UNDECODED and self._changes is None:
+            return decode_as(cls, self.env.result)
+        try:
+            return msgspec.convert(self.result(), cls)
+        except msgspec.ValidationError as exc:
+            raise CodexDecodeError(f"{cls.__name__}: {str(exc)[:200]}") from None
 
     def error(self) -> Any:
-        return decode(self.env.error) if self.env.error else None
+        return self._member("error", self.env.error)
 
 
 class PendingRequest(msgspec.Struct):

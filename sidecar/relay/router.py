@@ -35,7 +35,6 @@ from protocol import (
     encode_request,
     experimental,
     parse,
-    rewrite,
 )
 from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
@@ -314,12 +313,8 @@ class Router:
         pending = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
         if hooks:
-            chained = self._run_chain(hooks, msg, request=pending)
-            if chained is None:
+            if self._run_chain(hooks, msg, request=pending) is None:
                 return
-            if chained is not msg:  # a hook's new bytes
-                pending.original = msg.line
-            msg = chained
         if self.expect_child is not None:
             self.expect_child()
         pending.forwarded = True
@@ -419,15 +414,14 @@ class Router:
                 line = mapped
                 env = parse(line)
         if pending is not None:
-            if pending.wire_id is not pending.client_id:
-                line = rewrite(line, id=pending.client_id)
-                env = parse(line)
             hooks = self.hooks.responses.get(pending.method)
-            if hooks:
-                chained = self._run_chain(hooks, Message(env, line), pending)
-                if chained is None:
+            if hooks or pending.wire_id is not pending.client_id:
+                msg = Message(env, line)
+                if pending.wire_id is not pending.client_id:
+                    msg.set_id(pending.client_id)
+                if hooks and self._run_chain(hooks, msg, pending) is None:
                     return
-                line = chained.wire()
+                line = msg.wire()
         if self.expect_client is not None:
             self.expect_client()  # clients often ask again at once
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
@@ -491,7 +485,8 @@ class Router:
 
     def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None, request: PendingRequest | None = None) -> Message | None:
         """Run hooks in order; the message to forward, or None when one took it.
-        A hook's returned bytes replace the message for the hooks after it.
+        A hook changes the message through it (``set_params``/``set_result``),
+        seen by the hooks after it and encoded once when it leaves.
         A hook that raises fails open: the message goes on as it was.
         ``request``: a client request's pending entry, which keeps the params
         (and thread) the hooks read (the first message of the chain whose
@@ -510,8 +505,6 @@ class Router:
                     request.thread_id = msg.thread_id
             if decision is HANDLED:
                 return None
-            if decision is not None:
-                msg = Message(parse(decision), decision)
         return msg
 
 

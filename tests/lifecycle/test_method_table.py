@@ -20,7 +20,7 @@ import trio.testing
 from engines import ToolCallResult, ToolSpec
 from engines.api import EngineInfo
 from engines.testkit import RecordingEngine
-from protocol import encode_response, rewrite
+
 from sidecar import methods
 from sidecar.history.backing import BackingThreads, keyed_members
 from sidecar.lifecycle import Lifecycle
@@ -170,13 +170,13 @@ async def test_a_row_added_to_the_table_is_installed_and_routed_with_no_other_ed
     ways once the table names it."""
     seen: list[str] = []
 
-    def on_request(self, msg: Message) -> bytes:
+    def on_request(self, msg: Message) -> None:
         seen.append("request")
-        return rewrite(msg.line, params={**msg.params(), "noted": True})
+        msg.set_params({**msg.params(), "noted": True})
 
-    def on_response(self, msg: Message, pending: PendingRequest) -> bytes:
+    def on_response(self, msg: Message, pending: PendingRequest) -> None:
         seen.append("response")
-        return encode_response(pending.client_id, {"answeredBy": "the table's row"})
+        msg.set_result({"answeredBy": "the table's row"})
 
     monkeypatch.setattr(methods, "METHODS", (*METHODS, Row(method="fake/method", request="turns.on_fake", response="turns.on_fake_answer", part=Part.ENGINE)))
     from sidecar.lifecycle.turns import Turns

@@ -153,7 +153,7 @@ def test_hooks_chain_rewrites_and_the_first_handled_stops_the_chain(wire):
     seen = []
 
     def add_flag(msg):
-        return msg.line.replace(b'"params":{}', b'"params":{"flag":1}')
+        msg.set_params({**msg.params(), "flag": 1})
 
     def look(msg):
         seen.append(msg.params())
@@ -162,7 +162,7 @@ def test_hooks_chain_rewrites_and_the_first_handled_stops_the_chain(wire):
     w.router.hooks.on_client_request("turn/start", add_flag)
     w.router.hooks.on_client_request("turn/start", look)
     w.router.from_client(b'{"id":1,"method":"turn/start","params":{}}')
-    assert seen == [{"flag": 1}], "the later hook sees the earlier one's bytes"
+    assert seen == [{"flag": 1}], "the later hook sees the earlier one's params"
     assert w.child.take() == [b'{"id":1,"method":"turn/start","params":{"flag":1}}']
 
     w.router.hooks.on_server_notification("turn/started", lambda msg: HANDLED)
@@ -211,12 +211,13 @@ def test_a_pending_request_carries_the_params_and_thread_its_hooks_read(wire, mo
     assert answered == [("t1", {"threadId": "t1", "input": []})], "the response's hook finds the thread on the request"
 
 
-def test_a_pending_request_keeps_the_params_of_the_chain_s_first_read(wire):
+def test_a_pending_request_keeps_the_client_s_params_as_read_not_a_hook_s_change(wire):
     w = wire()
-    w.router.hooks.on_client_request("turn/start", lambda msg: msg.line.replace(b'"input":[]', b'"input":[1]'))
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.set_params({**msg.params(), "input": [1]}))
     w.router.hooks.on_client_request("turn/start", lambda msg: msg.params() and None)
     w.router.from_client(b'{"id":1,"method":"turn/start","params":{"threadId":"t1","input":[]}}')
-    assert w.router.pending.find(1).params == {"threadId": "t1", "input": [1]}
+    assert w.router.pending.find(1).params == {"threadId": "t1", "input": []}
+    assert w.child.take() == [b'{"id":1,"method":"turn/start","params":{"threadId":"t1","input":[1]}}']
 
 
 def test_a_raising_hook_fails_open_and_the_chain_goes_on(wire, caplog):
