@@ -10,7 +10,6 @@ from typing import Any
 
 import trio
 
-
 from ..history.archive import TurnArchive, archive_path
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
