@@ -63,10 +63,21 @@ def msg(line: bytes) -> Message:
     return Message(parse(line), line)
 
 
+def changed(hook: Any, m: Message, *args: Any) -> bytes:
+    """What a hook that changes ``m`` (and forwards it) makes of it on the wire."""
+    line = m.line
+    assert hook(m, *args) is None
+    out = m.wire()
+    assert out != line, "the hook changed the message"
+    return out
+
+
 async def _start(tools: EngineTools, relay: Relay, sessions: dict[str, ThreadSession], client_tools: list[dict]) -> bytes:
     line = encode_request(7, "thread/start", {"cwd": "/w", "dynamicTools": client_tools})
-    rewritten = tools.on_thread_start(msg(line))
-    assert isinstance(rewritten, bytes)
+    start = msg(line)
+    assert tools.on_thread_start(start) is None
+    rewritten = start.wire()
+    assert rewritten != line
     params = json.loads(rewritten)["params"]
     sessions[THREAD] = ThreadSession(THREAD, "key", Path("/dev/null"))
     answer = encode_response(7, {"thread": {"id": THREAD}})
@@ -130,12 +141,12 @@ async def test_the_engines_items_are_dropped_and_stripped_from_reads(tmp_path):
     assert tools.on_item(msg(encode_notification("item/completed", {"threadId": THREAD, "turnId": "t", "item": mine}))) is HANDLED
     assert tools.on_item(msg(encode_notification("item/started", {"threadId": THREAD, "turnId": "t", "item": theirs}))) is None
     completed = encode_notification("turn/completed", {"threadId": THREAD, "turn": {"id": "t", "items": [mine, theirs]}})
-    assert json.loads(tools.on_turn_completed(msg(completed)))["params"]["turn"]["items"] == [theirs]  # type: ignore[arg-type]
+    assert json.loads(changed(tools.on_turn_completed, msg(completed)))["params"]["turn"]["items"] == [theirs]
     listing = encode_request(11, "thread/items/list", {"threadId": THREAD})
     assert tools.on_list(msg(listing)) is None
     page = encode_response(11, {"data": [{"item": mine, "turnId": "t"}, {"item": theirs, "turnId": "t"}], "nextCursor": None})
-    stripped = tools.on_read_response(msg(page), PendingRequest(11, "thread/items/list", 11))
-    assert [e["item"]["id"] for e in json.loads(stripped)["result"]["data"]] == ["c2"]  # type: ignore[arg-type]
+    stripped = changed(tools.on_read_response, msg(page), PendingRequest(11, "thread/items/list", 11))
+    assert [e["item"]["id"] for e in json.loads(stripped)["result"]["data"]] == ["c2"]
     plain = encode_response(12, {"thread": {"id": THREAD, "turns": [{"id": "t", "items": [theirs]}]}})
     assert tools.on_read_response(msg(plain), PendingRequest(12, "thread/read", 12)) is None
 
@@ -147,7 +158,7 @@ async def test_a_fork_inherits_its_parents_engine_tools(tmp_path):
     mine = {"type": "dynamicToolCall", "id": "c1", "namespace": None, "tool": "lcm_grep", "arguments": {}}
     assert tools.on_fork(msg(encode_request(20, "thread/fork", {"threadId": THREAD}))) is None
     forked = encode_response(20, {"thread": {"id": child, "turns": [{"id": "t", "items": [mine]}]}})
-    stripped = tools.on_read_response(msg(forked), PendingRequest(20, "thread/fork", 20))
-    assert json.loads(stripped)["result"]["thread"]["turns"][0]["items"] == []  # type: ignore[arg-type]
+    stripped = changed(tools.on_read_response, msg(forked), PendingRequest(20, "thread/fork", 20))
+    assert json.loads(stripped)["result"]["thread"]["turns"][0]["items"] == []
     await relay.run_spawned()
     assert OfferedTools(tmp_path).get(child) == {"lcm_grep"}
