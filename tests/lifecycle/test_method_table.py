@@ -20,7 +20,6 @@ import trio.testing
 from engines import ToolCallResult, ToolSpec
 from engines.api import EngineInfo
 from engines.testkit import RecordingEngine
-
 from sidecar import methods
 from sidecar.history.backing import BackingThreads, keyed_members
 from sidecar.lifecycle import Lifecycle
