@@ -133,13 +133,19 @@ class Lifecycle:
 
         preload()
 
+    def jobs(self) -> list[object]:
+        """What the table's handlers are methods of: the lifecycle and its jobs."""
+        jobs = [self, self.archived, self.opening, self.spares, self.reverts, self.turns, self.compaction]
+        jobs += [self.injections, self.finalizer, self.inplace, self.overflow, self.tools]
+        return [job for job in jobs if job is not None]
+
     def install(self, hooks: Hooks) -> None:
         """The hooks of :data:`sidecar.methods.METHODS` this lifecycle runs:
         the history part whatever the engine; with an engine its turn
         lifecycle, and the engine's tools if it has some. Without an engine
         nothing else is touched: a thread no rebuild ever moved passes byte
         for byte."""
-        methods.install(hooks, self, self.parts())
+        methods.install(hooks, self.jobs(), self.parts())
         if self.engine is None:
             return
         observed = getattr(getattr(self.proxy, "router", None), "observed", None)

@@ -67,7 +67,7 @@ class Message(msgspec.Struct):
         """The id (the current one, after :meth:`set_id`)."""
         changes = self._changes
         if changes is not None and "id" in changes:
-            return changes["id"]  # type: ignore[no-any-return]
+            return changes["id"]
         return self.env.id  # type: ignore[return-value]
 
     @property

@@ -126,7 +126,7 @@ class Router:
         self.s2c = Counters()
         self.observed = Observed()
         self.negotiation = Negotiation(methods.notifications_read() if options.for_engine else None)
-        methods.install(self.hooks, self, {methods.Part.RELAY})
+        methods.install(self.hooks, (self.negotiation, self.observed), {methods.Part.RELAY})
         self.child_gone = False
         self.expect_child: Callable[[], None] | None = None
         """Told when the child will answer soon (a request went to it)."""
