@@ -41,7 +41,7 @@ import trio
 
 from protocol import encode_response
 
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, Slot
 from .archive import (
     ARCHIVED_DIR,
     CURSOR_PREFIX,
@@ -63,6 +63,14 @@ from .archive import (
     wrap_cursor,
 )
 
+# What a client request's hooks keep on it for its answer's (PendingRequest.note):
+WITH_TURNS = Slot[bool]("reads.with_turns")
+"""A thread/read's ``includeTurns``."""
+SPLICE = Slot[tuple[str, str, str, Any, dict[str, Any]]]("reads.splice")
+"""A listing to splice: (space, thread id, direction, limit, params)."""
+WRAP = Slot[str]("reads.wrap")
+"""The space (turns, items) of a listing whose cursors to wrap."""
+
 
 class ArchivedTurns:
     def __init__(self, proxy: Proxy, state_dir: str | os.PathLike[str]) -> None:
@@ -70,17 +78,11 @@ class ArchivedTurns:
         self.state_dir = state_dir
         self._cache: dict[str, list[dict[str, Any]]] = {}
         self._generation: dict[str, int] = {}
-        self._reads: dict[Any, bool] = {}
-        """client id -> includeTurns of a thread/read on its way."""
-        self._lists: dict[Any, tuple[str, str, str, Any, dict[str, Any]]] = {}
-        """client id -> (space, thread id, direction, limit, params) of a listing to splice."""
         self.reverting: set[str] = set()
         """Threads whose rebuild revert is under way (set by the lifecycle)."""
         self.wrap_cursors = False
         """Hand out Codex's listing cursors wrapped with their anchor, so they
         survive a rebuild (set by the lifecycle in modes that rebuild)."""
-        self._wraps: dict[Any, str] = {}
-        """client id -> space (turns, items) of a listing whose cursors to wrap."""
         self.shown_unread: dict[str, Any] = {}
         """thread id -> the ``readState.firstUnread`` the client last saw
         (what a rebuild records, :meth:`unread_to_record`)."""
@@ -99,7 +101,7 @@ class ArchivedTurns:
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
         if isinstance(params, dict) and params.get("includeTurns"):
-            self._reads[msg.id] = True
+            msg.note(WITH_TURNS, True)
         return None
 
     def seed_fork(self, fork_id: str, parent_id: str, params: dict[str, Any]) -> None:
@@ -109,7 +111,7 @@ class ArchivedTurns:
         self._cache[fork_id] = cut_for_fork(self.hidden_for(parent_id), params.get("beforeTurnId"), params.get("lastTurnId"))
 
     def on_thread_read_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        include = self._reads.pop(pending.client_id, False)
+        include = pending.noted(WITH_TURNS) is True
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(result, dict) or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
@@ -347,8 +349,8 @@ class ArchivedTurns:
         return self._on_list(msg, "items", "asc")
 
     def on_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        plan = self._lists.pop(pending.client_id, None)
-        wrap = self._wraps.pop(pending.client_id, None)
+        plan = pending.noted(SPLICE)
+        wrap = pending.noted(WRAP)
         result = msg.result()
         if not isinstance(result, dict):
             return None
@@ -532,7 +534,7 @@ class ArchivedTurns:
                 if direction == "asc" and position >= len(units) and not one_turn:
                     # Past the last archived unit: Codex's own, from their start.
                     if self.wrap_cursors:
-                        self._wraps[msg.id] = space
+                        msg.note(WRAP, space)
                     msg.set_params({**params, "cursor": None})
                     return None
                 page, after = hidden_page(units, direction, position, limit, space=space, handover=not one_turn)
@@ -540,10 +542,8 @@ class ArchivedTurns:
                 return HANDLED
             params, cursor = {**params, "cursor": codex_cursor}, codex_cursor
         if self.wrap_cursors:
-            self._wraps[msg.id] = space
+            msg.note(WRAP, space)
         decision = self._route_list(msg, space, params, thread_id, cursor, limit, direction)
-        if decision is HANDLED:
-            self._wraps.pop(msg.id, None)
         if decision is None and params is not original and msg.params() is original:
             msg.set_params(params)
         return decision
@@ -577,7 +577,7 @@ class ArchivedTurns:
             return HANDLED
         if not units or (direction == "asc" and cursor is not None):
             return None  # within Codex's own
-        self._lists[msg.id] = (space, thread_id, direction, limit, params)
+        msg.note(SPLICE, (space, thread_id, direction, limit, params))
         if direction == "asc" and isinstance(limit, int) and limit > 0:
             # The archived units come first: Codex fills the rest of the page.
             msg.set_params({**params, "limit": limit - len(units)})

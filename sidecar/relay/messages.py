@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -16,6 +16,7 @@ from protocol import CHILD_EXITED, OUTCOME_UNKNOWN, Envelope, InvalidMessage, Rp
 from protocol.codex import CodexDecodeError, decode_as
 
 _S = TypeVar("_S", bound=msgspec.Struct)
+_T = TypeVar("_T")
 
 
 class _Handled:
@@ -34,6 +35,56 @@ Decision = None | _Handled
 
 
 _UNDECODED: Any = object()
+
+
+class Slot(Generic[_T]):
+    """A typed key of a client request's state (:meth:`PendingRequest.note`):
+    one a module, named for what it holds."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r})"
+
+
+class PendingRequest(msgspec.Struct):
+    """A client request the sidecar has taken in and not yet seen answered."""
+
+    client_id: RpcId
+    method: str
+    wire_id: RpcId
+    """The id Codex sees: the client's, or an alias when the client's lies
+    in the sidecar's own id space."""
+    forwarded: bool = False
+    """Handed to codex: if codex dies now, whether it ran is unknown."""
+    params: Any = None
+    """The client's params as its request hooks read them (None when no hook
+    read them: the router never decodes them for this)."""
+    thread_id: str | None = None
+    """The client's ``params.threadId``, when the params were read."""
+    original: bytes | None = None
+    """The client's own line, while what went to codex is the sidecar's
+    change of it: sent instead if codex refuses the change (fail open)."""
+    fell_back: bool = False
+    """Codex refused the sidecar's change; its answer is to the client's own request."""
+    notes: dict[Slot[Any], Any] | None = None
+    """What the request's hooks keep for its answer's (:meth:`note`): the
+    request's state rides on it, and goes with it when it is answered,
+    whoever answers it (Codex, the sidecar, a dead child's error)."""
+
+    def note(self, slot: Slot[_T], value: _T) -> None:
+        """Keep ``value`` for this request's answer's hooks, under ``slot``."""
+        if self.notes is None:
+            self.notes = {}
+        self.notes[slot] = value
+
+    def noted(self, slot: Slot[_T]) -> _T | None:
+        """What a hook on the request kept under ``slot``, or None."""
+        notes = self.notes
+        return None if notes is None else notes.get(slot)
 
 
 class Message(msgspec.Struct):
@@ -58,6 +109,9 @@ class Message(msgspec.Struct):
 
     env: Envelope
     line: bytes
+    request: PendingRequest | None = None
+    """A client request's pending entry (the router's, once it took the
+    request in): where its hooks keep state for its answer's (:meth:`note`)."""
     _body: Any = _UNDECODED
     _views: dict[type, Any] | None = None
     _changes: dict[str, Any] | None = None
@@ -120,6 +174,13 @@ class Message(msgspec.Struct):
         params = self.params()
         thread_id = params.get("threadId") if type(params) is dict else None
         return thread_id if type(thread_id) is str else None
+
+    def note(self, slot: Slot[_T], value: _T) -> None:
+        """Keep ``value`` on this client request for its answer's hooks
+        (``pending.noted(slot)``)."""
+        if self.request is None:
+            raise LookupError("not a client request the router took in")
+        self.request.note(slot, value)
 
     def set_params(self, params: Any) -> None:
         """Replace the params (encoded with the rest once, by :meth:`wire`)."""
@@ -193,28 +254,6 @@ class Message(msgspec.Struct):
 
     def error(self) -> Any:
         return self._member("error", self.env.error)
-
-
-class PendingRequest(msgspec.Struct):
-    """A client request the sidecar has taken in and not yet seen answered."""
-
-    client_id: RpcId
-    method: str
-    wire_id: RpcId
-    """The id Codex sees: the client's, or an alias when the client's lies
-    in the sidecar's own id space."""
-    forwarded: bool = False
-    """Handed to codex: if codex dies now, whether it ran is unknown."""
-    params: Any = None
-    """The client's params as its request hooks read them (None when no hook
-    read them: the router never decodes them for this)."""
-    thread_id: str | None = None
-    """The client's ``params.threadId``, when the params were read."""
-    original: bytes | None = None
-    """The client's own line, while what went to codex is the sidecar's
-    change of it: sent instead if codex refuses the change (fail open)."""
-    fell_back: bool = False
-    """Codex refused the sidecar's change; its answer is to the client's own request."""
 
 
 class RpcError(Exception):

@@ -310,7 +310,7 @@ class Router:
             self._record(CLIENT_TO_CODEX, msg.line)
             self._to_client(encode_error(client_id, *dead_child_error(PendingRequest(client_id, method, client_id), None)), SIDECAR_TO_CLIENT)
             return
-        pending = self.pending.open(client_id, method)
+        pending = msg.request = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
         if hooks:
             if self._run_chain(hooks, msg, request=pending) is None:
