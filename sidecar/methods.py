@@ -279,8 +279,14 @@ def thread_id_keys(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
 
 def bind(handler: Callable[..., Decision], jobs: Iterable[object]) -> Callable[..., Decision]:
     """``handler`` (a job class's method) bound to the one job of ``jobs``
-    whose class has it."""
+    whose class has it: the job's attribute of that name, so a method
+    replaced on the class since the table was built (a test's patch) is the
+    one bound."""
+    jobs = tuple(jobs)
     found = [(job, name) for job in jobs for name in _names_of(type(job), handler)]
+    if not found:  # replaced on its class: found by the class that defined it
+        owner, _, name = getattr(handler, "__qualname__", "").rpartition(".")
+        found = [(job, name) for job in jobs if any(k.__qualname__ == owner for k in type(job).__mro__)]
     if len(found) != 1:
         raise LookupError(f"{getattr(handler, '__qualname__', handler)!r}: {len(found)} jobs have it")
     job, name = found[0]

@@ -173,7 +173,7 @@ class Lifecycle:
     def splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:
         """No engine: a resume's or a fork's answer gets the archived turns
         (with an engine, ``Sessions.on_thread_response`` does it as the session opens)."""
-        params = self.requests.pop(pending.client_id) or {}
+        params = pending.remembered()
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):

@@ -35,7 +35,6 @@ class ClientReverts:
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
         self.archived = moves.archived
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
         self.rebuilder = moves.rebuilder
@@ -50,7 +49,7 @@ class ClientReverts:
 
     def _remember(self, msg: Message) -> None:
         self.spares.client_start()
-        self.requests.remember(msg.id, msg.params())
+        msg.remember_params()
 
     def on_revert(self, msg: Message) -> Decision:
         """A client's own ``thread/revert``. The client's later requests on
@@ -108,7 +107,7 @@ class ClientReverts:
 
     def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...], flagged: set[Any]) -> Decision:
         self._remember(msg)
-        params = self.requests.get(msg.id) or {}
+        params = msg.remembered()
         thread_id = params.get("threadId")
         cut = next((params[k] for k in keys if isinstance(params.get(k), str)), None)
         if not isinstance(thread_id, str) or cut is None:
@@ -142,7 +141,7 @@ class ClientReverts:
         """The client reverted its thread itself: the turns it dropped must
         not come back in its reads, whatever the sidecar rebuilds later."""
         self._answered(pending.client_id)
-        params = self.requests.pop(pending.client_id) or {}
+        params = pending.remembered()
         into_archive = pending.client_id in self.archive_reverts
         self.archive_reverts.discard(pending.client_id)
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")

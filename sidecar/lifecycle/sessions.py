@@ -47,7 +47,6 @@ class Sessions:
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
         self.archived = moves.archived
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
         self.spares = moves.spares
@@ -64,7 +63,7 @@ class Sessions:
     def on_resume(self, msg: Message) -> Decision:
         self.remember_params(msg)
         self.spares.backing_resume(msg.params())
-        params = self.requests.get(msg.id)
+        params = msg.remembered()
         return self.archived.on_resume(msg, params) if params else None
 
     def remember_params(self, msg: Message) -> Decision:
@@ -73,11 +72,11 @@ class Sessions:
         return self.remember_request(msg)
 
     def remember_request(self, msg: Message) -> Decision:
-        self.requests.remember(msg.id, msg.params())
+        msg.remember_params()
         return None
 
     def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self.requests.pop(pending.client_id) or {}
+        params = pending.remembered()
         given = self.calls.given_tools.pop(pending.client_id, None)
         framing_fork = pending.client_id in self.reverts.archive_forks
         self.reverts.archive_forks.discard(pending.client_id)

@@ -42,7 +42,6 @@ class Turns:
         self.proxy = ctx.proxy
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
         self.sessions_job = sessions_job
@@ -410,7 +409,6 @@ class Turns:
         return result.messages
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        self.requests.pop(pending.client_id)
         if pending.thread_id is not None and not msg.env.error:
             # Codex took the turn/start: its settings stick for the thread's
             # later turns (a switch's first turn gets them again). Noted here,

@@ -86,6 +86,16 @@ class PendingRequest(msgspec.Struct):
         notes = self.notes
         return None if notes is None else notes.get(slot)
 
+    def remembered(self) -> dict[str, Any]:
+        """The params a hook on the request remembered (``Message.remember_params``), or {}."""
+        notes = self.notes
+        params = None if notes is None else notes.get(PARAMS)
+        return params if params is not None else {}
+
+
+PARAMS = Slot[dict[str, Any]]("params")
+"""A request's params kept for its answer's hooks (:meth:`Message.remember_params`)."""
+
 
 class Message(msgspec.Struct):
     """One parsed frame: its routing envelope, its exact bytes, and (once a
@@ -181,6 +191,21 @@ class Message(msgspec.Struct):
         if self.request is None:
             raise LookupError("not a client request the router took in")
         self.request.note(slot, value)
+
+    def noted(self, slot: Slot[_T]) -> _T | None:
+        """What a hook on this client request kept under ``slot``, or None."""
+        return None if self.request is None else self.request.noted(slot)
+
+    def remember_params(self) -> None:
+        """Keep the params (as this hook sees them: after the changes of the
+        hooks before it) for the answer's hooks (``pending.remembered()``)."""
+        params = self.params()
+        if isinstance(params, dict):
+            self.note(PARAMS, params)
+
+    def remembered(self) -> dict[str, Any]:
+        """The params a hook on this request remembered (:meth:`remember_params`), or {}."""
+        return {} if self.request is None else self.request.remembered()
 
     def set_params(self, params: Any) -> None:
         """Replace the params (encoded with the rest once, by :meth:`wire`)."""
