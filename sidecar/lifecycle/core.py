@@ -167,7 +167,7 @@ class Lifecycle:
 
     def note_client_tools(self, msg: Message) -> Decision:
         """thread/start: the client's own tools, before the engine's join them."""
-        self.calls.note_client_tools(msg.id, msg.params())
+        self.calls.note_client_tools(msg)
         return None
 
     def splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from ..history.archive import TurnArchive, archive_path
-from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
+from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError, Slot
 from ..session.context import LifecycleContext
 from ..session.state import AdditionSent, ThreadSession, Unfollowed
 from ..store.ledger import LedgerState
@@ -22,6 +22,10 @@ from .context import HistoryMoves
 from .injections import Injections
 
 log = logging.getLogger("codex_sidecar.lifecycle")
+
+INTO_ARCHIVE = Slot[bool]("reverts.into_archive")
+"""A client's thread/revert or thread/fork into turns a rebuild archived,
+sent to Codex as one to (or before) its first turn: a fork holds Codex's framing only."""
 
 REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 """Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
@@ -40,10 +44,6 @@ class ClientReverts:
         self.rebuilder = moves.rebuilder
         self.spares = moves.spares
         self.injections = injections
-        self.archive_reverts: set[Any] = set()
-        """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
-        self.archive_forks: set[Any] = set()
-        """The same for thread/fork: the fork holds Codex's framing only."""
         self._unanswered: dict[Any, ThreadSession] = {}
         """Client ids of client thread/reverts Codex has not answered, and their session."""
 
@@ -75,7 +75,7 @@ class ClientReverts:
                 session.reverts_unanswered += 1
                 session.reverts_answered = trio.Event()
                 self._unanswered[msg.id] = session
-        decision = self._redirect_if_archived(msg, ("beforeTurnId",), self.archive_reverts)
+        decision = self._redirect_if_archived(msg, ("beforeTurnId",))
         if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):
             # Before it goes: a kill after Codex carried it out but before its
             # answer is read must not leave the reverted turns in the mirror.
@@ -103,9 +103,9 @@ class ClientReverts:
         first turn); the fork's mirror and archive are cut at the client's
         turn, and its ledger says Codex holds nothing, so its first turn
         projects the engine's assembly."""
-        return self._redirect_if_archived(msg, ("lastTurnId", "beforeTurnId"), self.archive_forks)
+        return self._redirect_if_archived(msg, ("lastTurnId", "beforeTurnId"))
 
-    def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...], flagged: set[Any]) -> Decision:
+    def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...]) -> Decision:
         self._remember(msg)
         params = msg.remembered()
         thread_id = params.get("threadId")
@@ -115,10 +115,10 @@ class ClientReverts:
         if not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
             return None
         self.proxy.gate(thread_id, id(msg))  # the client's later requests stay behind it
-        self.proxy.spawn(self._into_archive, msg, thread_id, flagged)
+        self.proxy.spawn(self._into_archive, msg, thread_id)
         return HANDLED
 
-    async def _into_archive(self, msg: Message, thread_id: str, flagged: set[Any]) -> None:
+    async def _into_archive(self, msg: Message, thread_id: str) -> None:
         """Send a client's revert or fork that names an archived turn to
         Codex as the same request before Codex's first turn."""
         try:
@@ -130,7 +130,7 @@ class ClientReverts:
             if isinstance(first, str):
                 params = {k: v for k, v in msg.params().items() if k != "lastTurnId"}
                 msg.set_params({**params, "beforeTurnId": first})  # encoded once, on the way out
-                flagged.add(msg.id)
+                msg.note(INTO_ARCHIVE, True)
             # else: Codex holds no turn (or did not say): the request goes as
             # it is, and Codex's answer (turn not found) reaches the client.
             self.proxy.forward_client_request(msg)
@@ -142,8 +142,7 @@ class ClientReverts:
         not come back in its reads, whatever the sidecar rebuilds later."""
         self._answered(pending.client_id)
         params = pending.remembered()
-        into_archive = pending.client_id in self.archive_reverts
-        self.archive_reverts.discard(pending.client_id)
+        into_archive = pending.noted(INTO_ARCHIVE) is True
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")
         holder = ("client-revert", pending.client_id)
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):

@@ -26,10 +26,10 @@ from ..store.ledger import Ledger, LedgerState, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from . import resets
-from .calls import EngineCalls
+from .calls import GIVEN_TOOLS, EngineCalls
 from .context import HistoryMoves
 from .injections import Injections
-from .reverts import ClientReverts
+from .reverts import INTO_ARCHIVE, ClientReverts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -77,9 +77,8 @@ class Sessions:
 
     def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
         params = pending.remembered()
-        given = self.calls.given_tools.pop(pending.client_id, None)
-        framing_fork = pending.client_id in self.reverts.archive_forks
-        self.reverts.archive_forks.discard(pending.client_id)
+        given = pending.noted(GIVEN_TOOLS)
+        framing_fork = pending.noted(INTO_ARCHIVE) is True
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
