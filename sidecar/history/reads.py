@@ -119,9 +119,7 @@ class ArchivedTurns:
         if include:
             return self.splice_thread(msg, result, thread)
         shown = self.as_client(thread["id"], result)
-        if shown is not result:
-            msg.set_result(shown)
-        return None
+        return None if shown is result else msg.set_result(shown)
 
     # ------------------------------------------------------------ read state
 
@@ -212,9 +210,7 @@ class ArchivedTurns:
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
         shown = self.as_client(params["threadId"], params)
-        if shown is not params:
-            msg.set_params(shown)
-        return None
+        return None if shown is params else msg.set_params(shown)
 
     def _recorded_of(self, thread_id: str) -> dict[str, Any]:
         if thread_id not in self._recorded:
@@ -237,9 +233,7 @@ class ArchivedTurns:
             spliced = splice_turns(self.hidden_for(thread["id"]), turns)
             if spliced is not None:
                 shown = {**shown, "thread": {**thread, "turns": spliced}}
-        if shown is not result:
-            msg.set_result(shown)
-        return None
+        return None if shown is result else msg.set_result(shown)
 
     def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
         hidden = self._cache.get(thread_id)
@@ -317,9 +311,7 @@ class ArchivedTurns:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 seen.setdefault(entry["id"], []).append(entry)
         if all(len(group) == 1 for group in seen.values()):
-            if result is not given:
-                msg.set_result(result)
-            return None
+            return None if result is given else msg.set_result(result)
         merged: list[Any] = []
         done: set[str] = set()
         for entry in data:
@@ -333,8 +325,7 @@ class ArchivedTurns:
             group = seen[thread_id]
             original = next((e for e in group if str(e.get("path") or "").endswith(f"{thread_id}.jsonl")), group[-1])
             merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt"), "path": original.get("path")})
-        msg.set_result({**result, "data": merged})
-        return None
+        return msg.set_result({**result, "data": merged})
 
     # ------------------------------------------------------------- listings
     # thread/turns/list (newest first by default) and thread/items/list
@@ -358,9 +349,7 @@ class ArchivedTurns:
         page = spliced if spliced is not None else result
         wrapped = self._wrap_page(wrap, page) if wrap is not None else None
         page = wrapped if wrapped is not None else page
-        if page is not result:
-            msg.set_result(page)
-        return None
+        return None if page is result else msg.set_result(page)
 
     def _wrap_page(self, space: str, page: dict[str, Any]) -> dict[str, Any] | None:
         """The page with Codex's cursors wrapped (see :func:`sidecar.history.archive.wrap_cursor`):
@@ -416,8 +405,7 @@ class ArchivedTurns:
         limit, archived = asked.get("limit"), len(self.hidden_for(thread_id))
         if not archived or not isinstance(limit, int) or limit <= archived:
             return None
-        msg.set_params({**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
-        return None
+        return msg.set_params({**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
 
     def splice_resume(self, msg: Message, result: dict[str, Any], thread: dict[str, Any], params: dict[str, Any]) -> Decision:
         """A ``thread/resume`` answer: the thread's turns (unless
@@ -449,9 +437,7 @@ class ArchivedTurns:
                 wrapped = self._wrap_page("turns", out["initialTurnsPage"])
                 if wrapped is not None:
                     out["initialTurnsPage"] = wrapped
-        if out != result:
-            msg.set_result(out)
-        return None
+        return None if out == result else msg.set_result(out)
 
     def wrap_revert_cursors(
         self, thread_id: str, before: str, live_turns: list[str] | None, last_items: dict[str, str | None], result: dict[str, Any]
@@ -535,8 +521,7 @@ class ArchivedTurns:
                     # Past the last archived unit: Codex's own, from their start.
                     if self.wrap_cursors:
                         msg.note(WRAP, space)
-                    msg.set_params({**params, "cursor": None})
-                    return None
+                    return msg.set_params({**params, "cursor": None})
                 page, after = hidden_page(units, direction, position, limit, space=space, handover=not one_turn)
                 self._answer(msg, page, after, backwards_cursor(len(units), direction, position, page, space))
                 return HANDLED
@@ -566,8 +551,7 @@ class ArchivedTurns:
                 return HANDLED
         if codex_cursor_from_start(cursor, space):
             # The archived units are listed: Codex's own from their start.
-            msg.set_params({**params, "cursor": None})
-            return None
+            return msg.set_params({**params, "cursor": None})
         ours = decode_cursor(cursor, space)
         units = self._units(space, thread_id, params)
         if ours is not None or (direction == "asc" and cursor is None and units and isinstance(limit, int) and 0 < limit <= len(units)):
@@ -580,8 +564,7 @@ class ArchivedTurns:
         msg.note(SPLICE, (space, thread_id, direction, limit, params))
         if direction == "asc" and isinstance(limit, int) and limit > 0:
             # The archived units come first: Codex fills the rest of the page.
-            msg.set_params({**params, "limit": limit - len(units)})
-            return None
+            return msg.set_params({**params, "limit": limit - len(units)})
         return None
 
     def _archived_turn_items(self, msg: Message, thread_id: str, params: dict[str, Any], direction: str) -> Decision:

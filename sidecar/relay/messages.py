@@ -111,7 +111,9 @@ class Message(msgspec.Struct):
     :meth:`set_params` or, on an answer, :meth:`set_result` (whole new
     params or result: every field it does not mean to change copied from
     :meth:`params` / :meth:`result`, so fields the sidecar does not know
-    pass through) and the router with :meth:`set_id` (an alias); nothing is
+    pass through; both return the decision to forward it, None, so a hook
+    may end with ``return msg.set_result(...)``) and the router with
+    :meth:`set_id` (an alias); nothing is
     encoded until :meth:`wire` builds the line for the child, once, every
     other top-level field kept in its place. A message nobody changed goes out
     as its original bytes.
@@ -207,19 +209,21 @@ class Message(msgspec.Struct):
         """The params a hook on this request remembered (:meth:`remember_params`), or {}."""
         return {} if self.request is None else self.request.remembered()
 
-    def set_params(self, params: Any) -> None:
+    def set_params(self, params: Any) -> Decision:
         """Replace the params (encoded with the rest once, by :meth:`wire`)."""
         if self._changes is None:
             self._changes = {}
         self._changes["params"] = params
         self._views = None
+        return None
 
-    def set_result(self, result: Any) -> None:
+    def set_result(self, result: Any) -> Decision:
         """Replace an answer's result (encoded with the rest once, by :meth:`wire`)."""
         if self._changes is None:
             self._changes = {}
         self._changes["result"] = result
         self._views = None
+        return None
 
     def set_id(self, id: RpcId) -> None:
         """Send the message under another id (the client's, aliased)."""
