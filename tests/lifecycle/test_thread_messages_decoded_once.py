@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from engines import ToolCallResult, ToolSpec
 from engines.api import EngineInfo
 from engines.testkit import RecordingEngine
@@ -79,8 +81,13 @@ async def answer_counted(run: Any, method: str, params: dict[str, Any]) -> tuple
     return counts, answer
 
 
-async def test_the_answers_to_resume_fork_and_read_are_each_decoded_once(tmp_path):
-    async with sidecar(tmp_path, engine()) as run:
+MODES = ["per_turn", "delta"]
+"""(delta: the archive may wrap the cursors of reads and reverts, the lifecycle's modes that rebuild.)"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_answers_to_resume_fork_and_read_are_each_decoded_once(tmp_path, mode):
+    async with sidecar(tmp_path, engine(), mode=mode) as run:
         thread_id = await opened(run)
         for method in ("thread/read", "thread/resume", "thread/fork"):
             params = {"threadId": thread_id, "includeTurns": True} if method == "thread/read" else {"threadId": thread_id}
@@ -89,8 +96,9 @@ async def test_the_answers_to_resume_fork_and_read_are_each_decoded_once(tmp_pat
             assert answer["result"]["thread"]["cwd"] == CWD
 
 
-async def test_a_client_revert_s_answer_is_decoded_once_and_encoded_once(tmp_path):
-    async with sidecar(tmp_path, engine()) as run:
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_client_revert_s_answer_is_decoded_once_and_encoded_once(tmp_path, mode):
+    async with sidecar(tmp_path, engine(), mode=mode) as run:
         thread_id = await opened(run)
         turns = (await run.request("thread/read", {"threadId": thread_id, "includeTurns": True}))["result"]["thread"]["turns"]
         counts, answer = await answer_counted(run, "thread/revert", {"threadId": thread_id, "beforeTurnId": turns[-1]["id"]})
