@@ -186,6 +186,34 @@ def test_every_hook_on_a_message_shares_one_decode_of_its_params(wire, monkeypat
     assert len(decodes) == 1, "the params were decoded once for all three hooks"
 
 
+def test_an_answer_every_hook_reads_and_one_changes_is_decoded_once_and_encoded_once(wire, monkeypatch):
+    """An aliased request's answer: its id given back, its result read by
+    three hooks and changed by one, the request's state read back from the
+    pending entry: one decode, one encode, every other field kept."""
+    import sidecar.relay.messages as messages
+    from sidecar.relay import Slot
+
+    counts = {"decode": 0, "encode": 0}
+    real_decode, real_encode = messages.decode, messages.encode
+    monkeypatch.setattr(messages, "decode", lambda raw: counts.__setitem__("decode", counts["decode"] + 1) or real_decode(raw))
+    monkeypatch.setattr(messages, "encode", lambda value: counts.__setitem__("encode", counts["encode"] + 1) or real_encode(value))
+    w = wire()
+    noted = Slot[str]("test.noted")
+    seen = []
+    w.router.hooks.on_client_request("thread/start", lambda msg: msg.note(noted, "kept"))
+    w.router.hooks.on_response("thread/start", lambda msg, pending: seen.append((pending.noted(noted), msg.result())))
+    w.router.hooks.on_response("thread/start", lambda msg, pending: msg.set_result({**msg.result(), "added": True}))
+    w.router.hooks.on_response("thread/start", lambda msg, pending: seen.append(msg.result()))
+    w.router.from_client(frame({"id": PREFIX + "7", "method": "thread/start", "params": {}}))
+    [sent] = loads(w.child.take())
+    assert sent["id"] != PREFIX + "7", "aliased"
+    counts.update(decode=0, encode=0)
+    w.router.from_child(frame({"id": sent["id"], "result": {"thread": {"id": "thr"}}, "extra": 1}))
+    assert seen == [("kept", {"thread": {"id": "thr"}}), {"thread": {"id": "thr"}, "added": True}]
+    assert counts == {"decode": 1, "encode": 1}
+    assert loads(w.client.take()) == [{"id": PREFIX + "7", "result": {"thread": {"id": "thr"}, "added": True}, "extra": 1}]
+
+
 def test_a_pending_request_carries_the_params_and_thread_its_hooks_read(wire, monkeypatch):
     import sidecar.relay.messages as messages
     from protocol import parse
