@@ -28,7 +28,6 @@ from .jsonrpc import (
     encode_request,
     encode_response,
     parse,
-    rewrite,
 )
 
 __all__ = [
@@ -55,5 +54,4 @@ __all__ = [
     "encode_request",
     "encode_response",
     "parse",
-    "rewrite",
 ]

@@ -15,8 +15,9 @@ not 200 MB.
 relay needs only the envelope to route a line, so ``parse`` decodes ``id`` and
 ``method`` and keeps ``params``/``result``/``error`` as raw JSON (about 1 µs
 for a 1 KB line). The original bytes are forwarded unless a message is really
-changed; ``rewrite`` changes a message from its full dict form so every field
-it does not touch survives, including ones this project has never heard of.
+changed; a change is made on the decoded message (the relay's ``Message``:
+decoded once, encoded once) so every field it does not touch survives,
+including ones this project has never heard of.
 
 Feeding bytes in and taking events out is all this module does; reading the
 bytes is the caller's business (the h11 style).
@@ -265,19 +266,6 @@ def encode_error(id: RpcId, code: int, message: str, data: Any | None = None) ->
     if data is not None:
         error["data"] = data
     return _encoder.encode({"id": id, "error": error})
-
-
-def rewrite(line: bytes, **changes: Any) -> bytes:
-    """Return ``line`` with top-level fields replaced, every other field kept.
-
-    Field order is the original order (replaced fields keep their place, new
-    ones go last), so a rewrite is as byte-stable as its input.
-    """
-    msg = _any_decoder.decode(line)
-    if not isinstance(msg, dict):
-        raise InvalidMessage("not a JSON object")
-    msg.update(changes)
-    return _encoder.encode(msg)
 
 
 # -- the sidecar's own request-id space ------------------------------------------

@@ -10,10 +10,11 @@ archive splices turns into. :func:`install` puts a part's rows on the
 relay's :class:`~sidecar.relay.Hooks`; nothing else registers a hook.
 
 Adding an intercepted method is one row here and one handler on the job it
-belongs to. A handler is named by its path from the object that installs
-the rows (``"archived.on_thread_read"``: the lifecycle's ``archived``, its
-method ``on_thread_read``); the relay installs its own rows (``RELAY``) from
-the router.
+belongs to. A row holds its handler as the job class's method
+(``ArchivedTurns.on_thread_read``), so mypy checks that it exists and takes
+what a hook takes; :func:`install` binds it to the one job of that class
+among those it is given (the lifecycle's jobs; the relay installs its own
+rows, ``RELAY``, on the router's).
 
 Hooks on one method run in (phase, row) order: a row's phase first, then
 its place in :data:`METHODS`. The phases that matter today:
@@ -53,6 +54,13 @@ class HookTable(Protocol):
     def on_server_notification(self, method: str, hook: Any) -> None: ...
     def on_server_request(self, method: str, hook: Any) -> None: ...
     def on_response(self, method: str, hook: Any) -> None: ...
+
+RequestHandler = Callable[[Any, Any], Any]
+"""A job's method on a request, a notification or a server request (unbound:
+``Turns.on_turn_start``; ``(job, Message) -> Decision``, named loosely here so
+that the table, which the relay reads, does not import the relay back)."""
+ResponseHandler = Callable[[Any, Any, Any], Any]
+"""A job's method on the answer to a client request (unbound; ``(job, Message, PendingRequest) -> Decision``)."""
 
 
 class Part(enum.Enum):
@@ -98,10 +106,10 @@ class Sender(enum.Enum):
 class Row(msgspec.Struct, frozen=True, kw_only=True):
     method: str
     source: Sender = Sender.CLIENT
-    request: str | None = None
-    """The hook on the request (or notification, or server request), by path."""
-    response: str | None = None
-    """The hook on Codex's answer to a client request, by path."""
+    request: RequestHandler | None = None
+    """The hook on the request (or notification, or server request): a job's method."""
+    response: ResponseHandler | None = None
+    """The hook on Codex's answer to a client request: a job's method."""
     part: Part = Part.HISTORY
     phase: Phase = Phase.MAIN
     thread_keys: tuple[str, ...] = ()
@@ -124,103 +132,141 @@ C, N, S = Sender.CLIENT, Sender.NOTIFICATION, Sender.SERVER_REQUEST
 RELAY, HISTORY, BARE, ENGINE, TOOLS, COMPACTION = Part.RELAY, Part.HISTORY, Part.BARE, Part.ENGINE, Part.TOOLS, Part.COMPACTION
 SEE, FRONT, MAIN, BACK = Phase.SEE, Phase.FRONT, Phase.MAIN, Phase.BACK
 
-# fmt: off
-METHODS: tuple[Row, ...] = (
-    # -- the relay's (what the client negotiated; sidecar/status: Codex's version, the threads seen)
-    Row(method="initialize", request="negotiation.on_initialize", part=RELAY, phase=FRONT),
-    Row(method="initialize", response="observed.on_initialize", part=RELAY, phase=SEE),
-    Row(method="thread/start", response="observed.on_thread_result", part=RELAY, phase=SEE),
-    Row(method="thread/resume", response="observed.on_thread_result", part=RELAY, phase=SEE),
-    Row(method="thread/fork", response="observed.on_thread_result", part=RELAY, phase=SEE),
-    Row(method="thread/started", source=N, request="observed.on_thread_started", part=RELAY, phase=SEE, thread_keys=THREAD + ITEMS),
-    # -- the history: reads spliced, names, deletes and archives follow a switched thread
-    Row(method="thread/read", request="archived.on_thread_read", response="archived.on_thread_read_response", thread_keys=ID + THREAD + ITEMS, read=True),
-    Row(method="thread/resume", request="opening.on_resume", thread_keys=ID + THREAD + ITEMS, read=True),
-    Row(method="thread/resume", response="splice_opened", part=BARE),
-    Row(method="thread/fork", request="opening.remember_params", response="splice_opened", part=BARE),
-    Row(method="thread/fork", thread_keys=ID + THREAD + ITEMS, read=True),  # (its hooks: BARE above, ENGINE below)
-    Row(method="thread/turns/list", request="archived.on_turns_list", response="archived.on_list_response", thread_keys=ID + ITEMS, read=True),
-    Row(method="thread/items/list", request="archived.on_items_list", response="archived.on_list_response", thread_keys=ID + ITEMS, read=True),
-    Row(method="thread/list", response="archived.on_thread_list_response", thread_keys=("parentThreadId", "ancestorThreadId", "attachedToThreadId") + THREAD + ITEMS),
-    Row(method="thread/readState/changed", source=N, request="archived.on_read_state", thread_keys=ID),
-    Row(method="thread/name/set", request="spares.on_name_set", thread_keys=ID),
-    Row(method="thread/delete", request="opening.remember_request", response="spares.follow_to_retired", thread_keys=ID),
-    Row(method="thread/archive", request="opening.remember_request", response="spares.follow_to_retired", thread_keys=ID),
-    # -- the turn lifecycle (an engine)
-    Row(method="initialize", response="after_initialize", part=ENGINE),
-    Row(method="thread/start", request="note_client_tools", part=ENGINE, phase=SEE),
-    Row(method="thread/start", request="opening.remember_params", response="opening.on_thread_response", part=ENGINE, thread_keys=THREAD + ITEMS),
-    Row(method="thread/resume", response="opening.on_thread_response", part=ENGINE),
-    Row(method="thread/fork", request="reverts.on_fork", response="opening.on_thread_response", part=ENGINE),
-    Row(method="thread/start", response="archived.note_opened", part=ENGINE),
-    Row(method="thread/start", response="note_client_thread", part=ENGINE),
-    Row(method="thread/resume", response="note_client_thread", part=ENGINE),
-    Row(method="thread/fork", response="note_client_thread", part=ENGINE),
-    Row(method="thread/revert", request="reverts.on_revert", response="reverts.on_revert_response", part=ENGINE, thread_keys=ID + THREAD + ITEMS),
-    Row(method="turn/start", request="turns.on_turn_start", response="turns.on_turn_start_response", part=ENGINE, thread_keys=ID + ITEMS),
-    Row(method="thread/compact/start", request="compaction.on_compact_start", response="compaction.on_compact_response", part=ENGINE, thread_keys=ID),
-    Row(method="thread/inject_items", request="injections.on_inject", response="injections.on_inject_response", part=ENGINE, thread_keys=ID),
-    Row(method="item/completed", source=N, request="finalizer.on_item_completed", part=ENGINE, thread_keys=ID + ITEMS),
-    Row(method="thread/tokenUsage/updated", source=N, request="finalizer.on_token_usage", part=ENGINE, thread_keys=ID),
-    Row(method="turn/completed", source=N, request="finalizer.on_turn_completed", part=ENGINE, thread_keys=ID + ITEMS),
-    Row(method="thread/closed", source=N, request="opening.on_thread_closed", part=ENGINE, thread_keys=ID),
-    # a rebuild's revert: its notifications never reach the client (before the archive's read state)
-    Row(method="thread/status/changed", source=N, request="inplace.swallow_noise", part=ENGINE, phase=FRONT, thread_keys=ID),
-    Row(method="thread/readState/changed", source=N, request="inplace.swallow_noise", part=ENGINE, phase=FRONT),
-    Row(method="thread/reverted", source=N, request="inplace.swallow_noise", part=ENGINE, phase=FRONT, thread_keys=ID),
-    # a turn whose turn/completed was lost ends when Codex says the thread is idle (a rebuild's own status swallowed above)
-    Row(method="thread/status/changed", source=N, request="turns.on_thread_status", part=ENGINE),
-    # -- the engine's tools: offered on thread/start, answered, their items out of sight
-    Row(method="thread/start", request="tools.on_thread_start", part=TOOLS, phase=FRONT),
-    Row(method="thread/start", response="tools.on_started", part=TOOLS, phase=BACK),
-    Row(method="thread/fork", request="tools.on_fork", part=TOOLS, phase=FRONT),
-    Row(method="thread/turns/list", request="tools.on_list", part=TOOLS, phase=FRONT),
-    Row(method="thread/items/list", request="tools.on_list", part=TOOLS, phase=FRONT),
-    Row(method="item/tool/call", source=S, request="tools.on_tool_call", part=TOOLS, phase=FRONT, thread_keys=ID),
-    Row(method="item/started", source=N, request="tools.on_item", part=TOOLS, phase=FRONT, thread_keys=ID + ITEMS),
-    Row(method="item/completed", source=N, request="tools.on_item", part=TOOLS, phase=FRONT),
-    Row(method="turn/completed", source=N, request="tools.on_turn_completed", part=TOOLS, phase=FRONT),
-    Row(method="serverRequest/resolved", source=N, request="tools.on_resolved", part=TOOLS, phase=FRONT, thread_keys=ID),
-    # (tools.on_read_response is on every read's answer, from the ``read`` column: see derived)
-    # -- a turn that overflowed the context window (an engine that owns compaction): withheld after the engine's
-    #    tools took their items (FRONT, after those rows), retried, and the retry shown under the first attempt's id (BACK)
-    Row(method="error", source=N, request="overflow.on_error", part=COMPACTION, phase=FRONT, thread_keys=ID),
-    Row(method="turn/completed", source=N, request="overflow.on_turn_completed", part=COMPACTION, phase=FRONT),
-    *(Row(method=m, request="overflow.on_turn_request", part=COMPACTION, thread_keys=ID) for m in TURN_CLIENT_REQUESTS),
-    Row(method="turn/start", response="overflow.on_turn_start_response", part=COMPACTION, phase=BACK),
-    *(Row(method=m, source=N, request="overflow.as_client_sees", part=COMPACTION, phase=BACK) for m in TURN_NOTIFICATIONS),
-    *(Row(method=m, source=S, request="overflow.as_client_sees", part=COMPACTION, phase=BACK) for m in TURN_SERVER_REQUESTS),
-    # -- hooked nowhere: only their thread ids, mapped at the edge
-    Row(method="review/start", thread_keys=ID + ("reviewThreadId",) + ITEMS),
-    Row(method="thread/section/move", thread_keys=ID + ("beforeThreadId",)),
-    Row(method="applyPatchApproval", source=S, thread_keys=("conversationId",)),
-    Row(method="execCommandApproval", source=S, thread_keys=("conversationId",)),
-)
-# fmt: on
+METHODS: tuple[Row, ...]
+"""The table (built on first use: its hooks are the jobs' methods, and the
+jobs' modules import the relay, which imports this one)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "METHODS":
+        table = globals()["METHODS"] = _table()
+        return table
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _table() -> tuple[Row, ...]:
+    from .history.reads import ArchivedTurns
+    from .host.engine_tools import EngineTools
+    from .lifecycle.compaction import Compaction
+    from .lifecycle.core import Lifecycle
+    from .lifecycle.finalize import Finalizer
+    from .lifecycle.injections import Injections
+    from .lifecycle.overflow import Overflow
+    from .lifecycle.reverts import ClientReverts
+    from .lifecycle.sessions import Sessions
+    from .lifecycle.turns import Turns
+    from .rebuild.fresh import Spares
+    from .rebuild.inplace import InPlace
+    from .relay.negotiation import Negotiation
+    from .relay.observe import Observed
+
+    # fmt: off
+    return (
+        # -- the relay's (what the client negotiated; sidecar/status: Codex's version, the threads seen)
+        Row(method="initialize", request=Negotiation.on_initialize, part=RELAY, phase=FRONT),
+        Row(method="initialize", response=Observed.on_initialize, part=RELAY, phase=SEE),
+        Row(method="thread/start", response=Observed.on_thread_result, part=RELAY, phase=SEE),
+        Row(method="thread/resume", response=Observed.on_thread_result, part=RELAY, phase=SEE),
+        Row(method="thread/fork", response=Observed.on_thread_result, part=RELAY, phase=SEE),
+        Row(method="thread/started", source=N, request=Observed.on_thread_started, part=RELAY, phase=SEE, thread_keys=THREAD + ITEMS),
+        # -- the history: reads spliced, names, deletes and archives follow a switched thread
+        Row(method="thread/read", request=ArchivedTurns.on_thread_read, response=ArchivedTurns.on_thread_read_response, thread_keys=ID + THREAD + ITEMS, read=True),
+        Row(method="thread/resume", request=Sessions.on_resume, thread_keys=ID + THREAD + ITEMS, read=True),
+        Row(method="thread/resume", response=Lifecycle.splice_opened, part=BARE),
+        Row(method="thread/fork", request=Sessions.remember_params, response=Lifecycle.splice_opened, part=BARE),
+        Row(method="thread/fork", thread_keys=ID + THREAD + ITEMS, read=True),  # (its hooks: BARE above, ENGINE below)
+        Row(method="thread/turns/list", request=ArchivedTurns.on_turns_list, response=ArchivedTurns.on_list_response, thread_keys=ID + ITEMS, read=True),
+        Row(method="thread/items/list", request=ArchivedTurns.on_items_list, response=ArchivedTurns.on_list_response, thread_keys=ID + ITEMS, read=True),
+        Row(method="thread/list", response=ArchivedTurns.on_thread_list_response, thread_keys=("parentThreadId", "ancestorThreadId", "attachedToThreadId") + THREAD + ITEMS),
+        Row(method="thread/readState/changed", source=N, request=ArchivedTurns.on_read_state, thread_keys=ID),
+        Row(method="thread/name/set", request=Spares.on_name_set, thread_keys=ID),
+        Row(method="thread/delete", request=Sessions.remember_request, response=Spares.follow_to_retired, thread_keys=ID),
+        Row(method="thread/archive", request=Sessions.remember_request, response=Spares.follow_to_retired, thread_keys=ID),
+        # -- the turn lifecycle (an engine)
+        Row(method="initialize", response=Lifecycle.after_initialize, part=ENGINE),
+        Row(method="thread/start", request=Lifecycle.note_client_tools, part=ENGINE, phase=SEE),
+        Row(method="thread/start", request=Sessions.remember_params, response=Sessions.on_thread_response, part=ENGINE, thread_keys=THREAD + ITEMS),
+        Row(method="thread/resume", response=Sessions.on_thread_response, part=ENGINE),
+        Row(method="thread/fork", request=ClientReverts.on_fork, response=Sessions.on_thread_response, part=ENGINE),
+        Row(method="thread/start", response=ArchivedTurns.note_opened, part=ENGINE),
+        Row(method="thread/start", response=Lifecycle.note_client_thread, part=ENGINE),
+        Row(method="thread/resume", response=Lifecycle.note_client_thread, part=ENGINE),
+        Row(method="thread/fork", response=Lifecycle.note_client_thread, part=ENGINE),
+        Row(method="thread/revert", request=ClientReverts.on_revert, response=ClientReverts.on_revert_response, part=ENGINE, thread_keys=ID + THREAD + ITEMS),
+        Row(method="turn/start", request=Turns.on_turn_start, response=Turns.on_turn_start_response, part=ENGINE, thread_keys=ID + ITEMS),
+        Row(method="thread/compact/start", request=Compaction.on_compact_start, response=Compaction.on_compact_response, part=ENGINE, thread_keys=ID),
+        Row(method="thread/inject_items", request=Injections.on_inject, response=Injections.on_inject_response, part=ENGINE, thread_keys=ID),
+        Row(method="item/completed", source=N, request=Finalizer.on_item_completed, part=ENGINE, thread_keys=ID + ITEMS),
+        Row(method="thread/tokenUsage/updated", source=N, request=Finalizer.on_token_usage, part=ENGINE, thread_keys=ID),
+        Row(method="turn/completed", source=N, request=Finalizer.on_turn_completed, part=ENGINE, thread_keys=ID + ITEMS),
+        Row(method="thread/closed", source=N, request=Sessions.on_thread_closed, part=ENGINE, thread_keys=ID),
+        # a rebuild's revert: its notifications never reach the client (before the archive's read state)
+        Row(method="thread/status/changed", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT, thread_keys=ID),
+        Row(method="thread/readState/changed", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT),
+        Row(method="thread/reverted", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT, thread_keys=ID),
+        # a turn whose turn/completed was lost ends when Codex says the thread is idle (a rebuild's own status swallowed above)
+        Row(method="thread/status/changed", source=N, request=Turns.on_thread_status, part=ENGINE),
+        # -- the engine's tools: offered on thread/start, answered, their items out of sight
+        Row(method="thread/start", request=EngineTools.on_thread_start, part=TOOLS, phase=FRONT),
+        Row(method="thread/start", response=EngineTools.on_started, part=TOOLS, phase=BACK),
+        Row(method="thread/fork", request=EngineTools.on_fork, part=TOOLS, phase=FRONT),
+        Row(method="thread/turns/list", request=EngineTools.on_list, part=TOOLS, phase=FRONT),
+        Row(method="thread/items/list", request=EngineTools.on_list, part=TOOLS, phase=FRONT),
+        Row(method="item/tool/call", source=S, request=EngineTools.on_tool_call, part=TOOLS, phase=FRONT, thread_keys=ID),
+        Row(method="item/started", source=N, request=EngineTools.on_item, part=TOOLS, phase=FRONT, thread_keys=ID + ITEMS),
+        Row(method="item/completed", source=N, request=EngineTools.on_item, part=TOOLS, phase=FRONT),
+        Row(method="turn/completed", source=N, request=EngineTools.on_turn_completed, part=TOOLS, phase=FRONT),
+        Row(method="serverRequest/resolved", source=N, request=EngineTools.on_resolved, part=TOOLS, phase=FRONT, thread_keys=ID),
+        # (EngineTools.on_read_response is on every read's answer, from the ``read`` column: see derived)
+        # -- a turn that overflowed the context window (an engine that owns compaction): withheld after the engine's
+        #    tools took their items (FRONT, after those rows), retried, and the retry shown under the first attempt's id (BACK)
+        Row(method="error", source=N, request=Overflow.on_error, part=COMPACTION, phase=FRONT, thread_keys=ID),
+        Row(method="turn/completed", source=N, request=Overflow.on_turn_completed, part=COMPACTION, phase=FRONT),
+        *(Row(method=m, request=Overflow.on_turn_request, part=COMPACTION, thread_keys=ID) for m in TURN_CLIENT_REQUESTS),
+        Row(method="turn/start", response=Overflow.on_turn_start_response, part=COMPACTION, phase=BACK),
+        *(Row(method=m, source=N, request=Overflow.as_client_sees, part=COMPACTION, phase=BACK) for m in TURN_NOTIFICATIONS),
+        *(Row(method=m, source=S, request=Overflow.as_client_sees, part=COMPACTION, phase=BACK) for m in TURN_SERVER_REQUESTS),
+        # -- hooked nowhere: only their thread ids, mapped at the edge
+        Row(method="review/start", thread_keys=ID + ("reviewThreadId",) + ITEMS),
+        Row(method="thread/section/move", thread_keys=ID + ("beforeThreadId",)),
+        Row(method="applyPatchApproval", source=S, thread_keys=("conversationId",)),
+        Row(method="execCommandApproval", source=S, thread_keys=("conversationId",)),
+    )
+    # fmt: on
 
 
 def _rows(rows: Iterable[Row] | None) -> tuple[Row, ...]:
-    return tuple(METHODS if rows is None else rows)
+    if rows is not None:
+        return tuple(rows)
+    table = globals().get("METHODS")
+    return table if table is not None else __getattr__("METHODS")
 
 
-READ_RESPONSE = "tools.on_read_response"
-"""What every read's answer goes through last with the engine's tools."""
+def read_response() -> ResponseHandler:
+    """What every read's answer goes through last with the engine's tools."""
+    from .host.engine_tools import EngineTools
+
+    return EngineTools.on_read_response
 
 
 COMPLETION_READS = ("turn/started", "item/completed", "thread/tokenUsage/updated", "turn/completed")
 """What the engine's completions read of their hidden threads (``sidecar.host.completion``)."""
 
 
-SHAPES_ONLY = frozenset({"overflow.as_client_sees"})
-"""Hooks that only shape what the client sees of a notification (an
-overflow retry's ids renamed): one the client opted out of needs none."""
+def shapes_only() -> frozenset[RequestHandler]:
+    """Hooks that only shape what the client sees of a notification (an
+    overflow retry's ids renamed): one the client opted out of needs none."""
+    from .lifecycle.overflow import Overflow
+
+    return frozenset({Overflow.as_client_sees})
 
 
 def notifications_read(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
     """Every notification some hook reads (the notification rows, but those
     that only shape what the client sees) or a completion collects: what a
     client's opt-out must not take from the sidecar when it speaks for an engine."""
-    read = (r.method for r in _rows(rows) if r.source is Sender.NOTIFICATION and r.request not in SHAPES_ONLY)
+    shaping = shapes_only()
+    read = (r.method for r in _rows(rows) if r.source is Sender.NOTIFICATION and r.request not in shaping)
     return tuple(dict.fromkeys([*read, *COMPLETION_READS]))
 
 
@@ -232,7 +278,8 @@ def reads(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
 def derived(rows: Iterable[Row] | None = None) -> tuple[Row, ...]:
     """Rows the columns imply: every read's answer loses the engine's items
     (``BACK``, after the archive spliced its turns in)."""
-    return tuple(Row(method=m, response=READ_RESPONSE, part=TOOLS, phase=BACK) for m in reads(rows))
+    last = read_response()
+    return tuple(Row(method=m, response=last, part=TOOLS, phase=BACK) for m in reads(rows))
 
 
 def thread_id_keys(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
@@ -240,14 +287,26 @@ def thread_id_keys(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for r in _rows(rows) for k in r.thread_keys))
 
 
-def resolve(root: Any, path: str) -> Callable[..., Any]:
-    """The handler ``path`` names on ``root`` (``"archived.on_thread_read"``)."""
-    target = root
-    for name in path.split("."):
-        target = getattr(target, name)
-    if not callable(target):
-        raise TypeError(f"{path} is not a hook")
-    return target
+def bind(handler: Callable[..., Any], jobs: Iterable[object]) -> Callable[..., Any]:
+    """``handler`` (a job class's method) bound to the one job of ``jobs``
+    whose class has it: the job's attribute of that name, so a method
+    replaced on the class since the table was built (a test's patch) is the
+    one bound."""
+    jobs = tuple(jobs)
+    found = [(job, name) for job in jobs for name in _names_of(type(job), handler)]
+    if not found:  # replaced on its class: found by the class that defined it
+        owner, _, name = getattr(handler, "__qualname__", "").rpartition(".")
+        found = [(job, name) for job in jobs if any(k.__qualname__ == owner for k in type(job).__mro__)]
+    if len(found) != 1:
+        raise LookupError(f"{getattr(handler, '__qualname__', handler)!r}: {len(found)} jobs have it")
+    job, name = found[0]
+    bound: Callable[..., Any] = getattr(job, name)
+    return bound
+
+
+def _names_of(cls: type, handler: Any) -> list[str]:
+    """The names ``cls`` (or a base of it) has ``handler`` under."""
+    return list(dict.fromkeys(name for klass in cls.__mro__ for name, value in vars(klass).items() if value is handler))
 
 
 def installed(parts: Collection[Part], rows: Iterable[Row] | None = None) -> list[Row]:
@@ -258,11 +317,12 @@ def installed(parts: Collection[Part], rows: Iterable[Row] | None = None) -> lis
     return [r for _, _, r in sorted(chosen, key=lambda t: (t[0], t[1]))]
 
 
-def install(hooks: HookTable, root: Any, parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
-    """Put the hooks of ``parts``' rows on ``hooks``, each handler resolved on ``root``."""
+def install(hooks: HookTable, jobs: Iterable[object], parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
+    """Put the hooks of ``parts``' rows on ``hooks``, each handler bound to its job among ``jobs``."""
+    jobs = tuple(jobs)
     for row in installed(parts, rows):
         if row.request is not None:
-            hook = resolve(root, row.request)
+            hook = bind(row.request, jobs)
             if row.source is Sender.CLIENT:
                 hooks.on_client_request(row.method, hook)
             elif row.source is Sender.NOTIFICATION:
@@ -272,4 +332,4 @@ def install(hooks: HookTable, root: Any, parts: Collection[Part], rows: Iterable
         if row.response is not None:
             if row.source is not Sender.CLIENT:
                 raise ValueError(f"{row.method}: only a client request has a response hook")
-            hooks.on_response(row.method, resolve(root, row.response))
+            hooks.on_response(row.method, bind(row.response, jobs))

@@ -40,6 +40,7 @@ and the next turn rebuilds.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -51,7 +52,7 @@ from typing import Any
 
 import msgspec
 
-from protocol import rewrite
+from protocol import encode
 
 from ..methods import thread_id_keys
 from ..store.private import private_dir
@@ -68,11 +69,14 @@ def keyed_members(keys: Iterable[str]) -> re.Pattern[bytes]:
     return re.compile(rb'("(?:' + names + rb')"\s*:\s*)"(' + _UUID_TEXT + rb')"')
 
 
-#: A thread-id member of the table's ``thread_keys`` column. Only these are mapped.
-THREAD_ID_KEYS = thread_id_keys()
-"""The members that carry thread ids (in bytes: :data:`_KEYED`; decoded: :func:`map_thread_ids`)."""
-_KEYED = keyed_members(THREAD_ID_KEYS)
-_THREAD_ID_KEYS = frozenset(THREAD_ID_KEYS)
+@functools.cache
+def thread_keys() -> tuple[tuple[str, ...], re.Pattern[bytes], frozenset[str]]:
+    """The members that carry thread ids (the table's ``thread_keys``
+    column; only these are mapped): as listed, as a pattern in bytes, as a
+    set (decoded: :func:`map_thread_ids`). Read from the table on first use
+    (its hooks are the jobs', whose modules import this one)."""
+    keys = thread_id_keys()
+    return keys, keyed_members(keys), frozenset(keys)
 
 
 class _Routed(msgspec.Struct):
@@ -396,7 +400,7 @@ class BackingThreads:
             return None
         if not (self._hidden or self._to_client):
             return line
-        members = list(_KEYED.finditer(line))  # one scan: it decides, then it splices
+        members = list(thread_keys()[1].finditer(line))  # one scan: it decides, then it splices
         if not members:
             return line
         if any(m[2] in self._hidden for m in members):
@@ -453,7 +457,7 @@ class BackingThreads:
         if not isinstance(result, dict) or not isinstance(result.get("thread"), dict):
             return line
         thread = self.client_listed(result["thread"].get("id"), result["thread"])
-        return line if thread is result["thread"] else rewrite(line, result={**result, "thread": thread})
+        return line if thread is result["thread"] else encode({**msg, "result": {**result, "thread": thread}})
 
     def fragment_to_codex(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to Codex (an id
@@ -496,18 +500,19 @@ class BackingThreads:
             changes["data"] = patched
         if not changes:
             return line
-        return rewrite(line, result={**result, **changes})
+        return encode({**msg, "result": {**result, **changes}})  # (decoded here once, encoded once)
 
 
 def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
     """``value`` (decoded JSON) with the ids of its thread-id members
-    (:data:`THREAD_ID_KEYS`, at any depth) that ``table`` maps replaced, as
+    (:func:`thread_keys`, at any depth) that ``table`` maps replaced, as
     :func:`_map_ids` does in bytes; ``value`` itself when none is, and never
     modified (a changed container is a copy)."""
     if type(value) is dict:
         out: dict[str, Any] | None = None
+        keys = thread_keys()[2]
         for key, child in value.items():
-            if key in _THREAD_ID_KEYS and type(child) is str:
+            if key in keys and type(child) is str:
                 new = table.get(child)
             elif type(child) is dict or type(child) is list:
                 new = map_thread_ids(child, table)
@@ -533,11 +538,11 @@ def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
 
 def _map_ids(line: bytes, table: dict[bytes, bytes]) -> bytes:
     """``line`` with the thread-id members found in ``table`` replaced."""
-    return _splice(line, _KEYED.finditer(line), table)
+    return _splice(line, thread_keys()[1].finditer(line), table)
 
 
 def _splice(line: bytes, members: Iterable[re.Match[bytes]], table: dict[bytes, bytes]) -> bytes:
-    """``line`` with the ids of ``members`` (its :data:`_KEYED` matches, in
+    """``line`` with the ids of ``members`` (its :func:`thread_keys` matches, in
     order) that ``table`` maps replaced; ``line`` itself when none is."""
     parts: list[bytes] = []
     last = 0

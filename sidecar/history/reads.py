@@ -39,9 +39,9 @@ from typing import Any, Protocol
 
 import trio
 
-from protocol import encode_response, rewrite
+from protocol import encode_response
 
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, Slot
 from .archive import (
     ARCHIVED_DIR,
     CURSOR_PREFIX,
@@ -63,6 +63,14 @@ from .archive import (
     wrap_cursor,
 )
 
+# What a client request's hooks keep on it for its answer's (PendingRequest.note):
+WITH_TURNS = Slot[bool]("reads.with_turns")
+"""A thread/read's ``includeTurns``."""
+SPLICE = Slot[tuple[str, str, str, Any, dict[str, Any]]]("reads.splice")
+"""A listing to splice: (space, thread id, direction, limit, params)."""
+WRAP = Slot[str]("reads.wrap")
+"""The space (turns, items) of a listing whose cursors to wrap."""
+
 
 class Visible(Protocol):
     """What the client may see of a thread's turns (``sidecar.host``'s
@@ -80,15 +88,9 @@ class ArchivedTurns:
         self.state_dir = state_dir
         self._cache: dict[str, list[dict[str, Any]]] = {}
         self._generation: dict[str, int] = {}
-        self._reads: dict[Any, bool] = {}
-        """client id -> includeTurns of a thread/read on its way."""
-        self._lists: dict[Any, tuple[str, str, str, Any, dict[str, Any]]] = {}
-        """client id -> (space, thread id, direction, limit, params) of a listing to splice."""
         self.reverting: set[str] = set()
         """Threads whose rebuild revert is under way (set by the lifecycle)."""
         self.wrap_cursors = wrap_cursors
-        self._wraps: dict[Any, str] = {}
-        """client id -> space (turns, items) of a listing whose cursors to wrap."""
         self.shown_unread: dict[str, Any] = {}
         """thread id -> the ``readState.firstUnread`` the client last saw
         (what a rebuild records, :meth:`unread_to_record`)."""
@@ -106,7 +108,7 @@ class ArchivedTurns:
     def on_thread_read(self, msg: Message) -> Decision:
         params = msg.params()
         if isinstance(params, dict) and params.get("includeTurns"):
-            self._reads[msg.id] = True
+            msg.note(WITH_TURNS, True)
         return None
 
     def seed_fork(self, fork_id: str, parent_id: str, params: dict[str, Any]) -> None:
@@ -116,7 +118,7 @@ class ArchivedTurns:
         self._cache[fork_id] = cut_for_fork(self.hidden_for(parent_id), params.get("beforeTurnId"), params.get("lastTurnId"))
 
     def on_thread_read_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        include = self._reads.pop(pending.client_id, False)
+        include = pending.noted(WITH_TURNS) is True
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(result, dict) or not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
@@ -124,7 +126,7 @@ class ArchivedTurns:
         if include:
             return self.splice_thread(msg, result, thread)
         shown = self.as_client(thread["id"], result)
-        return None if shown is result else rewrite(msg.line, result=shown)
+        return None if shown is result else msg.set_result(shown)
 
     # ------------------------------------------------------------ read state
 
@@ -215,7 +217,7 @@ class ArchivedTurns:
         if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
             return None
         shown = self.as_client(params["threadId"], params)
-        return None if shown is params else rewrite(msg.line, params=shown)
+        return None if shown is params else msg.set_params(shown)
 
     def _recorded_of(self, thread_id: str) -> dict[str, Any]:
         if thread_id not in self._recorded:
@@ -238,7 +240,7 @@ class ArchivedTurns:
             spliced = splice_turns(self.hidden_for(thread["id"]), turns)
             if spliced is not None:
                 shown = {**shown, "thread": {**thread, "turns": spliced}}
-        return None if shown is result else rewrite(msg.line, result=shown)
+        return None if shown is result else msg.set_result(shown)
 
     def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
         hidden = self._cache.get(thread_id)
@@ -316,7 +318,7 @@ class ArchivedTurns:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 seen.setdefault(entry["id"], []).append(entry)
         if all(len(group) == 1 for group in seen.values()):
-            return None if result is given else rewrite(msg.line, result=result)
+            return None if result is given else msg.set_result(result)
         merged: list[Any] = []
         done: set[str] = set()
         for entry in data:
@@ -330,7 +332,7 @@ class ArchivedTurns:
             group = seen[thread_id]
             original = next((e for e in group if str(e.get("path") or "").endswith(f"{thread_id}.jsonl")), group[-1])
             merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt"), "path": original.get("path")})
-        return rewrite(msg.line, result={**result, "data": merged})
+        return msg.set_result({**result, "data": merged})
 
     # ------------------------------------------------------------- listings
     # thread/turns/list (newest first by default) and thread/items/list
@@ -345,8 +347,8 @@ class ArchivedTurns:
         return self._on_list(msg, "items", "asc")
 
     def on_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        plan = self._lists.pop(pending.client_id, None)
-        wrap = self._wraps.pop(pending.client_id, None)
+        plan = pending.noted(SPLICE)
+        wrap = pending.noted(WRAP)
         result = msg.result()
         if not isinstance(result, dict):
             return None
@@ -354,7 +356,7 @@ class ArchivedTurns:
         page = spliced if spliced is not None else result
         wrapped = self._wrap_page(wrap, page) if wrap is not None else None
         page = wrapped if wrapped is not None else page
-        return None if page is result else rewrite(msg.line, result=page)
+        return None if page is result else msg.set_result(page)
 
     def _wrap_page(self, space: str, page: dict[str, Any]) -> dict[str, Any] | None:
         """The page with Codex's cursors wrapped (see :func:`sidecar.history.archive.wrap_cursor`):
@@ -410,7 +412,7 @@ class ArchivedTurns:
         limit, archived = asked.get("limit"), len(self.hidden_for(thread_id))
         if not archived or not isinstance(limit, int) or limit <= archived:
             return None
-        return rewrite(msg.line, params={**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
+        return msg.set_params({**params, "initialTurnsPage": {**asked, "limit": limit - archived}})
 
     def splice_resume(self, msg: Message, result: dict[str, Any], thread: dict[str, Any], params: dict[str, Any]) -> Decision:
         """A ``thread/resume`` answer: the thread's turns (unless
@@ -442,7 +444,7 @@ class ArchivedTurns:
                 wrapped = self._wrap_page("turns", out["initialTurnsPage"])
                 if wrapped is not None:
                     out["initialTurnsPage"] = wrapped
-        return None if out == result else rewrite(msg.line, result=out)
+        return None if out == result else msg.set_result(out)
 
     def wrap_revert_cursors(
         self, thread_id: str, before: str, live_turns: list[str] | None, last_items: dict[str, str | None], result: dict[str, Any]
@@ -525,19 +527,17 @@ class ArchivedTurns:
                 if direction == "asc" and position >= len(units) and not one_turn:
                     # Past the last archived unit: Codex's own, from their start.
                     if self.wrap_cursors:
-                        self._wraps[msg.id] = space
-                    return rewrite(msg.line, params={**params, "cursor": None})
+                        msg.note(WRAP, space)
+                    return msg.set_params({**params, "cursor": None})
                 page, after = hidden_page(units, direction, position, limit, space=space, handover=not one_turn)
                 self._answer(msg, page, after, backwards_cursor(len(units), direction, position, page, space))
                 return HANDLED
             params, cursor = {**params, "cursor": codex_cursor}, codex_cursor
         if self.wrap_cursors:
-            self._wraps[msg.id] = space
+            msg.note(WRAP, space)
         decision = self._route_list(msg, space, params, thread_id, cursor, limit, direction)
-        if decision is HANDLED:
-            self._wraps.pop(msg.id, None)
-        if decision is None and params is not original:
-            return rewrite(msg.line, params=params)
+        if decision is None and params is not original and msg.params() is original:
+            msg.set_params(params)
         return decision
 
     def _route_list(
@@ -558,7 +558,7 @@ class ArchivedTurns:
                 return HANDLED
         if codex_cursor_from_start(cursor, space):
             # The archived units are listed: Codex's own from their start.
-            return rewrite(msg.line, params={**params, "cursor": None})
+            return msg.set_params({**params, "cursor": None})
         ours = decode_cursor(cursor, space)
         units = self._units(space, thread_id, params)
         if ours is not None or (direction == "asc" and cursor is None and units and isinstance(limit, int) and 0 < limit <= len(units)):
@@ -568,10 +568,10 @@ class ArchivedTurns:
             return HANDLED
         if not units or (direction == "asc" and cursor is not None):
             return None  # within Codex's own
-        self._lists[msg.id] = (space, thread_id, direction, limit, params)
+        msg.note(SPLICE, (space, thread_id, direction, limit, params))
         if direction == "asc" and isinstance(limit, int) and limit > 0:
             # The archived units come first: Codex fills the rest of the page.
-            return rewrite(msg.line, params={**params, "limit": limit - len(units)})
+            return msg.set_params({**params, "limit": limit - len(units)})
         return None
 
     def _archived_turn_items(self, msg: Message, thread_id: str, params: dict[str, Any], direction: str) -> Decision:

@@ -26,9 +26,9 @@ from typing import Any
 import trio
 
 from engines import RuntimeContext, ToolCallParams, ToolCallResult, ToolSpec, optional_method
-from protocol import decode, encode_response, parse, rewrite
+from protocol import encode_response
 
-from ..relay import HANDLED, Decision, Message, PendingRequest
+from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session.context import LifecycleContext
 from ..session.identity import session_key
 from ..session.state import ThreadSession
@@ -39,6 +39,14 @@ from .tools import call_arguments, engine_call, failed_answer, is_engine_item, m
 log = logging.getLogger("codex_sidecar.host")
 
 ANSWERED_KEPT = 1024
+
+# What a client request's hooks keep on it for its answer's (PendingRequest.note):
+OFFERED = Slot[tuple[str, ...]]("engine_tools.offered")
+"""A thread/start's: the names its rewritten params offer."""
+PARENT = Slot[str]("engine_tools.parent")
+"""A thread/fork's: the parent thread."""
+LISTED = Slot[str]("engine_tools.listed")
+"""A listing's: its thread."""
 TOOL_CALLS_KEPT = 32
 """Engine tool calls a turn's inspection record keeps (the first)."""
 TOOL_TEXT_KEPT = 16_384
@@ -81,12 +89,6 @@ class EngineTools:
         self.sessions = ctx.sessions
         self.options = ctx.options
         self.runtime = runtime
-        self._starts: dict[Any, tuple[str, ...]] = {}
-        """Client thread/start id -> the names its rewritten params offer."""
-        self._forks: dict[Any, str] = {}
-        """Client thread/fork id -> the parent thread."""
-        self._lists: dict[Any, str] = {}
-        """Client listing id -> its thread."""
         self._answered: dict[Any, None] = {}
         """Server request ids the sidecar answered (oldest first)."""
         self.stats = {"calls": 0, "errors": 0, "framesDropped": 0}
@@ -111,11 +113,12 @@ class EngineTools:
         merged, names = merge_tools(params, self.specs)
         if merged is None:
             return None
-        self._starts[msg.id] = names
-        return rewrite(msg.line, params=merged)
+        msg.note(OFFERED, names)
+        msg.set_params(merged)
+        return None
 
     def on_started(self, msg: Message, pending: PendingRequest) -> Decision:
-        names = self._starts.pop(pending.client_id, None)
+        names = pending.noted(OFFERED)
         thread_id = _thread_id(msg.result())
         if names and thread_id is not None and not pending.fell_back:  # (fell back: started without them)
             # (assemble's available_tools, the client's own tools, were read
@@ -126,7 +129,7 @@ class EngineTools:
     def on_fork(self, msg: Message) -> Decision:
         params = msg.params()
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
-            self._forks[msg.id] = params["threadId"]
+            msg.note(PARENT, params["threadId"])
         return None
 
     def _record(self, thread_id: str | None, names: frozenset[str]) -> None:
@@ -218,19 +221,17 @@ class EngineTools:
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:
-        return self._strip_frame(msg, "params")
+        return self._strip_frame(msg)
 
     def on_list(self, msg: Message) -> Decision:
         params = msg.params()
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
-            self._lists[msg.id] = params["threadId"]
-            while len(self._lists) > ANSWERED_KEPT:  # pages the sidecar answered itself never come back here
-                del self._lists[next(iter(self._lists))]
+            msg.note(LISTED, params["threadId"])
         return None
 
     def on_read_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        listed = self._lists.pop(pending.client_id, None)
-        parent = self._forks.pop(pending.client_id, None)
+        listed = pending.noted(LISTED)
+        parent = pending.noted(PARENT)
         if pending.method == "thread/fork" and parent is not None:
             inherited = self.names_for(parent)
             if inherited:
@@ -243,7 +244,9 @@ class EngineTools:
         if parent is not None:
             names = names | self.names_for(parent)
         stripped = without_engine_items(result, names)
-        return None if stripped is result else rewrite(msg.line, result=stripped)
+        if stripped is not result:
+            msg.set_result(stripped)
+        return None
 
     def visible_page(self, thread_id: str, page: Any) -> Any:
         """A page the sidecar answers from its archive, without the engine's items."""
@@ -253,15 +256,17 @@ class EngineTools:
         """Codex's turns of a thread (imported into the mirror), without the engine's items."""
         return without_engine_items(turns, self.names_for(thread_id))
 
-    def _strip_frame(self, msg: Message, member: str) -> Decision:
+    def _strip_frame(self, msg: Message) -> Decision:
         if not mentions_tool_call(msg.line):
             return None
-        value = decode(getattr(parse(msg.line), member))
+        value = msg.params()
         thread_id = value.get("threadId") if isinstance(value, dict) else None
         if not isinstance(thread_id, str):
             return None
         stripped = without_engine_items(value, self.names_for(thread_id))
-        return None if stripped is value else rewrite(msg.line, **{member: stripped})
+        if stripped is not value:
+            msg.set_params(stripped)
+        return None
 
     def status(self) -> dict[str, Any]:
         return {"tools": sorted(self.names), **self.stats}

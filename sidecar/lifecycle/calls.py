@@ -13,12 +13,16 @@ from engines import BootstrapParams, MaintainParams, RuntimeContext, optional_me
 from protocol.codex import callable_tool_names
 
 from ..host.contain import contained, raise_contained
+from ..relay import Message, Slot
 from ..session.options import LifecycleOptions
 from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, MaintainedOnOpening, ThreadSession, log_fields, token_budget
 from ..store.learned import LearnedFacts
 from ..thread import opening
 
 log = logging.getLogger("codex_sidecar.lifecycle")
+
+GIVEN_TOOLS = Slot[frozenset[str]]("calls.given_tools")
+"""A client's thread/start's own tool names, read before the engine's tools join them."""
 
 T = TypeVar("T")
 
@@ -30,9 +34,6 @@ class EngineCalls:
         self.learned = LearnedFacts(state_dir)
         """Each thread's learned facts (window, client tools, bootstrap),
         journaled by session (``sidecar.session.state.LearnedMachine``)."""
-        self.given_tools: dict[Any, frozenset[str]] = {}
-        """The client's own tool names of each ``thread/start`` in flight, by
-        client request id, read before the engine's tools are merged in."""
         info = engine.info if engine is not None else None
         self.engine_id: str = info.id if info is not None else "legacy"
         self.owns_compaction: bool = bool(getattr(info, "owns_compaction", False))
@@ -90,11 +91,13 @@ class EngineCalls:
         """``available_tools``: the client's own tools the thread was given."""
         return self.facts(session).tools or frozenset()
 
-    def note_client_tools(self, client_id: Any, params: Any) -> None:
-        """A client's ``thread/start``, before the engine's tools join it."""
+    def note_client_tools(self, msg: Message) -> None:
+        """A client's ``thread/start``, before the engine's tools join it:
+        its own tool names, kept on the request for its answer (:data:`GIVEN_TOOLS`)."""
+        params = msg.params()
         tools = params.get("dynamicTools") if isinstance(params, dict) else None
         if isinstance(tools, list):
-            self.given_tools[client_id] = callable_tool_names(tools)
+            msg.note(GIVEN_TOOLS, callable_tool_names(tools))
 
     def budget(self, session: ThreadSession) -> int:
         """The engine's token budget: ``token_budget`` when set, else the

@@ -132,13 +132,19 @@ class Lifecycle:
 
         preload()
 
+    def jobs(self) -> list[object]:
+        """What the table's handlers are methods of: the lifecycle and its jobs."""
+        jobs = [self, self.archived, self.opening, self.spares, self.reverts, self.turns, self.compaction]
+        jobs += [self.injections, self.finalizer, self.inplace, self.overflow, self.tools]
+        return [job for job in jobs if job is not None]
+
     def install(self, hooks: Hooks) -> None:
         """The hooks of :data:`sidecar.methods.METHODS` this lifecycle runs:
         the history part whatever the engine; with an engine its turn
         lifecycle, and the engine's tools if it has some. Without an engine
         nothing else is touched: a thread no rebuild ever moved passes byte
         for byte."""
-        methods.install(hooks, self, self.parts())
+        methods.install(hooks, self.jobs(), self.parts())
         if self.engine is None:
             return
         observed = getattr(getattr(self.proxy, "router", None), "observed", None)
@@ -160,13 +166,13 @@ class Lifecycle:
 
     def note_client_tools(self, msg: Message) -> Decision:
         """thread/start: the client's own tools, before the engine's join them."""
-        self.calls.note_client_tools(msg.id, msg.params())
+        self.calls.note_client_tools(msg)
         return None
 
     def splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:
         """No engine: a resume's or a fork's answer gets the archived turns
         (with an engine, ``Sessions.on_thread_response`` does it as the session opens)."""
-        params = self.requests.pop(pending.client_id) or {}
+        params = pending.remembered()
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):

@@ -27,7 +27,6 @@ class Injections:
         self.proxy = ctx.proxy
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
 
@@ -35,11 +34,11 @@ class Injections:
         return InjectedItems(injected_path(self.state_dir, session.thread_id))
 
     def on_inject(self, msg: Message) -> Decision:
-        self.requests.remember(msg.id, msg.params())
+        msg.remember_params()
         return None
 
     def on_inject_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self.requests.pop(pending.client_id) or {}
+        params = pending.remembered()
         thread_id, items = params.get("threadId"), params.get("items")
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(items, list) or not items:
             return None  # refused, or nothing: the thread holds nothing new

@@ -225,7 +225,7 @@ class Overflow:
         attempt's id, its ``turn/started`` and its copy of the input dropped."""
         if not self.renamed:
             return None
-        line = msg.wire()
+        line = msg.line
         retry_id = next((k for k in self.renamed if k in line), None)
         if retry_id is None:
             return None
@@ -235,7 +235,10 @@ class Overflow:
         if msg.method == "turn/completed":
             self.renamed.pop(retry_id, None)
             self.retries.pop(retry.session.thread_id, None)
-        return HANDLED if seen == "drop" else line.replace(retry_id, first_id)
+        if seen == "drop":
+            return HANDLED
+        msg.set_params(_renamed(msg.params(), _unquoted(retry_id), _unquoted(first_id)))
+        return None
 
     def on_turn_request(self, msg: Message) -> Decision:
         """``turn/interrupt``, ``turn/steer``: the first attempt's id means the retry."""
@@ -257,8 +260,24 @@ class Overflow:
         line = msg.line
         for retry_id, (first_id, _) in self.renamed.items():
             if retry_id in line:
-                return line.replace(retry_id, first_id)
+                msg.set_result(_renamed(msg.result(), _unquoted(retry_id), _unquoted(first_id)))
+                return None
         return None
+
+
+def _unquoted(quoted: bytes) -> str:
+    return quoted[1:-1].decode()
+
+
+def _renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` (decoded JSON) with every string ``old`` (a value or a key) as ``new``."""
+    if type(value) is str:
+        return new if value == old else value
+    if type(value) is dict:
+        return {(new if k == old else k): _renamed(v, old, new) for k, v in value.items()}
+    if type(value) is list:
+        return [_renamed(v, old, new) for v in value]
+    return value
 
 
 def _quoted(turn_id: str) -> bytes:

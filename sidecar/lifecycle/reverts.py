@@ -10,10 +10,8 @@ from typing import Any
 
 import trio
 
-from protocol import rewrite
-
 from ..history.archive import TurnArchive, archive_path
-from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
+from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError, Slot
 from ..session.context import LifecycleContext
 from ..session.state import AdditionSent, ThreadSession, Unfollowed
 from ..store.mirror import MirrorError
@@ -24,6 +22,10 @@ from .context import HistoryMoves
 from .injections import Injections
 
 log = logging.getLogger("codex_sidecar.lifecycle")
+
+INTO_ARCHIVE = Slot[bool]("reverts.into_archive")
+"""A client's thread/revert or thread/fork into turns a rebuild archived,
+sent to Codex as one to (or before) its first turn: a fork holds Codex's framing only."""
 
 REVERT_CUSTOM_TYPE = "codex-sidecar.client-revert"
 """Mirror entry that takes the turns a client's own ``thread/revert`` dropped off the session's path."""
@@ -37,22 +39,17 @@ class ClientReverts:
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
         self.archived = moves.archived
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
         self.rebuilder = moves.rebuilder
         self.spares = moves.spares
         self.injections = injections
-        self.archive_reverts: set[Any] = set()
-        """Client ids of thread/revert requests into archived turns, rewritten to Codex's first turn."""
-        self.archive_forks: set[Any] = set()
-        """The same for thread/fork: the fork holds Codex's framing only."""
         self._unanswered: dict[Any, ThreadSession] = {}
         """Client ids of client thread/reverts Codex has not answered, and their session."""
 
     def _remember(self, msg: Message) -> None:
         self.spares.client_start()
-        self.requests.remember(msg.id, msg.params())
+        msg.remember_params()
 
     def on_revert(self, msg: Message) -> Decision:
         """A client's own ``thread/revert``. The client's later requests on
@@ -77,7 +74,7 @@ class ClientReverts:
                 # running) must not assemble before Codex answered this revert.
                 opening.revert_sent(session, trio.Event())
                 self._unanswered[msg.id] = session
-        decision = self._redirect_if_archived(msg, ("beforeTurnId",), self.archive_reverts)
+        decision = self._redirect_if_archived(msg, ("beforeTurnId",))
         if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):
             # Before it goes: a kill after Codex carried it out but before its
             # answer is read must not leave the reverted turns in the mirror.
@@ -105,11 +102,11 @@ class ClientReverts:
         first turn); the fork's mirror and archive are cut at the client's
         turn, and its ledger says Codex holds nothing, so its first turn
         projects the engine's assembly."""
-        return self._redirect_if_archived(msg, ("lastTurnId", "beforeTurnId"), self.archive_forks)
+        return self._redirect_if_archived(msg, ("lastTurnId", "beforeTurnId"))
 
-    def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...], flagged: set[Any]) -> Decision:
+    def _redirect_if_archived(self, msg: Message, keys: tuple[str, ...]) -> Decision:
         self._remember(msg)
-        params = self.requests.get(msg.id) or {}
+        params = msg.remembered()
         thread_id = params.get("threadId")
         cut = next((params[k] for k in keys if isinstance(params.get(k), str)), None)
         if not isinstance(thread_id, str) or cut is None:
@@ -117,10 +114,10 @@ class ClientReverts:
         if not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
             return None
         self.proxy.router.gate(thread_id, id(msg))  # the client's later requests stay behind it
-        self.proxy.spawn(self._into_archive, msg, thread_id, flagged)
+        self.proxy.spawn(self._into_archive, msg, thread_id)
         return HANDLED
 
-    async def _into_archive(self, msg: Message, thread_id: str, flagged: set[Any]) -> None:
+    async def _into_archive(self, msg: Message, thread_id: str) -> None:
         """Send a client's revert or fork that names an archived turn to
         Codex as the same request before Codex's first turn."""
         try:
@@ -132,7 +129,7 @@ class ClientReverts:
             if isinstance(first, str):
                 params = {k: v for k, v in msg.params().items() if k != "lastTurnId"}
                 msg.set_params({**params, "beforeTurnId": first})  # encoded once, on the way out
-                flagged.add(msg.id)
+                msg.note(INTO_ARCHIVE, True)
             # else: Codex holds no turn (or did not say): the request goes as
             # it is, and Codex's answer (turn not found) reaches the client.
             self.proxy.router.forward_client_request(msg)
@@ -143,9 +140,8 @@ class ClientReverts:
         """The client reverted its thread itself: the turns it dropped must
         not come back in its reads, whatever the sidecar rebuilds later."""
         self._answered(pending.client_id)
-        params = self.requests.pop(pending.client_id) or {}
-        into_archive = pending.client_id in self.archive_reverts
-        self.archive_reverts.discard(pending.client_id)
+        params = pending.remembered()
+        into_archive = pending.noted(INTO_ARCHIVE) is True
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")
         holder = ("client-revert", pending.client_id)
         if msg.result() is None or not isinstance(thread_id, str) or not isinstance(before, str):
@@ -176,7 +172,9 @@ class ClientReverts:
             # Set now: a turn/start already queued for the slot follows it first.
             opening.unfollowed(session, Unfollowed(before, into_archive, frozenset(in_flight), holder))
         self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
-        return None if wrapped is None else rewrite(msg.line, result=wrapped)
+        if wrapped is not None:
+            msg.set_result(wrapped)
+        return None
 
     async def _expire_gate(self, thread_id: str, holder: Any) -> None:
         """The client's requests never wait longer than a turn/start would,

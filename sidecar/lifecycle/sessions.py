@@ -27,10 +27,10 @@ from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..thread import holdings, opening
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from . import resets
-from .calls import EngineCalls
+from .calls import GIVEN_TOOLS, EngineCalls
 from .context import HistoryMoves
 from .injections import Injections
-from .reverts import ClientReverts
+from .reverts import INTO_ARCHIVE, ClientReverts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -48,7 +48,6 @@ class Sessions:
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
         self.archived = moves.archived
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
         self.spares = moves.spares
@@ -62,7 +61,7 @@ class Sessions:
     def on_resume(self, msg: Message) -> Decision:
         self.remember_params(msg)
         self.spares.backing_resume(msg.params())
-        params = self.requests.get(msg.id)
+        params = msg.remembered()
         return self.archived.on_resume(msg, params) if params else None
 
     def remember_params(self, msg: Message) -> Decision:
@@ -71,14 +70,13 @@ class Sessions:
         return self.remember_request(msg)
 
     def remember_request(self, msg: Message) -> Decision:
-        self.requests.remember(msg.id, msg.params())
+        msg.remember_params()
         return None
 
     def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = self.requests.pop(pending.client_id) or {}
-        given = self.calls.given_tools.pop(pending.client_id, None)
-        framing_fork = pending.client_id in self.reverts.archive_forks
-        self.reverts.archive_forks.discard(pending.client_id)
+        params = pending.remembered()
+        given = pending.noted(GIVEN_TOOLS)
+        framing_fork = pending.noted(INTO_ARCHIVE) is True
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
         if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):

@@ -15,7 +15,7 @@ from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
 from ..projection import Projection, ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, request_text
-from ..relay import HANDLED, Decision, Message, PendingRequest
+from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
@@ -27,6 +27,9 @@ from .reverts import ClientReverts
 from .sessions import Sessions
 
 log = logging.getLogger("codex_sidecar.lifecycle")
+
+JOINED = Slot[ThreadSession]("turns.joined")
+"""A turn/start that joined a running turn (sent to Codex unchanged): its thread's session."""
 
 INSPECT_MESSAGES = 64
 """Assembled messages an inspection record lists (the newest)."""
@@ -40,15 +43,12 @@ class Turns:
         self.proxy = ctx.proxy
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
-        self.requests = ctx.requests
         self.options = ctx.options
         self.calls = calls
         self.sessions_job = sessions_job
         self.reverts = reverts
         self.rebuilder = moves.rebuilder
         self.spares = moves.spares
-        self._joins: dict[Any, ThreadSession] = {}
-        """Joining turn/starts sent to Codex and not answered yet, by client id."""
 
     def on_turn_start(self, msg: Message) -> Decision:
         try:
@@ -65,7 +65,6 @@ class Turns:
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
         if session.joins_running_turn():
             return self._join(session, msg)
-        self._joins.pop(msg.env.id, None)  # a join with this id was never answered (the child died): done
         # While this turn/start is held, the client's later requests on the
         # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
         # it. From now when the thread is idle or only finalising its last
@@ -86,7 +85,7 @@ class Turns:
         every ``userMessage`` after the first). A ``turn/start`` that comes
         while the thread's ``turn/start`` is still held (assembling) waits
         behind the gate and arrives here once that one is forwarded."""
-        self._joins[msg.id] = session
+        msg.note(JOINED, session)
         log.info("turn/start joins the running turn; forwarded unchanged", extra={"fields": self.calls.fields(session)})
         return None
 
@@ -386,13 +385,12 @@ class Turns:
         return result.messages
 
     def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        self.requests.pop(pending.client_id)
         if pending.thread_id is not None and not msg.env.error:
             # Codex took the turn/start: its settings stick for the thread's
             # later turns (a switch's first turn gets them again). Noted here,
             # off the request's path.
             self.spares.remember_sticky(pending.thread_id, pending.params)
-        joined = self._joins.pop(pending.client_id, None)
+        joined = pending.noted(JOINED)
         if joined is not None:
             self._joined(joined, msg)
             return None

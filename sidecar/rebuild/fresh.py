@@ -51,7 +51,6 @@ class Spares:
         self.archived = archived
         self.options = ctx.options
         self.sessions = ctx.sessions
-        self.requests = ctx.requests
         self.engine_id = engine_id
         self.engine_rebuilds = False
         """The engine was seen to rebuild, drop held content or report a
@@ -186,7 +185,7 @@ class Spares:
     def follow_to_retired(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client deleted or archived its thread: Codex did it to the
         current backing thread; the retired ones (its older history) follow."""
-        params = self.requests.pop(pending.client_id) or {}
+        params = pending.remembered()
         thread_id = params.get("threadId")
         alias = self.backing.aliases.get(thread_id) if isinstance(thread_id, str) else None
         if alias is not None and msg.env.error is msgspec.UNSET:

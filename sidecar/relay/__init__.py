@@ -9,7 +9,7 @@ See ``docs/relay.md``.
 
 from .control import ControlMethods
 from .edge import Edge
-from .messages import HANDLED, Decision, Hooks, Message, PendingRequest, RpcError
+from .messages import HANDLED, Decision, Hooks, Message, PendingRequest, RpcError, Slot
 from .router import Router
 from .shell import Proxy, ProxyOptions
 
@@ -25,4 +25,5 @@ __all__ = [
     "ProxyOptions",
     "Router",
     "RpcError",
+    "Slot",
 ]

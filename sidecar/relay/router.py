@@ -36,7 +36,6 @@ from protocol import (
     encode_request,
     experimental,
     parse,
-    rewrite,
 )
 from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
@@ -144,7 +143,7 @@ class Router:
         self.s2c = Counters()
         self.observed = Observed()
         self.negotiation = Negotiation(methods.notifications_read() if options.for_engine else None)
-        methods.install(self.hooks, self, {methods.Part.RELAY})
+        methods.install(self.hooks, (self.negotiation, self.observed), {methods.Part.RELAY})
         self.child_gone = False
         self.child_expected = Activity()
         """When the child will answer soon (a request went to it)."""
@@ -331,15 +330,11 @@ class Router:
             self._record(CLIENT_TO_CODEX, msg.line)
             self._to_client(encode_error(client_id, *dead_child_error(PendingRequest(client_id, method, client_id), None)), SIDECAR_TO_CLIENT)
             return
-        pending = self.pending.open(client_id, method)
+        pending = msg.request = self.pending.open(client_id, method)
         hooks = self.hooks.client_requests.get(method)
         if hooks:
-            chained = self._run_chain(hooks, msg, request=pending)
-            if chained is None:
+            if self._run_chain(hooks, msg, request=pending) is None:
                 return
-            if chained is not msg:  # a hook's new bytes
-                pending.original = msg.line
-            msg = chained
         if self.busy_poll:
             self.child_expected.last = perf_counter()
         pending.forwarded = True
@@ -439,15 +434,14 @@ class Router:
                 line = mapped
                 env = parse(line)
         if pending is not None:
-            if pending.wire_id is not pending.client_id:
-                line = rewrite(line, id=pending.client_id)
-                env = parse(line)
             hooks = self.hooks.responses.get(pending.method)
-            if hooks:
-                chained = self._run_chain(hooks, Message(env, line), pending)
-                if chained is None:
+            if hooks or pending.wire_id is not pending.client_id:
+                msg = Message(env, line)
+                if pending.wire_id is not pending.client_id:
+                    msg.set_id(pending.client_id)
+                if hooks and self._run_chain(hooks, msg, pending) is None:
                     return
-                line = chained.wire()
+                line = msg.wire()
         if self.busy_poll:
             self.client_expected.last = perf_counter()  # clients often ask again at once
         self._to_client(line, CODEX_TO_CLIENT, self.s2c)
@@ -511,7 +505,8 @@ class Router:
 
     def _run_chain(self, hooks: list[Any], msg: Message, pending: PendingRequest | None = None, request: PendingRequest | None = None) -> Message | None:
         """Run hooks in order; the message to forward, or None when one took it.
-        A hook's returned bytes replace the message for the hooks after it.
+        A hook changes the message through it (``set_params``/``set_result``),
+        seen by the hooks after it and encoded once when it leaves.
         A hook that raises fails open: the message goes on as it was.
         ``request``: a client request's pending entry, which keeps the params
         (and thread) the hooks read (the first message of the chain whose
@@ -530,8 +525,6 @@ class Router:
                     request.thread_id = msg.thread_id
             if decision is HANDLED:
                 return None
-            if decision is not None:
-                msg = Message(parse(decision), decision)
         return msg
 
 

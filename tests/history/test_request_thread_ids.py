@@ -12,13 +12,13 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.history.backing import THREAD_ID_KEYS, BackingThreads, map_thread_ids
+from sidecar.history.backing import BackingThreads, map_thread_ids, thread_keys
 
 CLIENT = "11111111-1111-4111-8111-111111111111"
 BACKING = "22222222-2222-4222-8222-222222222222"
 OTHER = "33333333-3333-4333-8333-333333333333"
 
-keys = st.sampled_from([*THREAD_ID_KEYS, "text", "name", "items", "input"])
+keys = st.sampled_from([*thread_keys()[0], "text", "name", "items", "input"])
 leaves = st.one_of(st.sampled_from([CLIENT, OTHER, "t", CLIENT + " in text"]), st.integers(), st.none(), st.booleans())
 values = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)), max_leaves=20)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engines import RuntimeContext, ToolCallResult, ToolSpec
-from protocol import encode_notification, encode_request, encode_response, parse
+from protocol import Kind, encode_notification, encode_request, encode_response, parse
 from sidecar.host.engine_tools import EngineTools
 from sidecar.host.offered import OfferedTools
 from sidecar.relay import HANDLED, Message, PendingRequest
@@ -65,17 +65,33 @@ def make(tmp_path: Path, answer: Any = None) -> tuple[EngineTools, Relay, Engine
 
 
 def msg(line: bytes) -> Message:
-    return Message(parse(line), line)
+    """A frame as the router hands it to hooks: a client request with its pending entry."""
+    env = parse(line)
+    if env.kind is Kind.REQUEST:
+        return Message(env, line, request=PendingRequest(env.id, env.method, env.id))  # type: ignore[arg-type]
+    return Message(env, line)
+
+
+def changed(hook: Any, m: Message, *args: Any) -> bytes:
+    """What a hook that changes ``m`` (and forwards it) makes of it on the wire."""
+    line = m.line
+    assert hook(m, *args) is None
+    out = m.wire()
+    assert out != line, "the hook changed the message"
+    return out
 
 
 async def _start(tools: EngineTools, relay: Relay, sessions: dict[str, ThreadSession], client_tools: list[dict]) -> bytes:
     line = encode_request(7, "thread/start", {"cwd": "/w", "dynamicTools": client_tools})
-    rewritten = tools.on_thread_start(msg(line))
-    assert isinstance(rewritten, bytes)
+    start = msg(line)
+    assert tools.on_thread_start(start) is None
+    rewritten = start.wire()
+    assert rewritten != line
     params = json.loads(rewritten)["params"]
     sessions[THREAD] = new_session(THREAD, "key", Path("/dev/null"))
     answer = encode_response(7, {"thread": {"id": THREAD}})
-    assert tools.on_started(msg(answer), PendingRequest(7, "thread/start", 7)) is None
+    assert start.request is not None
+    assert tools.on_started(msg(answer), start.request) is None
     await relay.run_spawned()  # the record is written
     return rewritten
 
@@ -135,12 +151,13 @@ async def test_the_engines_items_are_dropped_and_stripped_from_reads(tmp_path):
     assert tools.on_item(msg(encode_notification("item/completed", {"threadId": THREAD, "turnId": "t", "item": mine}))) is HANDLED
     assert tools.on_item(msg(encode_notification("item/started", {"threadId": THREAD, "turnId": "t", "item": theirs}))) is None
     completed = encode_notification("turn/completed", {"threadId": THREAD, "turn": {"id": "t", "items": [mine, theirs]}})
-    assert json.loads(tools.on_turn_completed(msg(completed)))["params"]["turn"]["items"] == [theirs]  # type: ignore[arg-type]
+    assert json.loads(changed(tools.on_turn_completed, msg(completed)))["params"]["turn"]["items"] == [theirs]
     listing = encode_request(11, "thread/items/list", {"threadId": THREAD})
-    assert tools.on_list(msg(listing)) is None
+    listed = msg(listing)
+    assert tools.on_list(listed) is None
     page = encode_response(11, {"data": [{"item": mine, "turnId": "t"}, {"item": theirs, "turnId": "t"}], "nextCursor": None})
-    stripped = tools.on_read_response(msg(page), PendingRequest(11, "thread/items/list", 11))
-    assert [e["item"]["id"] for e in json.loads(stripped)["result"]["data"]] == ["c2"]  # type: ignore[arg-type]
+    stripped = changed(tools.on_read_response, msg(page), listed.request)
+    assert [e["item"]["id"] for e in json.loads(stripped)["result"]["data"]] == ["c2"]
     plain = encode_response(12, {"thread": {"id": THREAD, "turns": [{"id": "t", "items": [theirs]}]}})
     assert tools.on_read_response(msg(plain), PendingRequest(12, "thread/read", 12)) is None
 
@@ -150,9 +167,10 @@ async def test_a_fork_inherits_its_parents_engine_tools(tmp_path):
     await _start(tools, relay, sessions, [])
     child = "01a20132-7ebc-77b0-b0eb-acc03048d214"
     mine = {"type": "dynamicToolCall", "id": "c1", "namespace": None, "tool": "lcm_grep", "arguments": {}}
-    assert tools.on_fork(msg(encode_request(20, "thread/fork", {"threadId": THREAD}))) is None
+    fork = msg(encode_request(20, "thread/fork", {"threadId": THREAD}))
+    assert tools.on_fork(fork) is None
     forked = encode_response(20, {"thread": {"id": child, "turns": [{"id": "t", "items": [mine]}]}})
-    stripped = tools.on_read_response(msg(forked), PendingRequest(20, "thread/fork", 20))
-    assert json.loads(stripped)["result"]["thread"]["turns"][0]["items"] == []  # type: ignore[arg-type]
+    stripped = changed(tools.on_read_response, msg(forked), fork.request)
+    assert json.loads(stripped)["result"]["thread"]["turns"][0]["items"] == []
     await relay.run_spawned()
     assert OfferedTools(tmp_path).get(child) == {"lcm_grep"}

@@ -20,7 +20,6 @@ import trio.testing
 from engines import ToolCallResult, ToolSpec
 from engines.api import EngineInfo
 from engines.testkit import RecordingEngine
-from protocol import encode_response, rewrite
 from sidecar import methods
 from sidecar.history.backing import BackingThreads, keyed_members
 from sidecar.lifecycle import Lifecycle
@@ -67,8 +66,8 @@ def registered(hooks: Hooks) -> list[tuple[str, str, Any]]:
     return [(kind, method, hook) for kind in KINDS for method, hs in getattr(hooks, kind).items() for hook in hs]
 
 
-def rows_of(kind: str, method: str, parts: set[Part]) -> list[str]:
-    """The handler paths the table gives ``kind`` of ``method`` in ``parts``, in order."""
+def rows_of(kind: str, method: str, parts: set[Part]) -> list[Any]:
+    """The handlers the table gives ``kind`` of ``method`` in ``parts``, in order."""
     source, column = KINDS[kind]
     return [getattr(r, column) for r in methods.installed(parts) if r.method == method and r.source is source and getattr(r, column)]
 
@@ -88,7 +87,7 @@ def test_every_hook_the_lifecycle_registers_is_a_table_row_in_the_tables_order(t
     assert got, "nothing installed"
     for kind in KINDS:
         for method, hs in getattr(hooks, kind).items():
-            expected = [methods.resolve(lc, path) for path in rows_of(kind, method, parts)]
+            expected = [methods.bind(handler, lc.jobs()) for handler in rows_of(kind, method, parts)]
             assert hs == expected, f"{kind} {method}: not the table's hooks in the table's order"
     # ... and every row of those parts is installed (nothing in the table is left out).
     wanted = sum(bool(r.request) + bool(r.response) for r in methods.installed(parts))
@@ -162,9 +161,13 @@ def test_the_engines_items_leave_before_the_mirror_and_after_the_archive(tmp_pat
 
 
 def test_phases_order_hooks_whatever_the_rows_order():
-    late = Row(method="x/y", request="b", phase=Phase.BACK)
-    early = Row(method="x/y", request="a", phase=Phase.SEE)
-    assert [r.request for r in methods.installed({Part.HISTORY}, (late, early))] == ["a", "b"]
+    def a(job: Any, msg: Message) -> None: ...
+
+    def b(job: Any, msg: Message) -> None: ...
+
+    late = Row(method="x/y", request=b, phase=Phase.BACK)
+    early = Row(method="x/y", request=a, phase=Phase.SEE)
+    assert [r.request for r in methods.installed({Part.HISTORY}, (late, early))] == [a, b]
 
 
 async def test_a_row_added_to_the_table_is_installed_and_routed_with_no_other_edit(tmp_path, monkeypatch):
@@ -172,19 +175,20 @@ async def test_a_row_added_to_the_table_is_installed_and_routed_with_no_other_ed
     ways once the table names it."""
     seen: list[str] = []
 
-    def on_request(self, msg: Message) -> bytes:
+    def on_request(self, msg: Message) -> None:
         seen.append("request")
-        return rewrite(msg.line, params={**msg.params(), "noted": True})
+        msg.set_params({**msg.params(), "noted": True})
 
-    def on_response(self, msg: Message, pending: PendingRequest) -> bytes:
+    def on_response(self, msg: Message, pending: PendingRequest) -> None:
         seen.append("response")
-        return encode_response(pending.client_id, {"answeredBy": "the table's row"})
+        msg.set_result({"answeredBy": "the table's row"})
 
-    monkeypatch.setattr(methods, "METHODS", (*METHODS, Row(method="fake/method", request="turns.on_fake", response="turns.on_fake_answer", part=Part.ENGINE)))
     from sidecar.lifecycle.turns import Turns
 
     monkeypatch.setattr(Turns, "on_fake", on_request, raising=False)
     monkeypatch.setattr(Turns, "on_fake_answer", on_response, raising=False)
+    row = Row(method="fake/method", request=Turns.on_fake, response=Turns.on_fake_answer, part=Part.ENGINE)  # type: ignore[attr-defined]
+    monkeypatch.setattr(methods, "METHODS", (*METHODS, row))
     async with sidecar(tmp_path, make_engine()) as run:
         answer = await run.request("fake/method", {"threadId": CLIENT})
     assert seen == ["request", "response"]
@@ -219,6 +223,14 @@ def test_the_edges_key_list_is_the_tables_column():
     assert not keyed_members(methods.thread_id_keys()).search(b'{"fakeThreadId":"' + BACKING.encode() + b'"}')
 
 
+def test_a_handler_no_job_has_is_refused_at_install():
+    """A row's handler binds to the one job of its class: none is an error, not a silent skip."""
+    from sidecar.lifecycle.turns import Turns
+
+    with pytest.raises(LookupError, match="on_turn_start"):
+        methods.install(Hooks(), (object(),), {Part.ENGINE}, (Row(method="x/y", request=Turns.on_turn_start, part=Part.ENGINE),))
+
+
 def test_a_response_hook_on_a_notification_row_is_refused():
     with pytest.raises(ValueError, match="only a client request"):
-        methods.install(Hooks(), object(), {Part.HISTORY}, (Row(method="x/y", source=Sender.NOTIFICATION, response="a"),))
+        methods.install(Hooks(), (), {Part.HISTORY}, (Row(method="x/y", source=Sender.NOTIFICATION, response=lambda job, msg, pending: None),))

@@ -152,7 +152,7 @@ def test_status_says_what_each_side_declared():
 
 def test_the_sidecar_keeps_every_notification_a_hook_reads():
     """A new notification row is kept from the client's opt-outs with no other edit."""
-    rows = (*methods.METHODS, methods.Row(method="thread/new/thing", source=methods.Sender.NOTIFICATION, request="x.y", part=methods.Part.ENGINE))
+    rows = (*methods.METHODS, methods.Row(method="thread/new/thing", source=methods.Sender.NOTIFICATION, request=lambda job, msg: None, part=methods.Part.ENGINE))
     assert "thread/new/thing" in methods.notifications_read(rows)
     assert {"item/completed", "turn/completed", "turn/started", "thread/tokenUsage/updated"} <= set(NEEDS)
 

@@ -299,9 +299,7 @@ async def test_a_failing_hook_fails_open(tmp_path):
 async def test_response_hook_can_rewrite_and_status_tracks_threads_and_version():
     hooks = Hooks()
     def add_thread(msg, pending):
-        body = json.loads(msg.line)
-        body["result"]["thread"] = {"id": "thr_x"}
-        return frame(body)
+        msg.set_result({**msg.result(), "thread": {"id": "thr_x"}})
 
     hooks.on_response("thread/start", add_thread)
     async with proxied(child("echo_rpc.py"), env={"ECHO_RPC_QUIET": "1"}, hooks=hooks) as c:

@@ -153,7 +153,7 @@ def test_hooks_chain_rewrites_and_the_first_handled_stops_the_chain(wire):
     seen = []
 
     def add_flag(msg):
-        return msg.line.replace(b'"params":{}', b'"params":{"flag":1}')
+        msg.set_params({**msg.params(), "flag": 1})
 
     def look(msg):
         seen.append(msg.params())
@@ -162,7 +162,7 @@ def test_hooks_chain_rewrites_and_the_first_handled_stops_the_chain(wire):
     w.router.hooks.on_client_request("turn/start", add_flag)
     w.router.hooks.on_client_request("turn/start", look)
     w.router.from_client(b'{"id":1,"method":"turn/start","params":{}}')
-    assert seen == [{"flag": 1}], "the later hook sees the earlier one's bytes"
+    assert seen == [{"flag": 1}], "the later hook sees the earlier one's params"
     assert w.child.take() == [b'{"id":1,"method":"turn/start","params":{"flag":1}}']
 
     w.router.hooks.on_server_notification("turn/started", lambda msg: HANDLED)
@@ -184,6 +184,34 @@ def test_every_hook_on_a_message_shares_one_decode_of_its_params(wire, monkeypat
     w.router.from_client(b'{"id":1,"method":"turn/start","params":{"threadId":"t","input":[]}}')
     assert seen == [{"threadId": "t", "input": []}] * 3
     assert len(decodes) == 1, "the params were decoded once for all three hooks"
+
+
+def test_an_answer_every_hook_reads_and_one_changes_is_decoded_once_and_encoded_once(wire, monkeypatch):
+    """An aliased request's answer: its id given back, its result read by
+    three hooks and changed by one, the request's state read back from the
+    pending entry: one decode, one encode, every other field kept."""
+    import sidecar.relay.messages as messages
+    from sidecar.relay import Slot
+
+    counts = {"decode": 0, "encode": 0}
+    real_decode, real_encode = messages.decode, messages.encode
+    monkeypatch.setattr(messages, "decode", lambda raw: counts.__setitem__("decode", counts["decode"] + 1) or real_decode(raw))
+    monkeypatch.setattr(messages, "encode", lambda value: counts.__setitem__("encode", counts["encode"] + 1) or real_encode(value))
+    w = wire()
+    noted = Slot[str]("test.noted")
+    seen = []
+    w.router.hooks.on_client_request("thread/start", lambda msg: msg.note(noted, "kept"))
+    w.router.hooks.on_response("thread/start", lambda msg, pending: seen.append((pending.noted(noted), msg.result())))
+    w.router.hooks.on_response("thread/start", lambda msg, pending: msg.set_result({**msg.result(), "added": True}))
+    w.router.hooks.on_response("thread/start", lambda msg, pending: seen.append(msg.result()))
+    w.router.from_client(frame({"id": PREFIX + "7", "method": "thread/start", "params": {}}))
+    [sent] = loads(w.child.take())
+    assert sent["id"] != PREFIX + "7", "aliased"
+    counts.update(decode=0, encode=0)
+    w.router.from_child(frame({"id": sent["id"], "result": {"thread": {"id": "thr"}}, "extra": 1}))
+    assert seen == [("kept", {"thread": {"id": "thr"}}), {"thread": {"id": "thr"}, "added": True}]
+    assert counts == {"decode": 1, "encode": 1}
+    assert loads(w.client.take()) == [{"id": PREFIX + "7", "result": {"thread": {"id": "thr"}, "added": True}, "extra": 1}]
 
 
 def test_a_pending_request_carries_the_params_and_thread_its_hooks_read(wire, monkeypatch):
@@ -211,12 +239,13 @@ def test_a_pending_request_carries_the_params_and_thread_its_hooks_read(wire, mo
     assert answered == [("t1", {"threadId": "t1", "input": []})], "the response's hook finds the thread on the request"
 
 
-def test_a_pending_request_keeps_the_params_of_the_chain_s_first_read(wire):
+def test_a_pending_request_keeps_the_client_s_params_as_read_not_a_hook_s_change(wire):
     w = wire()
-    w.router.hooks.on_client_request("turn/start", lambda msg: msg.line.replace(b'"input":[]', b'"input":[1]'))
+    w.router.hooks.on_client_request("turn/start", lambda msg: msg.set_params({**msg.params(), "input": [1]}))
     w.router.hooks.on_client_request("turn/start", lambda msg: msg.params() and None)
     w.router.from_client(b'{"id":1,"method":"turn/start","params":{"threadId":"t1","input":[]}}')
-    assert w.router.pending.find(1).params == {"threadId": "t1", "input": [1]}
+    assert w.router.pending.find(1).params == {"threadId": "t1", "input": []}
+    assert w.child.take() == [b'{"id":1,"method":"turn/start","params":{"threadId":"t1","input":[1]}}']
 
 
 def test_a_raising_hook_fails_open_and_the_chain_goes_on(wire, caplog):

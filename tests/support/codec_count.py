@@ -7,7 +7,8 @@ decode whose input holds it, an encode whose caller holds a value holding it.
 A unique marker in one request's text attributes calls to that request and
 to nothing else (an engine's messages, the mirror, other frames). Counting
 stops when a line holding the marker is queued on an outbox (for a client
-request: it leaves for the child).
+request: it leaves for the child); with ``legs=2``, when the second one is
+(its answer reaches the client), each leg counted apart in ``legs``.
 
 Decodes with the relay's routing decoder (the ``Envelope``: id and method,
 params kept raw) are counted apart as ``parses``.
@@ -39,9 +40,13 @@ class Counts:
     encodes: list[str] = field(default_factory=list)
     sent: bool = False
     """The line reached an outbox: counting stopped."""
+    legs: list[Counts] = field(default_factory=list)
+    """Per line queued (the request to the child, then its answer to the client)."""
 
     def add(self, kind: str, where: str) -> None:
         getattr(self, kind + "s").append(where)
+        if self.legs:
+            self.legs[-1].add(kind, where)
 
     def __str__(self) -> str:
         return f"{len(self.decodes)} decodes {self.decodes}, {len(self.encodes)} encodes {self.encodes}, {len(self.parses)} envelope parses {self.parses}"
@@ -79,10 +84,11 @@ def _kind(fn: Any) -> str | None:
 
 
 @contextmanager
-def counted(marker: bytes) -> Iterator[Counts]:
+def counted(marker: bytes, legs: int = 1) -> Iterator[Counts]:
     """Count until the first line holding ``marker`` is queued on an outbox
-    (the relay's way out to the child); the block must get it there."""
-    counts = Counts()
+    (the relay's way out to the child), or the ``legs``-th; the block must
+    get them there."""
+    counts = Counts(legs=[Counts()])
     put_line = Outbox.put_line.__code__
 
     def profile(frame: Any, event: str, arg: Any) -> None:
@@ -94,7 +100,11 @@ def counted(marker: bytes) -> Iterator[Counts]:
                 counts.add(kind, f"{frame.f_globals['__name__']}.{frame.f_code.co_qualname}")
         elif event == "call":
             if frame.f_code is put_line and marker in frame.f_locals.get("line", b""):
-                counts.sent = True
+                counts.legs[-1].sent = True
+                if len(counts.legs) == legs:
+                    counts.sent = True
+                else:
+                    counts.legs.append(Counts())
                 return
             kind = _JSON_CODES.get(frame.f_code)
             if kind is not None and _ours(frame.f_back) and any(_holds(v, marker) for v in frame.f_locals.values()):
