@@ -15,7 +15,7 @@ from protocol.codex import callable_tool_names
 from ..host.contain import contained, raise_contained
 from ..session.options import LifecycleOptions
 from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, ThreadSession, log_fields, token_budget
-from ..store.learned import LearnedFacts
+from .learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 

@@ -34,7 +34,7 @@ process learns only in memory is gone by the next turn. Four facts matter:
 owns its state: events go in (:meth:`LearnedMachine.handle`), the new state
 and the actions to carry out come out. It does no I/O; the only action is
 :class:`Journal`, an entry the store appends to the session's journal
-(``sidecar.store.learned``) before anything relies on it. An event that
+(``sidecar.store.learned``'s :class:`LearnedEntry`) before anything relies on it. An event that
 changes nothing yields no action, so Codex reporting the same window on every
 turn costs no write. :func:`replay` turns a journal back into the state.
 
@@ -61,6 +61,7 @@ from engines import AgentMessage, PromptCacheInfo, Usage
 
 from ..store.injected import Injection
 from ..store.inspect import InspectLog
+from ..store.learned import LearnedEntry
 from ..store.ledger import Ledger
 from ..store.mirror import TranscriptMirror
 from .planner import FingerprintCache
@@ -453,7 +454,7 @@ LearnedEvent = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | Ma
 class Journal(msgspec.Struct, frozen=True):
     """Append this entry to the session's journal."""
 
-    entry: dict[str, Any]
+    entry: LearnedEntry
 
 
 # ----------------------------------------------------------------- state
@@ -474,22 +475,22 @@ class LearnedMachine:
                 if tokens <= 0 or tokens == state.window:
                     return []
                 self.state = msgspec.structs.replace(state, window=tokens)
-                return [Journal({"thread": self.thread_id, "window": tokens})]
+                return [Journal(LearnedEntry(self.thread_id, window=tokens))]
             case ToolsGiven(names):
                 if names == state.tools:
                     return []
                 self.state = msgspec.structs.replace(state, tools=frozenset(names))
-                return [Journal({"thread": self.thread_id, "tools": sorted(names)})]
+                return [Journal(LearnedEntry(self.thread_id, tools=tuple(sorted(names))))]
             case Bootstrapped():
                 self.state = msgspec.structs.replace(state, bootstrapped=True, opened_here=True)
                 if state.bootstrapped:
                     return []
-                return [Journal({"thread": self.thread_id, "bootstrapped": True})]
+                return [Journal(LearnedEntry(self.thread_id, bootstrapped=True))]
             case AdditionSent(digest):
                 if digest == state.addition:
                     return []
                 self.state = msgspec.structs.replace(state, addition=digest)
-                return [Journal({"thread": self.thread_id, "addition": digest})]
+                return [Journal(LearnedEntry(self.thread_id, addition=digest))]
             case BootstrapFailed() | MaintainedOnOpening():
                 self.state = msgspec.structs.replace(state, opened_here=True)
                 return []
@@ -517,7 +518,7 @@ class LearnedMachine:
         window = self.state.window
         if window is None or session.window is not None:
             return []
-        return [Journal({"thread": self.thread_id, "window": window})]
+        return [Journal(LearnedEntry(self.thread_id, window=window))]
 
     def opening_step(self, had_history: bool) -> Literal["bootstrap", "maintain"] | None:
         """What the first turn of the session in this process runs before it
@@ -534,32 +535,28 @@ class LearnedMachine:
         return "maintain" if self.state.bootstrapped else "bootstrap"
 
 
-def replay(entries: Iterable[Any], thread_id: str) -> Learned:
+def replay(entries: Iterable[LearnedEntry], thread_id: str) -> Learned:
     """The state a session journal gives a thread: the newest window any of
     the session's threads reported, this thread's tools and addition,
-    bootstrapped if any entry says so. Entries of unknown shape are skipped."""
+    bootstrapped if any entry says so. (Lines of unknown shape never get
+    here: the store's typed decoder reports and skips them.)"""
     window: int | None = None
     tools: frozenset[str] | None = None
     bootstrapped = False
     addition: str | None = None
     for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        value = entry.get("window")
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            window = value
-        names = entry.get("tools")
-        if entry.get("thread") == thread_id and isinstance(names, list):
-            tools = frozenset(n for n in names if isinstance(n, str))
-        if entry.get("bootstrapped") is True:
+        if isinstance(entry.window, int) and entry.window > 0:
+            window = entry.window
+        if entry.thread == thread_id and isinstance(entry.tools, tuple):
+            tools = frozenset(entry.tools)
+        if entry.bootstrapped is True:
             bootstrapped = True
-        if entry.get("thread") == thread_id and "addition" in entry:
-            digest = entry["addition"]
-            addition = digest if isinstance(digest, str) else None
+        if entry.thread == thread_id and not isinstance(entry.addition, msgspec.UnsetType):
+            addition = entry.addition
     return Learned(window=window, tools=tools, bootstrapped=bootstrapped, addition=addition)
 
 
-def restore(own: Iterable[Any], session: Iterable[Any], thread_id: str) -> Learned:
+def restore(own: Iterable[LearnedEntry], session: Iterable[LearnedEntry], thread_id: str) -> Learned:
     """The state a thread's first read in a process gives it: the journal
     kept under the thread's own key (``own``: until its session was known,
     or while it was a session of its own) read before the session's. The

@@ -43,7 +43,7 @@ def inspect_text_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path
     return Path(state_dir) / "inspect-text" / session_path(state_dir, thread_id).name
 
 
-def append_record(path: Path, record: dict[str, Any]) -> bool:
+def append_record(path: Path, record: object) -> bool:
     """Append one JSON line in one write (0600 file, 0700 folder); best
     effort: an error is swallowed (False), the caller's turn goes on.
 

@@ -254,7 +254,7 @@ def test_a_thread_s_facts_are_read_again_once_its_session_is_known(tmp_path):
     to it."""
     from sidecar.lifecycle.calls import EngineCalls
     from sidecar.session.state import Bootstrapped, ThreadSession, WindowReported
-    from sidecar.store.learned import LearnedFacts
+    from sidecar.lifecycle.learned import LearnedFacts
 
     LearnedFacts(tmp_path).learn("t0", "codex-abc", Bootstrapped())  # an earlier process of the session
     calls = EngineCalls(None, options(), tmp_path)
