@@ -65,6 +65,7 @@ from typing import Any, Self
 import msgspec
 
 from .private import private_dir
+from .records import skipped
 
 log = logging.getLogger("codex_sidecar.mirror")
 
@@ -75,7 +76,21 @@ ID_HEX_CHARS = 16
 Writer = Callable[[int, "bytes | memoryview"], int]
 
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+"""A line is a JSON object (typed: anything else does not decode)."""
+
+
+class EntryHead(msgspec.Struct):
+    """What the index needs of every entry but the header, whatever its
+    type (OpenClaw's own ``model_change``, ``custom_message``, ... too): a
+    ``type`` and an ``id``, both strings. The rest of the entry is kept as
+    written: it is copied verbatim into a fork, and what a ``message`` or
+    ``compaction`` means is the mirror's to read."""
+
+    type: str
+    id: str
+
+
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
@@ -299,6 +314,7 @@ class SessionFile:
         self._size = 0
         self._torn_tail = False
         self._skipped = 0
+        self._lines = 0  # complete lines before _size: the next line's number is one more
 
     @staticmethod
     def _stat_ident(st: os.stat_result) -> tuple[int, int]:
@@ -322,9 +338,10 @@ class SessionFile:
         data = self._read(offset)
         lines = data.split(b"\n")
         tail = lines.pop()  # b"" when the data ends with a newline
-        for raw in lines:
+        for number, raw in enumerate(lines, self._lines + 1):
             if raw.strip():
-                self._index_line(raw)
+                self._index_line(raw, number)
+        self._lines += len(lines)
         if tail:
             # No newline at the end: a writer died mid-write (or the disk
             # filled). A strict prefix of a JSON object never parses, so the
@@ -333,9 +350,9 @@ class SessionFile:
             # with a newline.
             self._torn_tail = True
             if self._complete_entry(tail):
-                self._index_line(tail)
+                self._index_line(tail, self._lines + 1)
             else:
-                log.warning("mirror ends in a torn line; skipped", extra={"fields": {"path": str(self.path)}})
+                log.warning("mirror ends in a torn line; skipped", extra={"fields": {"path": str(self.path), "line": self._lines + 1}})
         elif data:
             self._torn_tail = False
         self._size = offset + len(data)
@@ -343,18 +360,17 @@ class SessionFile:
     @staticmethod
     def _complete_entry(raw: bytes) -> bool:
         try:
-            return isinstance(_decode(raw), dict)
+            _decode(raw)
+            return True
         except (msgspec.DecodeError, UnicodeDecodeError):
             return False
 
-    def _index_line(self, raw: bytes) -> None:
+    def _index_line(self, raw: bytes, number: int) -> None:
         try:
             obj = _decode(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            obj = None
-        if not isinstance(obj, dict):
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             self._skipped += 1
-            log.warning("mirror line is not a JSON object; skipped", extra={"fields": {"path": str(self.path)}})
+            skipped(self.path, number, exc)
             return
         if obj.get("type") == "session":
             if not self.header:
@@ -362,10 +378,11 @@ class SessionFile:
             return
         if not self.header:
             raise MirrorError(f"{self.path} is not an OpenClaw session file (no session header first)")
-        entry_id = obj.get("id")
-        if not isinstance(entry_id, str) or not isinstance(obj.get("type"), str):
+        try:
+            entry_id = msgspec.convert(obj, EntryHead).id
+        except msgspec.ValidationError as exc:
             self._skipped += 1
-            log.warning("mirror entry without type or id; skipped", extra={"fields": {"path": str(self.path)}})
+            skipped(self.path, number, exc)
             return
         if entry_id in self._by_id:
             return  # a duplicate line (e.g. two racing forks without the lock): first one wins
@@ -520,6 +537,7 @@ class SessionFile:
                 f"cannot write mirror {self.path}: {os.strerror(exc.errno or 0)} ({code})"
             ) from None
         self._size += len(line)
+        self._lines += 2 if self._torn_tail else 1
         self._torn_tail = False
 
     def _append(self, key: str, build: EntryBuilder) -> bool:
