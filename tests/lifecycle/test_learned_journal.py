@@ -10,9 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+from sidecar.lifecycle.learned import LearnedFacts
 from sidecar.session.state import Bootstrapped, Learned, ToolsGiven, WindowReported
 from sidecar.store.inspect import decode_records
-from sidecar.lifecycle.learned import LearnedFacts
 from sidecar.store.learned import learned_path
 from tests.support.harness import ROOT
 

@@ -4,8 +4,6 @@ reported by file and line and skipped."""
 
 from __future__ import annotations
 
-import logging
-
 from sidecar.session.state import Learned, replay
 from sidecar.store.learned import LearnedEntry, append_entry, learned_path, read_journal
 
