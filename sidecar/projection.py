@@ -112,7 +112,6 @@ raise :class:`ValueError`.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -130,6 +129,8 @@ from engines.api import (
     UserMessage,
 )
 from engines.tokens import CHARS_PER_TOKEN  # the estimate's 4, OpenClaw's too
+
+from .bounded import TOOL_ARGS_PREVIEW_CHARS, args_preview, image_placeholder, neutralize, one_line, split_utf8, truncate
 
 __all__ = [
     "ADDITIONAL_CONTEXT_KEY",
@@ -150,6 +151,7 @@ __all__ = [
     "char_budget_for_tokens",
     "input_text_chars",
     "project_turn_input",
+    "split_utf8",
     "strip_projected_context",
     "request_text",
     "user_request",
@@ -180,14 +182,9 @@ orders the keys by name: ``openclaw_context``, ``openclaw_context_002``, ..."""
 #: Codex's cap on the summed characters of a turn's text input items.
 CODEX_MAX_INPUT_CHARS = 1 << 20  # 1,048,576
 
-#: Longest rendered tool-call argument preview (characters, ``…`` included).
-TOOL_ARGS_PREVIEW_CHARS = 200
-
 #: Bounds of the per-text-part limit derived from ``char_budget``.
 MIN_TEXT_PART_CHARS = 2_000
 MAX_TEXT_PART_CHARS = 128_000
-
-_NAME_CHARS = 100  # tool names, mime types: one short line
 
 _PREFIX = f"{CONTEXT_HEADER}\n{CONTEXT_SAFETY_NOTE}\n\n{CONTEXT_OPEN}\n"
 _SUFFIX = f"\n{CONTEXT_CLOSE}\n\n{REQUEST_HEADER}\n"
@@ -197,10 +194,6 @@ _ENTRY_SEPARATOR = "\n\n"
 OUT_OF_LINE_STAND_IN = re.compile(r"\[large [^\n\]]{1,120} kept out of line: [^\s,\]]{1,200}, \d+ tokens, not shown here\.")
 """How an engine's stand-in for a tool output kept out of line starts (see
 the rendering rules): the projection shows such a tool result's text."""
-
-_TAG_RE = re.compile(r"<(\s*/?\s*conversation_context)", re.IGNORECASE)
-_DOLLAR_MENTION_RE = re.compile(r"\$(?=[A-Za-z0-9_:-])")
-_AT_MENTION_RE = re.compile(r"\[@(?=[A-Za-z0-9_:-]+\]\()")
 
 ProjectionErrorReason = Literal["input_too_large", "budget_too_small", "already_projected", "invalid_input"]
 
@@ -274,39 +267,6 @@ class Projection(msgspec.Struct, frozen=True):
 # ---------------------------------------------------------------------------
 # Public helpers
 # ---------------------------------------------------------------------------
-
-
-def split_utf8(text: str, limit: int) -> list[str]:
-    """``text`` in consecutive parts of at most ``limit`` UTF-8 bytes, cut at
-    line ends where possible; joining the parts gives ``text`` back."""
-    parts: list[str] = []
-    current: list[str] = []
-    size = 0
-    for line in text.splitlines(keepends=True):
-        n = len(line.encode("utf-8"))
-        if n > limit:  # a line too long on its own: cut it by characters
-            if current:
-                parts.append("".join(current))
-                current, size = [], 0
-            piece: list[str] = []
-            piece_size = 0
-            for ch in line:
-                b = len(ch.encode("utf-8"))
-                if piece_size + b > limit:
-                    parts.append("".join(piece))
-                    piece, piece_size = [], 0
-                piece.append(ch)
-                piece_size += b
-            current, size = piece, piece_size
-            continue
-        if size + n > limit and current:
-            parts.append("".join(current))
-            current, size = [], 0
-        current.append(line)
-        size += n
-    if current:
-        parts.append("".join(current))
-    return parts
 
 
 def char_budget_for_tokens(token_budget: int | None, *, chars_per_token: float = CHARS_PER_TOKEN) -> int | None:
@@ -411,64 +371,6 @@ def input_text_chars(input_items: Sequence[Mapping[str, Any]]) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _one_line(value: Any, limit: int = _NAME_CHARS) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _canonical(value: Any) -> Any:
-    """JSON-ready copy with string keys, so sorting never compares mixed types."""
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, child in value.items():
-            if isinstance(key, str):
-                name = key
-            elif key is None or isinstance(key, (bool, int, float)):
-                name = json.dumps(key)
-            else:
-                name = f"<{type(key).__name__}>"
-            out[name] = _canonical(child)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_canonical(child) for child in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted(_canonical_json(_canonical(child)) for child in value)
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    return f"<{type(value).__name__}>"  # never repr(): it may hold an address
-
-
-def _canonical_json(value: Any) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):  # e.g. circular data
-        return f"<{type(value).__name__}>"
-
-
-def _args_preview(arguments: Any) -> str:
-    text = _canonical_json(_canonical(arguments))
-    if len(text) > TOOL_ARGS_PREVIEW_CHARS:
-        text = text[: TOOL_ARGS_PREVIEW_CHARS - 1] + "…"
-    return text
-
-
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n[truncated {len(text) - limit} chars]"
-
-
-def _neutralize(body: str) -> str:
-    body = _TAG_RE.sub(r"&lt;\1", body)
-    body = _DOLLAR_MENTION_RE.sub("＄", body)
-    return _AT_MENTION_RE.sub("[＠", body)
-
-
-def _image_placeholder(block: ImageBlock) -> str:
-    mime = _one_line(block.mime_type) if isinstance(block.mime_type, str) and block.mime_type.strip() else ""
-    return f"[image: {mime}]" if mime else "[image]"
-
-
 def _replayed_text(text: str) -> str:
     """A history text part as the replay shows it: an earlier projection
     recorded in the history reduces to its request, never nests its context."""
@@ -492,13 +394,13 @@ def _render_parts(content: Any, part_limit: int) -> list[str]:
         if isinstance(block, TextBlock):
             text = _replayed_text(block.text).strip()
             if text:
-                parts.append(_truncate(text, part_limit))
+                parts.append(truncate(text, part_limit))
         elif isinstance(block, ImageBlock):
-            parts.append(_image_placeholder(block))
+            parts.append(image_placeholder(block))
         elif isinstance(block, ThinkingBlock):
             continue  # reasoning is never replayed as text
         elif isinstance(block, ToolCallBlock):
-            parts.append(f"[tool call: {_one_line(block.name)} {_args_preview(block.arguments)}]")
+            parts.append(f"[tool call: {one_line(block.name)} {args_preview(block.arguments)}]")
         # anything else (a block type added later) is left out
     return parts
 
@@ -507,7 +409,7 @@ def _tool_result_line(message: ToolResultMessage) -> str:
     chars = sum(len(b.text) for b in message.content if isinstance(b, TextBlock))
     images = sum(1 for b in message.content if isinstance(b, ImageBlock))
     status = "error" if message.is_error else "ok"
-    line = f"[tool result: {_one_line(message.tool_name)} {status}, {chars} chars"
+    line = f"[tool result: {one_line(message.tool_name)} {status}, {chars} chars"
     if images:
         line += f", {images} image{'s' if images != 1 else ''}"
     return line + "]"
@@ -526,7 +428,7 @@ def _tool_result_parts(message: ToolResultMessage, part_limit: int) -> list[str]
     if stand_in is None:
         return [_tool_result_line(message)]
     status = "error" if message.is_error else "ok"
-    return [f"[tool result: {_one_line(message.tool_name)} {status}, kept out of line]", _truncate(stand_in, part_limit)]
+    return [f"[tool result: {one_line(message.tool_name)} {status}, kept out of line]", truncate(stand_in, part_limit)]
 
 
 def _render_entry(message: Any, part_limit: int) -> str | None:
@@ -539,12 +441,12 @@ def _render_entry(message: Any, part_limit: int) -> str | None:
         label, parts = "toolResult", _tool_result_parts(message, part_limit)
     elif isinstance(message, CompactionSummaryMessage):
         summary = message.summary.strip()
-        label, parts = "summary", [_truncate(summary, part_limit)] if summary else []
+        label, parts = "summary", [truncate(summary, part_limit)] if summary else []
     else:
         return None
     if not parts:
         return None
-    return f"[{label}]\n{_neutralize(chr(10).join(parts))}"
+    return f"[{label}]\n{neutralize(chr(10).join(parts))}"
 
 
 def _omitted_line(count: int) -> str:

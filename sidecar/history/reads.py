@@ -11,7 +11,8 @@ puts them back where Codex would have shown them:
 * ``thread/turns/list``: a newest-first listing continues into them once
   Codex has no more, an oldest-first one starts with them; pages of
   archived turns carry the sidecar's own cursors, answered here and never
-  forwarded (see :func:`sidecar.history.archive.hidden_page`).
+  forwarded (see :func:`sidecar.history.archive.hidden_page`); the
+  listings are answered by its part :class:`sidecar.history.listings.ArchivedListings`.
 
 Codex keeps one read state a Codex thread, and a rebuild takes the turns
 it knew about away (a revert drops them, a switch leaves them on the
@@ -35,52 +36,32 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
-from protocol import encode_response
-
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, Slot
+from ..relay import Decision, Message, PendingRequest, Proxy, Slot
 from .archive import (
     ARCHIVED_DIR,
     CURSOR_PREFIX,
     UNKNOWN,
     TurnArchive,
-    anchored_position,
     archive_path,
     backwards_cursor,
-    codex_cursor_from_start,
     cut_for_fork,
-    decode_cursor,
-    encode_cursor,
-    entry_times,
     hidden_page,
-    in_view,
     item_entries,
     splice_turns,
-    unwrap_cursor,
     wrap_cursor,
 )
+from .listings import ArchivedListings, Visible
 
 # What a client request's hooks keep on it for its answer's (PendingRequest.note):
 WITH_TURNS = Slot[bool]("reads.with_turns")
 """A thread/read's ``includeTurns``."""
-SPLICE = Slot[tuple[str, str, str, Any, dict[str, Any]]]("reads.splice")
-"""A listing to splice: (space, thread id, direction, limit, params)."""
-WRAP = Slot[str]("reads.wrap")
-"""The space (turns, items) of a listing whose cursors to wrap."""
 
 
-class Visible(Protocol):
-    """What the client may see of a thread's turns (``sidecar.host``'s
-    ``EngineTools``: without the engine's tool call items)."""
-
-    def visible_page(self, thread_id: str, page: Any) -> Any: ...
-    def visible_turns(self, thread_id: str, turns: Any) -> Any: ...
-
-
-class ArchivedTurns:
+class ArchivedTurns(ArchivedListings):
     def __init__(self, proxy: Proxy, state_dir: str | os.PathLike[str], *, wrap_cursors: bool = False, visible: Visible | None = None) -> None:
         """``wrap_cursors``: Codex's listing cursors handed out wrapped with their
         anchor, to survive rebuilds. ``visible``: what the client may see (None: all)."""
@@ -334,74 +315,6 @@ class ArchivedTurns:
             merged.append({**entry, "preview": original.get("preview"), "createdAt": original.get("createdAt"), "path": original.get("path")})
         return msg.set_result({**result, "data": merged})
 
-    # ------------------------------------------------------------- listings
-    # thread/turns/list (newest first by default) and thread/items/list
-    # (oldest first by default) page the same way: Codex's own pages cover
-    # what it still holds, the archived units (turns, or item entries) are
-    # older, and pages of those are the sidecar's, with its own cursors.
-
-    def on_turns_list(self, msg: Message) -> Decision:
-        return self._on_list(msg, "turns", "desc")
-
-    def on_items_list(self, msg: Message) -> Decision:
-        return self._on_list(msg, "items", "asc")
-
-    def on_list_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        plan = pending.noted(SPLICE)
-        wrap = pending.noted(WRAP)
-        result = msg.result()
-        if not isinstance(result, dict):
-            return None
-        spliced = self._splice_page(*plan, result) if plan is not None else None
-        page = spliced if spliced is not None else result
-        wrapped = self._wrap_page(wrap, page) if wrap is not None else None
-        page = wrapped if wrapped is not None else page
-        return None if page is result else msg.set_result(page)
-
-    def _wrap_page(self, space: str, page: dict[str, Any]) -> dict[str, Any] | None:
-        """The page with Codex's cursors wrapped (see :func:`sidecar.history.archive.wrap_cursor`):
-        ``nextCursor`` continues after the page's last unit, ``backwardsCursor``
-        from (and including) its first, as Codex's own do. The sidecar's own
-        cursors are left as they are; None when nothing changes."""
-        data = page.get("data")
-        if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not isinstance(data[-1], dict):
-            return None
-        out = dict(page)
-        for key, unit, inclusive in (("nextCursor", data[-1], False), ("backwardsCursor", data[0], True)):
-            value, anchor = page.get(key), _unit_key(space, unit)
-            if isinstance(value, str) and not value.startswith(CURSOR_PREFIX) and isinstance(anchor, str):
-                out[key] = wrap_cursor(value, anchor, inclusive, space)
-        return out if out != page else None
-
-    def _splice_page(
-        self, space: str, thread_id: str, direction: str, limit: Any, params: dict[str, Any], page: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        """Codex's first page of a listing (``data``, ``nextCursor``) with the
-        archived units where they belong; None when nothing changes."""
-        data = page.get("data")
-        if not isinstance(data, list):
-            return None
-        units = self._units(space, thread_id, params)
-        if not units:
-            return None
-        if direction == "asc":
-            # A unit marked dropped whose revert failed is Codex's: listed once.
-            keys = {_unit_key(space, u) for u in units}
-            own = [u for u in data if not (isinstance(u, dict) and _unit_key(space, u) in keys)]
-            # Backwards from the first (archived) unit: it alone, newest first.
-            return {**page, "data": [*units, *own], "backwardsCursor": backwards_cursor(len(units), "asc", 0, units, space)}
-        if page.get("nextCursor") is not None:
-            return None  # Codex has more of its own first
-        listed = {_unit_key(space, u) for u in data if isinstance(u, dict)}
-        units = [u for u in units if _unit_key(space, u) not in listed]  # Codex's own, listed once
-        if not units:
-            return None
-        room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(units)
-        if room <= 0:
-            return {**page, "nextCursor": encode_cursor("desc", len(units), space)}
-        rows, after = hidden_page(units, "desc", len(units), room, space=space)
-        return {**page, "data": [*data, *rows], "nextCursor": after}
-
     def on_resume(self, msg: Message, params: dict[str, Any]) -> Decision:
         """An oldest-first ``initialTurnsPage`` starts with the archived turns:
         Codex fills the rest of the page (as for ``thread/turns/list``)."""
@@ -493,119 +406,3 @@ class ArchivedTurns:
                 wrapped("itemsBackwardsCursor", last, False, "items")
                 break
         return out if out != result else None
-
-    def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The archived turns (in the items view asked for) or item entries, oldest first."""
-        hidden = self.hidden_for(thread_id)
-        if space == "turns":
-            return [in_view(t, params.get("itemsView")) for t in hidden]
-        times = entry_times(self.codex_version())
-        return [entry for t in hidden for entry in item_entries(t, times)]
-
-    def _on_list(self, msg: Message, space: str, default: str) -> Decision:
-        params = msg.params()
-        if not isinstance(params, dict) or not isinstance(params.get("threadId"), str):
-            return None
-        thread_id, cursor, limit = params["threadId"], params.get("cursor"), params.get("limit")
-        direction: str = params["sortDirection"] if params.get("sortDirection") in ("asc", "desc") else default
-        original = params
-        wrapped = unwrap_cursor(cursor, space)
-        if wrapped is not None:
-            # A Codex cursor the sidecar wrapped: if a rebuild has archived
-            # the unit it continues from, the page is the sidecar's, in the
-            # direction asked for (Codex's cursors carry none).
-            codex_cursor, anchor, inclusive = wrapped
-            one_turn = space == "items" and params.get("turnId") is not None
-            if one_turn:
-                turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
-                units = item_entries(turn, entry_times(self.codex_version())) if turn is not None else []
-            else:
-                units = self._units(space, thread_id, params)
-            keys = [_unit_key(space, u) for u in units]
-            if anchor in keys:
-                position = anchored_position(keys.index(anchor), direction, inclusive)
-                if direction == "asc" and position >= len(units) and not one_turn:
-                    # Past the last archived unit: Codex's own, from their start.
-                    if self.wrap_cursors:
-                        msg.note(WRAP, space)
-                    return msg.set_params({**params, "cursor": None})
-                page, after = hidden_page(units, direction, position, limit, space=space, handover=not one_turn)
-                self._answer(msg, page, after, backwards_cursor(len(units), direction, position, page, space))
-                return HANDLED
-            params, cursor = {**params, "cursor": codex_cursor}, codex_cursor
-        if self.wrap_cursors:
-            msg.note(WRAP, space)
-        decision = self._route_list(msg, space, params, thread_id, cursor, limit, direction)
-        if decision is None and params is not original and msg.params() is original:
-            msg.set_params(params)
-        return decision
-
-    def _route_list(
-        self, msg: Message, space: str, params: dict[str, Any], thread_id: str, cursor: Any, limit: Any, direction: str
-    ) -> Decision:
-        if space == "items" and params.get("turnId") is not None:
-            return self._archived_turn_items(msg, thread_id, params, direction)
-        if space == "items" and isinstance(cursor, dict) and cursor.get("type") == "item":
-            # An item anchor the client took from a page of archived items:
-            # Codex no longer knows the item, so the page is the sidecar's.
-            entries = self._units(space, thread_id, params)
-            ids = [e["item"].get("id") for e in entries]
-            if cursor.get("itemId") in ids:
-                at = ids.index(cursor.get("itemId"))
-                position = at + 1 if direction == "asc" else at
-                page, after = hidden_page(entries, direction, position, limit, space=space)
-                self._answer(msg, page, after, backwards_cursor(len(entries), direction, position, page, space))
-                return HANDLED
-        if codex_cursor_from_start(cursor, space):
-            # The archived units are listed: Codex's own from their start.
-            return msg.set_params({**params, "cursor": None})
-        ours = decode_cursor(cursor, space)
-        units = self._units(space, thread_id, params)
-        if ours is not None or (direction == "asc" and cursor is None and units and isinstance(limit, int) and 0 < limit <= len(units)):
-            kind, position = ours if ours is not None else ("asc", 0)
-            page, after = hidden_page(units, kind, position, limit, space=space)
-            self._answer(msg, page, after, backwards_cursor(len(units), kind, position, page, space))
-            return HANDLED
-        if not units or (direction == "asc" and cursor is not None):
-            return None  # within Codex's own
-        msg.note(SPLICE, (space, thread_id, direction, limit, params))
-        if direction == "asc" and isinstance(limit, int) and limit > 0:
-            # The archived units come first: Codex fills the rest of the page.
-            return msg.set_params({**params, "limit": limit - len(units)})
-        return None
-
-    def _archived_turn_items(self, msg: Message, thread_id: str, params: dict[str, Any], direction: str) -> Decision:
-        """thread/items/list of one turn: an archived turn is the sidecar's to
-        page (Codex no longer knows it); any other goes to Codex."""
-        turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
-        if turn is None:
-            return None
-        entries = item_entries(turn, entry_times(self.codex_version()))
-        cursor = params.get("cursor")
-        ours = decode_cursor(cursor, "items")
-        if ours is not None:
-            kind, position = ours
-        elif isinstance(cursor, dict) and cursor.get("type") == "item":
-            # An exclusive anchor: asc lists the items after it, desc the ones before.
-            ids = [e["item"].get("id") for e in entries]
-            at = ids.index(cursor.get("itemId")) if cursor.get("itemId") in ids else len(ids)
-            kind, position = direction, at + 1 if direction == "asc" else at
-        else:
-            kind, position = direction, 0 if direction == "asc" else len(entries)
-        page, after = hidden_page(entries, kind, position, params.get("limit"), space="items", handover=False)
-        self._answer(msg, page, after, backwards_cursor(len(entries), kind, position, page, "items"))
-        return HANDLED
-
-    def _answer(self, msg: Message, page: list[dict[str, Any]], after: str | None, back: str | None) -> None:
-        result: dict[str, Any] = {"data": page, "nextCursor": after, "backwardsCursor": back}
-        params = msg.params()
-        if self.visible is not None and isinstance(params, dict) and isinstance(params.get("threadId"), str):
-            result = self.visible.visible_page(params["threadId"], result)
-        self.proxy.router.answer_client_request(msg.id, encode_response(msg.id, result))
-
-
-def _unit_key(space: str, unit: dict[str, Any]) -> Any:
-    if space == "turns":
-        return unit.get("id")
-    item = unit.get("item")
-    return item.get("id") if isinstance(item, dict) else None

@@ -16,8 +16,8 @@ from ..host.contain import contained, raise_contained
 from ..relay import Message, Slot
 from ..session.options import LifecycleOptions
 from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, MaintainedOnOpening, ThreadSession, log_fields, token_budget
-from ..store.learned import LearnedFacts
 from ..thread import opening
+from .learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 

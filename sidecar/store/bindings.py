@@ -29,15 +29,20 @@ import msgspec
 from .inspect import inspect_path
 from .mirror import session_path
 from .private import private_dir
+from .records import decode_file
 
 _encode = msgspec.json.Encoder()
-_decode = msgspec.json.Decoder()
 
 
 class Binding(msgspec.Struct, frozen=True):
+    """``bindings/<thread>.json``: the thread's session, and how it was bound."""
+
     thread: str
     session: str
-    via: str
+    via: str = ""
+
+
+_binding = msgspec.json.Decoder(Binding)
 
 
 def bindings_dir(state_dir: str | os.PathLike[str]) -> Path:
@@ -49,27 +54,15 @@ def binding_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return bindings_dir(state_dir) / (session_path(state_dir, thread_id).stem + ".json")
 
 
-def _parse(data: bytes) -> Binding | None:
-    try:
-        obj = _decode.decode(data)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    thread, session, via = obj.get("thread"), obj.get("session"), obj.get("via")
-    if not isinstance(thread, str) or not isinstance(session, str):
-        return None
-    return Binding(thread, session, via if isinstance(via, str) else "")
-
-
 def load(state_dir: str | os.PathLike[str], thread_id: str) -> Binding | None:
     """The thread's persisted binding; None when there is none (or it is
     unreadable: the thread then is its own session, as before any binding)."""
     try:
-        data = binding_path(state_dir, thread_id).read_bytes()
+        path = binding_path(state_dir, thread_id)
+        data = path.read_bytes()
     except (OSError, ValueError):
         return None
-    binding = _parse(data)
+    binding = decode_file(data, _binding, path)
     if binding is None or binding.thread != thread_id:
         return None
     try:
@@ -81,10 +74,10 @@ def load(state_dir: str | os.PathLike[str], thread_id: str) -> Binding | None:
 
 def save(state_dir: str | os.PathLike[str], binding: Binding) -> None:
     """Persist ``binding`` atomically (raises OSError / ValueError)."""
-    _write_atomic(binding_path(state_dir, binding.thread), {"thread": binding.thread, "session": binding.session, "via": binding.via})
+    _write_atomic(binding_path(state_dir, binding.thread), binding)
 
 
-def _write_atomic(path: Path, obj: dict[str, str]) -> None:
+def _write_atomic(path: Path, obj: Binding | RelaySession) -> None:
     """Write, fsync, rename: a SIGKILL leaves the old record or the new one."""
     private_dir(path.parent)
     tmp = path.with_name(path.name + ".tmp")
@@ -106,7 +99,7 @@ def threads_of(state_dir: str | os.PathLike[str], session_id: str) -> list[Bindi
             if entry.suffix != ".json":
                 continue
             try:
-                binding = _parse(entry.read_bytes())
+                binding = decode_file(entry.read_bytes(), _binding, entry)
             except OSError:
                 continue
             if binding is not None and binding.session == session_id and entry.stem == binding.thread:
@@ -142,10 +135,16 @@ def _has_records(state_dir: str | os.PathLike[str], thread_id: str) -> bool:
 
 
 class RelaySession(msgspec.Struct, frozen=True):
+    """``relays/<relay>.json``: the session a relay id names now, the thread
+    that decided it, and why (``reset``, ``continuity``)."""
+
     relay: str
     session: str
-    thread: str
-    via: str
+    thread: str = ""
+    via: str = ""
+
+
+_relay = msgspec.json.Decoder(RelaySession)
 
 
 def relay_path(state_dir: str | os.PathLike[str], relay: str) -> Path:
@@ -156,19 +155,20 @@ def load_relay(state_dir: str | os.PathLike[str], relay: str) -> RelaySession | 
     """The session ``relay`` names now, when a reset or a content match
     moved it; None when it names itself (or the record is unreadable)."""
     try:
-        obj = _decode.decode(relay_path(state_dir, relay).read_bytes())
-    except (OSError, ValueError, msgspec.DecodeError):
+        path = relay_path(state_dir, relay)
+        data = path.read_bytes()
+    except (OSError, ValueError):
         return None
-    if not isinstance(obj, dict) or obj.get("relay") != relay or not isinstance(obj.get("session"), str):
+    record = decode_file(data, _relay, path)
+    if record is None or record.relay != relay:
         return None
     try:
-        session_path(state_dir, obj["session"])
+        session_path(state_dir, record.session)
     except ValueError:
         return None
-    thread, via = obj.get("thread"), obj.get("via")
-    return RelaySession(relay, obj["session"], thread if isinstance(thread, str) else "", via if isinstance(via, str) else "")
+    return record
 
 
 def save_relay(state_dir: str | os.PathLike[str], record: RelaySession) -> None:
     """Persist ``record`` atomically (raises OSError / ValueError)."""
-    _write_atomic(relay_path(state_dir, record.relay), {"relay": record.relay, "session": record.session, "thread": record.thread, "via": record.via})
+    _write_atomic(relay_path(state_dir, record.relay), record)

@@ -5,7 +5,10 @@ one record a finalised turn: projection mode and epoch, the assembled
 messages (role and size), the channels the sidecar injected through, the
 turn input's size before and after projection, the budget, the input tokens
 Codex reported for the turn. Fields are only ever added: old records stay
-readable.
+readable. A record is read back as the JSON object it is (``codex-sidecar
+inspect`` shows what was written), decoded by a typed decoder that also
+checks the members the sidecar itself reads (:class:`InspectRecord`); a line
+that does not decode is reported with its file and line and skipped.
 
 Beside it, ``<state_dir>/inspect-text/<thread id>.jsonl`` (0600): per turn
 that has any, the text a projection put into the ``turn/start`` (``sent``)
@@ -28,6 +31,7 @@ import msgspec
 
 from .mirror import session_path
 from .private import private_dir
+from .records import skipped
 
 _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
@@ -43,7 +47,7 @@ def inspect_text_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path
     return Path(state_dir) / "inspect-text" / session_path(state_dir, thread_id).name
 
 
-def append_record(path: Path, record: dict[str, Any]) -> bool:
+def append_record(path: Path, record: object) -> bool:
     """Append one JSON line in one write (0600 file, 0700 folder); best
     effort: an error is swallowed (False), the caller's turn goes on.
 
@@ -80,6 +84,42 @@ def decode_records(data: bytes) -> list[Any]:
     return out
 
 
+class InspectRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The members of a record the sidecar reads back (a session's opening
+    reads the last record of an older state dir's thread for its ledger);
+    the others are shown as written."""
+
+    turn_id: str | None = None
+    rebuilds: int | None = None
+    force_rebuild: bool | None = None
+    rebuilding: bool | None = None
+
+
+_object = msgspec.json.Decoder(dict[str, Any])
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of an inspect file, in order: JSON objects whose members
+    the sidecar reads have their types; any other line (a torn one, a
+    foreign one) is reported by file and line and skipped. No file: none."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            record = _object.decode(raw)
+            msgspec.convert(record, InspectRecord)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            skipped(path, number, exc)
+            continue
+        out.append(record)
+    return out
+
+
 class InspectLog:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -97,11 +137,7 @@ class InspectLog:
         return [r for r in self._all() if "turnId" in r]
 
     def _all(self) -> list[dict[str, Any]]:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        return decode_records(data)
+        return read_records(self.path)
 
     def last(self) -> dict[str, Any] | None:
         """The last record, a "rebuilding" marker included."""

@@ -2,19 +2,16 @@
 
 One JSONL journal a session, ``<state_dir>/learned/<session key>.jsonl``
 (0600, folder 0700; a key that is not a plain id is named by its SHA-256).
-Each entry is one ``O_APPEND`` write made when a thread's
-:class:`~sidecar.session.state.LearnedMachine` asks for it, before the
-change is relied on: once the write returns, a SIGKILL cannot lose it (a
-kill in the middle of a write tears at most that last line, which readers
-skip). Entries are written only when a fact changes (a window, a thread's
-tools, the session's bootstrap), so a journal holds a handful of lines.
+Each entry (:class:`~sidecar.thread.learned.LearnedEntry`, the machine's record) is one ``O_APPEND`` write made when a
+thread's :class:`~sidecar.thread.state.LearnedMachine` asks for it, before
+the change is relied on: once the write returns, a SIGKILL cannot lose it (a
+kill in the middle of a write tears at most that last line, which reading
+reports and skips). Entries are written only when a fact changes (a window,
+a thread's tools, the session's bootstrap), so a journal holds a handful of
+lines.
 
-:class:`LearnedFacts` is the thin shell around the machines: it reads a
-session's journal the first time one of its threads is used in this process
-(a few hundred bytes, on the event loop), feeds events to the thread's
-machine and writes the entries it returns. The lifecycle keeps each thread's
-machine on its session (``ThreadSession.learned``), so a turn that learns
-nothing new does not come here.
+The file and its record only: the shell that feeds the machines and writes
+what they ask for is :class:`sidecar.lifecycle.learned.LearnedFacts`.
 """
 
 from __future__ import annotations
@@ -25,12 +22,18 @@ import os
 import re
 from pathlib import Path
 
-from ..session.state import Journal, Learned, LearnedEvent, LearnedMachine, Restored, SessionChanged, replay, restore
-from .inspect import append_record, decode_records
+import msgspec
 
-log = logging.getLogger("codex_sidecar.lifecycle")
+from ..thread.learned import LearnedEntry
+from .inspect import append_record
+from .records import decode_lines
+
+log = logging.getLogger("codex_sidecar.store")
 
 _PLAIN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
+
+
+_decoder = msgspec.json.Decoder(LearnedEntry)
 
 
 def learned_path(state_dir: str | os.PathLike[str], session_key: str) -> Path:
@@ -40,73 +43,19 @@ def learned_path(state_dir: str | os.PathLike[str], session_key: str) -> Path:
     return Path(state_dir) / "learned" / f"{name}.jsonl"
 
 
-def read_journal(path: Path) -> list[object]:
+def read_journal(path: Path) -> list[LearnedEntry]:
+    """The journal's entries; a line that does not decode is reported (file
+    and line) and skipped; no file: none."""
     try:
-        return decode_records(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
-        log.warning("learned-state journal unreadable; starting from nothing", extra={"fields": {"error": type(exc).__name__}})
+    except OSError as exc:
+        log.warning("learned-state journal unreadable; starting from nothing", extra={"fields": {"file": str(path), "error": type(exc).__name__}})
         return []
+    return decode_lines(data, _decoder, path)
 
 
-class LearnedFacts:
-    """Every thread's learned facts in this process, journaled by session."""
-
-    def __init__(self, state_dir: str | os.PathLike[str] | None) -> None:
-        self.state_dir = Path(state_dir) if state_dir is not None else None
-        self._machines: dict[str, tuple[LearnedMachine, Path | None]] = {}
-
-    def _entry(self, thread_id: str, session_key: str) -> tuple[LearnedMachine, Path | None]:
-        known = self._machines.get(thread_id)
-        path = learned_path(self.state_dir, session_key) if self.state_dir is not None else None
-        if known is None:
-            machine = LearnedMachine(thread_id)
-            if path is not None:
-                # A fresh thread's first process journals under the thread's
-                # own key until OpenClaw's session is known: read that too.
-                own = learned_path(self.state_dir, thread_id) if self.state_dir is not None else None
-                entries = read_journal(own) if own is not None and own != path else []
-                session = read_journal(path)
-                machine.handle(Restored(restore(entries, session, thread_id)))
-                if entries:
-                    self._share_window(machine, path, replay(session, thread_id))
-            known = self._machines[thread_id] = (machine, path)
-        elif known[1] != path:  # the session got known: its journal from now on, and what it holds
-            if path is not None:
-                disk = replay(read_journal(path), thread_id)
-                known[0].handle(SessionChanged(disk))
-                self._share_window(known[0], path, disk)
-            known = self._machines[thread_id] = (known[0], path)
-        return known
-
-    @staticmethod
-    def _share_window(machine: LearnedMachine, path: Path, session: Learned) -> None:
-        for action in machine.joined(session):
-            if not append_record(path, action.entry):
-                log.warning("learned fact not journaled (kept in memory)", extra={"fields": {"threadId": machine.thread_id}})
-
-    def machine(self, thread_id: str, session_key: str) -> LearnedMachine:
-        return self._entry(thread_id, session_key)[0]
-
-    def get(self, thread_id: str, session_key: str) -> Learned:
-        return self._entry(thread_id, session_key)[0].state
-
-    def learn(self, thread_id: str, session_key: str, event: LearnedEvent) -> Learned:
-        """Feed ``event`` to the thread's machine and journal what it asks
-        for (best effort: a failed write is logged, the fact stays known in
-        this process)."""
-        machine = self._entry(thread_id, session_key)[0]
-        self.journal(thread_id, session_key, machine.handle(event))
-        return machine.state
-
-    def journal(self, thread_id: str, session_key: str, actions: list[Journal]) -> None:
-        """Append the entries the thread's machine asked for to its session's journal."""
-        path = self._entry(thread_id, session_key)[1]
-        for action in actions:
-            if path is not None and not append_record(path, action.entry):
-                log.warning("learned fact not journaled (kept in memory)", extra={"fields": {"threadId": thread_id}})
-
-    def forget(self, thread_id: str) -> None:
-        """The thread's session was released: read it from disk when it comes back."""
-        self._machines.pop(thread_id, None)
+def append_entry(path: Path, entry: LearnedEntry) -> bool:
+    """Append one entry in one write (best effort: False when it failed)."""
+    return append_record(path, entry)

@@ -22,7 +22,7 @@ process learns only in memory is gone by the next turn. Four facts matter:
 owns its state: events go in (``LearnedMachine.handle``), the new state
 and the actions to carry out come out. It does no I/O; the only action is
 :class:`Journal`, an entry the store appends to the session's journal
-(``sidecar.store.learned``) before anything relies on it. An event that
+(``sidecar.store.learned``, as a :class:`LearnedEntry`) before anything relies on it. An event that
 changes nothing yields no action, so Codex reporting the same window on every
 turn costs no write. :func:`replay` turns a journal back into the state.
 
@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 """The window assumed while nothing is known (a fresh session's first turn in
@@ -139,38 +139,49 @@ LearnedEvent = WindowReported | ToolsGiven | Bootstrapped | BootstrapFailed | Ma
 # --------------------------------------------------------------- actions
 
 
+class LearnedEntry(msgspec.Struct, frozen=True):
+    """One journal line: a fact a thread learned, one member set a line
+    (``{"thread", "window"}``, ``{"thread", "tools"}``, ``{"thread",
+    "bootstrapped"}``, ``{"thread", "addition"}``; an ``addition`` of
+    ``null``: the thread's history no longer carries one). Members not set
+    are not written; members a later version adds are ignored. The store's
+    journal (``sidecar.store.learned``) reads and writes it as it is."""
+
+    thread: str = ""
+    window: int | UnsetType = UNSET
+    tools: tuple[str, ...] | UnsetType = UNSET
+    bootstrapped: bool | UnsetType = UNSET
+    addition: str | None | UnsetType = UNSET
+
+
 class Journal(msgspec.Struct, frozen=True):
     """Append this entry to the session's journal."""
 
-    entry: dict[str, Any]
+    entry: LearnedEntry
 
 
-def replay(entries: Iterable[Any], thread_id: str) -> Learned:
+def replay(entries: Iterable[LearnedEntry], thread_id: str) -> Learned:
     """The state a session journal gives a thread: the newest window any of
     the session's threads reported, this thread's tools and addition,
-    bootstrapped if any entry says so. Entries of unknown shape are skipped."""
+    bootstrapped if any entry says so. (Lines of unknown shape never get
+    here: the store's typed decoder reports and skips them.)"""
     window: int | None = None
     tools: frozenset[str] | None = None
     bootstrapped = False
     addition: str | None = None
     for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        value = entry.get("window")
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            window = value
-        names = entry.get("tools")
-        if entry.get("thread") == thread_id and isinstance(names, list):
-            tools = frozenset(n for n in names if isinstance(n, str))
-        if entry.get("bootstrapped") is True:
+        if isinstance(entry.window, int) and entry.window > 0:
+            window = entry.window
+        if entry.thread == thread_id and isinstance(entry.tools, tuple):
+            tools = frozenset(entry.tools)
+        if entry.bootstrapped is True:
             bootstrapped = True
-        if entry.get("thread") == thread_id and "addition" in entry:
-            digest = entry["addition"]
-            addition = digest if isinstance(digest, str) else None
+        if entry.thread == thread_id and not isinstance(entry.addition, UnsetType):
+            addition = entry.addition
     return Learned(window=window, tools=tools, bootstrapped=bootstrapped, addition=addition)
 
 
-def restore(own: Iterable[Any], session: Iterable[Any], thread_id: str) -> Learned:
+def restore(own: Iterable[LearnedEntry], session: Iterable[LearnedEntry], thread_id: str) -> Learned:
     """The state a thread's first read in a process gives it: the journal
     kept under the thread's own key (``own``: until its session was known,
     or while it was a session of its own) read before the session's. The

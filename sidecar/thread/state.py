@@ -37,6 +37,7 @@ from .learned import (
     Bootstrapped,
     Journal,
     Learned,
+    LearnedEntry,
     LearnedEvent,
     MaintainedOnOpening,
     Restored,
@@ -491,22 +492,22 @@ class LearnedMachine:
                 if tokens <= 0 or tokens == state.window:
                     return []
                 self.state = msgspec.structs.replace(state, window=tokens)
-                return [Journal({"thread": self.thread_id, "window": tokens})]
+                return [Journal(LearnedEntry(self.thread_id, window=tokens))]
             case ToolsGiven(names):
                 if names == state.tools:
                     return []
                 self.state = msgspec.structs.replace(state, tools=frozenset(names))
-                return [Journal({"thread": self.thread_id, "tools": sorted(names)})]
+                return [Journal(LearnedEntry(self.thread_id, tools=tuple(sorted(names))))]
             case Bootstrapped():
                 self.state = msgspec.structs.replace(state, bootstrapped=True, opened_here=True)
                 if state.bootstrapped:
                     return []
-                return [Journal({"thread": self.thread_id, "bootstrapped": True})]
+                return [Journal(LearnedEntry(self.thread_id, bootstrapped=True))]
             case AdditionSent(digest):
                 if digest == state.addition:
                     return []
                 self.state = msgspec.structs.replace(state, addition=digest)
-                return [Journal({"thread": self.thread_id, "addition": digest})]
+                return [Journal(LearnedEntry(self.thread_id, addition=digest))]
             case BootstrapFailed() | MaintainedOnOpening():
                 self.state = msgspec.structs.replace(state, opened_here=True)
                 return []
@@ -534,7 +535,7 @@ class LearnedMachine:
         window = self.state.window
         if window is None or session.window is not None:
             return []
-        return [Journal({"thread": self.thread_id, "window": window})]
+        return [Journal(LearnedEntry(self.thread_id, window=window))]
 
     def opening_step(self, had_history: bool) -> Literal["bootstrap", "maintain"] | None:
         """What the first turn of the session in this process runs before it

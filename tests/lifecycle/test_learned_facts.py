@@ -253,8 +253,8 @@ def test_a_thread_s_facts_are_read_again_once_its_session_is_known(tmp_path):
     earlier processes of the session learned) and the thread's window goes
     to it."""
     from sidecar.lifecycle.calls import EngineCalls
+    from sidecar.lifecycle.learned import LearnedFacts
     from sidecar.session.state import Bootstrapped, WindowReported, new_session
-    from sidecar.store.learned import LearnedFacts
 
     LearnedFacts(tmp_path).learn("t0", "codex-abc", Bootstrapped())  # an earlier process of the session
     calls = EngineCalls(None, options(), tmp_path)

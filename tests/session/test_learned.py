@@ -25,6 +25,7 @@ from sidecar.session.state import (
     restore,
     token_budget,
 )
+from sidecar.store.learned import LearnedEntry as E
 
 T = "thread-a"
 
@@ -40,11 +41,11 @@ events = st.one_of(
 
 def test_a_new_fact_is_journaled_and_a_repeated_one_is_not():
     m = LearnedMachine(T)
-    assert m.handle(WindowReported(258_400)) == [Journal({"thread": T, "window": 258_400})]
+    assert m.handle(WindowReported(258_400)) == [Journal(E(T, window=258_400))]
     assert m.handle(WindowReported(258_400)) == []  # Codex reports it on every turn: no write
-    assert m.handle(ToolsGiven(frozenset({"b", "a"}))) == [Journal({"thread": T, "tools": ["a", "b"]})]
+    assert m.handle(ToolsGiven(frozenset({"b", "a"}))) == [Journal(E(T, tools=("a", "b")))]
     assert m.handle(ToolsGiven(frozenset({"a", "b"}))) == []
-    assert m.handle(Bootstrapped()) == [Journal({"thread": T, "bootstrapped": True})]
+    assert m.handle(Bootstrapped()) == [Journal(E(T, bootstrapped=True))]
     assert m.handle(Bootstrapped()) == []
     assert m.state == Learned(window=258_400, tools=frozenset({"a", "b"}), bootstrapped=True, opened_here=True)
 
@@ -83,9 +84,9 @@ def test_a_thread_s_own_journal_does_not_bootstrap_another_session():
     # was bootstrapped); now it belongs to another one: its tools, the
     # addition its history carries and the window come along, the bootstrap
     # is the new session's.
-    own = [{"thread": T, "tools": ["message"]}, {"thread": T, "bootstrapped": True}, {"thread": T, "addition": "d1"}, {"thread": T, "window": 100_000}]
+    own = [E(T, tools=("message",)), E(T, bootstrapped=True), E(T, addition="d1"), E(T, window=100_000)]
     assert restore(own, [], T) == Learned(window=100_000, tools=frozenset({"message"}), addition="d1")
-    assert restore(own, [{"thread": "t9", "bootstrapped": True}], T).bootstrapped
+    assert restore(own, [E("t9", bootstrapped=True)], T).bootstrapped
     assert LearnedMachine(T, restore(own, [], T)).opening_step(had_history=True) == "bootstrap"
 
 
@@ -104,13 +105,12 @@ def test_a_thread_that_changes_session_opens_the_new_one():
 
 def test_replay_takes_the_sessions_window_and_this_threads_tools():
     entries = [
-        {"thread": "old", "window": 128_000},
-        {"thread": "old", "tools": ["x"]},
-        {"thread": "old", "bootstrapped": True},
-        "torn",
-        {"thread": T, "tools": ["y", 3]},
-        {"thread": "old", "window": 258_400},
-        {"thread": T, "window": True},  # not a number
+        E("old", window=128_000),
+        E("old", tools=("x",)),
+        E("old", bootstrapped=True),
+        E(T, tools=("y",)),
+        E("old", window=258_400),
+        E(T, window=0),  # not a window
     ]
     assert replay(entries, T) == Learned(window=258_400, tools=frozenset({"y"}), bootstrapped=True)
     # A thread new to the session (OpenClaw moved it to a new Codex thread):
@@ -145,7 +145,7 @@ def test_the_addition_a_thread_carries_is_journaled_as_a_digest_and_stays_with_i
     digest = addition_digest("  Prefer metric units.\n")
     assert digest == addition_digest("Prefer metric units.") and "metric" not in digest  # no prompt text on disk
     journal = [a.entry for a in m.handle(AdditionSent(digest))]
-    assert journal == [{"thread": T, "addition": digest}]
+    assert journal == [E(T, addition=digest)]
     assert m.handle(AdditionSent(digest)) == []  # sent again unchanged: nothing to write
     assert replay(journal, T).addition == digest  # a later process knows the thread has it
     assert replay(journal, "new").addition is None  # a new Codex thread of the session does not
@@ -185,5 +185,5 @@ def test_a_window_the_thread_knows_joins_a_session_journal_without_one():
     machine = LearnedMachine("t1")
     assert machine.joined(Learned()) == []  # nothing known: nothing to tell
     machine.handle(WindowReported(258_400))
-    assert machine.joined(Learned()) == [Journal({"thread": "t1", "window": 258_400})]
+    assert machine.joined(Learned()) == [Journal(E("t1", window=258_400))]
     assert machine.joined(Learned(window=128_000)) == []  # the session's own window stays

@@ -65,3 +65,44 @@ def test_a_session_that_began_as_a_plain_thread_lists_that_thread_first(tmp_path
     session, threads = bindings.session_threads(tmp_path, "t5")
     assert session == "t0"
     assert [(b.thread, b.via) for b in threads] == [("t0", "thread"), ("t5", "continuity")]
+
+
+# Files as the code of 2026-12 wrote them, before the records were typed.
+TODAYS_BINDING = b'{"thread":"t1","session":"' + RID.encode() + b'","via":"relay"}\n'
+TODAYS_RELAY = b'{"relay":"' + RID.encode() + b'","session":"t9","thread":"t9","via":"reset"}\n'
+
+
+def test_records_are_written_byte_for_byte_as_before_and_such_files_load(tmp_path):
+    bindings.save(tmp_path, Binding("t1", RID, "relay"))
+    assert bindings.binding_path(tmp_path, "t1").read_bytes() == TODAYS_BINDING
+    bindings.save_relay(tmp_path, bindings.RelaySession(RID, "t9", "t9", "reset"))
+    assert bindings.relay_path(tmp_path, RID).read_bytes() == TODAYS_RELAY
+    other = tmp_path / "other"
+    bindings.binding_path(other, "t1").parent.mkdir(parents=True)
+    bindings.binding_path(other, "t1").write_bytes(TODAYS_BINDING)
+    bindings.relay_path(other, RID).parent.mkdir(parents=True)
+    bindings.relay_path(other, RID).write_bytes(TODAYS_RELAY)
+    assert bindings.load(other, "t1") == Binding("t1", RID, "relay")
+    assert bindings.load_relay(other, RID) == bindings.RelaySession(RID, "t9", "t9", "reset")
+
+
+def test_a_binding_that_does_not_decode_is_reported_by_file_and_line_and_the_others_are_listed(tmp_path, logs):
+    bindings.save(tmp_path, Binding("t1", RID, "relay"))
+    bindings.save(tmp_path, Binding("t3", RID, "continuity"))
+    bad = bindings.binding_path(tmp_path, "t2")
+    bad.write_bytes(b'{"thread":"t2","session":["secret-ish"],"via":"relay"}\n')
+    assert [b.thread for b in bindings.threads_of(tmp_path, RID)] == ["t1", "t3"]
+    assert bindings.load(tmp_path, "t2") is None
+    reports = [r.fields for r in logs.records if r.getMessage().startswith("record skipped")]  # type: ignore[attr-defined]
+    assert {(r["file"], r["line"]) for r in reports} == {(str(bad), 1)}
+    assert "$.session" in reports[0]["error"] and "secret-ish" not in logs.text
+    assert not [r for r in logs.records if r.exc_info]
+
+
+def test_a_relay_record_that_does_not_decode_is_reported_and_names_nothing(tmp_path, logs):
+    path = bindings.relay_path(tmp_path, RID)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"relay":"' + RID.encode() + b'","sess')  # torn
+    assert bindings.load_relay(tmp_path, RID) is None
+    reports = [r.fields for r in logs.records if r.getMessage().startswith("record skipped")]  # type: ignore[attr-defined]
+    assert [(r["file"], r["line"]) for r in reports] == [(str(path), 1)]

@@ -713,3 +713,60 @@ def test_messages_extends_its_last_answer_with_the_turn_just_appended(path):
         second = m.messages()
         assert second == [*first, assistant("A1")]
         assert second[0] is first[0]  # the same objects, not parsed again
+
+
+# --------------------------------------------------------------------------
+# entries decoded typed: a line that does not decode is reported by file and line
+
+
+# A session file as the sidecar wrote it on the main of 2026-12, with an
+# OpenClaw entry of a type the mirror does not write.
+TODAYS_FILE = (
+    b'{"type":"session","version":4,"id":"s","timestamp":"2026-12-01T00:00:00.000Z","cwd":""}\n'
+    b'{"type":"message","id":"a1","parentId":null,"timestamp":"1970-01-01T00:00:01.000Z",'
+    b'"message":{"role":"user","content":"one","timestamp":1000},"idempotencyKey":"k1"}\n'
+    b'{"type":"model_change","id":"m1","parentId":"a1","timestamp":"2026-12-01T00:00:00.000Z","provider":"x","modelId":"y"}\n'
+    b'{"type":"message","id":"a2","parentId":"m1","timestamp":"1970-01-01T00:00:02.000Z",'
+    b'"message":{"role":"assistant","content":[{"type":"text","text":"two"}],"timestamp":2000},"idempotencyKey":"k2"}\n'
+)
+
+
+def test_a_session_file_written_before_the_entries_were_typed_loads(path, logs):
+    path.parent.mkdir(parents=True)
+    path.write_bytes(TODAYS_FILE)
+    with TranscriptMirror.open(path, "s") as m:
+        assert m.entry_count == 3 and m.skipped_lines == 0
+        assert [type(x).__name__ for x in m.messages()] == ["UserMessage", "AssistantMessage"]
+    assert path.read_bytes() == TODAYS_FILE  # opening wrote nothing
+    assert not [r for r in logs.records if r.getMessage().startswith("record skipped")]
+
+
+def test_a_mirror_line_that_does_not_decode_is_reported_by_file_and_line_and_skipped(path, logs):
+    path.parent.mkdir(parents=True)
+    header, first, change, second = TODAYS_FILE.split(b"\n")[:4]
+    path.write_bytes(
+        header + b"\n" + first + b"\n"
+        + b'["not an entry"]\n'  # line 3
+        + b'{"type":"message","id":7,"message":{"role":"user","content":"' + SECRET.encode() + b'"}}\n'  # line 4: the id is no string
+        + b"\n"  # line 5: blank, nothing to report
+        + change + b"\n" + second + b"\n"
+    )
+    with TranscriptMirror.open(path, "s") as m:
+        assert m.entry_count == 3 and m.skipped_lines == 2
+        assert [x.role for x in m.messages()] == ["user", "assistant"]
+        # Lines appended later keep their numbers: a torn one after two new entries.
+        m.append_custom("note", {}, "k3")
+        with path.open("ab") as f:
+            f.write(b'{"type":"custom","id":"x9","par')
+        m.append_custom("note", {}, "k4")  # starts on a fresh line (10); the torn one is line 9
+        with path.open("ab") as f:
+            f.write(b'{"type":7,"id":"x8"}\n')  # line 11
+        m.refresh()
+    reports = [r.fields for r in logs.records if r.getMessage().startswith("record skipped")]  # type: ignore[attr-defined]
+    assert [(r["file"], r["line"]) for r in reports] == [(str(path), 3), (str(path), 4), (str(path), 11)]
+    assert "$.id" in reports[1]["error"] and "$.type" in reports[2]["error"]
+    assert SECRET not in logged(logs)
+    with TranscriptMirror.open(path, "s") as again:  # a fresh read numbers them the same, the torn one too
+        assert again.skipped_lines == 4
+    reports = [r.fields for r in logs.records if r.getMessage().startswith("record skipped")]  # type: ignore[attr-defined]
+    assert [r["line"] for r in reports[3:]] == [3, 4, 9, 11]
