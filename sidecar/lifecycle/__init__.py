@@ -30,8 +30,8 @@ unchanged addition is not stacked up in history turn after turn.
 """
 
 from ..session.options import PROJECTION_MODES, LifecycleOptions
-from ..session.planner import fingerprint
 from ..session.state import ThreadSession, TurnState
+from ..thread.planner import fingerprint
 from .core import Lifecycle
 
 __all__ = ["PROJECTION_MODES", "Lifecycle", "LifecycleOptions", "ThreadSession", "TurnState", "fingerprint"]

@@ -16,10 +16,10 @@ from ..history.archive import TurnArchive, archive_path, archived_turn
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
-from ..session.planner import fingerprints
 from ..session.state import ThreadSession, TurnState, WindowReported
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms
 from ..thread import holdings, opening
+from ..thread.planner import fingerprints
 from ..translate import messages_of, translate_turn
 from .calls import EngineCalls
 

@@ -18,13 +18,13 @@ from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, first_turn, match_transcript, relay_id, session_key
-from ..session.planner import fingerprints
 from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed, new_session
 from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..thread import holdings, opening
+from ..thread.planner import fingerprints
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from . import resets
 from .calls import GIVEN_TOOLS, EngineCalls

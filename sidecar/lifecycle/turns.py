@@ -1,5 +1,5 @@
 """A turn's start: ``turn/start`` is held while the engine assembles, the
-plan for the turn is made (:mod:`sidecar.session.planner`) and carried out
+plan for the turn is made (:mod:`sidecar.thread.planner`) and carried out
 (a rebuild through :mod:`sidecar.rebuild` when it says so), and the
 projection goes into the request; any failure forwards the original."""
 
@@ -18,9 +18,9 @@ from ..projection import Projection, ProjectionError, already_projected, char_bu
 from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from ..session.state import AdditionSent, ThreadSession, TurnState, addition_digest
 from ..thread import holdings
+from ..thread.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -288,7 +288,7 @@ class Turns:
         # What this turn adds to the model's input, wherever it travels: the
         # input text, plus the context block and addition in additionalContext.
         sent = projection.input_text_chars + len(addition or "") + (len(projection.text or "") if placement == "additional_context" else 0)
-        original = input_text_chars(items)
+        original, changed = input_text_chars(items), projection.changed
         log.info(
             "codex context engine assemble applied",
             extra={
@@ -304,7 +304,7 @@ class Turns:
         )
         state.note_render(rendered=projection.messages_rendered, dropped=projection.messages_dropped, context_chars=len(projection.text or ""),
                       original_chars=original, sent_chars=sent)
-        if not projection.changed:
+        if not changed:
             return None if stripped is None else params
         channels = ["turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]"] if projection.text else []
         if addition is not None:

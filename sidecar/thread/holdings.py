@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..session.planner import fingerprint
+from .planner import fingerprint
 from .state import ThreadSession, TurnState
 
 if TYPE_CHECKING:

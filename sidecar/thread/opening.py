@@ -13,11 +13,11 @@ from .state import ThreadSession, Unfollowed
 if TYPE_CHECKING:
     import trio
 
-    from ..session.state import LearnedMachine
     from ..store.injected import Injection
     from ..store.inspect import InspectLog
     from ..store.ledger import Ledger
     from ..store.mirror import TranscriptMirror
+    from .state import LearnedMachine
 
 
 def answered_open(session: ThreadSession, method: str, *, relay: str | None, cwd: Any, model: Any, framing_fork: bool) -> None:

@@ -9,7 +9,7 @@ writes the fields: the lifecycle jobs call its transitions (the records'
 methods, :mod:`.holdings`, :mod:`.opening`), and
 ``tests/docs/test_thread_state_owner.py`` counts every write from outside.
 The ledger fields (``held``, ``turns_since_rebuild``, ``force_rebuild``,
-``projected_epoch``, ``sizes``) are what :mod:`sidecar.session.planner`
+``projected_epoch``, ``sizes``) are what :mod:`sidecar.thread.planner`
 plans a turn from; :class:`sidecar.thread.holdings.Holdings` is them as
 one record (what the ledger's journal records). What the thread's
 processes learned is :class:`LearnedMachine`'s (its vocabulary in
@@ -26,7 +26,6 @@ import msgspec
 
 from engines import AgentMessage, PromptCacheInfo, Usage
 
-from ..session.planner import FingerprintCache
 from .learned import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_TOKEN_RESERVE,
@@ -45,6 +44,7 @@ from .learned import (
     ToolsGiven,
     WindowReported,
 )
+from .planner import FingerprintCache
 
 if TYPE_CHECKING:
     import trio

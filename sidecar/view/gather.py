@@ -27,11 +27,11 @@ import msgspec
 
 from engines import from_openclaw
 
-from ..session.planner import fingerprint
 from ..store import bindings
 from ..store.inspect import decode_records, inspect_path, inspect_text_path
 from ..store.ledger import LedgerState, ledger_path
 from ..store.mirror import session_path
+from ..thread.planner import fingerprint
 
 REVERT = "codex-sidecar.client-revert"
 NATIVE_COMPACTION = "codex-native-compaction"

@@ -1,4 +1,4 @@
-"""sidecar.session.planner: a message is what the model sees of it."""
+"""sidecar.thread.planner: a message is what the model sees of it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from engines import (
     Usage,
     UserMessage,
 )
-from sidecar.session.planner import fingerprint, fingerprints, message_chars
+from sidecar.thread.planner import fingerprint, fingerprints, message_chars
 
 USAGE = Usage(input=10, output=2, cache_read=0, cache_write=0, total_tokens=12)
 
@@ -96,7 +96,7 @@ def test_fingerprints_note_each_message_s_size():
 
 
 def test_the_cache_hashes_a_message_object_once_and_stays_bounded(monkeypatch):
-    import sidecar.session.planner as planner
+    import sidecar.thread.planner as planner
 
     calls = []
     real = planner.fingerprint

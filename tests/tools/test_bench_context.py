@@ -213,7 +213,7 @@ async def test_recall_engine_appends_one_deterministic_snippet(tmp_path):
 
 
 async def test_store_engine_gives_new_objects_with_the_same_content_and_its_own_clock():
-    from sidecar.session.planner import fingerprint
+    from sidecar.thread.planner import fingerprint
 
     usage = Usage(input=5, output=1, cache_read=0, cache_write=0, total_tokens=6)
     messages = [

@@ -1,11 +1,11 @@
-"""sidecar.session.planner: the plan for a turn, from the ledger and the assembly alone."""
+"""sidecar.thread.planner: the plan for a turn, from the ledger and the assembly alone."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.session.planner import Slack, ThreadHoldings, assembled_tokens, plan_turn, within_slack
+from sidecar.thread.planner import Slack, ThreadHoldings, assembled_tokens, plan_turn, within_slack
 
 EXACT = Slack(stale_slack=0)
 
