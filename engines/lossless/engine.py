@@ -139,9 +139,10 @@ class LosslessEngine(BaseContextEngine):
         """The open store (opened on first access when unbound)."""
         return self._store_now()
 
-    def _context(self, session_id: str, budget: int | None = None) -> StepContext:
+    def _context(self, session_id: str, budget: int | None = None, instructions: str | None = None) -> StepContext:
         sizes = knobs(self.cfg, budget if budget is not None else self.cfg.token_budget)
-        return StepContext(self._store_now(), self._budgeted(session_id, "summary"), self.cfg, count_tokens, estimate_message_tokens, sizes)
+        host = self._budgeted(session_id, "summary")
+        return StepContext(self._store_now(), host, self.cfg, count_tokens, estimate_message_tokens, sizes, instructions=instructions)
 
     def _budgeted(self, session_id: str, purpose: str) -> BudgetedHost | None:
         """The host for the engine's own model calls: ``summary_model`` at
@@ -384,11 +385,11 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ compaction
 
-    async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None) -> dict[str, Any]:
+    async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None, instructions: str | None = None) -> dict[str, Any]:
         async with self._lock(session_id):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)
-            ctx = self._context(session_id, effective)
+            ctx = self._context(session_id, effective, instructions)
             install = True
             if not force:
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
@@ -434,6 +435,8 @@ class LosslessEngine(BaseContextEngine):
 
     async def compact(self, params: CompactParams) -> CompactResult:
         """A compaction step now (``thread/compact/start``, ``sidecar/compact``).
+        Its ``custom_instructions`` go with every summary call of the step
+        (bounded and redacted, :func:`.summarize.instructed`).
 
         The result carries no summary text on purpose: the engine keeps its
         own summaries, and a summary in the result would make the sidecar's
@@ -441,7 +444,7 @@ class LosslessEngine(BaseContextEngine):
         """
         if skipping.ignored_session(self.cfg, params.session_key):
             return CompactResult(ok=True, compacted=False, reason="session ignored (ignore_session_patterns): nothing stored to compact")
-        report = await self._step(params.session_id, force=True, reason="compact", budget=params.token_budget)
+        report = await self._step(params.session_id, force=True, reason="compact", budget=params.token_budget, instructions=params.custom_instructions)
         if not report.get("changed"):
             return CompactResult(
                 ok=True,
