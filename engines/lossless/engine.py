@@ -49,10 +49,11 @@ from .assemble import fit_budget
 from .calls_budget import BudgetedHost
 from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
-from .messages import content_identity, identities, message_id
+from .messages import message_id
 from .outofline import out_of_line_view
 from .reset import carry_summaries
 from .search import agent_of, set_agent
+from .snapshots import SnapshotIdentities
 from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
 
@@ -99,7 +100,7 @@ class LosslessEngine(BaseContextEngine):
         # id(message) -> (message, content identity): the sidecar hands over
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
-        self._content_ids: dict[int, tuple[AgentMessage, str]] = {}
+        self._snapshots = SnapshotIdentities()
         # OpenClaw starts the app-server with its agent's CODEX_HOME: the
         # agent of sessions whose key does not name one (see .search.agent_of).
         self._codex_home = os.environ.get("CODEX_HOME")
@@ -171,19 +172,6 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ ingestion
 
-    def _identities(self, messages: Sequence[AgentMessage]) -> list[str]:
-        cache = self._content_ids
-        if len(cache) > 200_000:
-            cache.clear()
-        bases: list[str] = []
-        for m in messages:
-            hit = cache.get(id(m))
-            if hit is None or hit[0] is not m:
-                hit = (m, content_identity(m))
-                cache[id(m)] = hit
-            bases.append(hit[1])
-        return identities(messages, bases)
-
     def _ingest_sync(
         self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str], keep: int | None = None
     ) -> int:
@@ -226,7 +214,7 @@ class LosslessEngine(BaseContextEngine):
     async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: int | None = None) -> int:
         if not messages:
             return 0
-        idents = self._identities(messages)
+        idents = self._snapshots.of(session_id, messages)
         return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
@@ -350,7 +338,7 @@ class LosslessEngine(BaseContextEngine):
                 cold = False
         try:
             # The client's copies of the raw messages (identities cached by _ingest).
-            snapshot = (params.messages, self._identities(params.messages)) if self.cfg.redact_secrets else ((), ())
+            snapshot = (params.messages, self._snapshots.of(params.session_id, params.messages)) if self.cfg.redact_secrets else ((), ())
             messages, tokens, held = await trio.to_thread.run_sync(
                 self._assemble_sync, params.session_id, budget, addition_tokens, cold, snapshot
             )

@@ -1,0 +1,70 @@
+"""The identities of a session's snapshots, computed once a message.
+
+Every ``assemble`` and ``after_turn`` hands the engine the session's whole
+transcript, and a message's identity (:func:`.messages.identities`) depends
+on the messages before it (the occurrence count of equal contents). Hashing
+the whole snapshot each call made a turn's cost grow with the session's age
+(14 ms of a 20 ms turn at 4,000 messages). The next snapshot is almost
+always the last one with messages added: when it starts with the very same
+message objects, their identities and occurrence counts are the last ones,
+and only the new messages are hashed. Any other snapshot (edited, shortened,
+decoded anew) is computed whole, as before, and becomes the last one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from collections.abc import Sequence
+
+from engines.api import AgentMessage
+
+from .messages import content_identity
+
+__all__ = ["SnapshotIdentities"]
+
+#: Content hashes kept by message object before the cache starts over.
+_MAX_CACHED = 200_000
+
+
+class _Last:
+    __slots__ = ("idents", "messages", "seen")
+
+    def __init__(self) -> None:
+        self.messages: list[AgentMessage] = []  # held, so their id()s stay unique
+        self.idents: list[str] = []
+        self.seen: dict[str, int] = {}
+
+
+class SnapshotIdentities:
+    """Identities of snapshots, per session, extended message by message."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Last] = {}
+        self._content: dict[int, tuple[AgentMessage, str]] = {}
+
+    def _content_id(self, m: AgentMessage) -> str:
+        hit = self._content.get(id(m))
+        if hit is None or hit[0] is not m:
+            if len(self._content) > _MAX_CACHED:
+                self._content.clear()
+            hit = self._content[id(m)] = (m, content_identity(m))
+        return hit[1]
+
+    def of(self, session_id: str, messages: Sequence[AgentMessage]) -> list[str]:
+        """The identities of ``messages`` (as :func:`.messages.identities`)."""
+        last = self._last.get(session_id)
+        n = 0 if last is None else len(last.messages)
+        if last is None or n > len(messages) or not all(map(operator.is_, last.messages, messages)):
+            last = self._last[session_id] = _Last()
+            n = 0
+        for m in messages[n:]:
+            base = self._content_id(m)
+            k = last.seen.get(base, 0)
+            last.seen[base] = k + 1
+            last.messages.append(m)
+            last.idents.append(base if k == 0 else hashlib.sha256(f"{base}#{k}".encode()).hexdigest())
+        return last.idents[: len(messages)] if len(messages) < len(last.idents) else list(last.idents)
+
+    def forget(self, session_id: str) -> None:
+        self._last.pop(session_id, None)
