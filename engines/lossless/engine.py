@@ -94,6 +94,8 @@ class LosslessEngine(BaseContextEngine):
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
         self._known: dict[str, set[str]] = {}
+        #: Per session: (snapshot epoch, the ``_known`` set then, how many leading messages are settled).
+        self._settled: dict[str, tuple[int, set[str], int]] = {}
         # session -> time.monotonic() of its last assembly (the last request
         # the provider's prompt cache saw).
         self._last_request: dict[str, float] = {}
@@ -173,29 +175,36 @@ class LosslessEngine(BaseContextEngine):
     # ------------------------------------------------------------ ingestion
 
     def _ingest_sync(
-        self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str], keep: int | None = None
+        self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str], keep: int | None = None, epoch: int = 0
     ) -> int:
         """Store the messages not stored yet; those from ``keep`` on (a
         heartbeat turn's) and every message of an ignored session are noted
-        as skipped instead (:mod:`.skipping`)."""
+        as skipped instead (:mod:`.skipping`). The messages an earlier
+        snapshot of the same ``epoch`` (:meth:`.SnapshotIdentities.epoch`)
+        already settled are not looked at again: a turn's cost does not grow
+        with the session."""
         store = self._store_now()
         known = self._known.get(session_id)
         if known is None:
             known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
+        settled = self._settled.get(session_id)
+        start = settled[2] if settled is not None and epoch and settled[0] == epoch and settled[1] is known else 0
+        start = min(start, len(messages))
         if skipping.ignored_session(self.cfg, session_key):
             keep, reason = 0, skipping.PATTERN
         else:
             keep, reason = (len(messages) if keep is None else keep), skipping.HEARTBEAT
-        skipped = [i for i in idents[keep:] if i not in known]
+        skipped = [i for i in idents[max(keep, start) :] if i not in known]
         if skipped:
             skipping.mark_skipped(store, session_id, skipped, reason)
             known.update(skipped)
-        todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
+        todo = [(m, i) for m, i in zip(messages[start:keep], idents[start:keep], strict=True) if i not in known]
         if todo and known and not store.messages_between(session_id, 1, 1):
             # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
             known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
             todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
         if not todo:
+            self._settled[session_id] = (epoch, known, len(messages))
             return 0
         batch: list[AgentMessage] = [m for m, _ in todo]
         count: Callable[[AgentMessage], int] = estimate_message_tokens
@@ -205,6 +214,7 @@ class LosslessEngine(BaseContextEngine):
             batch, count = redact_batch(batch, estimate_message_tokens)
         stored = store.ingest(session_id, session_key, batch, [i for _, i in todo], count)
         known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
+        self._settled[session_id] = (epoch, known, len(messages))
         if session_id not in self._agents:
             agent = self._agents[session_id] = agent_of(session_key, self._codex_home)
             if agent is not None:
@@ -215,7 +225,8 @@ class LosslessEngine(BaseContextEngine):
         if not messages:
             return 0
         idents = self._snapshots.of(session_id, messages)
-        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep)
+        epoch = self._snapshots.epoch(session_id)
+        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep, epoch)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
         keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, 1, 0)

@@ -14,6 +14,7 @@ decoded anew) is computed whole, as before, and becomes the last one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import operator
 from collections.abc import Sequence
 
@@ -28,9 +29,10 @@ _MAX_CACHED = 200_000
 
 
 class _Last:
-    __slots__ = ("idents", "messages", "seen")
+    __slots__ = ("epoch", "idents", "messages", "seen")
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = epoch
         self.messages: list[AgentMessage] = []  # held, so their id()s stay unique
         self.idents: list[str] = []
         self.seen: dict[str, int] = {}
@@ -42,6 +44,7 @@ class SnapshotIdentities:
     def __init__(self) -> None:
         self._last: dict[str, _Last] = {}
         self._content: dict[int, tuple[AgentMessage, str]] = {}
+        self._epochs = itertools.count(1)
 
     def _content_id(self, m: AgentMessage) -> str:
         hit = self._content.get(id(m))
@@ -56,7 +59,7 @@ class SnapshotIdentities:
         last = self._last.get(session_id)
         n = 0 if last is None else len(last.messages)
         if last is None or n > len(messages) or not all(map(operator.is_, last.messages, messages)):
-            last = self._last[session_id] = _Last()
+            last = self._last[session_id] = _Last(next(self._epochs))
             n = 0
         for m in messages[n:]:
             base = self._content_id(m)
@@ -65,6 +68,14 @@ class SnapshotIdentities:
             last.messages.append(m)
             last.idents.append(base if k == 0 else hashlib.sha256(f"{base}#{k}".encode()).hexdigest())
         return last.idents[: len(messages)] if len(messages) < len(last.idents) else list(last.idents)
+
+    def epoch(self, session_id: str) -> int:
+        """A number that stays the same while the session's snapshots only
+        grow (each one begins with the last one's message objects): the
+        messages of an earlier snapshot of the same epoch are at the same
+        places now. 0 before any snapshot."""
+        last = self._last.get(session_id)
+        return 0 if last is None else last.epoch
 
     def forget(self, session_id: str) -> None:
         self._last.pop(session_id, None)
