@@ -175,7 +175,13 @@ class LosslessEngine(BaseContextEngine):
     # ------------------------------------------------------------ ingestion
 
     def _ingest_sync(
-        self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str], keep: int | None = None, epoch: int = 0
+        self,
+        session_id: str,
+        session_key: str | None,
+        messages: Sequence[AgentMessage],
+        idents: Sequence[str],
+        keep: tuple[int, str] | None = None,
+        epoch: int = 0,
     ) -> int:
         """Store the messages not stored yet; those from ``keep`` on (a
         heartbeat turn's) and every message of an ignored session are noted
@@ -191,18 +197,18 @@ class LosslessEngine(BaseContextEngine):
         start = settled[2] if settled is not None and epoch and settled[0] == epoch and settled[1] is known else 0
         start = min(start, len(messages))
         if skipping.ignored_session(self.cfg, session_key):
-            keep, reason = 0, skipping.PATTERN
+            keep_n, reason = 0, skipping.PATTERN
         else:
-            keep, reason = (len(messages) if keep is None else keep), skipping.HEARTBEAT
-        skipped = [i for i in idents[max(keep, start) :] if i not in known]
+            keep_n, reason = (len(messages), skipping.HEARTBEAT) if keep is None else keep
+        skipped = [i for i in idents[max(keep_n, start) :] if i not in known]
         if skipped:
             skipping.mark_skipped(store, session_id, skipped, reason)
             known.update(skipped)
-        todo = [(m, i) for m, i in zip(messages[start:keep], idents[start:keep], strict=True) if i not in known]
+        todo = [(m, i) for m, i in zip(messages[start:keep_n], idents[start:keep_n], strict=True) if i not in known]
         if todo and known and not store.messages_between(session_id, 1, 1):
             # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
             known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
-            todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
+            todo = [(m, i) for m, i in zip(messages[:keep_n], idents[:keep_n], strict=True) if i not in known]
         if not todo:
             self._settled[session_id] = (epoch, known, len(messages))
             return 0
@@ -221,7 +227,7 @@ class LosslessEngine(BaseContextEngine):
                 set_agent(store, session_id, agent)
         return len(stored)
 
-    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: int | None = None) -> int:
+    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: tuple[int, str] | None = None) -> int:
         if not messages:
             return 0
         idents = self._snapshots.of(session_id, messages)
@@ -229,19 +235,20 @@ class LosslessEngine(BaseContextEngine):
         return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep, epoch)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
-        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, 1, 0)
+        keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, 1, 0)
         count = await self._ingest(params.session_id, params.session_key, [params.message], keep)
         return IngestResult(ingested=count > 0)
 
     async def ingest_batch(self, params: IngestBatchParams) -> IngestBatchResult:
-        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, len(params.messages), 0)
+        keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, len(params.messages), 0)
         return IngestBatchResult(ingested_count=await self._ingest(params.session_id, params.session_key, params.messages, keep))
 
     async def after_turn(self, params: AfterTurnParams) -> None:
         """Store whatever of the whole snapshot is not stored yet (replays and
-        earlier failures included), but not a heartbeat turn's own messages
-        (``skip_heartbeats``); remember the budget for maintenance."""
-        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, len(params.messages), params.pre_prompt_message_count)
+        earlier failures included), but not a heartbeat's or a cron run's own
+        messages (``skip_heartbeats``, ``skip_cron_turns``); remember the
+        budget for maintenance."""
+        keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, len(params.messages), params.pre_prompt_message_count)
         await self._ingest(params.session_id, params.session_key, params.messages, keep)
         if skipping.ignored_session(self.cfg, params.session_key):
             return

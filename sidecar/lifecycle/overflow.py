@@ -173,6 +173,7 @@ class Overflow:
             client_id=first.client_id,
             original_input=given if isinstance(given, list) else first.original_input,
             heartbeat=first.heartbeat,
+            trigger=first.trigger,
             attempt=first.attempt + 1,
         )
         # The failed attempt is a turn the Codex thread holds: the rebuild takes it out too.

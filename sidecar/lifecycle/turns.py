@@ -116,7 +116,9 @@ class Turns:
         edited: dict[str, Any] | None = None
         # The typed view (on_turn_start made it) vouches for the input's shape: a list, or absent.
         state = TurnState(client_id=msg.id, original_input=params.get("input"))
-        state.heartbeat = params.get("turnTrigger") == "heartbeat"  # OpenClaw's heartbeat runs say so
+        trigger = params.get("turnTrigger")
+        state.trigger = trigger if isinstance(trigger, str) else None  # OpenClaw's heartbeat and cron runs say so
+        state.heartbeat = state.trigger == "heartbeat"
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()

@@ -96,6 +96,8 @@ class TurnState(msgspec.Struct):
     turn_id: str | None = None
     heartbeat: bool = False
     """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
+    trigger: str | None = None
+    """``turn/start.turnTrigger`` as sent (OpenClaw: ``user``, ``heartbeat``, ``cron``, ...)."""
     items: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     item_times: dict[str, int] = msgspec.field(default_factory=dict)
     projected: bool = False
