@@ -49,11 +49,10 @@ from .assemble import fit_budget
 from .calls_budget import BudgetedHost
 from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
-from .messages import message_id
 from .outofline import out_of_line_view
 from .reset import carry_summaries
 from .search import agent_of, set_agent
-from .snapshots import SnapshotIdentities
+from .snapshots import SnapshotIdentities, originals
 from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
 
@@ -276,23 +275,6 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
-    @staticmethod
-    def _originals(session_id: str, snapshot: tuple[Sequence[AgentMessage], Sequence[str]], wanted: set[str]) -> dict[str, AgentMessage]:
-        """The client's own copies of the stored messages ``wanted`` (by id),
-        newest first, from the snapshot and its identities: the store holds
-        them redacted, the client whole."""
-        found: dict[str, AgentMessage] = {}
-        messages, idents = snapshot
-        if not wanted or not messages:
-            return found
-        for message, ident in zip(reversed(messages), reversed(idents), strict=True):
-            mid = message_id(session_id, ident)
-            if mid in wanted:
-                found[mid] = message
-                if len(found) == len(wanted):
-                    break
-        return found
-
     def _assemble_sync(
         self,
         session_id: str,
@@ -317,8 +299,8 @@ class LosslessEngine(BaseContextEngine):
         )
         tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
         if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
-            originals = self._originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
-            tail = [originals.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
+            theirs = originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
+            tail = [theirs.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
         # The addition goes with a frame, and the model reads it too.
         reserved = addition_tokens if frame else 0
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)

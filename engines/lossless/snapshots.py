@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 from engines.api import AgentMessage
 
-from .messages import content_identity
+from .messages import content_identity, message_id
 
-__all__ = ["SnapshotIdentities"]
+__all__ = ["SnapshotIdentities", "originals"]
 
 #: Content hashes kept by message object before the cache starts over.
 _MAX_CACHED = 200_000
@@ -79,3 +79,20 @@ class SnapshotIdentities:
 
     def forget(self, session_id: str) -> None:
         self._last.pop(session_id, None)
+
+
+def originals(session_id: str, snapshot: tuple[Sequence[AgentMessage], Sequence[str]], wanted: set[str]) -> dict[str, AgentMessage]:
+    """The client's own copies of the stored messages ``wanted`` (by id),
+    newest first, from the snapshot and its identities: the store holds
+    them redacted, the client whole."""
+    found: dict[str, AgentMessage] = {}
+    messages, idents = snapshot
+    if not wanted or not messages:
+        return found
+    for message, ident in zip(reversed(messages), reversed(idents), strict=True):
+        mid = message_id(session_id, ident)
+        if mid in wanted:
+            found[mid] = message
+            if len(found) == len(wanted):
+                break
+    return found

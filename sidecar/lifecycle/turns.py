@@ -115,10 +115,7 @@ class Turns:
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any]) -> None:
         edited: dict[str, Any] | None = None
         # The typed view (on_turn_start made it) vouches for the input's shape: a list, or absent.
-        state = TurnState(client_id=msg.id, original_input=params.get("input"))
-        trigger = params.get("turnTrigger")
-        state.trigger = trigger if isinstance(trigger, str) else None  # OpenClaw's heartbeat and cron runs say so
-        state.heartbeat = state.trigger == "heartbeat"
+        state = TurnState(client_id=msg.id, original_input=params.get("input"), trigger=turn_trigger(params))
         await session.ready.wait()
         with trio.move_on_after(self.options.previous_turn_wait) as waited:
             await session.slot.acquire()
@@ -493,6 +490,12 @@ class Turns:
             "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
             extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
         )
+
+
+def turn_trigger(params: dict[str, Any]) -> str | None:
+    """``turn/start``'s ``turnTrigger`` (OpenClaw's heartbeat and cron runs say so), if a string."""
+    trigger = params.get("turnTrigger")
+    return trigger if isinstance(trigger, str) else None
 
 
 def _started_turn_id(msg: Message) -> str | None:

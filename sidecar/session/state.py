@@ -97,7 +97,8 @@ class TurnState(msgspec.Struct):
     heartbeat: bool = False
     """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
     trigger: str | None = None
-    """``turn/start.turnTrigger`` as sent (OpenClaw: ``user``, ``heartbeat``, ``cron``, ...)."""
+    """``turn/start.turnTrigger`` as sent (OpenClaw: ``user``, ``heartbeat``, ``cron``, ...); a
+    ``heartbeat`` trigger makes ``heartbeat`` true."""
     items: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     item_times: dict[str, int] = msgspec.field(default_factory=dict)
     projected: bool = False
@@ -153,6 +154,10 @@ class TurnState(msgspec.Struct):
     """The input came with an assembled context of OpenClaw's own:
     ``continuity`` (its one-off rendering on a new thread, replaced by the
     engine's) or ``engine`` (its own engine projecting: passed as it is)."""
+
+    def __post_init__(self) -> None:
+        if self.trigger == "heartbeat":
+            self.heartbeat = True
 
 
 class ThreadSession(msgspec.Struct):
