@@ -21,6 +21,8 @@
 #   make bench-scale    600 turns on one thread: does a turn cost the same late as early (issue 17)
 #   make bench-lossless 300 turns, native codex against the lossless engine: input, cache-weighted
 #                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
+#   make bench-lossless-long  months of use: one lossless session grown to 5,000 turns in process, SQLite and
+#                       PostgreSQL: time per turn early/late, lcm_grep p50/p95, store size, peak RSS (ARGS="--turns N")
 #   make bench-startup  spawn -> initialize and thread/start answered: the sidecar (legacy, lossless) minus codex alone,
 #                       paired and interleaved in one run, p50, with peak RSS (ARGS="--rounds 40")
 #   make bench-view     codex-sidecar view of a 1,000-turn session: generation, and opening in headless Chromium
@@ -71,7 +73,7 @@ PGSERVER_VER := 0.1.4
 PG_DIR       := .tools/pgserver-$(PGSERVER_VER)
 PG_ENV       := CODEX_SIDECAR_TEST_PG_BIN=$$(cd $(PG_DIR) && realpath "$$(cat bindir)")
 
-.PHONY: all check-tools setup setup-test lint openclaw postgres browser test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-startup bench-view fixtures clean
+.PHONY: all check-tools setup setup-test lint openclaw postgres browser test-openclaw test-codex-matrix demo test bench bench-context bench-rebuild bench-scale bench-lossless bench-lossless-long bench-startup bench-view fixtures clean
 
 all: test
 
@@ -260,6 +262,9 @@ bench-scale: setup
 
 bench-lossless: setup
 	$(PY) -m tools.bench_lossless $(ARGS)
+
+bench-lossless-long: setup postgres
+	$(PG_ENV) $(PY) -m tools.bench_lossless_long $(ARGS)
 
 bench-view: setup browser
 	$(PY) -m tools.bench_view $(ARGS)

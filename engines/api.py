@@ -308,6 +308,9 @@ class IngestParams(_Model, kw_only=True):
     session_key: str
     message: AgentMessage
     is_heartbeat: bool = False
+    #: ``turn/start``'s ``turnTrigger`` as the client sent it (OpenClaw: ``user``,
+    #: ``heartbeat``, ``cron``, ``memory``, ...); None when it sent none.
+    turn_trigger: str | None = None
 
 
 class IngestBatchParams(_Model, kw_only=True):
@@ -315,6 +318,9 @@ class IngestBatchParams(_Model, kw_only=True):
     session_key: str
     messages: list[AgentMessage]
     is_heartbeat: bool = False
+    #: ``turn/start``'s ``turnTrigger`` as the client sent it (OpenClaw: ``user``,
+    #: ``heartbeat``, ``cron``, ``memory``, ...); None when it sent none.
+    turn_trigger: str | None = None
 
 
 class AssembleParams(_Model, kw_only=True):
@@ -337,6 +343,9 @@ class AfterTurnParams(_Model, kw_only=True):
     pre_prompt_message_count: int
     token_budget: int | None = None
     is_heartbeat: bool = False
+    #: ``turn/start``'s ``turnTrigger`` as the client sent it (OpenClaw: ``user``,
+    #: ``heartbeat``, ``cron``, ``memory``, ...); None when it sent none.
+    turn_trigger: str | None = None
     runtime_context: RuntimeContext = msgspec.field(default_factory=RuntimeContext)
 
 

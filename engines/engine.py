@@ -212,6 +212,7 @@ async def _ingest_new_messages(engine: Any, params: AfterTurnParams) -> AfterTur
                 session_key=params.session_key,
                 messages=new,
                 is_heartbeat=params.is_heartbeat,
+                turn_trigger=params.turn_trigger,
             )
         )
         return "ingest_batch"
@@ -222,6 +223,7 @@ async def _ingest_new_messages(engine: Any, params: AfterTurnParams) -> AfterTur
                 session_key=params.session_key,
                 message=message,
                 is_heartbeat=params.is_heartbeat,
+                turn_trigger=params.turn_trigger,
             )
         )
     return "ingest"
@@ -286,6 +288,7 @@ class BaseContextEngine(abc.ABC):
                     session_key=params.session_key,
                     message=message,
                     is_heartbeat=params.is_heartbeat,
+                    turn_trigger=params.turn_trigger,
                 )
             )
             count += bool(result.ingested)

@@ -77,12 +77,6 @@ class Backend(Protocol):
 
     def version(self) -> int: ...
 
-    def grep(self, table: str, session_id: str, match: str, limit: int) -> list[tuple[Any, ...]]:
-        """Full-text hits of ``table`` (``"messages"`` or ``"summaries"``) for an
-        FTS5-style ``match`` (quoted words joined by AND or OR), newest first;
-        each row is the table's hit columns and a snippet last."""
-        ...
-
     def reindex_message(self, pk: int, old_text: str, new_text: str) -> None:
         """Keep the search index in step after a message's text changed (inside a transaction)."""
         ...
@@ -182,24 +176,6 @@ class SqliteBackend:
                     self.conn.execute(statement)
                 self.conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version, int(time.time() * 1000)))
             log.info("lossless store migrated", extra={"fields": {"path": self.where, "version": version}})
-
-    def grep(self, table: str, session_id: str, match: str, limit: int) -> list[tuple[Any, ...]]:
-        if table == "messages":
-            sql = (
-                "SELECT m.id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body, "
-                "snippet(messages_fts, 0, '', '', '…', 16) FROM messages_fts "
-                # CROSS JOIN: the index drives (the other way round SQLite runs the match once per row of the session)
-                "CROSS JOIN messages m ON m.pk = messages_fts.rowid "
-                "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY m.seq DESC LIMIT ?"
-            )
-        else:
-            sql = (
-                "SELECT s.id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi, "
-                "snippet(summaries_fts, 0, '', '', '…', 16) FROM summaries_fts "
-                "CROSS JOIN summaries s ON s.pk = summaries_fts.rowid "
-                "WHERE summaries_fts MATCH ? AND s.session_id = ? ORDER BY s.seq_hi DESC LIMIT ?"
-            )
-        return [tuple(r) for r in self.conn.execute(sql, (match, session_id, limit))]
 
     def reindex_message(self, pk: int, old_text: str, new_text: str) -> None:
         self.conn.execute("INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', ?, ?)", (pk, old_text))
@@ -359,26 +335,6 @@ class PostgresBackend:
                     self.conn.execute(statement)
                 self.conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)", (version, int(time.time() * 1000)))
             log.info("lossless store migrated", extra={"fields": {"path": self.where, "version": version}})
-
-    def grep(self, table: str, session_id: str, match: str, limit: int) -> list[tuple[Any, ...]]:
-        words, any_word = fts_words(match)
-        if not words:
-            return []
-        query = (" || " if any_word else " && ").join(["plainto_tsquery('lossless', %s)"] * len(words))
-        if table == "messages":
-            sql = (
-                f"SELECT id, role, turn, seq, timestamp, tool_name, body, text FROM ("
-                f"SELECT m.*, q FROM messages m, (SELECT {query}) AS t(q) "
-                "WHERE m.session_id = %s AND m.text_tsv @@ q ORDER BY m.seq DESC LIMIT %s) hits ORDER BY seq DESC"
-            )
-        else:
-            sql = (
-                f"SELECT id, depth, turn_lo, turn_hi, seq_hi, time_hi, text FROM ("
-                f"SELECT s.*, q FROM summaries s, (SELECT {query}) AS t(q) "
-                "WHERE s.session_id = %s AND s.text_tsv @@ q ORDER BY s.seq_hi DESC LIMIT %s) hits ORDER BY seq_hi DESC"
-            )
-        rows = self._live().execute(sql, (*words, session_id, limit))
-        return [(*r[:-1], snippet(r[-1], words)) for r in rows]
 
     def reindex_message(self, pk: int, old_text: str, new_text: str) -> None:
         pass  # text_tsv is a generated column

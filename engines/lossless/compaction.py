@@ -49,10 +49,12 @@ from .outofline import out_of_line_view
 from .store import MessageRow, NewSummary, Store, SummaryRow
 from .summarize import (
     BATCH_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
     Source,
     batch_prompt,
     cap_summary,
     extractive_summary,
+    instructed,
     model_summary,
     parse_batch,
     summary_id,
@@ -258,6 +260,8 @@ class StepContext:
         count_text: Callable[[str], int],
         estimate: Callable[[AgentMessage], int],
         sizes: Knobs | None = None,
+        *,
+        instructions: str | None = None,
     ) -> None:
         self.store = store
         self.host = host
@@ -266,6 +270,8 @@ class StepContext:
         self.estimate = estimate
         #: The compaction sizes for the step's budget (the settings, or derived from the budget).
         self.knobs = sizes if sizes is not None else knobs(cfg, cfg.token_budget)
+        #: A compaction's ``custom_instructions``: in every summary prompt of the step.
+        self.instructions = instructions
 
     async def db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -288,7 +294,12 @@ async def _summary_text(
     target = ctx.knobs.leaf_summary_tokens if depth == 0 else ctx.knobs.condensed_summary_tokens
     timeout = min(ctx.cfg.summary_timeout, deadline - trio.current_time())
     text, outcome = await model_summary(
-        ctx.host, summary_prompt(depth, turns, times, sources, target), target, timeout, ctx.count_text
+        ctx.host,
+        summary_prompt(depth, turns, times, sources, target),
+        target,
+        timeout,
+        ctx.count_text,
+        system=instructed(SYSTEM_PROMPT, ctx.instructions, ctx.cfg.redact_secrets),
     )
     if text is None:
         return extractive_summary(depth, turns, sources, target, ctx.count_text), True, outcome
@@ -317,7 +328,7 @@ async def _summary_texts(ctx: StepContext, jobs: Sequence[Job], deadline: float)
             targets = [_target(ctx, job[0]) for job in batch]
             prompt = batch_prompt([(*job, t) for job, t in zip(batch, targets, strict=True)])
             timeout = min(ctx.cfg.summary_timeout * len(batch), deadline - trio.current_time())
-            text, outcome = await model_summary(ctx.host, prompt, sum(targets), timeout, ctx.count_text, system=BATCH_SYSTEM_PROMPT)
+            text, outcome = await model_summary(ctx.host, prompt, sum(targets), timeout, ctx.count_text, system=instructed(BATCH_SYSTEM_PROMPT, ctx.instructions, ctx.cfg.redact_secrets))
             found = parse_batch(text, len(batch)) if text is not None else {}
             if text is not None and len(found) < len(batch):
                 log.warning(

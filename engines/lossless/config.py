@@ -153,6 +153,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: summarised: their messages are left out of the store and so of later
     #: assemblies (the client's transcript keeps them). false: stored like any turn.
     skip_heartbeats: bool = True
+    #: OpenClaw's cron turns (``turnTrigger: "cron"``, ``turn_trigger`` for
+    #: the engine) likewise: neither stored nor summarised, counted as skipped
+    #: (reason ``cron``). false: stored like any turn.
+    skip_cron_turns: bool = True
     #: Sessions whose key matches one of these shell-style patterns
     #: (``fnmatch``, case-sensitive) are neither stored nor summarised: the
     #: assembly is the client's own history. The defaults are OpenClaw's cron

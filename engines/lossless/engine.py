@@ -51,10 +51,10 @@ from .assemble import fit_budget
 from .calls_budget import BudgetedHost
 from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
 from .config import LosslessConfig, knobs, parse_config
-from .messages import content_identity, identities, message_id
 from .outofline import out_of_line_view
 from .reset import carry_summaries
 from .search import agent_of, set_agent
+from .snapshots import SnapshotIdentities, originals
 from .store import DB_NAME, MessageRow, Store
 from .tools import TOOL_NAMES, TOOL_SPECS, ToolArgumentError, run_tool
 
@@ -117,13 +117,15 @@ class LosslessEngine(BaseContextEngine):
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
         self._known: dict[str, set[str]] = {}
+        #: Per session: (snapshot epoch, the ``_known`` set then, how many leading messages are settled).
+        self._settled: dict[str, tuple[int, set[str], int]] = {}
         # session -> time.monotonic() of its last assembly (the last request
         # the provider's prompt cache saw).
         self._last_request: dict[str, float] = {}
         # id(message) -> (message, content identity): the sidecar hands over
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
-        self._content_ids: dict[int, tuple[AgentMessage, str]] = {}
+        self._snapshots = SnapshotIdentities()
         # OpenClaw starts the app-server with its agent's CODEX_HOME: the
         # agent of sessions whose key does not name one (see .search.agent_of).
         self._codex_home = os.environ.get("CODEX_HOME")
@@ -163,9 +165,10 @@ class LosslessEngine(BaseContextEngine):
         """The open store (opened on first access when unbound)."""
         return self._store_now()
 
-    def _context(self, session_id: str, budget: int | None = None) -> StepContext:
+    def _context(self, session_id: str, budget: int | None = None, instructions: str | None = None) -> StepContext:
         sizes = knobs(self.cfg, budget if budget is not None else self.cfg.token_budget)
-        return StepContext(self._store_now(), self._budgeted(session_id, "summary"), self.cfg, count_tokens, estimate_message_tokens, sizes)
+        host = self._budgeted(session_id, "summary")
+        return StepContext(self._store_now(), host, self.cfg, count_tokens, estimate_message_tokens, sizes, instructions=instructions)
 
     def _budgeted(self, session_id: str, purpose: str) -> BudgetedHost | None:
         """The host for the engine's own model calls: ``summary_model`` at
@@ -194,43 +197,43 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ ingestion
 
-    def _identities(self, messages: Sequence[AgentMessage]) -> list[str]:
-        cache = self._content_ids
-        if len(cache) > 200_000:
-            cache.clear()
-        bases: list[str] = []
-        for m in messages:
-            hit = cache.get(id(m))
-            if hit is None or hit[0] is not m:
-                hit = (m, content_identity(m))
-                cache[id(m)] = hit
-            bases.append(hit[1])
-        return identities(messages, bases)
-
     def _ingest_sync(
-        self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], idents: Sequence[str], keep: int | None = None
+        self,
+        session_id: str,
+        session_key: str | None,
+        messages: Sequence[AgentMessage],
+        idents: Sequence[str],
+        keep: tuple[int, str] | None = None,
+        epoch: int = 0,
     ) -> int:
         """Store the messages not stored yet; those from ``keep`` on (a
         heartbeat turn's) and every message of an ignored session are noted
-        as skipped instead (:mod:`.skipping`)."""
+        as skipped instead (:mod:`.skipping`). The messages an earlier
+        snapshot of the same ``epoch`` (:meth:`.SnapshotIdentities.epoch`)
+        already settled are not looked at again: a turn's cost does not grow
+        with the session."""
         store = self._store_now()
         known = self._known.get(session_id)
         if known is None:
             known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
+        settled = self._settled.get(session_id)
+        start = settled[2] if settled is not None and epoch and settled[0] == epoch and settled[1] is known else 0
+        start = min(start, len(messages))
         if skipping.ignored_session(self.cfg, session_key):
-            keep, reason = 0, skipping.PATTERN
+            keep_n, reason = 0, skipping.PATTERN
         else:
-            keep, reason = (len(messages) if keep is None else keep), skipping.HEARTBEAT
-        skipped = [i for i in idents[keep:] if i not in known]
+            keep_n, reason = (len(messages), skipping.HEARTBEAT) if keep is None else keep
+        skipped = [i for i in idents[max(keep_n, start) :] if i not in known]
         if skipped:
             skipping.mark_skipped(store, session_id, skipped, reason)
             known.update(skipped)
-        todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
+        todo = [(m, i) for m, i in zip(messages[start:keep_n], idents[start:keep_n], strict=True) if i not in known]
         if todo and known and not store.messages_between(session_id, 1, 1):
             # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
             known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
-            todo = [(m, i) for m, i in zip(messages[:keep], idents[:keep], strict=True) if i not in known]
+            todo = [(m, i) for m, i in zip(messages[:keep_n], idents[:keep_n], strict=True) if i not in known]
         if not todo:
+            self._settled[session_id] = (epoch, known, len(messages))
             return 0
         batch: list[AgentMessage] = [m for m, _ in todo]
         count: Callable[[AgentMessage], int] = estimate_message_tokens
@@ -240,32 +243,35 @@ class LosslessEngine(BaseContextEngine):
             batch, count = redact_batch(batch, estimate_message_tokens)
         stored = store.ingest(session_id, session_key, batch, [i for _, i in todo], count)
         known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
+        self._settled[session_id] = (epoch, known, len(messages))
         if session_id not in self._agents:
             agent = self._agents[session_id] = agent_of(session_key, self._codex_home)
             if agent is not None:
                 set_agent(store, session_id, agent)
         return len(stored)
 
-    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: int | None = None) -> int:
+    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: tuple[int, str] | None = None) -> int:
         if not messages:
             return 0
-        idents = self._identities(messages)
-        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep)
+        idents = self._snapshots.of(session_id, messages)
+        epoch = self._snapshots.epoch(session_id)
+        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, list(messages), idents, keep, epoch)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
-        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, 1, 0)
+        keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, 1, 0)
         count = await self._ingest(params.session_id, params.session_key, [params.message], keep)
         return IngestResult(ingested=count > 0)
 
     async def ingest_batch(self, params: IngestBatchParams) -> IngestBatchResult:
-        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, len(params.messages), 0)
+        keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, len(params.messages), 0)
         return IngestBatchResult(ingested_count=await self._ingest(params.session_id, params.session_key, params.messages, keep))
 
     async def after_turn(self, params: AfterTurnParams) -> None:
         """Store whatever of the whole snapshot is not stored yet (replays and
-        earlier failures included), but not a heartbeat turn's own messages
-        (``skip_heartbeats``); remember the budget for maintenance."""
-        keep = skipping.heartbeat_split(self.cfg, params.is_heartbeat, len(params.messages), params.pre_prompt_message_count)
+        earlier failures included), but not a heartbeat's or a cron run's own
+        messages (``skip_heartbeats``, ``skip_cron_turns``); remember the
+        budget for maintenance."""
+        keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, len(params.messages), params.pre_prompt_message_count)
         await self._ingest(params.session_id, params.session_key, params.messages, keep)
         if skipping.ignored_session(self.cfg, params.session_key):
             return
@@ -293,23 +299,6 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ assembly
 
-    @staticmethod
-    def _originals(session_id: str, snapshot: tuple[Sequence[AgentMessage], Sequence[str]], wanted: set[str]) -> dict[str, AgentMessage]:
-        """The client's own copies of the stored messages ``wanted`` (by id),
-        newest first, from the snapshot and its identities: the store holds
-        them redacted, the client whole."""
-        found: dict[str, AgentMessage] = {}
-        messages, idents = snapshot
-        if not wanted or not messages:
-            return found
-        for message, ident in zip(reversed(messages), reversed(idents), strict=True):
-            mid = message_id(session_id, ident)
-            if mid in wanted:
-                found[mid] = message
-                if len(found) == len(wanted):
-                    break
-        return found
-
     def _assemble_sync(
         self,
         session_id: str,
@@ -334,8 +323,8 @@ class LosslessEngine(BaseContextEngine):
         )
         tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
         if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
-            originals = self._originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
-            tail = [originals.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
+            theirs = originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
+            tail = [theirs.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
         # The addition goes with a frame, and the model reads it too.
         reserved = addition_tokens if frame else 0
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
@@ -373,7 +362,7 @@ class LosslessEngine(BaseContextEngine):
                 cold = False
         try:
             # The client's copies of the raw messages (identities cached by _ingest).
-            snapshot = (params.messages, self._identities(params.messages)) if self.cfg.redact_secrets else ((), ())
+            snapshot = (params.messages, self._snapshots.of(params.session_id, params.messages)) if self.cfg.redact_secrets else ((), ())
             messages, tokens, held = await trio.to_thread.run_sync(
                 self._assemble_sync, params.session_id, budget, addition_tokens, cold, snapshot
             )
@@ -408,11 +397,11 @@ class LosslessEngine(BaseContextEngine):
 
     # ------------------------------------------------------------ compaction
 
-    async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None) -> dict[str, Any]:
+    async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None, instructions: str | None = None) -> dict[str, Any]:
         async with self._lock(session_id):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)
-            ctx = self._context(session_id, effective)
+            ctx = self._context(session_id, effective, instructions)
             install = True
             if not force:
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
@@ -458,6 +447,8 @@ class LosslessEngine(BaseContextEngine):
 
     async def compact(self, params: CompactParams) -> CompactResult:
         """A compaction step now (``thread/compact/start``, ``sidecar/compact``).
+        Its ``custom_instructions`` go with every summary call of the step
+        (bounded and redacted, :func:`.summarize.instructed`).
 
         The result carries no summary text on purpose: the engine keeps its
         own summaries, and a summary in the result would make the sidecar's
@@ -465,7 +456,7 @@ class LosslessEngine(BaseContextEngine):
         """
         if skipping.ignored_session(self.cfg, params.session_key):
             return CompactResult(ok=True, compacted=False, reason="session ignored (ignore_session_patterns): nothing stored to compact")
-        report = await self._step(params.session_id, force=True, reason="compact", budget=params.token_budget)
+        report = await self._step(params.session_id, force=True, reason="compact", budget=params.token_budget, instructions=params.custom_instructions)
         if not report.get("changed"):
             return CompactResult(
                 ok=True,

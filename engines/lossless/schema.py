@@ -197,6 +197,13 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             )""",
         ],
     ),
+    (
+        6,
+        [
+            # lcm_grep's since/before as a range of pk the full-text index reads (engines/lossless/search.py).
+            "CREATE INDEX messages_by_time ON messages (session_id, timestamp)",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

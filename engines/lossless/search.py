@@ -29,22 +29,32 @@ from .backends import snippet as word_snippet
 from .store import Store
 
 __all__ = [
+    "FTS_CANDIDATES",
     "REGEX_SCAN_ROWS",
     "GrepQuery",
     "Hit",
     "agent_of",
     "agent_sessions",
     "owner",
+    "page_filter",
     "parse_time",
+    "regex_reach",
     "regex_snippet",
     "search",
     "session_agent",
     "set_agent",
 ]
 
-#: Most rows (messages, then summaries) a regex search reads, newest first,
-#: before it stops: a regex cannot use the index, so its work is bounded.
-REGEX_SCAN_ROWS = 50_000
+#: Most rows (messages, then summaries) a regex search reads, newest first
+#: (from ``before`` when given), before it stops: a regex cannot use the
+#: index, so its work is bounded (about 40 ms on a quiet 2-CPU machine; the
+#: answer says when rows were left unread, see :func:`regex_reach`).
+REGEX_SCAN_ROWS = 4_000
+#: The full-text hits ranked, per table: the newest this many matches of the
+#: scope (and time range). A word in every message of a long session would
+#: otherwise be scored, and sorted, for each of them (0.5-0.7 s at 20,000
+#: messages); a rarer word's matches are all ranked.
+FTS_CANDIDATES = 2_000
 _PAGE = 500
 _AGENT_KEY = re.compile(r"agent:([^:\s]+):")
 _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -205,9 +215,12 @@ def _scope(q: GrepQuery, alias: str, time_lo: str, time_hi: str) -> tuple[str, l
     return sql, params
 
 
-def _newest(q: GrepQuery, alias: str, time_col: str, seq_col: str) -> str:
-    # One session: its order; an agent's sessions: by time first.
-    return f"{alias}.{seq_col} DESC" if q.agent is None else f"{alias}.{time_col} DESC, {alias}.{seq_col} DESC"
+def _order(q: GrepQuery, rank: str, time_col: str, seq_col: str) -> str:
+    """The order of the ranked candidates: by relevance (ties newest first),
+    else newest first (one session: its order; an agent's sessions: by time first)."""
+    if q.sort == "relevance":
+        return f"{rank} DESC, {time_col} DESC, {seq_col} DESC"
+    return f"{seq_col} DESC" if q.agent is None else f"{time_col} DESC, {seq_col} DESC"
 
 
 def search(store: Store, q: GrepQuery, exclude_tools: Sequence[str] = ()) -> list[Hit]:
@@ -221,15 +234,18 @@ def search(store: Store, q: GrepQuery, exclude_tools: Sequence[str] = ()) -> lis
         messages = _fts_messages(store, q, kind)
         summaries = _fts_summaries(store, q, kind)
     hits: list[Hit] = []
+    sources: dict[str, Any] = {}  # what each hit's snippet is made from, once the hits are chosen
     for row in messages:
-        mid, session_id, role, turn, seq, ts, tool_name, body, snip, score = row
+        mid, session_id, role, turn, seq, ts, tool_name, body, source, score = row
         if tool_name in exclude_tools or (role == "assistant" and _calls_only(body, exclude_tools)):
             continue
-        hits.append(Hit(id=mid, kind="message", session_id=session_id, role=role, turns=(turn, turn), seq=seq, time=ts, snippet=snip, score=float(score)))
+        sources[mid] = source
+        hits.append(Hit(id=mid, kind="message", session_id=session_id, role=role, turns=(turn, turn), seq=seq, time=ts, snippet="", score=float(score)))
     for row in summaries:
-        sid, session_id, depth, turn_lo, turn_hi, seq_hi, ts, snip, score = row
+        sid, session_id, depth, turn_lo, turn_hi, seq_hi, ts, source, score = row
+        sources[sid] = source
         hits.append(
-            Hit(id=sid, kind="summary", session_id=session_id, role=f"summary d{depth}", turns=(turn_lo, turn_hi), seq=seq_hi, time=ts, snippet=snip, score=float(score))
+            Hit(id=sid, kind="summary", session_id=session_id, role=f"summary d{depth}", turns=(turn_lo, turn_hi), seq=seq_hi, time=ts, snippet="", score=float(score))
         )
     if q.sort == "relevance":
         hits.sort(key=lambda h: (-h.score, -h.time, -h.seq, h.kind != "message", h.id))
@@ -237,78 +253,121 @@ def search(store: Store, q: GrepQuery, exclude_tools: Sequence[str] = ()) -> lis
         hits.sort(key=lambda h: (-h.seq, h.kind != "message", h.id))
     else:
         hits.sort(key=lambda h: (-h.time, -h.seq, h.kind != "message", h.id))
-    return hits[: q.limit]
+    chosen = hits[: q.limit]
+    with store._lock:
+        snippets = _snippets(store, q, [(h.id, h.kind, sources[h.id]) for h in chosen])
+    return [msgspec.structs.replace(h, snippet=snippets.get(h.id, "")) for h in chosen]
 
 
-def _sqlite_hits(store: Store, q: GrepQuery, table: str, order_new: str, where: str, params: list[Any], fetch: int) -> list[tuple[int, float, str]]:
-    """FTS5 hits of one table: ``(pk, score, snippet)``, best first. The
+def _snippets(store: Store, q: GrepQuery, wanted: Sequence[tuple[str, str, Any]]) -> dict[str, str]:
+    """The snippets of the hits shown only: FTS5's ``snippet`` on SQLite (one
+    query a table: FTS5 reads the match again for each row asked), a window
+    of the text's words on PostgreSQL."""
+    out: dict[str, str] = {}
+    by_table: dict[str, dict[int, str]] = {}
+    for ident, kind, source in wanted:
+        if isinstance(source, tuple):  # (text, words)
+            out[ident] = word_snippet(source[0], source[1])
+        else:
+            by_table.setdefault("messages" if kind == "message" else "summaries", {})[int(source)] = ident
+    for table, idents in by_table.items():
+        fts = f"{table}_fts"
+        marks = ",".join("?" * len(idents))
+        for pk, snip in store.backend.execute(
+            f"SELECT rowid, snippet({fts}, 0, '', '', '…', 16) FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})", (q.match, *idents)
+        ):
+            out[idents[pk]] = snip
+    return out
+
+
+def _sqlite_hits(store: Store, q: GrepQuery, table: str, cols: tuple[str, str], where: str, params: list[Any], fetch: int) -> list[tuple[int, float]]:
+    """FTS5 hits of one table: ``(pk, score)``, best first. The
     index drives (``CROSS JOIN`` keeps the FTS5 table the outer loop: joined
     the other way, SQLite walks the session's rows and runs the match for
-    each, seconds for a rare word in a long session); snippets are made for
-    the hits kept only."""
+    each, seconds for a rare word in a long session), newest match first
+    (FTS5 reads its index backwards, no sort), and stops at
+    :data:`FTS_CANDIDATES` matches of the scope; only those are scored and
+    ordered (snippets are made for the hits shown only, :func:`_snippets`).
+    ``cols``: the table's time and order columns."""
     fts = f"{table}_fts"
     alias = "m" if table == "messages" else "s"
-    order = f"bm25({fts})" if q.sort == "relevance" else order_new
+    time_col, seq_col = cols
     rows = store.backend.execute(
-        f"SELECT {fts}.rowid, -bm25({fts}) FROM {fts} CROSS JOIN {table} {alias} ON {alias}.pk = {fts}.rowid "
-        f"WHERE {fts} MATCH ?{where} ORDER BY {order} LIMIT ?",
-        (q.match, *params, fetch),
+        f"SELECT r, score FROM (SELECT {fts}.rowid AS r, -bm25({fts}) AS score, {alias}.{time_col} AS tm, {alias}.{seq_col} AS sq "
+        f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.pk = {fts}.rowid WHERE {fts} MATCH ?{where} ORDER BY {fts}.rowid DESC LIMIT ?) "
+        f"ORDER BY {_order(q, 'score', 'tm', 'sq')} LIMIT ?",
+        (q.match, *params, FTS_CANDIDATES, fetch),
     ).fetchall()
-    if not rows:
+    return [(r[0], r[1]) for r in rows]
+
+
+def _pg_ranked(store: Store, q: GrepQuery, table: str, cols: str, times: tuple[str, str], where: str, params: list[Any], fetch: int) -> list[Any]:
+    """PostgreSQL's hits of one table, as :func:`_sqlite_hits`: the newest
+    :data:`FTS_CANDIDATES` matches of the scope (by ``pk``) ranked by
+    ``ts_rank``, then the rows kept read whole. ``cols``: the columns
+    returned (alias ``x``), followed by the text and the rank."""
+    words, tsq = _tsquery(q.match)
+    if not words:
         return []
-    marks = ",".join("?" * len(rows))
-    snippets = dict(
-        store.backend.execute(
-            f"SELECT rowid, snippet({fts}, 0, '', '', '…', 16) FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})",
-            (q.match, *[r[0] for r in rows]),
-        )
+    time_col, seq_col = times
+    sql = (
+        f"SELECT {cols}, x.text, c.score FROM (SELECT x.pk, ts_rank(x.text_tsv, t.q) AS score, x.{time_col} AS tm, x.{seq_col} AS sq "
+        f"FROM {table} x, (SELECT {tsq}) AS t(q) WHERE x.text_tsv @@ t.q{where} ORDER BY x.pk DESC LIMIT ?) AS c "
+        f"JOIN {table} x ON x.pk = c.pk ORDER BY {_order(q, 'c.score', 'c.tm', 'c.sq')} LIMIT ?"
     )
-    return [(r[0], r[1], snippets.get(r[0], "")) for r in rows]
+    return [(*r, words) for r in store.backend.execute(sql, (*words, *params, FTS_CANDIDATES, fetch))]
+
+
+def _pk_range(store: Store, q: GrepQuery) -> tuple[int, int] | None:
+    """The ``pk`` range holding every message of the scope in the time range
+    (``messages_by_time``), so that the full-text index reads that stretch
+    only, not every match newer than ``since``; None when nothing is in it."""
+    where, params = _scope(q, "m", "timestamp", "timestamp")
+    row = store.backend.execute(f"SELECT MIN(m.pk), MAX(m.pk) FROM messages m WHERE 1 = 1{where}", params).fetchone()
+    return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
 
 def _fts_messages(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...]]:
-    where, params = _scope(q, "m", "timestamp", "timestamp")
-    cols = "m.id, m.session_id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body"
     fetch = q.limit + 64  # room for the recall tools' own messages, left out after
+    span: tuple[int, ...] = ()
+    if q.since is not None or q.before is not None:
+        bounds = _pk_range(store, q)
+        if bounds is None:
+            return []
+        span = bounds
     if kind == "sqlite":
-        hits = _sqlite_hits(store, q, "messages", _newest(q, "m", "timestamp", "seq"), where, params, fetch)
+        where, params = _scope(q, "m", "timestamp", "timestamp")
+        if span:
+            where, params = where + " AND messages_fts.rowid BETWEEN ? AND ?", [*params, *span]
+        cols = "m.id, m.session_id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body"
+        hits = _sqlite_hits(store, q, "messages", ("timestamp", "seq"), where, params, fetch)
         if not hits:
             return []
         marks = ",".join("?" * len(hits))
         by_pk = {r[0]: r[1:] for r in store.backend.execute(f"SELECT m.pk, {cols} FROM messages m WHERE m.pk IN ({marks})", [h[0] for h in hits])}
-        return [(*by_pk[pk], snip, score) for pk, score, snip in hits if pk in by_pk]
-    words, tsq = _tsquery(q.match)
-    if not words:
-        return []
-    order = "ts_rank(m.text_tsv, t.q) DESC" if q.sort == "relevance" else _newest(q, "m", "timestamp", "seq")
-    sql = (
-        f"SELECT {cols}, m.text, ts_rank(m.text_tsv, t.q) FROM messages m, (SELECT {tsq}) AS t(q) "
-        f"WHERE m.text_tsv @@ t.q{where} ORDER BY {order} LIMIT ?"
-    )
-    rows = store.backend.execute(sql, (*words, *params, fetch))
-    return [(*r[:8], word_snippet(r[8], words), r[9]) for r in rows]
+        return [(*by_pk[pk], pk, score) for pk, score in hits if pk in by_pk]
+    where, params = _scope(q, "x", "timestamp", "timestamp")
+    if span:
+        where, params = where + " AND x.pk BETWEEN ? AND ?", [*params, *span]
+    cols = "x.id, x.session_id, x.role, x.turn, x.seq, x.timestamp, x.tool_name, x.body"
+    rows = _pg_ranked(store, q, "messages", cols, ("timestamp", "seq"), where, params, fetch)
+    return [(*r[:8], (r[8], r[10]), r[9]) for r in rows]
 
 
 def _fts_summaries(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...]]:
-    where, params = _scope(q, "s", "time_lo", "time_hi")
-    cols = "s.id, s.session_id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi"
     if kind == "sqlite":
-        hits = _sqlite_hits(store, q, "summaries", _newest(q, "s", "time_hi", "seq_hi"), where, params, q.limit)
+        where, params = _scope(q, "s", "time_lo", "time_hi")
+        cols = "s.id, s.session_id, s.depth, s.turn_lo, s.turn_hi, s.seq_hi, s.time_hi"
+        hits = _sqlite_hits(store, q, "summaries", ("time_hi", "seq_hi"), where, params, q.limit)
         if not hits:
             return []
         marks = ",".join("?" * len(hits))
         by_pk = {r[0]: r[1:] for r in store.backend.execute(f"SELECT s.pk, {cols} FROM summaries s WHERE s.pk IN ({marks})", [h[0] for h in hits])}
-        return [(*by_pk[pk], snip, score) for pk, score, snip in hits if pk in by_pk]
-    words, tsq = _tsquery(q.match)
-    if not words:
-        return []
-    order = "ts_rank(s.text_tsv, t.q) DESC" if q.sort == "relevance" else _newest(q, "s", "time_hi", "seq_hi")
-    sql = (
-        f"SELECT {cols}, s.text, ts_rank(s.text_tsv, t.q) FROM summaries s, (SELECT {tsq}) AS t(q) "
-        f"WHERE s.text_tsv @@ t.q{where} ORDER BY {order} LIMIT ?"
-    )
-    rows = store.backend.execute(sql, (*words, *params, q.limit))
-    return [(*r[:7], word_snippet(r[7], words), r[8]) for r in rows]
+        return [(*by_pk[pk], pk, score) for pk, score in hits if pk in by_pk]
+    where, params = _scope(q, "x", "time_lo", "time_hi")
+    cols = "x.id, x.session_id, x.depth, x.turn_lo, x.turn_hi, x.seq_hi, x.time_hi"
+    rows = _pg_ranked(store, q, "summaries", cols, ("time_hi", "seq_hi"), where, params, q.limit)
+    return [(*r[:7], (r[7], r[9]), r[8]) for r in rows]
 
 
 def _tsquery(match: str) -> tuple[list[str], str]:
@@ -318,11 +377,40 @@ def _tsquery(match: str) -> tuple[list[str], str]:
     return words, (" || " if any_word else " && ").join(["plainto_tsquery('lossless', ?)"] * len(words))
 
 
+_NOT_ACROSS_ROWS = re.compile(r"\\[AZz]|\(\?<|\(\?[=!>]|[*+?}]\+")
+
+
+def page_filter(regex: str) -> re.Pattern[str] | None:
+    r"""A pattern that finds a match in rows joined by newlines whenever
+    ``regex`` matches one of them (it may also match across two: the rows
+    are then searched one by one), or None when joining could hide a match:
+    ``\A``/``\Z`` anchors, lookarounds, atomic groups, possessive
+    repeats. ``^`` and ``$`` match at each row's ends (``re.MULTILINE``)."""
+    if _NOT_ACROSS_ROWS.search(regex):
+        return None
+    try:
+        return re.compile(regex, re.MULTILINE)
+    except re.error:
+        return None
+
+
+def regex_reach(store: Store, q: GrepQuery) -> int:
+    """How many messages of the scope and time range a regex search left
+    unread (beyond :data:`REGEX_SCAN_ROWS`); 0 when it read them all."""
+    where, params = _scope(q, "m", "timestamp", "timestamp")
+    with store._lock:
+        row = store.backend.execute(f"SELECT COUNT(*) FROM messages m WHERE 1 = 1{where}", params).fetchone()
+    return max(0, int(row[0]) - REGEX_SCAN_ROWS)
+
+
 def _regex(store: Store, q: GrepQuery, exclude_tools: Sequence[str]) -> list[Hit]:
     """Regex hits newest first: rows read a page at a time, newest first
     (messages, then summaries; by ``seq`` in one session, else newest
-    stored), at most :data:`REGEX_SCAN_ROWS`."""
+    stored), at most :data:`REGEX_SCAN_ROWS`. A page is first searched
+    whole (:func:`page_filter`): one C-speed search tells most pages apart
+    without a Python step a row."""
     pattern = re.compile(q.match)
+    whole = page_filter(q.match)
     hits: list[Hit] = []
     budget = REGEX_SCAN_ROWS
     for table in ("messages", "summaries"):
@@ -332,7 +420,7 @@ def _regex(store: Store, q: GrepQuery, exclude_tools: Sequence[str]) -> list[Hit
             key = "m.seq" if q.agent is None else "m.pk"
             sql = (
                 f"SELECT {key}, m.id, m.session_id, m.role, m.turn, m.turn, m.seq, m.timestamp, m.tool_name, "
-                "CASE WHEN m.role = 'assistant' THEN m.body END, m.text "
+                "CASE WHEN m.role = 'assistant' AND substr(m.text, 1, 11) = '[tool call ' THEN m.body END, m.text "
                 f"FROM messages m WHERE {key} < ?{where} ORDER BY {key} DESC LIMIT ?"
             )
         else:
@@ -350,6 +438,8 @@ def _regex(store: Store, q: GrepQuery, exclude_tools: Sequence[str]) -> list[Hit
                 break
             budget -= len(rows)
             last = rows[-1][0]
+            if whole is not None and whole.search("\n".join(r[-1] for r in rows)) is None:
+                continue  # no row of the page can match
             for _, rid, session_id, role, turn_lo, turn_hi, seq, ts, tool_name, body, text in rows:
                 if table == "messages" and (tool_name in exclude_tools or (role == "assistant" and _calls_only(body, exclude_tools))):
                     continue

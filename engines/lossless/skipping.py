@@ -1,11 +1,14 @@
-"""Turns the engine leaves out of its store: OpenClaw's heartbeats, and
-sessions whose key matches ``ignore_session_patterns`` (cron runs).
+"""Turns the engine leaves out of its store: OpenClaw's heartbeats and cron
+runs, and sessions whose key matches ``ignore_session_patterns``.
 
 A heartbeat turn (``after_turn`` with ``is_heartbeat``, from ``turn/start``'s
 ``turnTrigger: "heartbeat"``) is neither stored nor summarised: the
 identities of the messages it added (those after ``pre_prompt_message_count``)
 go to ``skipped_messages``, so the next turn's snapshot, which still holds
 them (the client's transcript keeps every turn), does not store them either.
+A cron turn (``turn_trigger`` ``"cron"``: OpenClaw's scheduled jobs, when
+they run in a session the sidecar already serves) is left out the same way
+(``skip_cron_turns``), noted with the reason ``cron``.
 An ignored session stores nothing at all: its assembly is the client's own
 history, and its messages are noted as skipped for the status view.
 
@@ -25,9 +28,10 @@ from .config import LosslessConfig
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["HEARTBEAT", "PATTERN", "heartbeat_split", "ignored_session", "mark_skipped", "skipped_figures", "skipped_idents", "skipped_session_ids"]
+__all__ = ["CRON", "HEARTBEAT", "PATTERN", "heartbeat_split", "skipped_turn", "turn_split", "ignored_session", "mark_skipped", "skipped_figures", "skipped_idents", "skipped_session_ids"]
 
 HEARTBEAT = "heartbeat"
+CRON = "cron"
 PATTERN = "session-pattern"
 
 
@@ -43,6 +47,26 @@ def heartbeat_split(cfg: LosslessConfig, is_heartbeat: bool, count: int, pre_pro
     if not (is_heartbeat and cfg.skip_heartbeats):
         return count
     return max(0, min(count, pre_prompt))
+
+
+def skipped_turn(cfg: LosslessConfig, is_heartbeat: bool, trigger: str | None) -> str | None:
+    """Why a turn's own messages stay out of the store (``heartbeat``,
+    ``cron``), or None when they are stored."""
+    if cfg.skip_heartbeats and (is_heartbeat or trigger == HEARTBEAT):
+        return HEARTBEAT
+    if cfg.skip_cron_turns and trigger == CRON:
+        return CRON
+    return None
+
+
+def turn_split(cfg: LosslessConfig, is_heartbeat: bool, trigger: str | None, count: int, pre_prompt: int) -> tuple[int, str]:
+    """How many messages of a snapshot of ``count`` are stored, and the
+    reason the rest are skipped: all of them, or, for a turn the config
+    skips (a heartbeat, a cron run), those before the turn's prompt."""
+    reason = skipped_turn(cfg, is_heartbeat, trigger)
+    if reason is None:
+        return count, HEARTBEAT
+    return max(0, min(count, pre_prompt)), reason
 
 
 def skipped_idents(store: Store, session_id: str) -> set[str]:

@@ -27,6 +27,7 @@ __all__ = [
     "batch_prompt",
     "cap_summary",
     "extractive_summary",
+    "instructed",
     "parse_batch",
     "model_summary",
     "summary_id",
@@ -50,6 +51,28 @@ BATCH_SYSTEM_PROMPT = (
     + " You are given several excerpts: summarise each one on its own, in order, each section "
     "headed by its own marker line exactly as asked."
 )
+
+#: The most characters of a compaction's ``custom_instructions`` a summary
+#: prompt carries (OpenClaw's ``/compact <instructions>``, ``sidecar/compact``).
+INSTRUCTIONS_CHARS = 2_000
+
+
+def instructed(system: str, instructions: str | None, redact: bool = True) -> str:
+    """``system`` with a compaction's custom instructions after it: one line,
+    at most :data:`INSTRUCTIONS_CHARS` characters, credentials redacted like
+    the stored text (``redact``: ``redact_secrets``). Empty instructions
+    leave ``system`` as it is."""
+    text = " ".join((instructions or "").split())
+    if not text:
+        return system
+    if redact:
+        from engines.scrub import scrub_string
+
+        text = scrub_string(text)
+    if len(text) > INSTRUCTIONS_CHARS:
+        text = text[: INSTRUCTIONS_CHARS - 1].rstrip() + "…"
+    return f"{system}\n\nThe user's instructions for this compaction (follow them within the rules above): {text}"
+
 
 #: The line that opens excerpt ``k`` of a batched prompt, and summary ``k`` of its answer.
 EXCERPT_MARK = "### EXCERPT {k}:"

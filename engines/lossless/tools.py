@@ -19,7 +19,7 @@ from engines.api import ToolSpec
 
 from .config import LosslessConfig
 from .messages import iso_minute
-from .search import GrepQuery, owner, parse_time, search, session_agent
+from .search import REGEX_SCAN_ROWS, GrepQuery, owner, parse_time, regex_reach, search, session_agent
 from .store import MessageRow, Store
 
 __all__ = ["TOOL_NAMES", "TOOL_SPECS", "ToolArgumentError", "run_tool"]
@@ -251,6 +251,9 @@ def _grep(store: Store, cfg: LosslessConfig, session_id: str, args: Mapping[str,
                 break
     where = "this agent's conversations" if scope == "agent" else "this conversation"
     span = _span(since, before)
+    unread = regex_reach(store, base) if regex and len(hits) < limit else 0
+    if unread:
+        span += f" (the newest {REGEX_SCAN_ROWS:,} messages: a regex search reads no further; {unread:,} older ones unread, give before to reach them)"
     if not hits:
         return f"No match for {query!r} in {where}{span}."
     order = "newest first" if base.sort == "newest" else "most relevant first"

@@ -179,6 +179,7 @@ class Finalizer:
                             pre_prompt_message_count=pre,
                             token_budget=self.calls.budget(session),
                             is_heartbeat=state.heartbeat,
+                            turn_trigger=state.trigger,
                             runtime_context=self.calls.runtime(session, {}),
                         ),
                     ),

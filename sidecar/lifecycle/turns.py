@@ -114,8 +114,8 @@ class Turns:
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any], gated: bool) -> None:
         edited: dict[str, Any] | None = None
-        # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat runs say so.
-        state = TurnState(client_id=msg.env.id, original_input=params.get("input"), heartbeat=params.get("turnTrigger") == "heartbeat", received=trio.current_time(), params=params)
+        # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat and cron runs say so.
+        state = TurnState(client_id=msg.env.id, original_input=params.get("input"), trigger=turn_trigger(params), received=trio.current_time(), params=params)
         if session.ready.is_set() and session.slot.value:  # a steady turn: on at once, no trip through the scheduler
             session.slot.acquire_nowait()
         else:
@@ -451,6 +451,12 @@ class Turns:
             "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
             extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
         )
+
+
+def turn_trigger(params: dict[str, Any]) -> str | None:
+    """``turn/start``'s ``turnTrigger`` (OpenClaw's heartbeat and cron runs say so), if a string."""
+    trigger = params.get("turnTrigger")
+    return trigger if isinstance(trigger, str) else None
 
 
 def _started_turn_id(msg: Message) -> str | None:

@@ -97,8 +97,8 @@ class TurnState(msgspec.Struct):
     pre_prompt_count: int = 0
     history: list[AgentMessage] = msgspec.field(default_factory=list)
     turn_id: str | None = None
-    heartbeat: bool = False
-    """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
+    trigger: str | None = None
+    """``turn/start.turnTrigger`` as sent (OpenClaw: ``user``, ``heartbeat``, ``cron``, ...)."""
     items: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     item_times: dict[str, int] = msgspec.field(default_factory=dict)
     projected: bool = False
@@ -158,12 +158,17 @@ class TurnState(msgspec.Struct):
 
     # -- transitions (the turns job, the overflow retry) ------------------
 
+    @property
+    def heartbeat(self) -> bool:
+        """OpenClaw's heartbeat run (``turn/start.turnTrigger`` is ``heartbeat``)."""
+        return self.trigger == "heartbeat"
+
     def retry(self) -> TurnState:
         """The sidecar's retry of this turn (it overflowed the context window),
         from the input it projected from (OpenClaw's continuity already cut)."""
         given = (self.params or {}).get("input")
         return TurnState(client_id=self.client_id, original_input=given if isinstance(given, list) else self.original_input,
-                         heartbeat=self.heartbeat, attempt=self.attempt + 1, params=self.params)
+                         trigger=self.trigger, attempt=self.attempt + 1, params=self.params)
 
     def retry_forwarded(self, first: TurnState) -> None:
         self.openclaw_context = first.openclaw_context  # for its inspection record: what the client's input carried

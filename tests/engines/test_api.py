@@ -341,8 +341,8 @@ CONTRACT_FIELDS = {
     "EngineInfo": ["id", "name", "version", "owns_compaction", "turn_maintenance_mode"],
     "ContextProjection": ["mode", "epoch", "fingerprint"],
     "BootstrapParams": ["session_file", "runtime_context"],
-    "IngestParams": ["message", "is_heartbeat"],
-    "IngestBatchParams": ["messages", "is_heartbeat"],
+    "IngestParams": ["message", "is_heartbeat", "turn_trigger"],
+    "IngestBatchParams": ["messages", "is_heartbeat", "turn_trigger"],
     "AssembleParams": [
         "messages",
         "token_budget",
@@ -358,6 +358,7 @@ CONTRACT_FIELDS = {
         "pre_prompt_message_count",
         "token_budget",
         "is_heartbeat",
+        "turn_trigger",
         "runtime_context",
     ],
     "MaintainParams": ["session_file", "reason", "runtime_context"],

@@ -98,7 +98,20 @@ async def test_heartbeat_runs_are_told_apart_by_their_turn_trigger(tmp_path):
         await run.turn(tid, "no trigger")
     flags = [c.is_heartbeat for c in calls_for(engine, "after_turn", tid)]
     assert flags == [False, True, False]
+    assert [c.turn_trigger for c in calls_for(engine, "after_turn", tid)] == ["user", "heartbeat", None]
     assert {c.citations_mode for c in calls_for(engine, "assemble", tid)} == {"off"}
+
+
+async def test_cron_runs_reach_the_engine_as_their_turn_trigger(tmp_path):
+    """OpenClaw's scheduled jobs say ``turnTrigger: "cron"``: not a heartbeat,
+    told apart by ``turn_trigger``."""
+    engine = make_engine()
+    async with open_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "nightly report", turnTrigger="cron")
+        await run.turn(tid, "a user turn", turnTrigger="user")
+    calls = calls_for(engine, "after_turn", tid)
+    assert [(c.turn_trigger, c.is_heartbeat) for c in calls] == [("cron", False), ("user", False)]
 
 
 async def test_an_unchanged_addition_is_not_sent_again_by_a_new_process(tmp_path):

@@ -148,7 +148,7 @@ def test_a_projection_codex_refused_left_nothing_in_the_thread() -> None:
 
 def test_a_forwarded_turn_ends_the_threads_first_turn_and_counts() -> None:
     session = thread(fresh=True)
-    state = TurnState(client_id=1, original_input=[], heartbeat=True, received=3.0)
+    state = TurnState(client_id=1, original_input=[], trigger="heartbeat", received=3.0)
     session.take_slot(state)
     session.turn_forwarded(state, 1.5)
     assert (state.forwarded, state.hold_ms, session.fresh, session.turns_this_opening, session.current) == (True, 1.5, False, 1, state)
@@ -229,7 +229,7 @@ def test_a_replay_is_unsure_until_settled() -> None:
 
 
 def test_a_retry_projects_again_from_what_the_first_attempt_projected_from() -> None:
-    first = TurnState(client_id=3, original_input=[{"type": "text", "text": "with continuity"}], heartbeat=True, openclaw_context="continuity")
+    first = TurnState(client_id=3, original_input=[{"type": "text", "text": "with continuity"}], trigger="heartbeat", openclaw_context="continuity")
     first.continuity_cut({"input": first.original_input, "model": "m"}, [{"type": "text", "text": "cut"}])
     retry = first.retry()
     retry.retry_forwarded(first)

@@ -1,16 +1,18 @@
-"""Heartbeat turns and ignored sessions: neither stored nor summarised by
+"""Heartbeat and cron turns and ignored sessions: neither stored nor summarised by
 default, the client's own history left whole, counted as skipped in status.
 
 OpenClaw marks a heartbeat run with ``turn/start``'s ``turnTrigger:
 "heartbeat"``; the sidecar passes it to the engine as ``is_heartbeat``
-(the last test runs that path through the sidecar's lifecycle)."""
+(the last test runs that path through the sidecar's lifecycle). A cron
+run says ``turnTrigger: "cron"``, which reaches the engine as
+``turn_trigger``."""
 
 from __future__ import annotations
 
 from engines import AfterTurnParams, AssembleParams, AssistantMessage, CompactParams, MaintainParams, TextBlock, UserMessage
 from engines.lossless import LosslessEngine
 from engines.lossless.config import LosslessConfig
-from engines.lossless.skipping import heartbeat_split, ignored_session
+from engines.lossless.skipping import heartbeat_split, ignored_session, turn_split
 from tests.support.lifecycle import sidecar as open_sidecar
 
 from .conftest import SESSION, SMALL, T0, make_engine, turn
@@ -23,13 +25,27 @@ def heartbeat(n: int) -> list:
     return [UserMessage(content=HEARTBEAT_PROMPT, timestamp=ts), AssistantMessage(content=[TextBlock(text="HEARTBEAT_OK")], timestamp=ts + 1)]
 
 
-async def after(engine, history, new, *, is_heartbeat=False, key=SESSION):
+async def after(engine, history, new, *, is_heartbeat=False, key=SESSION, trigger=None):
     history.extend(new)
     await engine.after_turn(
         AfterTurnParams(
-            session_id=SESSION, session_key=key, session_file="", messages=list(history), pre_prompt_message_count=len(history) - len(new), is_heartbeat=is_heartbeat
+            session_id=SESSION,
+            session_key=key,
+            session_file="",
+            messages=list(history),
+            pre_prompt_message_count=len(history) - len(new),
+            is_heartbeat=is_heartbeat,
+            turn_trigger=trigger,
         )
     )
+
+
+CRON_PROMPT = "[cron:nightly-report] Summarise yesterday's failed builds."
+
+
+def cron_run(n: int) -> list:
+    ts = T0 + n * 10_000
+    return [UserMessage(content=CRON_PROMPT, timestamp=ts), AssistantMessage(content=[TextBlock(text="CRONREPORT: no failed builds")], timestamp=ts + 1)]
 
 
 def stored_texts(engine) -> list[str]:
@@ -41,6 +57,15 @@ def test_a_heartbeat_turn_keeps_only_what_came_before_its_prompt():
     assert heartbeat_split(cfg, True, 10, 7) == 7
     assert heartbeat_split(cfg, False, 10, 7) == 10
     assert heartbeat_split(LosslessConfig(skip_heartbeats=False), True, 10, 7) == 10
+
+
+def test_a_cron_turn_is_skipped_like_a_heartbeat_unless_turned_off():
+    cfg = LosslessConfig()
+    assert turn_split(cfg, False, "cron", 10, 7) == (7, "cron")
+    assert turn_split(cfg, True, "heartbeat", 10, 7) == (7, "heartbeat")
+    assert turn_split(cfg, False, "user", 10, 7)[0] == 10
+    assert turn_split(cfg, False, None, 10, 7)[0] == 10
+    assert turn_split(LosslessConfig(skip_cron_turns=False), False, "cron", 10, 7)[0] == 10
 
 
 def test_session_keys_are_matched_against_the_patterns():
@@ -63,6 +88,30 @@ async def test_heartbeat_turns_are_neither_stored_nor_shown_and_status_counts_th
     result = await engine.assemble(AssembleParams(session_id=SESSION, session_key=SESSION, messages=list(history)))
     assert not [m for m in result.messages if "HEARTBEAT" in str(m)]
     assert engine.status(SESSION)["skipped"] == {"heartbeat": 4}
+
+
+async def test_cron_turns_are_neither_stored_nor_summarised_and_status_counts_them(host):
+    engine = await make_engine(host, {**SMALL, "cache_ttl": 0.0})
+    history: list = []
+    for n in range(1, 25):
+        await after(engine, history, cron_run(n) if n % 3 == 0 else turn(n), trigger="cron" if n % 3 == 0 else "user")
+        await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
+    texts = stored_texts(engine)
+    assert texts and not [t for t in texts if "CRONREPORT" in t or "cron:nightly" in t]
+    result = await engine.assemble(AssembleParams(session_id=SESSION, session_key=SESSION, messages=list(history)))
+    assert not [m for m in result.messages if "CRONREPORT" in str(m)]
+    assert engine.store.summaries(SESSION) and host.calls
+    assert not [c for c in host.calls if "CRONREPORT" in c.prompt]
+    assert engine.status(SESSION)["skipped"] == {"cron": 16}
+
+
+async def test_cron_turns_are_stored_when_skip_cron_turns_is_off(host):
+    engine = await make_engine(host, {**SMALL, "skip_cron_turns": False})
+    history: list = []
+    await after(engine, history, turn(1, tool=False), trigger="user")
+    await after(engine, history, cron_run(2), trigger="cron")
+    assert len([t for t in stored_texts(engine) if "CRONREPORT" in t]) == 1
+    assert engine.status(SESSION)["skipped"] == {}
 
 
 async def test_heartbeats_are_stored_when_skip_heartbeats_is_off(host):
@@ -116,4 +165,21 @@ async def test_openclaws_heartbeat_trigger_keeps_the_turn_out_of_the_store(tmp_p
     assert "first user turn" in texts and "second user turn" in texts
     assert not [t for t in texts if "HEARTBEAT" in t], texts
     assert engine.status(session)["skipped"].get("heartbeat", 0) >= 2
+    await engine.dispose()
+
+
+async def test_openclaws_cron_trigger_keeps_the_turn_out_of_the_store(tmp_path):
+    """Through the sidecar: ``turn/start`` with ``turnTrigger: "cron"`` (what
+    OpenClaw sends for a scheduled job) after a user turn."""
+    engine = LosslessEngine({"state_dir": str(tmp_path / "lossless")})
+    async with open_sidecar(tmp_path, engine) as run:
+        tid = await run.start_thread()
+        await run.turn(tid, "first user turn", turnTrigger="user")
+        await run.turn(tid, CRON_PROMPT, turnTrigger="cron")
+        await run.turn(tid, "second user turn", turnTrigger="user")
+        session = run.lifecycle.sessions[tid].session_id
+    texts = [r.text for r in engine.store.messages_between(session, 1)]
+    assert "first user turn" in texts and "second user turn" in texts
+    assert not [t for t in texts if "cron:nightly" in t], texts
+    assert engine.status(session)["skipped"].get("cron", 0) >= 2
     await engine.dispose()
