@@ -176,11 +176,15 @@ def _valid_id(thread_id: str) -> bool:
 
 
 class BackingThreads:
-    def __init__(self, state_dir: str | os.PathLike[str], keys: Iterable[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], keys: Iterable[str] | Callable[[], Iterable[str]]) -> None:
         """``keys``: the members that carry thread ids (the method table's
-        ``thread_keys`` column, ``sidecar.rows.thread_id_keys(METHODS)``)."""
+        ``thread_keys`` column, ``sidecar.rows.thread_id_keys(METHODS)``), or
+        what gives them on first use: the edge is asked only while some
+        thread is switched, so a relay need not build the table (it imports
+        every job) before it starts."""
         self.dir = Path(state_dir) / "backing"
-        self.keys = thread_keys(tuple(keys))
+        self._keys_of = keys if callable(keys) else (lambda given=tuple(keys): given)
+        self._keys: ThreadKeys | None = None
         self.aliases: dict[str, Alias] = {}
         self._to_codex: dict[bytes, bytes] = {}
         """Client id -> its current backing id, for switched threads only."""
@@ -205,6 +209,13 @@ class BackingThreads:
 
     # ------------------------------------------------------------ the map
 
+
+    @property
+    def keys(self) -> ThreadKeys:
+        """The thread-id members, read on first use."""
+        if self._keys is None:
+            self._keys = thread_keys(tuple(self._keys_of()))
+        return self._keys
     def _load(self) -> None:
         try:
             names = sorted(os.listdir(self.dir))
