@@ -6,15 +6,21 @@ request), the hook that sees the answer, the part it belongs to (installed
 whatever the engine, or only with one), its phase (where the order of two
 hooks on one method matters), the members of its params or its answer that
 carry thread ids (what the child's edge maps), and whether it is a read the
-archive splices turns into. :func:`install` puts a part's rows on the
-relay's :class:`~sidecar.relay.Hooks`; nothing else registers a hook.
+archive splices turns into (the vocabulary: :mod:`sidecar.rows`).
+:func:`install` puts a part's rows on the relay's
+:class:`~sidecar.relay.Hooks`; nothing else registers a hook.
 
 Adding an intercepted method is one row here and one handler on the job it
 belongs to. A row holds its handler as the job class's method
 (``ArchivedTurns.on_thread_read``), so mypy checks that it exists and takes
 what a hook takes; :func:`install` binds it to the one job of that class
-among those it is given (the lifecycle's jobs; the relay installs its own
-rows, ``RELAY``, on the router's).
+among those it is given. So this module sits above the jobs and none of
+them imports it: the relay's own rows (``RELAY``) are the relay's
+(:data:`sidecar.relay.router.RELAY_ROWS`, installed by the router and
+listed first here), and what the floors below read of the table is handed
+to them by ``serve``: the lifecycle its rows (``Lifecycle.install``), the
+history's edge the thread-id keys, the relay the notifications the
+lifecycle reads.
 
 Hooks on one method run in (phase, row) order: a row's phase first, then
 its place in :data:`METHODS`. The phases that matter today:
@@ -36,115 +42,47 @@ its place in :data:`METHODS`. The phases that matter today:
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Collection, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
-import msgspec
-
+from .rows import (
+    COMPLETION_READS,
+    ID,
+    ITEMS,
+    THREAD,
+    HookTable,
+    Part,
+    Phase,
+    RequestHandler,
+    ResponseHandler,
+    Row,
+    Sender,
+    bind,
+    reads,
+)
 from .session.overflow import TURN_CLIENT_REQUESTS, TURN_NOTIFICATIONS, TURN_SERVER_REQUESTS
 
-
-class HookTable(Protocol):
-    """Where :func:`install` puts the rows' hooks (the relay's
-    :class:`~sidecar.relay.Hooks`): named here, so the table, which the
-    relay reads, does not import the relay back."""
-
-    def on_client_request(self, method: str, hook: Any) -> None: ...
-    def on_server_notification(self, method: str, hook: Any) -> None: ...
-    def on_server_request(self, method: str, hook: Any) -> None: ...
-    def on_response(self, method: str, hook: Any) -> None: ...
-
-RequestHandler = Callable[[Any, Any], Any]
-"""A job's method on a request, a notification or a server request (unbound:
-``Turns.on_turn_start``; ``(job, Message) -> Decision``, named loosely here so
-that the table, which the relay reads, does not import the relay back)."""
-ResponseHandler = Callable[[Any, Any, Any], Any]
-"""A job's method on the answer to a client request (unbound; ``(job, Message, PendingRequest) -> Decision``)."""
-
-
-class Part(enum.Enum):
-    """Which sidecar a row belongs to; :func:`install` takes a set of them."""
-
-    RELAY = "relay"
-    """The relay's own observations (``sidecar/status``), with or without a lifecycle."""
-    HISTORY = "history"
-    """What keeps the client's history whole: installed whatever the engine."""
-    BARE = "bare"
-    """History with no engine: what the engine's own jobs do, and more, when there is one."""
-    ENGINE = "engine"
-    """The turn lifecycle: only with an engine."""
-    TOOLS = "tools"
-    """The engine's tools on the client's threads: only with an engine that has some."""
-    COMPACTION = "compaction"
-    """A turn that overflowed Codex's context window, retried after the engine
-    makes room: only with an engine that owns compaction."""
-
-
-class Phase(enum.IntEnum):
-    """Where a hook runs among the hooks on its method."""
-
-    SEE = 0
-    """Sees the message as it came, before any hook rewrites it."""
-    FRONT = 1
-    """Rewrites or drops what the jobs after it must not see."""
-    MAIN = 2
-    """The jobs."""
-    BACK = 3
-    """After the jobs: sees (and may trim) what they made of the answer."""
-
-
-class Sender(enum.Enum):
-    CLIENT = "client"
-    """A client request (``request``) and Codex's answer to it (``response``)."""
-    NOTIFICATION = "notification"
-    """A notification from Codex (``request`` sees it)."""
-    SERVER_REQUEST = "server request"
-    """A request from Codex to the client (``request`` sees it)."""
-
-
-class Row(msgspec.Struct, frozen=True, kw_only=True):
-    method: str
-    source: Sender = Sender.CLIENT
-    request: RequestHandler | None = None
-    """The hook on the request (or notification, or server request): a job's method."""
-    response: ResponseHandler | None = None
-    """The hook on Codex's answer to a client request: a job's method."""
-    part: Part = Part.HISTORY
-    phase: Phase = Phase.MAIN
-    thread_keys: tuple[str, ...] = ()
-    """Members of its params or its answer whose UUID values are thread ids
-    (mapped at the child's edge, :mod:`sidecar.history.backing`)."""
-    read: bool = False
-    """A read of a thread's turns: the archive splices the turns rebuilds
-    took out of Codex into its answer, and the engine's items leave it."""
-
-
-THREAD = ("id", "sessionId", "forkedFromId", "parentThreadId", "parent_thread_id", "attachedToThreadId")
-"""Members of a ``Thread`` (``result.thread``, ``thread/list``'s entries,
-``thread/started``'s ``thread``) whose values are thread ids (codex 0.169.0)."""
-ITEMS = ("senderThreadId", "agentThreadId")
-"""Members of the collaboration items in a turn (in reads and item
-notifications) whose values are thread ids."""
-ID = ("threadId",)
+__all__ = ["COMPLETION_READS", "ID", "ITEMS", "METHODS", "THREAD", "HookTable", "Part", "Phase", "RequestHandler", "ResponseHandler", "Row", "Sender", "bind", "derived", "read_response"]
 
 C, N, S = Sender.CLIENT, Sender.NOTIFICATION, Sender.SERVER_REQUEST
 RELAY, HISTORY, BARE, ENGINE, TOOLS, COMPACTION = Part.RELAY, Part.HISTORY, Part.BARE, Part.ENGINE, Part.TOOLS, Part.COMPACTION
 SEE, FRONT, MAIN, BACK = Phase.SEE, Phase.FRONT, Phase.MAIN, Phase.BACK
 
 METHODS: tuple[Row, ...]
-"""The table (built on first use: its hooks are the jobs' methods, and the
-jobs' modules import the relay, which imports this one)."""
+"""The table, the rows its columns imply last (:func:`derived`). Built on
+first use: its hooks are the jobs' methods, and a pure relay need not
+import the jobs."""
 
 
 def __getattr__(name: str) -> Any:
     if name == "METHODS":
-        table = globals()["METHODS"] = _table()
+        base = _base()
+        table = globals()["METHODS"] = base + derived(base)
         return table
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _table() -> tuple[Row, ...]:
+def _base() -> tuple[Row, ...]:
     from .history.reads import ArchivedTurns
     from .host.engine_tools import EngineTools
     from .lifecycle.compaction import Compaction
@@ -157,18 +95,12 @@ def _table() -> tuple[Row, ...]:
     from .lifecycle.turns import Turns
     from .rebuild.fresh import Spares
     from .rebuild.inplace import InPlace
-    from .relay.negotiation import Negotiation
-    from .relay.observe import Observed
+    from .relay.router import RELAY_ROWS
 
     # fmt: off
     return (
         # -- the relay's (what the client negotiated; sidecar/status: Codex's version, the threads seen)
-        Row(method="initialize", request=Negotiation.on_initialize, part=RELAY, phase=FRONT),
-        Row(method="initialize", response=Observed.on_initialize, part=RELAY, phase=SEE),
-        Row(method="thread/start", response=Observed.on_thread_result, part=RELAY, phase=SEE),
-        Row(method="thread/resume", response=Observed.on_thread_result, part=RELAY, phase=SEE),
-        Row(method="thread/fork", response=Observed.on_thread_result, part=RELAY, phase=SEE),
-        Row(method="thread/started", source=N, request=Observed.on_thread_started, part=RELAY, phase=SEE, thread_keys=THREAD + ITEMS),
+        *RELAY_ROWS,
         # -- the history: reads spliced, names, deletes and archives follow a switched thread
         Row(method="thread/read", request=ArchivedTurns.on_thread_read, response=ArchivedTurns.on_thread_read_response, thread_keys=ID + THREAD + ITEMS, read=True),
         Row(method="thread/resume", request=Sessions.on_resume, thread_keys=ID + THREAD + ITEMS, read=True),
@@ -224,8 +156,8 @@ def _table() -> tuple[Row, ...]:
         Row(method="turn/completed", source=N, request=Overflow.on_turn_completed, part=COMPACTION, phase=FRONT),
         *(Row(method=m, request=Overflow.on_turn_request, part=COMPACTION, thread_keys=ID) for m in TURN_CLIENT_REQUESTS),
         Row(method="turn/start", response=Overflow.on_turn_start_response, part=COMPACTION, phase=BACK),
-        *(Row(method=m, source=N, request=Overflow.as_client_sees, part=COMPACTION, phase=BACK) for m in TURN_NOTIFICATIONS),
-        *(Row(method=m, source=S, request=Overflow.as_client_sees, part=COMPACTION, phase=BACK) for m in TURN_SERVER_REQUESTS),
+        *(Row(method=m, source=N, request=Overflow.as_client_sees, part=COMPACTION, phase=BACK, shapes=True) for m in TURN_NOTIFICATIONS),
+        *(Row(method=m, source=S, request=Overflow.as_client_sees, part=COMPACTION, phase=BACK, shapes=True) for m in TURN_SERVER_REQUESTS),
         # -- hooked nowhere: only their thread ids, mapped at the edge
         Row(method="review/start", thread_keys=ID + ("reviewThreadId",) + ITEMS),
         Row(method="thread/section/move", thread_keys=ID + ("beforeThreadId",)),
@@ -235,13 +167,6 @@ def _table() -> tuple[Row, ...]:
     # fmt: on
 
 
-def _rows(rows: Iterable[Row] | None) -> tuple[Row, ...]:
-    if rows is not None:
-        return tuple(rows)
-    table = globals().get("METHODS")
-    return table if table is not None else __getattr__("METHODS")
-
-
 def read_response() -> ResponseHandler:
     """What every read's answer goes through last with the engine's tools."""
     from .host.engine_tools import EngineTools
@@ -249,87 +174,8 @@ def read_response() -> ResponseHandler:
     return EngineTools.on_read_response
 
 
-COMPLETION_READS = ("turn/started", "item/completed", "thread/tokenUsage/updated", "turn/completed")
-"""What the engine's completions read of their hidden threads (``sidecar.host.completion``)."""
-
-
-def shapes_only() -> frozenset[RequestHandler]:
-    """Hooks that only shape what the client sees of a notification (an
-    overflow retry's ids renamed): one the client opted out of needs none."""
-    from .lifecycle.overflow import Overflow
-
-    return frozenset({Overflow.as_client_sees})
-
-
-def notifications_read(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
-    """Every notification some hook reads (the notification rows, but those
-    that only shape what the client sees) or a completion collects: what a
-    client's opt-out must not take from the sidecar when it speaks for an engine."""
-    shaping = shapes_only()
-    read = (r.method for r in _rows(rows) if r.source is Sender.NOTIFICATION and r.request not in shaping)
-    return tuple(dict.fromkeys([*read, *COMPLETION_READS]))
-
-
-def reads(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
-    """The methods whose answers are reads of a thread's turns (the ``read`` column)."""
-    return tuple(dict.fromkeys(r.method for r in _rows(rows) if r.read))
-
-
-def derived(rows: Iterable[Row] | None = None) -> tuple[Row, ...]:
+def derived(rows: Iterable[Row]) -> tuple[Row, ...]:
     """Rows the columns imply: every read's answer loses the engine's items
     (``BACK``, after the archive spliced its turns in)."""
     last = read_response()
     return tuple(Row(method=m, response=last, part=TOOLS, phase=BACK) for m in reads(rows))
-
-
-def thread_id_keys(rows: Iterable[Row] | None = None) -> tuple[str, ...]:
-    """Every member the table says carries thread ids (the edge's key list), first seen first."""
-    return tuple(dict.fromkeys(k for r in _rows(rows) for k in r.thread_keys))
-
-
-def bind(handler: Callable[..., Any], jobs: Iterable[object]) -> Callable[..., Any]:
-    """``handler`` (a job class's method) bound to the one job of ``jobs``
-    whose class has it: the job's attribute of that name, so a method
-    replaced on the class since the table was built (a test's patch) is the
-    one bound."""
-    jobs = tuple(jobs)
-    found = [(job, name) for job in jobs for name in _names_of(type(job), handler)]
-    if not found:  # replaced on its class: found by the class that defined it
-        owner, _, name = getattr(handler, "__qualname__", "").rpartition(".")
-        found = [(job, name) for job in jobs if any(k.__qualname__ == owner for k in type(job).__mro__)]
-    if len(found) != 1:
-        raise LookupError(f"{getattr(handler, '__qualname__', handler)!r}: {len(found)} jobs have it")
-    job, name = found[0]
-    bound: Callable[..., Any] = getattr(job, name)
-    return bound
-
-
-def _names_of(cls: type, handler: Any) -> list[str]:
-    """The names ``cls`` (or a base of it) has ``handler`` under."""
-    return list(dict.fromkeys(name for klass in cls.__mro__ for name, value in vars(klass).items() if value is handler))
-
-
-def installed(parts: Collection[Part], rows: Iterable[Row] | None = None) -> list[Row]:
-    """The rows of ``parts``, in the order their hooks are installed."""
-    every = _rows(rows)
-    every = every + derived(every)
-    chosen = [(r.phase, n, r) for n, r in enumerate(every) if r.part in parts and (r.request or r.response)]
-    return [r for _, _, r in sorted(chosen, key=lambda t: (t[0], t[1]))]
-
-
-def install(hooks: HookTable, jobs: Iterable[object], parts: Collection[Part], rows: Iterable[Row] | None = None) -> None:
-    """Put the hooks of ``parts``' rows on ``hooks``, each handler bound to its job among ``jobs``."""
-    jobs = tuple(jobs)
-    for row in installed(parts, rows):
-        if row.request is not None:
-            hook = bind(row.request, jobs)
-            if row.source is Sender.CLIENT:
-                hooks.on_client_request(row.method, hook)
-            elif row.source is Sender.NOTIFICATION:
-                hooks.on_server_notification(row.method, hook)
-            else:
-                hooks.on_server_request(row.method, hook)
-        if row.response is not None:
-            if row.source is not Sender.CLIENT:
-                raise ValueError(f"{row.method}: only a client request has a response hook")
-            hooks.on_response(row.method, bind(row.response, jobs))

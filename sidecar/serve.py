@@ -122,6 +122,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
 
     trio = import_trio()
 
+    from . import methods, rows
     from .child import Child
     from .relay import Proxy, ProxyOptions
     from .session.options import LifecycleOptions
@@ -167,7 +168,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
         busy_poll=settings["busy_poll_us"] / 1e6,
         # An engine needs codex's experimental API and some notifications,
         # whatever the client negotiated (sidecar/relay/negotiation.py).
-        for_engine=wanted and problem is None,
+        engine_reads=rows.notifications_read(methods.METHODS) if wanted and problem is None else None,
     )
     lifecycle_options = LifecycleOptions(
         engine_deadline=settings["engine_deadline"],
@@ -187,7 +188,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     if (problem is None or problem.readable) and (wanted or os.path.isdir(state_dir)):
         from .history.backing import BackingThreads
 
-        edge = BackingThreads(state_dir)
+        edge = BackingThreads(state_dir, lambda: rows.thread_id_keys(methods.METHODS))  # the table (every job imported) on first use
     in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
 
     async def serve() -> int:
@@ -237,7 +238,7 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
                 # With no engine (legacy, or one that failed to load or bind) the
                 # lifecycle keeps only the history earlier rebuilds moved: the thread stays whole.
                 lifecycle = lifecycle_cls(proxy, bound, state_dir, lifecycle_options, host=host)
-                lifecycle.install(proxy.router.hooks)
+                lifecycle.install(proxy.router.hooks, methods.METHODS)
             finally:
                 proxy.release_client()
 

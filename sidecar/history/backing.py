@@ -24,7 +24,8 @@ and each frame about one goes to its listener instead of the client.
 
 Only thread-id members are mapped or looked at (``threadId``, ``id``,
 ``sessionId``, ``forkedFromId``, ... whose value is a UUID: the
-``thread_keys`` column of :data:`sidecar.methods.METHODS`): a regex and a dict lookup, and
+``thread_keys`` column of :data:`sidecar.methods.METHODS`, handed to
+:class:`BackingThreads` by ``serve``): a regex and a dict lookup, and
 never a string the model or the client wrote (a reply that happens to be a
 thread id is text, not routing); ids inside other strings (a rollout path, a
 cursor) are left alone.
@@ -48,13 +49,12 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from protocol import encode
 
-from ..methods import thread_id_keys
 from ..store.private import private_dir
 
 log = logging.getLogger("codex_sidecar.backing")
@@ -69,14 +69,21 @@ def keyed_members(keys: Iterable[str]) -> re.Pattern[bytes]:
     return re.compile(rb'("(?:' + names + rb')"\s*:\s*)"(' + _UUID_TEXT + rb')"')
 
 
-@functools.cache
-def thread_keys() -> tuple[tuple[str, ...], re.Pattern[bytes], frozenset[str]]:
+class ThreadKeys(NamedTuple):
     """The members that carry thread ids (the table's ``thread_keys``
-    column; only these are mapped): as listed, as a pattern in bytes, as a
-    set (decoded: :func:`map_thread_ids`). Read from the table on first use
-    (its hooks are the jobs', whose modules import this one)."""
-    keys = thread_id_keys()
-    return keys, keyed_members(keys), frozenset(keys)
+    column; only these are mapped)."""
+
+    listed: tuple[str, ...]
+    pattern: re.Pattern[bytes]
+    """As a pattern in bytes (:func:`keyed_members`)."""
+    names: frozenset[str]
+    """As a set (decoded: :func:`map_thread_ids`)."""
+
+
+@functools.cache
+def thread_keys(keys: tuple[str, ...]) -> ThreadKeys:
+    """``keys`` (``sidecar.rows.thread_id_keys(METHODS)``) as listed, as a pattern, as a set."""
+    return ThreadKeys(keys, keyed_members(keys), frozenset(keys))
 
 
 class _Routed(msgspec.Struct):
@@ -169,8 +176,15 @@ def _valid_id(thread_id: str) -> bool:
 
 
 class BackingThreads:
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], keys: Iterable[str] | Callable[[], Iterable[str]]) -> None:
+        """``keys``: the members that carry thread ids (the method table's
+        ``thread_keys`` column, ``sidecar.rows.thread_id_keys(METHODS)``), or
+        what gives them on first use: the edge is asked only while some
+        thread is switched, so a relay need not build the table (it imports
+        every job) before it starts."""
         self.dir = Path(state_dir) / "backing"
+        self._keys_of = keys if callable(keys) else (lambda given=tuple(keys): given)
+        self._keys: ThreadKeys | None = None
         self.aliases: dict[str, Alias] = {}
         self._to_codex: dict[bytes, bytes] = {}
         """Client id -> its current backing id, for switched threads only."""
@@ -195,6 +209,13 @@ class BackingThreads:
 
     # ------------------------------------------------------------ the map
 
+
+    @property
+    def keys(self) -> ThreadKeys:
+        """The thread-id members, read on first use."""
+        if self._keys is None:
+            self._keys = thread_keys(tuple(self._keys_of()))
+        return self._keys
     def _load(self) -> None:
         try:
             names = sorted(os.listdir(self.dir))
@@ -382,7 +403,7 @@ class BackingThreads:
     def to_codex(self, line: bytes) -> bytes:
         if not self._to_codex:
             return line
-        return _map_ids(line, self._to_codex)
+        return _map_ids(line, self._to_codex, self.keys.pattern)
 
     def request_params(self, params: Any) -> Any:
         """A decoded client request's params as Codex gets them: the same
@@ -390,7 +411,7 @@ class BackingThreads:
         router encodes the request once, with its other changes)."""
         if not self._to_codex:
             return params
-        return map_thread_ids(params, {k.decode(): v.decode() for k, v in self._to_codex.items()})
+        return map_thread_ids(params, {k.decode(): v.decode() for k, v in self._to_codex.items()}, self.keys.names)
 
     def notification(self, line: bytes) -> bytes | None:
         """A notification or server request from Codex, as the client gets
@@ -400,7 +421,7 @@ class BackingThreads:
             return None
         if not (self._hidden or self._to_client):
             return line
-        members = list(thread_keys()[1].finditer(line))  # one scan: it decides, then it splices
+        members = list(self.keys.pattern.finditer(line))  # one scan: it decides, then it splices
         if not members:
             return line
         if any(m[2] in self._hidden for m in members):
@@ -426,7 +447,7 @@ class BackingThreads:
             return line
         if method in THREAD_METHODS:
             line = self._thread_answer(line)
-        return _map_ids(line, self._to_client)
+        return _map_ids(line, self._to_client, self.keys.pattern)
 
     def client_listed(self, codex_id: Any, thread: dict[str, Any]) -> dict[str, Any]:
         """``thread`` (Codex's, about ``codex_id``) as the client's: where
@@ -462,12 +483,12 @@ class BackingThreads:
     def fragment_to_codex(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to Codex (an id
         cut by a piece boundary is not mapped)."""
-        return _map_ids(data, self._to_codex) if self._to_codex else data
+        return _map_ids(data, self._to_codex, self.keys.pattern) if self._to_codex else data
 
     def fragment_to_client(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to the client:
         mapped, never dropped (it cannot be taken back)."""
-        return _map_ids(data, self._to_client) if self._to_client else data
+        return _map_ids(data, self._to_client, self.keys.pattern) if self._to_client else data
 
     def _filter_list(self, line: bytes, method: str | None) -> bytes:
         try:
@@ -503,19 +524,18 @@ class BackingThreads:
         return encode({**msg, "result": {**result, **changes}})  # (decoded here once, encoded once)
 
 
-def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
+def map_thread_ids(value: Any, table: dict[str, str], keys: frozenset[str]) -> Any:
     """``value`` (decoded JSON) with the ids of its thread-id members
-    (:func:`thread_keys`, at any depth) that ``table`` maps replaced, as
+    (``keys``, at any depth) that ``table`` maps replaced, as
     :func:`_map_ids` does in bytes; ``value`` itself when none is, and never
     modified (a changed container is a copy)."""
     if type(value) is dict:
         out: dict[str, Any] | None = None
-        keys = thread_keys()[2]
         for key, child in value.items():
             if key in keys and type(child) is str:
                 new = table.get(child)
             elif type(child) is dict or type(child) is list:
-                new = map_thread_ids(child, table)
+                new = map_thread_ids(child, table, keys)
                 new = None if new is child else new
             else:
                 new = None
@@ -527,7 +547,7 @@ def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
     if type(value) is list:
         items: list[Any] | None = None
         for i, child in enumerate(value):
-            new = map_thread_ids(child, table)
+            new = map_thread_ids(child, table, keys)
             if new is not child:
                 if items is None:
                     items = list(value)
@@ -536,13 +556,13 @@ def map_thread_ids(value: Any, table: dict[str, str]) -> Any:
     return value
 
 
-def _map_ids(line: bytes, table: dict[bytes, bytes]) -> bytes:
-    """``line`` with the thread-id members found in ``table`` replaced."""
-    return _splice(line, thread_keys()[1].finditer(line), table)
+def _map_ids(line: bytes, table: dict[bytes, bytes], pattern: re.Pattern[bytes]) -> bytes:
+    """``line`` with the thread-id members (``pattern``) found in ``table`` replaced."""
+    return _splice(line, pattern.finditer(line), table)
 
 
 def _splice(line: bytes, members: Iterable[re.Match[bytes]], table: dict[bytes, bytes]) -> bytes:
-    """``line`` with the ids of ``members`` (its :func:`thread_keys` matches, in
+    """``line`` with the ids of ``members`` (its thread-key matches, in
     order) that ``table`` maps replaced; ``line`` itself when none is."""
     parts: list[bytes] = []
     last = 0

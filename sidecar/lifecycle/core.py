@@ -18,22 +18,22 @@ engine only that part is installed; the turn lifecycle is not.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from .. import methods
 from ..history.backing import BackingThreads
 from ..history.reads import ArchivedTurns
 from ..host import EngineTools, SidecarHost
 from ..host.completion import START_KEYS
 from ..host.engine_tools import engine_specs
 from ..host.offered import OfferedTools
-from ..methods import Part
 from ..rebuild import InPlace, Rebuilder, Strategy
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
+from ..rows import Part, Row, install
 from ..session.context import LifecycleContext
 from ..session.options import LifecycleOptions
 from ..session.state import RequestParams, ThreadSession
@@ -138,13 +138,14 @@ class Lifecycle:
         jobs += [self.injections, self.finalizer, self.inplace, self.overflow, self.tools]
         return [job for job in jobs if job is not None]
 
-    def install(self, hooks: Hooks) -> None:
-        """The hooks of :data:`sidecar.methods.METHODS` this lifecycle runs:
-        the history part whatever the engine; with an engine its turn
-        lifecycle, and the engine's tools if it has some. Without an engine
-        nothing else is touched: a thread no rebuild ever moved passes byte
-        for byte."""
-        methods.install(hooks, self.jobs(), self.parts())
+    def install(self, hooks: Hooks, rows: Iterable[Row]) -> None:
+        """The hooks of the method table's ``rows`` (:data:`sidecar.methods.METHODS`,
+        handed in by ``serve``: the table names the jobs, so it sits above
+        them) this lifecycle runs: the history part whatever the engine;
+        with an engine its turn lifecycle, and the engine's tools if it has
+        some. Without an engine nothing else is touched: a thread no rebuild
+        ever moved passes byte for byte."""
+        install(hooks, self.jobs(), self.parts(), rows)
         if self.engine is None:
             return
         observed = getattr(getattr(self.proxy, "router", None), "observed", None)

@@ -17,8 +17,9 @@ from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, TurnState, WindowReported
-from ..store.mirror import MirrorError, TranscriptMirror, now_ms
+from ..store.mirror import MirrorError, now_ms
 from ..thread import holdings, opening
+from ..thread.files import Mirror
 from ..thread.planner import fingerprints
 from ..translate import messages_of, translate_turn
 from .calls import EngineCalls
@@ -214,7 +215,7 @@ class Finalizer:
             session.end_turn(state)
             self.spares.want_spare(session)
 
-    async def _mark_finalized(self, session: ThreadSession, mirror: TranscriptMirror, written: trio.Event, key: str, data: dict[str, Any]) -> None:
+    async def _mark_finalized(self, session: ThreadSession, mirror: Mirror, written: trio.Event, key: str, data: dict[str, Any]) -> None:
         try:
             await trio.to_thread.run_sync(mirror.append_custom, FINALIZED_CUSTOM_TYPE, data, key)
         except (MirrorError, OSError):
@@ -286,12 +287,12 @@ class Finalizer:
             session.inspect.append_text({"turnId": turn_id, **text, **({"engineTools": state.engine_tools} if state.engine_tools else {})})
 
 
-def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> None:
+def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: Mirror, records: list[Any]) -> None:
     archive.append_turn(turn)  # best effort, and first: a mirror failure must not cost it
     mirror.append_records(records)
 
 
-def _append_then_read(archive: TurnArchive, turn: dict[str, Any], mirror: TranscriptMirror, records: list[Any]) -> list[AgentMessage]:
+def _append_then_read(archive: TurnArchive, turn: dict[str, Any], mirror: Mirror, records: list[Any]) -> list[AgentMessage]:
     """Archive and mirror a turn and read the session back, in one trip to
     a worker thread: each trip costs a thread wake-up and an event-loop
     wake-up, and the next turn of this thread waits for finalisation."""

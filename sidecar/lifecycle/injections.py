@@ -15,8 +15,9 @@ import trio
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession
-from ..store.injected import InjectedItems, Injection, injected_path
+from ..store.injected import InjectedItems, injected_path
 from ..thread import opening
+from ..thread.files import Injection
 from .calls import EngineCalls
 
 log = logging.getLogger("codex_sidecar.lifecycle")

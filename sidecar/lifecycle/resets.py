@@ -34,6 +34,7 @@ from ..session.state import ThreadSession
 from ..store import bindings
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms
 from ..thread import opening
+from ..thread.files import Mirror
 
 if TYPE_CHECKING:
     from .sessions import Sessions
@@ -96,7 +97,7 @@ async def name_relay(job: Sessions, session: ThreadSession) -> None:
                     extra={"fields": job.calls.fields(session, error=type(exc).__name__)})
 
 
-def _record(old: TranscriptMirror | None, new: TranscriptMirror, old_id: str, new_id: str, thread_id: str) -> None:
+def _record(old: Mirror | None, new: Mirror, old_id: str, new_id: str, thread_id: str) -> None:
     """The reset in both transcripts (best effort: the binding already holds it)."""
     key = f"reset:{thread_id}"
     at = now_ms()

@@ -24,6 +24,7 @@ from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
 from ..thread import holdings, opening
+from ..thread.files import Mirror
 from ..thread.planner import fingerprints
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from . import resets
@@ -485,7 +486,7 @@ class Sessions:
         log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
 
 
-def _drop_if_empty(mirror: TranscriptMirror | None) -> None:
+def _drop_if_empty(mirror: Mirror | None) -> None:
     """Close a provisional mirror a thread left for its session's, and
     remove its file when nothing but the header was ever written."""
     if mirror is None:
@@ -537,7 +538,7 @@ def _after_turn(last: str) -> Callable[[str], bool]:
     return stop
 
 
-def _catch_up_turns(thread_id: str, archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: TranscriptMirror) -> list[str]:
+def _catch_up_turns(thread_id: str, archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: Mirror) -> list[str]:
     """Mirror and archive the turns of which the mirror has nothing at all (a
     turn with any entry, or its finalised marker, was mirrored: Codex's view
     of it may differ in detail, and must not add a second copy)."""
@@ -552,7 +553,7 @@ def _catch_up_turns(thread_id: str, archive: TurnArchive, per_turn: list[tuple[d
     return added
 
 
-def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]], mirror: TranscriptMirror, records: list[Any]) -> int:
+def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]], mirror: Mirror, records: list[Any]) -> int:
     for turn in turns:
         archive.append_turn(turn)
     return mirror.append_records(records)

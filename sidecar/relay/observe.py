@@ -1,7 +1,7 @@
 """What the relay notices in passing for ``sidecar/status``: Codex's version
 and the threads it has seen. Response and notification hooks that never
-change a message, installed by the router from the relay's rows of
-:data:`sidecar.methods.METHODS`."""
+change a message, installed by the router from the relay's rows of the
+method table (:data:`sidecar.relay.router.RELAY_ROWS`)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ class ProxyOptions(msgspec.Struct):
     """Seconds a reader keeps polling its pipe for an answer it expects (a
     response, or the client's next request) before it sleeps in epoll;
     0 = sleep at once. See :func:`receiver`."""
-    for_engine: bool = False
-    """The sidecar speaks for an engine: it declares to codex the
-    experimental API and the notifications its lifecycle reads, and keeps
-    the client's connection as the client negotiated it
-    (:mod:`sidecar.relay.negotiation`)."""
+    engine_reads: tuple[str, ...] | None = None
+    """When the sidecar speaks for an engine, the notifications its
+    lifecycle reads (``sidecar.rows.notifications_read(METHODS)``): it declares
+    them to codex with the experimental API, and keeps the client's
+    connection as the client negotiated it (:mod:`sidecar.relay.negotiation`).
+    None: no engine, the client's negotiation passes as it is."""

@@ -39,7 +39,7 @@ from protocol import (
 )
 from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 
-from .. import methods
+from ..rows import ITEMS, THREAD, Part, Phase, Row, Sender, install
 from .calls import InternalCall, InternalCalls
 from .control import ControlMethods, Later
 from .edge import Edge
@@ -55,6 +55,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("codex_sidecar.proxy")
 
 CONTROL_PREFIX = "sidecar/"
+
+# fmt: off
+RELAY_ROWS = (
+    Row(method="initialize", request=Negotiation.on_initialize, part=Part.RELAY, phase=Phase.FRONT),
+    Row(method="initialize", response=Observed.on_initialize, part=Part.RELAY, phase=Phase.SEE),
+    Row(method="thread/start", response=Observed.on_thread_result, part=Part.RELAY, phase=Phase.SEE),
+    Row(method="thread/resume", response=Observed.on_thread_result, part=Part.RELAY, phase=Phase.SEE),
+    Row(method="thread/fork", response=Observed.on_thread_result, part=Part.RELAY, phase=Phase.SEE),
+    Row(method="thread/started", source=Sender.NOTIFICATION, request=Observed.on_thread_started, part=Part.RELAY, phase=Phase.SEE, thread_keys=THREAD + ITEMS),
+)
+# fmt: on
+"""The relay's own rows of the method table (:data:`sidecar.methods.METHODS`
+lists them first): what the client negotiated, and what ``sidecar/status``
+shows (Codex's version, the threads seen). The router installs them on its
+hooks, with or without a lifecycle."""
 
 CLIENT_TO_CODEX = "client>codex"
 CODEX_TO_CLIENT = "codex>client"
@@ -142,8 +157,8 @@ class Router:
         self.c2s = Counters()
         self.s2c = Counters()
         self.observed = Observed()
-        self.negotiation = Negotiation(methods.notifications_read() if options.for_engine else None)
-        methods.install(self.hooks, (self.negotiation, self.observed), {methods.Part.RELAY})
+        self.negotiation = Negotiation(options.engine_reads)
+        install(self.hooks, (self.negotiation, self.observed), {Part.RELAY}, RELAY_ROWS)
         self.child_gone = False
         self.child_expected = Activity()
         """When the child will answer soon (a request went to it)."""

@@ -21,22 +21,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-import msgspec
-
+from ..thread.files import Injection
 from .inspect import append_record, decode_records
 from .mirror import session_path
 
 
 def injected_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "injected" / session_path(state_dir, thread_id).name
-
-
-class Injection(msgspec.Struct, frozen=True):
-    after_turn: str | None
-    """The client turn these came after (None: before any turn)."""
-    items: list[Any]
 
 
 class InjectedItems:

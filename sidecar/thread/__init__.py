@@ -9,9 +9,10 @@ one place its record is built), :mod:`.opening` (identity, opening, release,
 learned facts, client reverts and injections). The lifecycle's jobs do the
 I/O around them (locks, files, engine calls, the relay) and call a
 transition for every change; the transitions are pure, tested without
-processes (``tests/thread/``). No trio, no ``sidecar.store`` and no relay at
-run time: the thread's trio primitives and open files are handles the
-lifecycle gives it. ``tests/docs/test_thread_state_owner.py`` counts the
+processes (``tests/thread/``). No trio and no relay at run time, and nothing
+of ``sidecar.store`` at all: the thread's trio primitives and open files are
+handles the lifecycle gives it, its files named by Protocols of its own
+(:mod:`.files`) that the store's classes satisfy. ``tests/docs/test_thread_state_owner.py`` counts the
 writes to the records from outside the package (none) and the ledger states
 built by hand (none).
 """

@@ -15,7 +15,7 @@ from .planner import fingerprint
 from .state import ThreadSession, TurnState
 
 if TYPE_CHECKING:
-    from ..store.ledger import LedgerState
+    from .files import Recorded
 
 
 class Holdings(msgspec.Struct, frozen=True):
@@ -41,7 +41,7 @@ def holdings(session: ThreadSession) -> Holdings:
     )
 
 
-def restored(session: ThreadSession, state: LedgerState, last_inspect: dict[str, Any] | None) -> None:
+def restored(session: ThreadSession, state: Recorded, last_inspect: dict[str, Any] | None) -> None:
     """The session opened: what the ledger's journal last recorded. No
     journal (a thread of an older state dir) keeps its ledger in the
     inspection log (``last_inspect``), with another fingerprint; a thread it
@@ -59,7 +59,7 @@ def restored(session: ThreadSession, state: LedgerState, last_inspect: dict[str,
         session.held, session.force_rebuild = [], True
 
 
-def _empty(state: LedgerState) -> bool:
+def _empty(state: Recorded) -> bool:
     return (
         state.held is None
         and not state.sizes

@@ -13,10 +13,7 @@ from .state import ThreadSession, Unfollowed
 if TYPE_CHECKING:
     import trio
 
-    from ..store.injected import Injection
-    from ..store.inspect import InspectLog
-    from ..store.ledger import Ledger
-    from ..store.mirror import TranscriptMirror
+    from .files import Injection, InspectFile, LedgerFile, Mirror
     from .state import LearnedMachine
 
 
@@ -46,7 +43,7 @@ def bound(session: ThreadSession, session_id: str, session_key: str, path: Path,
     session.via = via
 
 
-def mirror_opened(session: ThreadSession, mirror: TranscriptMirror | None, *, had_history: bool | None = None) -> None:
+def mirror_opened(session: ThreadSession, mirror: Mirror | None, *, had_history: bool | None = None) -> None:
     """The session's mirror (None: unavailable, turns pass through), and
     whether it holds history (None: unchanged)."""
     session.mirror = mirror
@@ -58,7 +55,7 @@ def history_imported(session: ThreadSession, some: bool) -> None:
     session.had_history = session.had_history or some
 
 
-def files_opened(session: ThreadSession, *, inspect: InspectLog | None = None, ledger: Ledger | None = None) -> None:
+def files_opened(session: ThreadSession, *, inspect: InspectFile | None = None, ledger: LedgerFile | None = None) -> None:
     if inspect is not None:
         session.inspect = inspect
     if ledger is not None:

@@ -49,10 +49,7 @@ from .planner import FingerprintCache
 if TYPE_CHECKING:
     import trio
 
-    from ..store.injected import Injection
-    from ..store.inspect import InspectLog
-    from ..store.ledger import Ledger
-    from ..store.mirror import TranscriptMirror
+    from .files import Injection, InspectFile, LedgerFile, Mirror
 
 
 class Unfollowed(msgspec.Struct):
@@ -263,7 +260,7 @@ class ThreadSession(msgspec.Struct):
     """Turns accepted since the thread was last started or resumed here."""
     cwd: str | None = None
     model: str | None = None
-    mirror: TranscriptMirror | None = None
+    mirror: Mirror | None = None
     had_history: bool = False
     turns: dict[str, TurnState] = msgspec.field(default_factory=dict)
     current: TurnState | None = None
@@ -287,8 +284,8 @@ class ThreadSession(msgspec.Struct):
     rebuilds: int = 0
     sizes: dict[str, int] = msgspec.field(default_factory=dict)
     """Characters of each fingerprinted message (for the stale slack)."""
-    inspect: InspectLog | None = None
-    ledger: Ledger | None = None
+    inspect: InspectFile | None = None
+    ledger: LedgerFile | None = None
     fingerprints: FingerprintCache = msgspec.field(default_factory=FingerprintCache)
     injected: list[Injection] = msgspec.field(default_factory=list)
     """What the client injected into the thread outside turn/start, in order."""

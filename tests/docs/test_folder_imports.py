@@ -22,21 +22,9 @@ from tests.support.markdown import ROOT
 
 SIDECAR = ROOT / "sidecar"
 
-NOT_YET: set[tuple[str, ...]] = {
-    # The thread's records (thread/state.py) name the open files they carry
-    # (mirror, ledger, inspect log, injected items) by their store types, for
-    # mypy only (``if TYPE_CHECKING``); store/ writes the thread's own records
-    # (the journal's LearnedEntry, the ledger's Holdings). The files belong
-    # with the jobs that do the I/O, not in the thread's records.
-    ("store", "thread"),
-    # The method table's rows hold the jobs' methods (mypy-checked), so
-    # methods.py imports the jobs' classes (lazily: the table is built on
-    # first use), while the relay installs its rows and history's edge reads
-    # the rows' thread keys from it.
-    ("history", "host", "lifecycle", "methods.py", "rebuild", "relay"),
-}
-"""Loops still there, each as its sorted nodes (issue 34). An entry goes
-when its loop does; a new loop fails."""
+NOT_YET: set[tuple[str, ...]] = set()
+"""Loops still there, each as its sorted nodes (issue 34): none. A new loop
+fails."""
 
 
 def node(module: str, root: Path = SIDECAR) -> str | None:
@@ -134,6 +122,23 @@ def test_session_imports_nothing_of_the_relay() -> None:
     """``session/`` decides and does no I/O: what it needs of the relay is a
     Protocol of its own (``session/context.py``'s ``Relay``)."""
     assert "relay" not in folder_graph(SIDECAR).get("session", set())
+
+
+def test_the_thread_imports_nothing_of_the_store() -> None:
+    """``thread/`` is the ground floor: it names the open files it carries
+    by Protocols of its own (``thread/files.py``) that the store's classes
+    satisfy; the store imports the thread's records it writes."""
+    assert "store" not in folder_graph(SIDECAR).get("thread", set())
+
+
+def test_only_the_top_imports_the_method_table() -> None:
+    """The table's rows name the jobs' methods, so ``methods.py`` sits above
+    the floors; they import its vocabulary (``rows.py``) and are handed what
+    they read of it (the relay its notifications, the history's edge its
+    thread-id keys, the lifecycle its rows)."""
+    graph = folder_graph(SIDECAR)
+    assert {src for src, dsts in graph.items() if "methods.py" in dsts} <= {"serve.py"}
+    assert graph.get("rows.py", set()) == set()
 
 
 def test_the_check_sees_loops_through_type_checking_and_relative_imports(tmp_path: Path) -> None:

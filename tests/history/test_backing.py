@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.history.backing import BackingThreads
+from sidecar.methods import METHODS
+from sidecar.rows import thread_id_keys
 
 X = "01a20000-0000-7000-8000-000000000001"  # the client's thread
 B1 = "01a20000-0000-7000-8000-0000000000b1"
@@ -25,7 +27,7 @@ def line(obj) -> bytes:
 
 
 def switched(tmp_path, times: int = 1) -> BackingThreads:
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     alias = b.remember_start(X, {"cwd": "/w", "developerInstructions": "D"})
     for spare in (B1, B2)[:times]:
         b.note_spare(X, spare)
@@ -36,7 +38,7 @@ def switched(tmp_path, times: int = 1) -> BackingThreads:
 
 
 def test_nothing_switched_passes_every_frame_as_the_same_object(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(X, {"cwd": "/w"})
     frame = line({"method": "turn/started", "params": {"threadId": X, "turn": {"id": TURN}}})
     assert b.to_codex(frame) is frame
@@ -47,7 +49,7 @@ def test_nothing_switched_passes_every_frame_as_the_same_object(tmp_path):
 
 
 def test_the_edge_says_it_maps_requests_exactly_while_a_thread_is_switched(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(X, {"cwd": "/w"})
     b.note_spare(X, B1)
     assert not b.maps_to_codex  # a spare alone maps nothing
@@ -56,7 +58,7 @@ def test_the_edge_says_it_maps_requests_exactly_while_a_thread_is_switched(tmp_p
     b.rollback(X)  # Codex never accepted the switch turn
     assert not b.maps_to_codex
     assert switched(tmp_path / "later").maps_to_codex
-    assert BackingThreads(tmp_path / "later").maps_to_codex  # a switch an earlier process saved
+    assert BackingThreads(tmp_path / "later", thread_id_keys(METHODS)).maps_to_codex  # a switch an earlier process saved
 
 
 def test_a_switch_maps_both_ways_and_hides_the_retired_thread(tmp_path):
@@ -88,7 +90,7 @@ def test_responses_map_current_and_retired_ids_and_lists_lose_hidden_entries(tmp
 
 
 def test_a_spare_is_hidden_from_the_moment_it_is_noted(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(X, {})
     b.note_spare(X, B1)
     assert b.notification(line({"method": "thread/started", "params": {"thread": {"id": B1}}})) is None
@@ -96,7 +98,7 @@ def test_a_spare_is_hidden_from_the_moment_it_is_noted(tmp_path):
 
 
 def test_unattributed_notifications_are_dropped_only_while_a_spare_starts(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     warning = line({"method": "configWarning", "params": {"summary": "no bubblewrap"}})
     assert b.notification(warning) is warning
     b.spare_starts = 1
@@ -108,7 +110,7 @@ def test_the_map_survives_a_restart_and_a_spare_from_before_it_is_retired(tmp_pa
     b = switched(tmp_path)
     b.note_spare(X, B2)
     b.save(b.aliases[X])
-    again = BackingThreads(tmp_path)
+    again = BackingThreads(tmp_path, thread_id_keys(METHODS))
     alias = again.aliases[X]
     assert alias.current == B1
     assert alias.spare is None and alias.retired == [X, B2]  # not loaded in the new process's Codex
@@ -120,12 +122,12 @@ def test_the_map_survives_a_restart_and_a_spare_from_before_it_is_retired(tmp_pa
 def test_an_unreadable_map_file_is_skipped(tmp_path):
     switched(tmp_path)
     (tmp_path / "backing" / f"{OTHER}.json").write_text('{"client": "torn')
-    again = BackingThreads(tmp_path)
+    again = BackingThreads(tmp_path, thread_id_keys(METHODS))
     assert list(again.aliases) == [X]
 
 
 def test_a_failed_save_is_undone(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(X, {})
     b.note_spare(X, B1)
     old, new = b.switch(X)
@@ -146,7 +148,7 @@ def test_the_map_is_written_with_owner_only_permissions(tmp_path):
 
 
 def test_a_switch_without_a_spare_is_refused(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(X, {})
     with pytest.raises(LookupError):
         b.switch(X)
@@ -170,7 +172,7 @@ def test_a_switch_whose_turn_codex_never_accepted_is_rolled_back_at_load(tmp_pat
     b.note_spare(X, B2)
     b.switch(X)  # B1 -> B2, then a kill before Codex accepted the turn
     b.save(b.aliases[X])
-    again = BackingThreads(tmp_path)
+    again = BackingThreads(tmp_path, thread_id_keys(METHODS))
     alias = again.aliases[X]
     assert (alias.current, alias.pending) == (B1, False)
     assert alias.retired == [X, B2]  # the abandoned thread stays hidden
@@ -181,7 +183,7 @@ def test_a_switch_whose_turn_codex_never_accepted_is_rolled_back_at_load(tmp_pat
 
 
 def test_rolling_back_the_first_switch_makes_the_client_thread_its_own_again(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(X, {})
     b.note_spare(X, B1)
     b.switch(X)
@@ -210,7 +212,7 @@ def test_spaced_json_from_a_client_is_mapped_too(tmp_path):
 
 
 def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     alias = b.remember_start(X, {})
     early = b.snapshot(alias)
     b.note_spare(X, B1)
@@ -237,7 +239,7 @@ def test_a_switched_thread_s_read_resume_and_listing_show_the_client_s_preview_a
     own = {"preview": "first prompt", "createdAt": 100, "path": "/h/sessions/2026/11/27/rollout-t0-X.jsonl"}
     b.aliases[X].listed = own
     b.save(b.aliases[X])
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     backing = {"id": B1, "preview": "the rebuild's prompt", "createdAt": 200, "path": "/h/sessions/2026/11/27/rollout-t1-B1.jsonl", "turns": []}
     for method in ("thread/read", "thread/resume", "thread/unarchive"):
         got = json.loads(b.response(line({"id": 7, "result": {"thread": backing, "serviceTier": None}}), method))["result"]

@@ -17,7 +17,9 @@ from protocol import encode_notification, encode_response
 from sidecar.history.backing import BackingThreads
 from sidecar.host import SidecarHost, bind_engine, engine_state_dir
 from sidecar.host.completion import LEAN_BASE_INSTRUCTIONS, LEAN_CONFIG, Collector, Completions, start_params, turn_params
+from sidecar.methods import METHODS
 from sidecar.relay import RpcError
+from sidecar.rows import thread_id_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNED = "01a20132-6799-70b2-9e11-b6afa40528ac"
@@ -160,7 +162,7 @@ def test_a_failed_turn_raises_the_hosts_error():
 
 
 def test_an_owned_threads_frames_go_to_its_listener_and_never_to_the_client():
-    backing = BackingThreads("/nonexistent-state")
+    backing = BackingThreads("/nonexistent-state", thread_id_keys(METHODS))
     heard: list[bytes] = []
     backing.own(OWNED, heard.append)
     mine = encode_notification("item/completed", {"threadId": OWNED, "turnId": "t", "item": {"type": "agentMessage", "id": "m", "text": "x"}})

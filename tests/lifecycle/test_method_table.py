@@ -25,6 +25,7 @@ from sidecar.history.backing import BackingThreads, keyed_members
 from sidecar.lifecycle import Lifecycle
 from sidecar.methods import METHODS, Part, Phase, Row, Sender
 from sidecar.relay import Hooks, Message, PendingRequest, Proxy
+from sidecar.rows import install, installed, reads, thread_id_keys
 from tests.support.lifecycle import make_engine, sidecar
 
 CLIENT = "01a20000-0000-7000-8000-0000000000a1"
@@ -50,7 +51,7 @@ class ToolEngine(RecordingEngine):
 def proxy(state_dir=None) -> Proxy:
     """A relay never run; with ``state_dir``, built with the history's edge (a lifecycle's)."""
     a, b = trio.testing.memory_stream_pair()
-    edge = BackingThreads(state_dir) if state_dir is not None else None
+    edge = BackingThreads(state_dir, thread_id_keys(METHODS)) if state_dir is not None else None
     return Proxy(lambda: None, trio.StapledStream(a, b), edge=edge)  # type: ignore[arg-type,return-value]
 
 
@@ -58,7 +59,7 @@ def lifecycle(tmp_path, engine: Any) -> tuple[Lifecycle, Hooks]:
     """A lifecycle installed on hooks of its own (the relay's rows are the router's)."""
     lc = Lifecycle(proxy(tmp_path), engine, tmp_path)
     hooks = Hooks()
-    lc.install(hooks)
+    lc.install(hooks, METHODS)
     return lc, hooks
 
 
@@ -69,7 +70,7 @@ def registered(hooks: Hooks) -> list[tuple[str, str, Any]]:
 def rows_of(kind: str, method: str, parts: set[Part]) -> list[Any]:
     """The handlers the table gives ``kind`` of ``method`` in ``parts``, in order."""
     source, column = KINDS[kind]
-    return [getattr(r, column) for r in methods.installed(parts) if r.method == method and r.source is source and getattr(r, column)]
+    return [getattr(r, column) for r in installed(parts, METHODS) if r.method == method and r.source is source and getattr(r, column)]
 
 
 ENGINES = {
@@ -90,7 +91,7 @@ def test_every_hook_the_lifecycle_registers_is_a_table_row_in_the_tables_order(t
             expected = [methods.bind(handler, lc.jobs()) for handler in rows_of(kind, method, parts)]
             assert hs == expected, f"{kind} {method}: not the table's hooks in the table's order"
     # ... and every row of those parts is installed (nothing in the table is left out).
-    wanted = sum(bool(r.request) + bool(r.response) for r in methods.installed(parts))
+    wanted = sum(bool(r.request) + bool(r.response) for r in installed(parts, METHODS))
     assert len(got) == wanted
 
 
@@ -155,9 +156,9 @@ def test_the_engines_items_leave_before_the_mirror_and_after_the_archive(tmp_pat
     assert names(hooks.server_notifications["item/completed"]) == ["EngineTools.on_item", "Finalizer.on_item_completed"]
     assert names(hooks.server_notifications["turn/completed"]) == ["EngineTools.on_turn_completed", "Finalizer.on_turn_completed"]
     # Every read the archive splices (the table's ``read`` column) loses the engine's items last.
-    for method in methods.reads():
+    for method in reads(METHODS):
         assert names(hooks.responses[method])[-1] == "EngineTools.on_read_response", method
-    assert set(methods.reads()) == {"thread/read", "thread/resume", "thread/fork", "thread/turns/list", "thread/items/list"}
+    assert set(reads(METHODS)) == {"thread/read", "thread/resume", "thread/fork", "thread/turns/list", "thread/items/list"}
 
 
 def test_phases_order_hooks_whatever_the_rows_order():
@@ -167,7 +168,7 @@ def test_phases_order_hooks_whatever_the_rows_order():
 
     late = Row(method="x/y", request=b, phase=Phase.BACK)
     early = Row(method="x/y", request=a, phase=Phase.SEE)
-    assert [r.request for r in methods.installed({Part.HISTORY}, (late, early))] == [a, b]
+    assert [r.request for r in installed({Part.HISTORY}, (late, early))] == [a, b]
 
 
 async def test_a_row_added_to_the_table_is_installed_and_routed_with_no_other_edit(tmp_path, monkeypatch):
@@ -197,9 +198,9 @@ async def test_a_row_added_to_the_table_is_installed_and_routed_with_no_other_ed
     assert received["params"] == {"threadId": CLIENT, "noted": True}
 
 
-@pytest.mark.parametrize("key", methods.thread_id_keys())
+@pytest.mark.parametrize("key", thread_id_keys(METHODS))
 def test_the_edge_maps_every_member_the_table_says_carries_a_thread_id(tmp_path, key):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(CLIENT, {})
     b.note_spare(CLIENT, BACKING)
     b.switch(CLIENT)
@@ -208,7 +209,7 @@ def test_the_edge_maps_every_member_the_table_says_carries_a_thread_id(tmp_path,
 
 
 def test_a_member_the_table_does_not_name_is_left_alone(tmp_path):
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(CLIENT, {})
     b.note_spare(CLIENT, BACKING)
     b.switch(CLIENT)
@@ -218,9 +219,9 @@ def test_a_member_the_table_does_not_name_is_left_alone(tmp_path):
 
 def test_the_edges_key_list_is_the_tables_column():
     rows = (*METHODS, Row(method="fake/method", thread_keys=("fakeThreadId",)))
-    keyed = keyed_members(methods.thread_id_keys(rows))
+    keyed = keyed_members(thread_id_keys(rows))
     assert keyed.search(b'{"fakeThreadId":"' + BACKING.encode() + b'"}')
-    assert not keyed_members(methods.thread_id_keys()).search(b'{"fakeThreadId":"' + BACKING.encode() + b'"}')
+    assert not keyed_members(thread_id_keys(METHODS)).search(b'{"fakeThreadId":"' + BACKING.encode() + b'"}')
 
 
 def test_a_handler_no_job_has_is_refused_at_install():
@@ -228,9 +229,9 @@ def test_a_handler_no_job_has_is_refused_at_install():
     from sidecar.lifecycle.turns import Turns
 
     with pytest.raises(LookupError, match="on_turn_start"):
-        methods.install(Hooks(), (object(),), {Part.ENGINE}, (Row(method="x/y", request=Turns.on_turn_start, part=Part.ENGINE),))
+        install(Hooks(), (object(),), {Part.ENGINE}, (Row(method="x/y", request=Turns.on_turn_start, part=Part.ENGINE),))
 
 
 def test_a_response_hook_on_a_notification_row_is_refused():
     with pytest.raises(ValueError, match="only a client request"):
-        methods.install(Hooks(), (), {Part.HISTORY}, (Row(method="x/y", source=Sender.NOTIFICATION, response=lambda job, msg, pending: None),))
+        install(Hooks(), (), {Part.HISTORY}, (Row(method="x/y", source=Sender.NOTIFICATION, response=lambda job, msg, pending: None),))

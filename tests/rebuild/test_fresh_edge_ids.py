@@ -17,9 +17,11 @@ from typing import Any
 
 import trio
 
+from sidecar import methods
 from sidecar.history.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle
 from sidecar.relay import ProxyOptions
+from sidecar.rows import thread_id_keys
 from tests.support.fresh import FIRST_THREAD, SCRIPT, fresh, spare_ready
 from tests.support.harness import child, frame, proxied, wait_until
 from tests.support.modes import ModesRun, modes_sidecar, summarising
@@ -38,7 +40,7 @@ def test_a_tool_call_whose_arguments_name_the_client_thread_is_not_dropped(tmp_p
     the item/tool/call server request of the CURRENT thread is dropped:
     Codex waits for the tool's result forever (its item/started and
     item/completed are dropped too, before the lifecycle's hooks)."""
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(methods.METHODS))
     b.remember_start(C, {})
     b.note_spare(C, S1)
     b.switch(C)
@@ -60,7 +62,7 @@ def test_review_start_answer_does_not_leak_the_backing_thread(tmp_path):
     in ``reviewThreadId`` ("The thread id supplied to review/start";
     generate-json-schema), a member the regex does not know: after a switch
     the client gets the backing thread's id."""
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(methods.METHODS))
     b.remember_start(C, {})
     b.note_spare(C, S1)
     b.switch(C)
@@ -81,10 +83,10 @@ async def small_lines_sidecar(tmp_path: Path, max_line: int):
     }
     (tmp_path / "script.json").write_text(json.dumps(SCRIPT))
     opts = ProxyOptions(eof_grace=2.0, kill_grace=2.0, forward_signals=False, max_line=max_line)
-    async with proxied(child("fake_codex.py"), env=env, options=opts, edge=BackingThreads(state_dir)) as client:
+    async with proxied(child("fake_codex.py"), env=env, options=opts, edge=BackingThreads(state_dir, thread_id_keys(methods.METHODS))) as client:
         engine = summarising(keep=2)
         lifecycle = Lifecycle(client.proxy, engine, state_dir, fresh())
-        lifecycle.install(client.proxy.router.hooks)
+        lifecycle.install(client.proxy.router.hooks, methods.METHODS)
         run = ModesRun(
             client, lifecycle, engine, state_dir, tmp_path / "received.jsonl", tmp_path / "sent.jsonl",
             model_log=tmp_path / "model.jsonl", store_path=tmp_path / "codex-store.json",

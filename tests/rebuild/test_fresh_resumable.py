@@ -17,6 +17,8 @@ from typing import Any
 import trio
 
 from sidecar.history.backing import BackingThreads
+from sidecar.methods import METHODS
+from sidecar.rows import thread_id_keys
 from sidecar.store.ledger import Ledger, ledger_path
 from tests.support.fresh import FIRST_THREAD, SCRIPT, codex_forgets_zero_turn_threads, fresh, spare_ready
 from tests.support.lifecycle import frame
@@ -165,7 +167,7 @@ def test_overlapping_saves_never_leave_the_disk_switched_while_memory_is_not(tmp
     from sidecar.history.backing import BackingThreads
 
     x, s = FIRST_THREAD, "01a20000-0000-7000-8000-0000000000b1"
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     alias = b.remember_start(x, {"cwd": "/w"})
     b.note_spare(x, s)
 
@@ -257,12 +259,12 @@ def test_load_rolls_a_pending_switch_back_to_the_thread_before_not_to_the_spare(
     ``retired[-1]``: the spare (never used, not loaded in the new Codex, no
     rollout) becomes the client's current thread instead of the thread
     before the switch. Every resume of the client's thread then fails."""
-    b = BackingThreads(tmp_path)
+    b = BackingThreads(tmp_path, thread_id_keys(METHODS))
     b.remember_start(C, {"cwd": "/w"})
     b.note_spare(C, S1)
     b.switch(C)  # pending
     b.note_spare(C, S2)  # the next spare, before the switch turn was accepted
     b.save(b.aliases[C])
-    loaded = BackingThreads(tmp_path)
+    loaded = BackingThreads(tmp_path, thread_id_keys(METHODS))
     alias = loaded.aliases[C]
     assert alias.current == C, f"rolled back onto {alias.current} (S1={S1}, S2={S2}); retired={alias.retired}"

@@ -45,7 +45,7 @@ class Wired:
         self.child = Sink()
         self.client = Sink()
         self.spawned: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        settings = {k: kwargs.pop(k) for k in ("max_line", "for_engine") if k in kwargs}
+        settings = {k: kwargs.pop(k) for k in ("max_line", "engine_reads") if k in kwargs}
         self.router = Router(self.child, self.client, spawn=lambda fn, *args: self.spawned.append((fn, args)), options=ProxyOptions(**settings), **kwargs)
 
 

@@ -7,8 +7,9 @@ import json
 
 from sidecar import methods
 from sidecar.relay.negotiation import Negotiation
+from sidecar.rows import notifications_read
 
-NEEDS = methods.notifications_read()
+NEEDS = notifications_read(methods.METHODS)
 
 
 def frame(obj) -> bytes:
@@ -39,28 +40,28 @@ def test_with_no_engine_the_client_s_initialize_passes_byte_for_byte(wire):
 
 
 def test_for_an_engine_the_sidecar_declares_the_experimental_api_a_stable_client_did_not(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     w.router.from_client(initialize(None))
     assert sent_caps(w) == {"experimentalApi": True}
     assert w.router.negotiation.screens
 
 
 def test_notifications_the_lifecycle_reads_are_taken_out_of_the_client_s_opt_outs(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     w.router.from_client(initialize({"experimentalApi": True, "optOutNotificationMethods": ["item/completed", "item/agentMessage/delta"]}))
     assert sent_caps(w) == {"experimentalApi": True, "optOutNotificationMethods": ["item/agentMessage/delta"]}
     assert not w.router.negotiation.screens  # the client may send what codex accepts
 
 
 def test_an_experimental_client_that_opted_out_of_nothing_the_sidecar_reads_passes_unchanged(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     line = initialize({"experimentalApi": True, "optOutNotificationMethods": ["item/agentMessage/delta"]})
     w.router.from_client(line)
     assert w.child.take() == [line]
 
 
 def test_only_the_first_initialize_is_negotiated(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     w.router.from_client(initialize(None))
     w.child.take()
     second = frame({"id": 9, "method": "initialize", "params": {"clientInfo": {"name": "c"}, "capabilities": {"experimentalApi": True}}})
@@ -73,7 +74,7 @@ def test_only_the_first_initialize_is_negotiated(wire):
 
 
 def stable(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     w.router.from_client(initialize({"optOutNotificationMethods": ["item/completed"]}))
     w.child.take()
     return w
@@ -100,7 +101,7 @@ def test_a_stable_request_goes_to_codex_as_it_came(wire):
 
 
 def test_an_experimental_client_is_never_screened(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     w.router.from_client(initialize({"experimentalApi": True}))
     w.child.take()
     line = frame({"id": 1, "method": "collaborationMode/list", "params": {}})
@@ -131,7 +132,7 @@ def test_a_server_request_only_experimental_clients_get_is_answered_by_the_sidec
 
 
 def test_an_experimental_client_gets_its_server_requests(wire):
-    w = wire(for_engine=True)
+    w = wire(engine_reads=NEEDS)
     w.router.from_client(initialize({"experimentalApi": True}))
     w.child.take()
     line = frame({"id": 5, "method": "currentTime/read", "params": {"threadId": "t"}})
@@ -153,7 +154,7 @@ def test_status_says_what_each_side_declared():
 def test_the_sidecar_keeps_every_notification_a_hook_reads():
     """A new notification row is kept from the client's opt-outs with no other edit."""
     rows = (*methods.METHODS, methods.Row(method="thread/new/thing", source=methods.Sender.NOTIFICATION, request=lambda job, msg: None, part=methods.Part.ENGINE))
-    assert "thread/new/thing" in methods.notifications_read(rows)
+    assert "thread/new/thing" in notifications_read(rows)
     assert {"item/completed", "turn/completed", "turn/started", "thread/tokenUsage/updated"} <= set(NEEDS)
 
 

@@ -23,8 +23,10 @@ import trio
 
 from engines import EngineInfo, TextBlock
 from engines.testkit import RecordingEngine
+from sidecar import methods
 from sidecar.history.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
+from sidecar.rows import thread_id_keys
 from sidecar.store.mirror import TranscriptMirror, session_path
 
 from .harness import Client, child, frame, proxied, wait_until
@@ -205,12 +207,12 @@ async def sidecar(
         script_path = tmp_path / f"{name}-script.json"
         script_path.write_text(json.dumps(script))
         env["FAKE_CODEX_SCRIPT"] = str(script_path)
-    async with proxied(child("fake_codex.py"), env=env, edge=BackingThreads(state_dir)) as client:
+    async with proxied(child("fake_codex.py"), env=env, edge=BackingThreads(state_dir, thread_id_keys(methods.METHODS))) as client:
         lifecycle = None
         if engine is not None:
             # As sidecar.cli wires it, before any frame flows.
             lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode))
-            lifecycle.install(client.proxy.router.hooks)
+            lifecycle.install(client.proxy.router.hooks, methods.METHODS)
         run = Run(client, lifecycle, engine, state_dir, received_log, sent_log)
         resp = await run.request(
             "initialize",

@@ -24,9 +24,11 @@ from typing import Any
 
 from engines import AssembleResult, CompactionSummaryMessage, ContextProjection, EngineInfo, UserMessage
 from engines.testkit import RecordingEngine
+from sidecar import methods
 from sidecar.history.backing import BackingThreads
 from sidecar.lifecycle import Lifecycle, LifecycleOptions
 from sidecar.projection import CONTEXT_KEY
+from sidecar.rows import thread_id_keys
 
 from .harness import child, frame, proxied
 from .lifecycle import Run
@@ -100,9 +102,9 @@ async def modes_sidecar(
         script_path = tmp_path / f"{name}-script.json"
         script_path.write_text(json.dumps(script))
         env["FAKE_CODEX_SCRIPT"] = str(script_path)
-    async with proxied(child("fake_codex.py"), env=env, edge=BackingThreads(state_dir)) as client:
+    async with proxied(child("fake_codex.py"), env=env, edge=BackingThreads(state_dir, thread_id_keys(methods.METHODS))) as client:
         lifecycle = Lifecycle(client.proxy, engine, state_dir, options or LifecycleOptions(engine_deadline=5.0, projection_mode=mode, stale_floor_chars=0))
-        lifecycle.install(client.proxy.router.hooks)
+        lifecycle.install(client.proxy.router.hooks, methods.METHODS)
         run = ModesRun(client, lifecycle, engine, state_dir, received_log, sent_log, model_log=model_log, store_path=tmp_path / store)
         resp = await run.request(
             "initialize",

@@ -10,9 +10,9 @@ from typing import Any
 import trio
 
 from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
-from sidecar.store.injected import Injection
 from sidecar.store.ledger import LedgerState
 from sidecar.thread import holdings, opening
+from sidecar.thread.files import Injection
 
 
 def thread(**fields: Any) -> ThreadSession:
