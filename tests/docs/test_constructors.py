@@ -42,14 +42,11 @@ SIDECAR = ROOT / "sidecar"
 
 NOT_YET: dict[str, int] = {
     "Sessions": 9,
-    "Turns": 7,
 }
 """Still over, with their exact count: it may shrink, never grow, and the
 entry goes once the class is at the limit. ``Sessions`` still does two jobs'
 work (answering a thread's opening and importing or catching up its history,
-and releasing it once Codex unloads it); splitting it by concern is what is left. ``Turns`` reads the thread table
-itself: asking ``Sessions`` for it instead would add a module to the steady
-turn/start walk (``test_architecture_walk``), so it waits for that split."""
+and releasing it once Codex unloads it); splitting it by concern is what is left."""
 
 NOT_YET_ATTACHED: set[str] = set()
 """Attachments after construction still there (none)."""
