@@ -119,11 +119,13 @@ def _base() -> tuple[Row, ...]:
         Row(method="thread/start", request=Lifecycle.note_client_tools, part=ENGINE, phase=SEE),
         Row(method="thread/start", request=Sessions.remember_params, response=Sessions.on_thread_response, part=ENGINE, thread_keys=THREAD + ITEMS),
         Row(method="thread/resume", response=Sessions.on_thread_response, part=ENGINE),
+        Row(method="thread/fork", request=Spares.on_client_start, part=ENGINE),  # the client's own start, before the job
         Row(method="thread/fork", request=ClientReverts.on_fork, response=Sessions.on_thread_response, part=ENGINE),
         Row(method="thread/start", response=ArchivedTurns.note_opened, part=ENGINE),
         Row(method="thread/start", response=Lifecycle.note_client_thread, part=ENGINE),
         Row(method="thread/resume", response=Lifecycle.note_client_thread, part=ENGINE),
         Row(method="thread/fork", response=Lifecycle.note_client_thread, part=ENGINE),
+        Row(method="thread/revert", request=Spares.on_client_start, part=ENGINE),
         Row(method="thread/revert", request=ClientReverts.on_revert, response=ClientReverts.on_revert_response, part=ENGINE, thread_keys=ID + THREAD + ITEMS),
         Row(method="turn/start", request=Turns.on_turn_start, response=Turns.on_turn_start_response, part=ENGINE, thread_keys=ID + ITEMS),
         Row(method="thread/compact/start", request=Compaction.on_compact_start, response=Compaction.on_compact_response, part=ENGINE, thread_keys=ID),

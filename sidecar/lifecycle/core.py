@@ -47,7 +47,7 @@ from .injections import Injections
 from .overflow import Overflow
 from .reverts import ClientReverts
 from .sessions import Sessions
-from .turns import Turns
+from .turns import TurnAssembly, Turns
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -106,7 +106,8 @@ class Lifecycle:
         moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace, self.compaction)
         self.reverts = ClientReverts(ctx, self.calls, moves, self.injections)
         self.opening = Sessions(ctx, self.calls, moves, self.reverts, self.injections)
-        self.turns = Turns(ctx, self.calls, moves, self.opening, self.reverts)
+        self.assembly = TurnAssembly(ctx, self.calls, moves, self.opening, self.reverts)
+        self.turns = Turns(ctx, self.calls, self.spares, self.opening, self.assembly)
         self.finalizer = Finalizer(ctx, self.calls, self.spares)
         self.overflow = Overflow(ctx, self.calls, self.turns, self.finalizer, self.compaction)
         """A turn that overflowed the context window, retried after the engine makes room (if it owns compaction)."""

@@ -170,9 +170,7 @@ class Overflow:
         assert first.params is not None  # the verdict needs them
         state = retry.state = first.retry()
         holdings.retry_started(session, first, state)
-        if self.options.projection_mode == "per_turn" and not await self.turns.rebuilder.rebuild(session):
-            return "no-smaller-projection"
-        edited = await self.turns.project(session, state, first.params, first.params.get("model") if isinstance(first.params.get("model"), str) else None)
+        edited = await self.turns.project_retry(session, state, first.params, first.params.get("model") if isinstance(first.params.get("model"), str) else None)
         if edited is None or not (state.projected or state.rebuilt):
             return "no-smaller-projection"
         state.retry_forwarded(first)

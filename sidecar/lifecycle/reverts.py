@@ -42,14 +42,12 @@ class ClientReverts:
         self.options = ctx.options
         self.calls = calls
         self.rebuilder = moves.rebuilder
-        self.spares = moves.spares
         self.injections = injections
         self._unanswered: dict[Any, ThreadSession] = {}
         """Client ids of client thread/reverts Codex has not answered, and their session."""
 
     def _remember(self, msg: Message) -> None:
-        self.spares.client_start()
-        msg.remember_params()
+        msg.remember_params()  # the client's own start: Spares.on_client_start, the row before
 
     def on_revert(self, msg: Message) -> Decision:
         """A client's own ``thread/revert``. The client's later requests on
@@ -93,7 +91,6 @@ class ClientReverts:
         return turns
 
     def on_fork(self, msg: Message) -> Decision:
-        self.spares.client_start()
         return self._fork_into_archive(msg)
 
     def _fork_into_archive(self, msg: Message) -> Decision:

@@ -15,6 +15,7 @@ from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
 from ..projection import Projection, ProjectionError, already_projected, char_budget_for_tokens, input_text_chars, project_turn_input, request_text
+from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
@@ -39,16 +40,17 @@ newest end is cut): ``codex-sidecar view`` shows it."""
 
 
 class Turns:
-    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, sessions_job: Sessions, reverts: ClientReverts) -> None:
+    """A turn/start held, gated and forwarded, and Codex's answer to it; what
+    the turn sends is :class:`TurnAssembly`'s."""
+
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, spares: Spares, sessions_job: Sessions, assembly: TurnAssembly) -> None:
         self.proxy = ctx.proxy
         self.sessions = ctx.sessions
-        self.state_dir = ctx.state_dir
         self.options = ctx.options
         self.calls = calls
         self.sessions_job = sessions_job
-        self.reverts = reverts
-        self.rebuilder = moves.rebuilder
-        self.spares = moves.spares
+        self.spares = spares
+        self.assembly = assembly
 
     def on_turn_start(self, msg: Message) -> Decision:
         try:
@@ -133,12 +135,8 @@ class Turns:
             if session.reverts_unanswered:
                 with trio.move_on_after(self.options.previous_turn_wait):
                     await session.reverts_answered.wait()
-            if session.unfollowed is not None:
-                # A client revert not followed yet (this turn/start was queued
-                # before it, or the mirror failed to follow): before this turn
-                # assembles, and is mirrored after the reverted turns.
-                await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
-            edited = await self.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
+            await self.assembly.follow_revert(session)
+            edited = await self.assembly.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
         except Exception as exc:  # fail open, whatever happened
             state.fell_back(type(exc).__name__)
             log.warning(
@@ -162,6 +160,109 @@ class Turns:
             msg.set_params(edited)  # encoded once, as the request leaves for Codex
         if not self.proxy.router.forward_client_request(msg):
             session.end_turn(state)
+
+    async def project_retry(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
+        """An overflowed turn's retry (:mod:`sidecar.lifecycle.overflow`): :meth:`TurnAssembly.project_retry`."""
+        return await self.assembly.project_retry(session, state, params, model)
+
+    def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        if pending.thread_id is not None and not msg.env.error:
+            # Codex took the turn/start: its settings stick for the thread's
+            # later turns (a switch's first turn gets them again). Noted here,
+            # off the request's path.
+            self.spares.remember_sticky(pending.thread_id, pending.params)
+        joined = pending.noted(JOINED)
+        if joined is not None:
+            self._joined(joined, msg)
+            return None
+        # The request carries its thread (on_turn_start read its params): one
+        # look-up, not a scan of every session.
+        session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
+        state = session.current if session is not None else None
+        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
+            return None
+        turn_id = _started_turn_id(msg)
+        if turn_id is not None and pending.fell_back:
+            # Codex refused the projected turn/start and took the client's
+            # own: nothing of the projection reached the thread.
+            state.refused_by_codex()
+        if turn_id is not None:
+            self.accepted(session, state, turn_id)
+        else:  # refused: no turn will complete, the thread is free again
+            self.refused(session, state)
+        return None
+
+    def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
+        """Codex took the turn's ``turn/start`` (the client's, or the
+        sidecar's own retry of it): the turn has its id."""
+        session.accept(state, turn_id)  # with what a turn a join began collected (_joined)
+        self.spares.confirm(session)
+        if state.addition_pending is not None:
+            self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
+        if state.epoch_pending is not None:
+            holdings.epoch_accepted(session, state.epoch_pending)
+
+    @staticmethod
+    def refused(session: ThreadSession, state: TurnState) -> None:
+        """Codex refused the turn's ``turn/start``: no turn will complete."""
+        if state.rebuilt:  # the revert went through; the projection did not land
+            holdings.projection_lost(session)
+        session.end_turn(state)
+
+    def _joined(self, session: ThreadSession, msg: Message) -> None:
+        """Codex's answer to a joining ``turn/start``. Normally the running
+        turn's id. Another id means Codex had ended (or refused) that turn
+        before the join reached it and started a turn of its own: forwarded
+        unassembled (the client's request, with Codex's meaning). The session
+        then tracks it as its running turn when the slot is free, so that
+        later ``turn/start``s join it too, and it is mirrored with its input."""
+        turn_id = _started_turn_id(msg)
+        if turn_id is None:
+            return
+        current = session.current
+        if current is not None and current.turn_id in (None, turn_id):
+            return
+        # The slot is free, or held by a turn whose turn/completed never came
+        # (Codex ended it: the new turn takes the slot over, so that once it
+        # completes the next turn/start is held and assembled again), or by
+        # one finalising (the new turn is finalised after it, in order).
+        ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
+        _, running = session.started_by_join(turn_id)
+        log.info(
+            "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
+            extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
+        )
+
+
+class TurnAssembly:
+    """What a held turn/start sends: the thread brought to where the turn
+    assembles (a client revert followed, a new thread's session found), the
+    engine's assembly planned and carried out (a rebuild when the plan says
+    so) and projected into the params."""
+
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, sessions_job: Sessions, reverts: ClientReverts) -> None:
+        self.state_dir = ctx.state_dir
+        self.options = ctx.options
+        self.calls = calls
+        self.sessions_job = sessions_job
+        self.reverts = reverts
+        self.rebuilder = moves.rebuilder
+        self.spares = moves.spares
+
+    async def follow_revert(self, session: ThreadSession) -> None:
+        """A client revert not followed yet (this turn/start was queued
+        before it, or the mirror failed to follow): before this turn
+        assembles, and is mirrored after the reverted turns."""
+        if session.unfollowed is not None:
+            await self.reverts.follow(session, TurnArchive(archive_path(self.state_dir, session.thread_id)), session.unfollowed)
+
+    async def project_retry(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
+        """An overflowed turn's retry: in ``per_turn`` mode the thread is
+        rebuilt first (None: it could not be, nothing smaller to send), then
+        :meth:`project`."""
+        if self.options.projection_mode == "per_turn" and not await self.rebuilder.rebuild(session):
+            return None
+        return await self.project(session, state, params, model)
 
     async def project(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
         """The turn/start params with the engine's context projected, and a
@@ -383,74 +484,6 @@ class Turns:
         self.spares.engine_rebuilds = True
         log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
         return result.messages
-
-    def on_turn_start_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        if pending.thread_id is not None and not msg.env.error:
-            # Codex took the turn/start: its settings stick for the thread's
-            # later turns (a switch's first turn gets them again). Noted here,
-            # off the request's path.
-            self.spares.remember_sticky(pending.thread_id, pending.params)
-        joined = pending.noted(JOINED)
-        if joined is not None:
-            self._joined(joined, msg)
-            return None
-        # The request carries its thread (on_turn_start read its params): one
-        # look-up, not a scan of every session.
-        session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
-        state = session.current if session is not None else None
-        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
-            return None
-        turn_id = _started_turn_id(msg)
-        if turn_id is not None and pending.fell_back:
-            # Codex refused the projected turn/start and took the client's
-            # own: nothing of the projection reached the thread.
-            state.refused_by_codex()
-        if turn_id is not None:
-            self.accepted(session, state, turn_id)
-        else:  # refused: no turn will complete, the thread is free again
-            self.refused(session, state)
-        return None
-
-    def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
-        """Codex took the turn's ``turn/start`` (the client's, or the
-        sidecar's own retry of it): the turn has its id."""
-        session.accept(state, turn_id)  # with what a turn a join began collected (_joined)
-        self.spares.confirm(session)
-        if state.addition_pending is not None:
-            self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
-        if state.epoch_pending is not None:
-            holdings.epoch_accepted(session, state.epoch_pending)
-
-    @staticmethod
-    def refused(session: ThreadSession, state: TurnState) -> None:
-        """Codex refused the turn's ``turn/start``: no turn will complete."""
-        if state.rebuilt:  # the revert went through; the projection did not land
-            holdings.projection_lost(session)
-        session.end_turn(state)
-
-    def _joined(self, session: ThreadSession, msg: Message) -> None:
-        """Codex's answer to a joining ``turn/start``. Normally the running
-        turn's id. Another id means Codex had ended (or refused) that turn
-        before the join reached it and started a turn of its own: forwarded
-        unassembled (the client's request, with Codex's meaning). The session
-        then tracks it as its running turn when the slot is free, so that
-        later ``turn/start``s join it too, and it is mirrored with its input."""
-        turn_id = _started_turn_id(msg)
-        if turn_id is None:
-            return
-        current = session.current
-        if current is not None and current.turn_id in (None, turn_id):
-            return
-        # The slot is free, or held by a turn whose turn/completed never came
-        # (Codex ended it: the new turn takes the slot over, so that once it
-        # completes the next turn/start is held and assembled again), or by
-        # one finalising (the new turn is finalised after it, in order).
-        ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
-        _, running = session.started_by_join(turn_id)
-        log.info(
-            "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
-            extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
-        )
 
 
 def turn_trigger(params: dict[str, Any]) -> str | None:

@@ -73,6 +73,12 @@ class Spares:
         name no thread are its own until its answer (not a spare's)."""
         self.backing.spare_starts = 0
 
+    def on_client_start(self, msg: Message) -> Decision:
+        """A client's ``thread/fork`` or ``thread/revert`` (its row, before the
+        job that follows the request): :meth:`client_start`."""
+        self.client_start()
+        return None
+
     def client_started(self, thread_id: str, params: dict[str, Any]) -> None:
         """Codex answered the client's thread/start: the thread gets its alias."""
         if not self.fresh:
