@@ -134,7 +134,14 @@ def shells_in(tree: list[int]) -> list[int]:
     return out
 
 
-def kill_tree(pid: int, shell_wait: float = 30.0) -> list[int]:
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+    except OSError:
+        return "?"
+
+
+def kill_tree(pid: int, shell_wait: float = 90.0) -> list[int]:
     """SIGKILL a process and every descendant (the sidecar, node, codex) at
     one instant: all are stopped first, so none sees another die.
 
@@ -142,12 +149,15 @@ def kill_tree(pid: int, shell_wait: float = 30.0) -> list[int]:
     start, a command): killed mid ``pyenv rehash`` that shell would leave
     ``~/.pyenv/shims/.pyenv-shim`` behind, and every later codex session
     with the real HOME would wait 60 s for it (tests/support/pyenv_lock.py
-    fails the run if one appears)."""
+    fails the run if one appears). The wait outlasts those 60 s: a snapshot
+    shell may itself wait for another's rehash lock (two full runs of three
+    here saw one still running after 30 s); the failure names the command."""
     deadline = time.monotonic() + shell_wait
     while shells_in(process_tree(pid)) and time.monotonic() < deadline:
         time.sleep(0.02)
     tree = process_tree(pid)
-    assert not shells_in(tree), "codex still runs a login shell: killing it could leave a lock behind"
+    shells = shells_in(tree)
+    assert not shells, f"codex still runs a login shell: killing it could leave a lock behind: {[command_of(p) for p in shells]}"
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for p in tree:
             try:
