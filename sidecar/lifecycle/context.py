@@ -10,7 +10,7 @@ thread, start a turn or follow a client's revert must know about all of them
 thread, which turns are archived), so they travel together.
 
 The other half of what the jobs share, the relay, the thread table, the
-request params, the settings and the state dir, is
+settings and the state dir, is
 :class:`sidecar.session.context.LifecycleContext`.
 """
 
