@@ -88,7 +88,7 @@ class Compaction:
         except Exception as exc:  # not retried as a prompt: reported
             result = CompactResult(ok=False, compacted=False, reason=f"engine compaction failed: {type(exc).__name__}")
             log.warning("context engine compaction failed", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
-        session.stats["lastEngineCompaction"] = {"ok": result.ok, "compacted": result.compacted, "reason": result.reason}
+        opening.reported(session, "lastEngineCompaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason})
         return result
 
     async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:

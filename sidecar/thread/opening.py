@@ -74,6 +74,12 @@ def usage_reported(session: ThreadSession, usage: Usage, cache: PromptCacheInfo,
     session.current_token_count = count
 
 
+def reported(session: ThreadSession, name: str, value: Any) -> None:
+    """The last ``name`` the sidecar did for the thread (``lastOverflow``,
+    ``lastEngineCompaction``...), shown by ``sidecar/status``: diagnostics only."""
+    session.stats[name] = value
+
+
 def compacted(session: ThreadSession) -> None:
     session.compactions += 1
 
