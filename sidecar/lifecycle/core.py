@@ -104,7 +104,7 @@ class Lifecycle:
         self.injections = Injections(ctx, self.calls)
         self.rebuilder = Rebuilder(ctx, self.archived, self.engine_id, strategies, on_moved=self.injections.replay)
         self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
-        moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace, self.compaction)
+        moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace)
         self.reverts = ClientReverts(ctx, self.calls, moves, self.injections)
         self.identity = Identity(ctx, self.calls)
         self.opening = Sessions(ctx, self.identity, moves, self.reverts, self.injections, HistoryImport(ctx, self.archived))
