@@ -90,8 +90,9 @@ def _base() -> tuple[Row, ...]:
     from .lifecycle.finalize import Finalizer
     from .lifecycle.injections import Injections
     from .lifecycle.overflow import Overflow
+    from .lifecycle.release import Releases
     from .lifecycle.reverts import ClientReverts
-    from .lifecycle.sessions import Sessions
+    from .lifecycle.sessions import Openings
     from .lifecycle.turns import Turns
     from .rebuild.fresh import Spares
     from .rebuild.inplace import InPlace
@@ -103,24 +104,24 @@ def _base() -> tuple[Row, ...]:
         *RELAY_ROWS,
         # -- the history: reads spliced, names, deletes and archives follow a switched thread
         Row(method="thread/read", request=ArchivedTurns.on_thread_read, response=ArchivedTurns.on_thread_read_response, thread_keys=ID + THREAD + ITEMS, read=True),
-        Row(method="thread/resume", request=Sessions.on_resume, thread_keys=ID + THREAD + ITEMS, read=True),
+        Row(method="thread/resume", request=Openings.on_resume, thread_keys=ID + THREAD + ITEMS, read=True),
         Row(method="thread/resume", response=Lifecycle.splice_opened, part=BARE),
-        Row(method="thread/fork", request=Sessions.remember_params, response=Lifecycle.splice_opened, part=BARE),
+        Row(method="thread/fork", request=Openings.remember_params, response=Lifecycle.splice_opened, part=BARE),
         Row(method="thread/fork", thread_keys=ID + THREAD + ITEMS, read=True),  # (its hooks: BARE above, ENGINE below)
         Row(method="thread/turns/list", request=ArchivedTurns.on_turns_list, response=ArchivedTurns.on_list_response, thread_keys=ID + ITEMS, read=True),
         Row(method="thread/items/list", request=ArchivedTurns.on_items_list, response=ArchivedTurns.on_list_response, thread_keys=ID + ITEMS, read=True),
         Row(method="thread/list", response=ArchivedTurns.on_thread_list_response, thread_keys=("parentThreadId", "ancestorThreadId", "attachedToThreadId") + THREAD + ITEMS),
         Row(method="thread/readState/changed", source=N, request=ArchivedTurns.on_read_state, thread_keys=ID),
         Row(method="thread/name/set", request=Spares.on_name_set, thread_keys=ID),
-        Row(method="thread/delete", request=Sessions.remember_request, response=Spares.follow_to_retired, thread_keys=ID),
-        Row(method="thread/archive", request=Sessions.remember_request, response=Spares.follow_to_retired, thread_keys=ID),
+        Row(method="thread/delete", request=Openings.remember_request, response=Spares.follow_to_retired, thread_keys=ID),
+        Row(method="thread/archive", request=Openings.remember_request, response=Spares.follow_to_retired, thread_keys=ID),
         # -- the turn lifecycle (an engine)
         Row(method="initialize", response=Lifecycle.after_initialize, part=ENGINE),
         Row(method="thread/start", request=Lifecycle.note_client_tools, part=ENGINE, phase=SEE),
-        Row(method="thread/start", request=Sessions.remember_params, response=Sessions.on_thread_response, part=ENGINE, thread_keys=THREAD + ITEMS),
-        Row(method="thread/resume", response=Sessions.on_thread_response, part=ENGINE),
+        Row(method="thread/start", request=Openings.remember_params, response=Openings.on_thread_response, part=ENGINE, thread_keys=THREAD + ITEMS),
+        Row(method="thread/resume", response=Openings.on_thread_response, part=ENGINE),
         Row(method="thread/fork", request=Spares.on_client_start, part=ENGINE),  # the client's own start, before the job
-        Row(method="thread/fork", request=ClientReverts.on_fork, response=Sessions.on_thread_response, part=ENGINE),
+        Row(method="thread/fork", request=ClientReverts.on_fork, response=Openings.on_thread_response, part=ENGINE),
         Row(method="thread/start", response=ArchivedTurns.note_opened, part=ENGINE),
         Row(method="thread/start", response=Lifecycle.note_client_thread, part=ENGINE),
         Row(method="thread/resume", response=Lifecycle.note_client_thread, part=ENGINE),
@@ -133,7 +134,7 @@ def _base() -> tuple[Row, ...]:
         Row(method="item/completed", source=N, request=Finalizer.on_item_completed, part=ENGINE, thread_keys=ID + ITEMS),
         Row(method="thread/tokenUsage/updated", source=N, request=Finalizer.on_token_usage, part=ENGINE, thread_keys=ID),
         Row(method="turn/completed", source=N, request=Finalizer.on_turn_completed, part=ENGINE, thread_keys=ID + ITEMS),
-        Row(method="thread/closed", source=N, request=Sessions.on_thread_closed, part=ENGINE, thread_keys=ID),
+        Row(method="thread/closed", source=N, request=Releases.on_thread_closed, part=ENGINE, thread_keys=ID),
         # a rebuild's revert: its notifications never reach the client (before the archive's read state)
         Row(method="thread/status/changed", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT, thread_keys=ID),
         Row(method="thread/readState/changed", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT),

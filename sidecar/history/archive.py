@@ -28,7 +28,9 @@ kill in between leaves the last step undone; the next opening of the thread
 does it (asking Codex's newest turn when the answer was never read). Appends are
 single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
 line, which reading skips and the next append terminates. Archiving is best effort: a failed write costs
-the client those turns in later reads, never the turn itself.
+the client those turns in later reads, never the turn itself. Each line is
+an :class:`ArchiveRecord`, read by a typed decoder (``sidecar.store.records``):
+one that does not decode is reported by file and line and skipped.
 """
 
 from __future__ import annotations
@@ -39,13 +41,54 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..store.inspect import append_record, decode_records
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ..store.inspect import append_record
 from ..store.mirror import session_path
+from ..store.records import decode_lines
 
 ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
 """Where Codex keeps an archived thread's rollout (under its home)."""
 UNKNOWN: Any = object()
 """Not known (as opposed to None, which says "read")."""
+
+
+class Forgetting(msgspec.Struct, frozen=True, rename="camel"):
+    """Codex reverted the client's thread before ``before_turn_id``: the archive and mirror must follow."""
+
+    before_turn_id: str
+    into_archive: bool = False
+    in_flight_turn_ids: list[str] = msgspec.field(default_factory=list)
+
+
+class Reverting(msgspec.Struct, frozen=True, rename="camel"):
+    """The client's revert before ``before_turn_id`` is about to go to Codex."""
+
+    before_turn_id: str
+    in_flight_turn_ids: list[str] = msgspec.field(default_factory=list)
+
+
+class ArchiveRecord(msgspec.Struct, frozen=True):
+    """One line of the archive; which members it has says what it is (see
+    the module docstring; the others are :data:`msgspec.UNSET`, and not
+    written). Members this version does not know are ignored."""
+
+    turn: dict[str, Any] | UnsetType = UNSET
+    """A turn as ``thread/read`` shows it (Codex's shape, kept as it is)."""
+    dropped: list[str] | UnsetType = UNSET
+    unread: Any = UNSET
+    """The client's first unread position (``readState.firstUnread``); null: read."""
+    path: str | UnsetType = UNSET
+    restored: list[str] | UnsetType = UNSET
+    forgotten: list[str] | UnsetType = UNSET
+    forgetting: Forgetting | UnsetType = UNSET
+    reverting: Reverting | UnsetType = UNSET
+    revertRefused: str | UnsetType = UNSET  # noqa: N815 (the member's name on disk)
+    forgot: str | UnsetType = UNSET
+
+
+_decoder = msgspec.json.Decoder(ArchiveRecord)
 
 
 def archive_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
@@ -66,7 +109,7 @@ class TurnArchive:
         self.path = path
 
     def append_turn(self, turn: dict[str, Any]) -> None:
-        self._append({"turn": turn})
+        self._append(ArchiveRecord(turn=turn))
 
     def mark_dropped(self, turn_ids: list[str] | None, unread: Any = UNKNOWN, path: str | None = None) -> list[str]:
         """Mark the turns a revert to the framing is about to drop; ``None``:
@@ -78,17 +121,12 @@ class TurnArchive:
             turns, dropped, forgotten = self._read()
             turn_ids = [tid for tid in turns if tid not in dropped and tid not in forgotten]
         if turn_ids:
-            record: dict[str, Any] = {"dropped": list(turn_ids)}
-            if unread is not UNKNOWN:
-                record["unread"] = unread
-            if path is not None:
-                record["path"] = path
-            self._append(record)
+            self._append(ArchiveRecord(dropped=list(turn_ids), unread=UNSET if unread is UNKNOWN else unread, path=UNSET if path is None else path))
         return list(turn_ids or [])
 
     def mark_read(self) -> None:
         """The client marked its thread read: no archived turn is unread."""
-        self._append({"unread": None})
+        self._append(ArchiveRecord(unread=None))
 
     def shown(self) -> dict[str, Any]:
         """What the client saw of its thread before the rebuilds: ``unread``,
@@ -98,19 +136,17 @@ class TurnArchive:
         records = self._records_with(b'"dropped"')
         out: dict[str, Any] = {"unread": None, "path": None}
         for record in records or ():
-            if not isinstance(record, dict):
-                continue
-            if "unread" in record:
-                out["unread"] = record["unread"]
-            if out["path"] is None and isinstance(record.get("path"), str):
-                out["path"] = record["path"]
+            if not isinstance(record.unread, UnsetType):
+                out["unread"] = record.unread
+            if out["path"] is None and isinstance(record.path, str):
+                out["path"] = record.path
         return out
 
     def mark_restored(self, turn_ids: list[str]) -> None:
         """Turns marked dropped that Codex still holds (a refused revert, or a
         kill between the marks and the revert): they are Codex's to list."""
         if turn_ids:
-            self._append({"restored": list(turn_ids)})
+            self._append(ArchiveRecord(restored=list(turn_ids)))
 
     def forget_from(self, turn_id: str) -> list[str]:
         """The client reverted its thread before ``turn_id``: that turn and
@@ -122,7 +158,7 @@ class TurnArchive:
         # Dropped turns included: a revert to an archived turn forgets it too.
         gone = [t for t in order[order.index(turn_id) :] if t not in forgotten]
         if gone:
-            self._append({"forgotten": gone})
+            self._append(ArchiveRecord(forgotten=gone))
         return gone
 
     def begin_forget(self, turn_id: str, into_archive: bool, in_flight: list[str] | None = None) -> None:
@@ -130,17 +166,17 @@ class TurnArchive:
         that the sidecar must follow it, before waiting to do so.
         ``in_flight``: the thread's turns running or finalising at that
         moment, the only ones that may still be archived after this record."""
-        self._append({"forgetting": {"beforeTurnId": turn_id, "intoArchive": into_archive, "inFlightTurnIds": list(in_flight or [])}})
+        self._append(ArchiveRecord(forgetting=Forgetting(turn_id, into_archive, list(in_flight or []))))
 
     def begin_revert(self, turn_id: str, in_flight: list[str] | None = None) -> None:
         """The client's revert before ``turn_id`` is about to go to Codex. A
         kill after Codex carried it out but before its answer was read
         leaves this record with no outcome; the next opening asks Codex."""
-        self._append({"reverting": {"beforeTurnId": turn_id, "inFlightTurnIds": list(in_flight or [])}})
+        self._append(ArchiveRecord(reverting=Reverting(turn_id, list(in_flight or []))))
 
     def revert_refused(self, turn_id: str) -> None:
         """Codex refused the client's revert (or, after a kill, never did it)."""
-        self._append({"revertRefused": turn_id})
+        self._append(ArchiveRecord(revertRefused=turn_id))
 
     def pending_revert(self) -> tuple[str, list[str]] | None:
         """A client revert sent to Codex whose outcome no record tells:
@@ -152,19 +188,14 @@ class TurnArchive:
             return None
         pending: tuple[str, list[str]] | None = None
         for record in records:
-            if not isinstance(record, dict):
-                continue
-            sent = record.get("reverting")
-            turn = record.get("turn")
-            outcome = record.get("forgetting")
-            if isinstance(sent, dict) and isinstance(sent.get("beforeTurnId"), str):
-                listed = sent.get("inFlightTurnIds")
-                pending = (sent["beforeTurnId"], [t for t in listed if isinstance(t, str)] if isinstance(listed, list) else [])
+            sent, turn, outcome = record.reverting, record.turn, record.forgetting
+            if not isinstance(sent, UnsetType):
+                pending = (sent.before_turn_id, list(sent.in_flight_turn_ids))
             elif pending is None:
                 continue
-            elif record.get("revertRefused") == pending[0] or (isinstance(outcome, dict) and outcome.get("beforeTurnId") == pending[0]):
+            elif record.revertRefused == pending[0] or (not isinstance(outcome, UnsetType) and outcome.before_turn_id == pending[0]):
                 pending = None
-            elif isinstance(turn, dict) and turn.get("id") not in pending[1]:
+            elif not isinstance(turn, UnsetType) and turn.get("id") not in pending[1]:
                 pending = None
         return pending
 
@@ -174,7 +205,7 @@ class TurnArchive:
 
     def end_forget(self, turn_id: str) -> None:
         """The archive and the mirror follow the client's revert."""
-        self._append({"forgot": turn_id})
+        self._append(ArchiveRecord(forgot=turn_id))
 
     def pending_forget(self) -> tuple[str, bool] | None:
         """The client revert a kill left unfollowed: ``(beforeTurnId,
@@ -186,21 +217,17 @@ class TurnArchive:
         if records is None:
             return None
         pending: tuple[str, bool] | None = None
-        in_flight: list[Any] = []
+        in_flight: list[str] = []
         for record in records:
-            if not isinstance(record, dict):
-                continue
-            intent = record.get("forgetting")
-            turn = record.get("turn")
-            if isinstance(intent, dict) and isinstance(intent.get("beforeTurnId"), str):
-                pending = (intent["beforeTurnId"], bool(intent.get("intoArchive")))
-                listed = intent.get("inFlightTurnIds")
-                in_flight = listed if isinstance(listed, list) else []
+            intent, turn = record.forgetting, record.turn
+            if not isinstance(intent, UnsetType):
+                pending = (intent.before_turn_id, intent.into_archive)
+                in_flight = intent.in_flight_turn_ids
             elif pending is None:
                 continue
-            elif record.get("forgot") == pending[0]:
+            elif record.forgot == pending[0]:
                 pending = None
-            elif isinstance(turn, dict) and turn.get("id") not in in_flight:
+            elif not isinstance(turn, UnsetType) and turn.get("id") not in in_flight:
                 pending = None  # the thread went on: too late to follow
         return pending
 
@@ -213,11 +240,13 @@ class TurnArchive:
             kept = kept[: kept.index(before)]
         elif last in turns:
             kept = kept[: kept.index(last) + 1]
-        records: list[dict[str, Any]] = [{"turn": turns[tid]} for tid in kept]
-        for key, ids in (("dropped", dropped), ("forgotten", forgotten)):
-            marked = [tid for tid in kept if tid in ids]
-            if marked:
-                records.append({key: marked})
+        records = [ArchiveRecord(turn=turns[tid]) for tid in kept]
+        marked = [tid for tid in kept if tid in dropped]
+        if marked:
+            records.append(ArchiveRecord(dropped=marked))
+        marked = [tid for tid in kept if tid in forgotten]
+        if marked:
+            records.append(ArchiveRecord(forgotten=marked))
         for record in records:
             self._append(record)
 
@@ -230,19 +259,19 @@ class TurnArchive:
             return []
         if b'"dropped"' not in data:
             return []  # no rebuild yet: skip parsing every turn (the caller may be the event loop)
-        turns, dropped, forgotten = self._parse(data)
+        turns, dropped, forgotten = self._parse(data, self.path)
         return [turn for tid, turn in turns.items() if tid in dropped and tid not in forgotten]
 
-    def _records_with(self, marker: bytes) -> list[Any] | None:
+    def _records_with(self, marker: bytes) -> list[ArchiveRecord] | None:
         """The file's records, or None when it is missing or never mentions
         ``marker`` (the common case, not worth decoding every turn for)."""
         try:
             data = self.path.read_bytes()
         except OSError:
             return None
-        return decode_records(data) if marker in data else None
+        return decode_lines(data, _decoder, self.path) if marker in data else None
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: ArchiveRecord) -> None:
         append_record(self.path, record)  # best effort, see the module docstring
 
     def _read(self) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
@@ -250,26 +279,23 @@ class TurnArchive:
             data = self.path.read_bytes()
         except OSError:
             return {}, set(), set()
-        return self._parse(data)
+        return self._parse(data, self.path)
 
     @staticmethod
-    def _parse(data: bytes) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
+    def _parse(data: bytes, path: Path) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
         turns: dict[str, dict[str, Any]] = {}
         dropped: set[str] = set()
         forgotten: set[str] = set()
-        for record in decode_records(data):
-            if not isinstance(record, dict):
-                continue
-            turn = record.get("turn")
-            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+        for record in decode_lines(data, _decoder, path):
+            turn = record.turn
+            if not isinstance(turn, UnsetType) and isinstance(turn.get("id"), str):
                 turns.setdefault(turn["id"], turn)  # a replayed turn keeps its first copy
-            for key, into in (("dropped", dropped), ("forgotten", forgotten)):
-                ids = record.get(key)
-                if isinstance(ids, list):
-                    into.update(i for i in ids if isinstance(i, str))
-            restored = record.get("restored")
-            if isinstance(restored, list):  # in file order: a later revert may drop them again
-                dropped.difference_update(i for i in restored if isinstance(i, str))
+            if not isinstance(record.dropped, UnsetType):
+                dropped.update(record.dropped)
+            if not isinstance(record.forgotten, UnsetType):
+                forgotten.update(record.forgotten)
+            if not isinstance(record.restored, UnsetType):  # in file order: a later revert may drop them again
+                dropped.difference_update(record.restored)
         return turns, dropped, forgotten
 
 

@@ -11,7 +11,7 @@ import trio
 from engines import CompactParams, CompactResult
 from protocol.codex import CodexDecodeError, ThreadCompactStartParams
 
-from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError
+from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError, Slot
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
@@ -22,6 +22,10 @@ log = logging.getLogger("codex_sidecar.lifecycle")
 
 ENGINE_COMPACTION_KEY = "codex-sidecar:{thread_id}:compaction:{n}"
 
+NATIVE_AFTER_ENGINE = Slot[tuple[ThreadSession, CompactResult]]("compaction.native_after_engine")
+"""A client ``thread/compact/start`` forwarded after the engine's compaction:
+its session and the engine's result, recorded with Codex's answer."""
+
 
 class Compaction:
     def __init__(self, proxy: Proxy, sessions: dict[str, ThreadSession], options: LifecycleOptions, calls: EngineCalls) -> None:
@@ -29,8 +33,6 @@ class Compaction:
         self.sessions = sessions
         self.options = options
         self.calls = calls
-        self.native_pending: dict[Any, tuple[ThreadSession, CompactResult]] = {}
-        """Client thread/compact/start requests forwarded after the engine's compaction."""
 
     def on_compact_start(self, msg: Message) -> Decision:
         if not self.calls.owns_compaction:
@@ -49,15 +51,17 @@ class Compaction:
         result = await self._engine_compact(session)
         # Native compaction follows best-effort: the client's own request, so
         # the client gets Codex's own answer; its outcome is recorded by
-        # _on_compact_response.
-        self.native_pending[msg.id] = (session, result)
+        # on_compact_response. Until Codex answers, the session is not released.
+        msg.note(NATIVE_AFTER_ENGINE, (session, result))
+        opening.native_compaction_sent(session)
         if not self.proxy.router.forward_client_request(msg):
-            self.native_pending.pop(msg.id, None)
+            opening.native_compaction_answered(session)
 
     def on_compact_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        held = self.native_pending.pop(pending.client_id, None)
+        held = pending.noted(NATIVE_AFTER_ENGINE)
         if held is not None:
             session, result = held
+            opening.native_compaction_answered(session)
             error = msg.error()
             native: dict[str, Any] = {"ok": error is None}
             if isinstance(error, dict):
@@ -84,7 +88,7 @@ class Compaction:
         except Exception as exc:  # not retried as a prompt: reported
             result = CompactResult(ok=False, compacted=False, reason=f"engine compaction failed: {type(exc).__name__}")
             log.warning("context engine compaction failed", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
-        session.stats["lastEngineCompaction"] = {"ok": result.ok, "compacted": result.compacted, "reason": result.reason}
+        opening.reported(session, "lastEngineCompaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason})
         return result
 
     async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:

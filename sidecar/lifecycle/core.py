@@ -1,8 +1,8 @@
 """The lifecycle: its jobs built, and their rows of the method table
 (:data:`sidecar.methods.METHODS`) installed on the relay's hooks.
 
-Each job is a module of this package (sessions, turns, finalize, reverts,
-injections, compaction, calls); they share the two context objects
+Each job is a module of this package (sessions, release, turns, finalize,
+reverts, injections, compaction, calls); they share the two context objects
 (:class:`sidecar.session.context.LifecycleContext` and
 :class:`sidecar.lifecycle.context.HistoryMoves`), and each gets the
 collaborators it calls. This class owns no turn logic itself.
@@ -36,17 +36,19 @@ from ..relay import Decision, Hooks, Message, PendingRequest, Proxy, RpcError
 from ..rows import Part, Row, install
 from ..session.context import LifecycleContext
 from ..session.options import LifecycleOptions
-from ..session.state import RequestParams, ThreadSession
+from ..session.state import ThreadSession
 from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
 from .calls import EngineCalls
 from .compaction import Compaction
 from .context import HistoryMoves
 from .finalize import Finalizer
+from .imports import HistoryImport
 from .injections import Injections
 from .overflow import Overflow
+from .release import Releases
 from .reverts import ClientReverts
-from .sessions import Sessions
+from .sessions import Identity, Openings, Sessions
 from .turns import TurnAssembly, Turns
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -83,8 +85,7 @@ class Lifecycle:
         self.calls = EngineCalls(engine, self.options, state_dir)
         self.engine_id = self.calls.engine_id
         fresh = engine is not None and self.options.rebuild == "fresh"
-        self.requests = requests = RequestParams()
-        self.context = ctx = LifecycleContext(proxy, self.sessions, requests, self.options, self.state_dir)
+        self.context = ctx = LifecycleContext(proxy, self.sessions, self.options, self.state_dir)
         """What every job, the rebuild strategies and the engine's tools share (``sidecar.session.context``)."""
         specs = engine_specs(engine) if engine is not None else []
         self.tools: EngineTools | None = (
@@ -103,9 +104,14 @@ class Lifecycle:
         self.injections = Injections(ctx, self.calls)
         self.rebuilder = Rebuilder(ctx, self.archived, self.engine_id, strategies, on_moved=self.injections.replay)
         self.compaction = Compaction(proxy, self.sessions, self.options, self.calls)
-        moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace, self.compaction)
+        moves = HistoryMoves(self.archived, self.rebuilder, self.spares, self.inplace)
         self.reverts = ClientReverts(ctx, self.calls, moves, self.injections)
-        self.opening = Sessions(ctx, self.calls, moves, self.reverts, self.injections)
+        self.identity = Identity(ctx, self.calls)
+        self.opening = Sessions(ctx, self.identity, moves, self.reverts, self.injections, HistoryImport(ctx, self.archived))
+        self.openings = Openings(ctx, self.calls, moves, self.opening)
+        """Codex's answers to the client's thread/start, resume and fork (which open the session)."""
+        self.releases = Releases(ctx, self.calls, moves)
+        """A session released once Codex unloads its thread."""
         self.assembly = TurnAssembly(ctx, self.calls, moves, self.opening, self.reverts)
         self.turns = Turns(ctx, self.calls, self.spares, self.opening, self.assembly)
         self.finalizer = Finalizer(ctx, self.calls, self.spares)
@@ -135,7 +141,7 @@ class Lifecycle:
 
     def jobs(self) -> list[object]:
         """What the table's handlers are methods of: the lifecycle and its jobs."""
-        jobs = [self, self.archived, self.opening, self.spares, self.reverts, self.turns, self.compaction]
+        jobs = [self, self.archived, self.openings, self.releases, self.spares, self.reverts, self.turns, self.compaction]
         jobs += [self.injections, self.finalizer, self.inplace, self.overflow, self.tools]
         return [job for job in jobs if job is not None]
 
@@ -173,7 +179,7 @@ class Lifecycle:
 
     def splice_opened(self, msg: Message, pending: PendingRequest) -> Decision:
         """No engine: a resume's or a fork's answer gets the archived turns
-        (with an engine, ``Sessions.on_thread_response`` does it as the session opens)."""
+        (with an engine, ``Openings.on_thread_response`` does it as the session opens)."""
         params = pending.remembered()
         result = msg.result()
         thread = result.get("thread") if isinstance(result, dict) else None
@@ -209,7 +215,7 @@ class Lifecycle:
                 session.mirror.close()
 
     def status(self) -> dict[str, Any]:
-        released = self.opening.released
+        released = self.releases.released
         host: dict[str, Any] = {}
         if self.tools is not None:
             host["engineTools"] = self.tools.status()

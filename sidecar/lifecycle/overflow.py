@@ -36,7 +36,7 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.overflow import TURN_CLIENT_REQUESTS, Verdict, after_compaction, client_sees, overflowed, verdict
 from ..session.state import ThreadSession, TurnState
-from ..thread import holdings
+from ..thread import holdings, opening
 from .calls import EngineCalls
 from .compaction import Compaction
 from .finalize import Finalizer
@@ -120,7 +120,7 @@ class Overflow:
                 self.proxy.spawn(self._retry, retry)
                 return HANDLED
             if retry.turn_id == turn.get("id") and overflowed(turn.get("error")):
-                retry.session.stats["lastOverflow"] = {"turnId": retry.first.turn_id, "retried": True, "retryTurnId": retry.turn_id, "reason": "retry-overflowed"}
+                opening.reported(retry.session, "lastOverflow", {"turnId": retry.first.turn_id, "retried": True, "retryTurnId": retry.turn_id, "reason": "retry-overflowed"})
                 log.warning(
                     "the retried turn overflowed the context window too; Codex's error goes to the client",
                     extra={"fields": self.calls.fields(retry.session, turnId=retry.first.turn_id, retryTurnId=retry.turn_id)},
@@ -131,7 +131,7 @@ class Overflow:
         found, session, state = self._verdict(note.thread_id, turn.get("id"))
         if session is None:
             return None
-        session.stats["lastOverflow"] = {"turnId": turn.get("id"), "retried": False, "reason": found.reason}
+        opening.reported(session, "lastOverflow", {"turnId": turn.get("id"), "retried": False, "reason": found.reason})
         if not found.retry or state is None:
             log.info(
                 "turn overflowed the context window; not retried, Codex's error goes to the client",
@@ -196,7 +196,7 @@ class Overflow:
         self.turns.accepted(session, state, turn_id)
         self.renamed[_quoted(turn_id)] = (_quoted(first.turn_id), retry)
         # Here, not after the request returns: the retry's turn/completed may come first.
-        session.stats["lastOverflow"] = {"turnId": first.turn_id, "retried": True, "retryTurnId": turn_id, "reason": "retry"}
+        opening.reported(session, "lastOverflow", {"turnId": first.turn_id, "retried": True, "retryTurnId": turn_id, "reason": "retry"})
         log.info("turn retried after the engine made room", extra={"fields": self.calls.fields(session, turnId=first.turn_id, retryTurnId=turn_id)})
 
     def _abandon(self, retry: Retry, reason: str) -> None:
@@ -205,7 +205,7 @@ class Overflow:
         retry.abandoned = True
         session, first, state = retry.session, retry.first, retry.state
         self.retries.pop(session.thread_id, None)
-        session.stats["lastOverflow"] = {"turnId": first.turn_id, "retried": False, "reason": reason}
+        opening.reported(session, "lastOverflow", {"turnId": first.turn_id, "retried": False, "reason": reason})
         log.warning(
             "turn overflowed the context window and could not be retried; Codex's error goes to the client",
             extra={"fields": self.calls.fields(session, turnId=first.turn_id, reason=reason)},

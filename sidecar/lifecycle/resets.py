@@ -37,7 +37,7 @@ from ..thread import opening
 from ..thread.files import Mirror
 
 if TYPE_CHECKING:
-    from .sessions import Sessions
+    from .sessions import Identity
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -45,7 +45,7 @@ RESET_ENTRY = "codex-sidecar.reset"
 """The ``customType`` of the transcript entries that record a reset."""
 
 
-async def begin(job: Sessions, session: ThreadSession) -> bool:
+async def begin(job: Identity, session: ThreadSession) -> bool:
     """Move the thread (its first turn not forwarded yet) onto a new engine
     session of its own. False, the thread left in its session, when the new
     session cannot be opened or bound (logged: the turn then goes on as a
@@ -76,7 +76,7 @@ async def begin(job: Sessions, session: ThreadSession) -> bool:
     return True
 
 
-async def repair_relay(job: Sessions, session: ThreadSession) -> None:
+async def repair_relay(job: Identity, session: ThreadSession) -> None:
     """A thread that began a session at a reset, opened again: its relay id
     names that session unless a later reset moved it (a kill between the
     binding and the relay's record left none)."""
@@ -87,7 +87,7 @@ async def repair_relay(job: Sessions, session: ThreadSession) -> None:
         await name_relay(job, session)
 
 
-async def name_relay(job: Sessions, session: ThreadSession) -> None:
+async def name_relay(job: Identity, session: ThreadSession) -> None:
     assert session.relay is not None
     record = bindings.RelaySession(session.relay, session.session_id, session.thread_id, session.via)
     try:
@@ -110,7 +110,7 @@ def _record(old: Mirror | None, new: Mirror, old_id: str, new_id: str, thread_id
             log.warning("reset not recorded in a transcript", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
 
 
-async def _notify(job: Sessions, session: ThreadSession, old_id: str, old_key: str) -> None:
+async def _notify(job: Identity, session: ThreadSession, old_id: str, old_key: str) -> None:
     """The engine's optional ``on_session_reset``: an engine without one sees the new
     session begin with an empty history, as any new session."""
     reset = optional_method(job.calls.engine, "on_session_reset")

@@ -33,6 +33,31 @@ SETTLE_PAGES = 50
 """Pages of 20 turns looked through to settle a client revert whose answer a kill lost."""
 
 
+class Unanswered:
+    """A client ``thread/revert`` sent to Codex and not answered: the thread's
+    turns wait for it until its answer or the gate's timeout, whichever comes
+    first, ends the wait (once). It rides on the request (:data:`UNANSWERED`)
+    and with the timeout's task, so no table keyed by client id holds it."""
+
+    __slots__ = ("session", "waiting")
+
+    def __init__(self, session: ThreadSession) -> None:
+        self.session = session
+        self.waiting = True
+
+    def end(self) -> None:
+        """Answered (or given up on): turns stop waiting for it."""
+        if not self.waiting:
+            return
+        self.waiting = False
+        if opening.revert_answered(self.session):
+            self.session.reverts_answered.set()
+
+
+UNANSWERED = Slot[Unanswered]("reverts.unanswered")
+"""A client thread/revert's wait for its answer (:class:`Unanswered`)."""
+
+
 class ClientReverts:
     def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, injections: Injections) -> None:
         self.proxy = ctx.proxy
@@ -43,8 +68,6 @@ class ClientReverts:
         self.calls = calls
         self.rebuilder = moves.rebuilder
         self.injections = injections
-        self._unanswered: dict[Any, ThreadSession] = {}
-        """Client ids of client thread/reverts Codex has not answered, and their session."""
 
     def _remember(self, msg: Message) -> None:
         msg.remember_params()  # the client's own start: Spares.on_client_start, the row before
@@ -65,13 +88,15 @@ class ClientReverts:
         if isinstance(params, dict) and isinstance(params.get("threadId"), str):
             holder = ("client-revert", msg.id)
             self.proxy.router.gate(params["threadId"], holder)
-            self.proxy.spawn(self._expire_gate, params["threadId"], holder)  # never answered
             session = self.sessions.get(params["threadId"])
+            wait = None
             if session is not None:
                 # A turn/start already queued for the slot (not gated: a turn was
                 # running) must not assemble before Codex answered this revert.
                 opening.revert_sent(session, trio.Event())
-                self._unanswered[msg.id] = session
+                wait = Unanswered(session)
+                msg.note(UNANSWERED, wait)
+            self.proxy.spawn(self._expire_gate, params["threadId"], holder, wait)  # never answered
         decision = self._redirect_if_archived(msg, ("beforeTurnId",))
         if decision is None and session is not None and isinstance(params.get("beforeTurnId"), str):
             # Before it goes: a kill after Codex carried it out but before its
@@ -136,7 +161,9 @@ class ClientReverts:
     def on_revert_response(self, msg: Message, pending: PendingRequest) -> Decision:
         """The client reverted its thread itself: the turns it dropped must
         not come back in its reads, whatever the sidecar rebuilds later."""
-        self._answered(pending.client_id)
+        wait = pending.noted(UNANSWERED)
+        if wait is not None:
+            wait.end()
         params = pending.remembered()
         into_archive = pending.noted(INTO_ARCHIVE) is True
         thread_id, before = params.get("threadId"), params.get("beforeTurnId")
@@ -173,19 +200,13 @@ class ClientReverts:
             msg.set_result(wrapped)
         return None
 
-    async def _expire_gate(self, thread_id: str, holder: Any) -> None:
+    async def _expire_gate(self, thread_id: str, holder: Any, wait: Unanswered | None) -> None:
         """The client's requests never wait longer than a turn/start would,
         nor do later turns wait for an answer that never came."""
         await trio.sleep(self.options.previous_turn_wait)
         self.proxy.router.ungate(thread_id, holder)
-        self._answered(holder[1])
-
-    def _answered(self, client_id: Any) -> None:
-        """A client revert was answered (or given up on): turns stop waiting for it."""
-        session = self._unanswered.pop(client_id, None)
-        if session is not None:
-            if opening.revert_answered(session):
-                session.reverts_answered.set()
+        if wait is not None:
+            wait.end()
 
     async def _forget_turns(self, thread_id: str, archive: TurnArchive, before: str, holder: Any) -> None:
         acquired: ThreadSession | None = None

@@ -1,11 +1,13 @@
-"""Sessions: opening a client thread's session (mirror, archive, ledger from
-disk; importing a thread the mirror lacks; catching up turns a kill left
-out), and releasing it once Codex unloads the thread."""
+"""Opening a client thread's session: the session it belongs to
+(:class:`Identity`), its files opened from disk (mirror, archive, ledger;
+a thread the mirror lacks imported, turns a kill left out caught up:
+``imports``) by :class:`Sessions`, and Codex's answers to the client's
+``thread/start``, ``resume`` and ``fork`` read by :class:`Openings`. Its
+release once Codex unloads the thread is ``release``'s."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import trio
 from protocol.codex import callable_tool_names
 
 from ..history.archive import TurnArchive, archive_path
-from ..relay import Decision, Message, PendingRequest, RpcError
+from ..relay import Decision, Message, PendingRequest
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.identity import Via, decide, first_turn, match_transcript, relay_id, session_key
@@ -22,107 +24,32 @@ from ..session.state import AdditionSent, ThreadSession, ToolsGiven, Unfollowed,
 from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, ledger_path
-from ..store.mirror import MirrorError, TranscriptMirror, now_ms, session_path
+from ..store.mirror import MirrorError, TranscriptMirror, session_path
 from ..thread import holdings, opening
 from ..thread.files import Mirror
-from ..thread.planner import fingerprints
-from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 from . import resets
 from .calls import GIVEN_TOOLS, EngineCalls
 from .context import HistoryMoves
+from .imports import HistoryImport
 from .injections import Injections
 from .reverts import INTO_ARCHIVE, ClientReverts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
-CATCH_UP_TURNS = 4
-"""Newest turns checked against the mirror when a thread is resumed without its turns."""
-LOADED_LIST_PAGES = 100
-"""Pages of ``thread/loaded/list`` read to confirm Codex unloaded a closed thread."""
 CONTINUITY_CANDIDATES = 32
 """Session files (newest first) a continuity projection is matched against."""
 
 
-class Sessions:
-    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, reverts: ClientReverts, injections: Injections) -> None:
-        self.proxy = ctx.proxy
+class Identity:
+    """The session a thread belongs to (``sidecar.session.identity``):
+    found as it opens, bound and persisted, and changed by its first turn
+    (a continuity projection, OpenClaw's reset: ``resets``)."""
+
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls) -> None:
         self.sessions = ctx.sessions
         self.state_dir = ctx.state_dir
-        self.archived = moves.archived
         self.options = ctx.options
         self.calls = calls
-        self.spares = moves.spares
-        self.inplace = moves.inplace
-        self.reverts = reverts
-        self.compaction = moves.compaction
-        self.injections = injections
-        self.released = {"threads": 0, "rebuilds": 0}
-        """Sessions released after Codex closed their thread, and their rebuilds."""
-
-    def on_resume(self, msg: Message) -> Decision:
-        self.remember_params(msg)
-        self.spares.backing_resume(msg.params())
-        params = msg.remembered()
-        return self.archived.on_resume(msg, params) if params else None
-
-    def remember_params(self, msg: Message) -> Decision:
-        """thread/start and thread/resume: keep the params for the answer."""
-        self.spares.client_start()  # the client's own start: its notifications are its
-        return self.remember_request(msg)
-
-    def remember_request(self, msg: Message) -> Decision:
-        msg.remember_params()
-        return None
-
-    def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
-        params = pending.remembered()
-        given = pending.noted(GIVEN_TOOLS)
-        framing_fork = pending.noted(INTO_ARCHIVE) is True
-        result = msg.result()
-        thread = result.get("thread") if isinstance(result, dict) else None
-        if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
-            return None  # an error response, or a shape we do not know: nothing to track
-        thread_id = thread["id"]
-        try:
-            session = self.session(thread_id)
-        except ValueError:
-            log.warning("thread id unusable as a session file name; lifecycle off for it")
-            return None
-        model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model")
-        opening.answered_open(session, pending.method, relay=relay_id(params), cwd=thread.get("cwd") or params.get("cwd"), model=model, framing_fork=framing_fork)
-        if pending.method == "thread/start":
-            self.spares.client_started(thread_id, params)
-        if given is None and isinstance(params.get("dynamicTools"), list):
-            given = callable_tool_names(params["dynamicTools"])
-        if given is not None:
-            self.calls.learn(session, ToolsGiven(given))
-        if pending.method == "thread/fork" and not self.calls.facts(session).tools:
-            parent_id = params.get("threadId")
-            parent = self.sessions.get(parent_id) if isinstance(parent_id, str) else None
-            if parent is not None and self.calls.facts(parent).tools:
-                self.calls.learn(session, ToolsGiven(self.calls.tools(parent)))
-        if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
-            self.archived.seed_fork(thread_id, params["threadId"], params)
-            if not framing_fork:
-                self._inherit_addition(session, params)
-        self.proxy.spawn(self.open, session, pending.method, params, thread)
-        if pending.method == "thread/resume":
-            return self.archived.splice_resume(msg, result, thread, params)
-        if pending.method == "thread/fork" and not params.get("excludeTurns"):
-            return self.archived.splice_thread(msg, result, thread)
-        return None
-
-    def _inherit_addition(self, session: ThreadSession, params: dict[str, Any]) -> None:
-        """A whole fork knows its parent's addition (``opening.fork_keeps_addition``);
-        a parent is known only if it was opened here (like its tools)."""
-        if not opening.fork_keeps_addition(params):
-            return
-        parent = self.sessions.get(params["threadId"])
-        if parent is None or self.calls.facts(session).addition is not None:
-            return
-        digest = self.calls.facts(parent).addition
-        if digest is not None:
-            self.calls.learn(session, AdditionSent(digest))
 
     def session(self, thread_id: str) -> ThreadSession:
         session = self.sessions.get(thread_id)
@@ -132,150 +59,11 @@ class Sessions:
             self.sessions[thread_id] = session
         return session
 
-    def on_thread_closed(self, msg: Message) -> Decision:
-        """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload
-        delay): release the session's open mirror and in-memory state, so a
-        long-running sidecar holds what Codex holds and no more. The client
-        gets the notification unchanged; a ``thread/resume`` opens the session
-        again from disk, as after a restart."""
-        params = msg.params()
-        thread_id = params.get("threadId") if isinstance(params, dict) else None
-        session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
-        if session is not None:
-            opening.closed(session)
-            self.proxy.spawn(self._release, session)
-        return None
-
-    async def _release(self, session: ThreadSession) -> None:
-        await session.ready.wait()
-        while True:
-            for written in list(session.marking):
-                await written.wait()
-            async with session.slot:  # after the last turn's finalisation
-                if not session.marking:
-                    await self._release_now(session)
-                    return
-
-    async def _release_now(self, session: ThreadSession) -> None:
-        """The session, idle (its turn slot held): release it if Codex really
-        unloaded the thread and nothing reopened it meanwhile."""
-        if not self._releasable(session) or not await self._unloaded(session.thread_id):
-            return
-        if not self._releasable(session):  # opened again while Codex was asked
-            return
-        del self.sessions[session.thread_id]
-        self.spares.drop_spare(session.thread_id)
-        self.released["threads"] += 1
-        self.released["rebuilds"] += session.rebuilds
-        self.archived.forget(session.thread_id)
-        self.calls.learned.forget(session.thread_id)
-        if session.mirror is not None:
-            session.mirror.close()
-        log.info("thread closed by codex; session released", extra={"fields": self.calls.fields(session)})
-
-    def _releasable(self, session: ThreadSession) -> bool:
-        """Closed and idle (``opening.releasable``), still this thread's
-        session, and no rebuild revert or native compaction of it under way."""
-        return (
-            opening.releasable(session)
-            and self.sessions.get(session.thread_id) is session
-            and session.thread_id not in self.inplace.reverting
-            and not any(s is session for s, _ in self.compaction.native_pending.values())
-        )
-
-    async def _unloaded(self, thread_id: str) -> bool:
-        """Codex's ``thread/loaded/list`` does not name the thread (a
-        ``thread/closed`` is taken at its word only once Codex confirms it)."""
-        cursor = None
-        try:
-            for _ in range(LOADED_LIST_PAGES):
-                page = await self.proxy.request("thread/loaded/list", {"cursor": cursor} if cursor else {}, timeout=self.options.engine_deadline)
-                data = page.get("data") if isinstance(page, dict) else None
-                if not isinstance(data, list) or thread_id in data:
-                    return False
-                cursor = page.get("nextCursor")
-                if not cursor:
-                    return True
-        except Exception as exc:  # an error answer, a timeout, a child gone
-            log.info("thread/loaded/list failed; session kept", extra={"fields": {"threadId": thread_id, "error": type(exc).__name__}})
-        return False
-
-    async def open(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
-        """Open (fork, import) the mirror; a turn/start waits for this."""
-        opened = False
-        try:
-            if session.mirror is None and method != "thread/fork":
-                await self._bind(session)
-            if session.mirror is None:
-                parent_id = params.get("threadId") if method == "thread/fork" else None
-                forked = isinstance(parent_id, str) and parent_id != session.thread_id
-                mirror: TranscriptMirror
-                if isinstance(parent_id, str) and forked:
-                    # The archive first: the fork's mirror existing is what says
-                    # the fork was opened (a kill in between must not leave a
-                    # mirror without the archived turns the fork inherits).
-                    mirror = await trio.to_thread.run_sync(self._fork_archive_then_mirror, parent_id, session, params)
-                else:
-                    mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd))
-                opening.mirror_opened(session, mirror)
-                opened = True
-                # A fork's copy of its parent's mirror is its history (keyed by
-                # the parent's ids: importing Codex's copy too would store it twice).
-                opening.history_known(session, (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages)))
-            await self.archived.load(session.thread_id)
-            if opened:
-                order = await trio.to_thread.run_sync(TurnArchive(archive_path(self.state_dir, session.thread_id)).turn_order)
-                await self.injections.load(session, order[-1] if order else None)
-            if session.inspect is None:
-                opening.files_opened(session, inspect=InspectLog(inspect_path(self.state_dir, session.thread_id)))
-            if session.ledger is None:
-                opening.files_opened(session, ledger=Ledger(ledger_path(self.state_dir, session.thread_id)))
-                await trio.to_thread.run_sync(_restore_ledger, session)
-            if method == "thread/start" and session.had_history:
-                # A new Codex thread of a session with history holds none of it.
-                await self._holds_nothing(session)
-            if opened and session.mirror is not None:
-                # First opening in this process (within it, a failed follow is
-                # retried by the next turn instead, holding the turn slot).
-                archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
-                pending = await trio.to_thread.run_sync(archive.pending_forget)
-                if pending is not None:
-                    # Killed after Codex reverted for the client, before the
-                    # mirror followed: follow it now, before any turn assembles.
-                    log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
-                    before, into_archive = pending
-                    await self.reverts.follow(session, archive, Unfollowed(before, into_archive, frozenset(), None))
-                await self.reverts.settle_unanswered(session, archive)
-            if self.spares.take_rolled_back(session.thread_id):
-                # Back from a switch Codex never accepted: what the thread holds is not known.
-                holdings.unknown(session)
-            if session.framing_only:
-                # A fork of Codex's framing (the client forked at an archived turn).
-                holdings.framing_only(session)
-            # Import only when the session is first seen: a thread started or
-            # imported earlier in this run is mirrored turn by turn already, and
-            # importing it again would bootstrap an engine that saw every turn.
-            if opened and method in ("thread/resume", "thread/fork") and not session.had_history:
-                await self._import_history(session, thread)
-            elif opened and method == "thread/resume":
-                await self._catch_up(session, thread)
-        except (MirrorError, OSError) as exc:
-            log.warning(
-                "transcript mirror unavailable; turns of this thread pass through",
-                extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}},
-            )
-            opening.mirror_opened(session, None)
-        finally:
-            session.ready.set()
-
-    # ------------------------------------------------------------------
-    # the session a thread belongs to (sidecar.session.identity)
-
     def set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
         path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
         opening.bound(session, session_id, session_key(self.options.session_key_template, session_id), path, via)
 
-    async def _bind(self, session: ThreadSession) -> None:
+    async def bind(self, session: ThreadSession) -> None:
         """Find the thread's session before its mirror opens: the relay id it
         was started or resumed with, else its persisted binding, else itself.
         A binding found on the wire is persisted before any turn goes on."""
@@ -305,7 +93,7 @@ class Sessions:
             return False
         return True
 
-    async def _holds_nothing(self, session: ThreadSession) -> None:
+    async def holds_nothing(self, session: ThreadSession) -> None:
         """The Codex thread holds none of the session's history (a new
         thread of a known session): the planner projects what the engine
         assembles, and the ledger says so before any turn (a kill before
@@ -363,7 +151,7 @@ class Sessions:
         await trio.to_thread.run_sync(_drop_if_empty, old)
         opening.history_known(session, bool(await trio.to_thread.run_sync(mirror.messages)))
         if session.had_history:
-            await self._holds_nothing(session)
+            await self.holds_nothing(session)
         log.info("thread bound to its session by its continuity projection", extra={"fields": self.calls.fields(session, via="continuity")})
         return True
 
@@ -381,109 +169,177 @@ class Sessions:
         out.update(disk)
         return out
 
-    def _fork_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
-        parent = self.sessions.get(parent_id)
-        if parent is not None:
-            parent_path = parent.path
-        else:
-            bound = bindings.load(self.state_dir, parent_id)
-            parent_path = session_path(self.state_dir, bound.session if bound else parent_id)
-        before, last = params.get("beforeTurnId"), params.get("lastTurnId")
-        stop = None
-        if isinstance(before, str):
-            # By turn id: the parent may itself be a fork, whose inherited
-            # turns keep their own parent's keys.
-            stop = lambda key: key_turn_id(key) == before  # noqa: E731
-        elif isinstance(last, str):
-            stop = _after_turn(last)
-        return TranscriptMirror.fork(parent_path, session.path, session.thread_id, cwd=session.cwd, stop_before=stop)
 
-    def _fork_archive_then_mirror(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> TranscriptMirror:
-        self._fork_archive(parent_id, session, params)
-        return self._fork_mirror(parent_id, session, params)
+class Sessions:
+    """A thread's session opened: found (:class:`Identity`), its files
+    opened from disk, its history imported or caught up (``imports``), a
+    client revert a restart interrupted followed; a turn/start waits for it."""
 
-    def _fork_archive(self, parent_id: str, session: ThreadSession, params: dict[str, Any]) -> None:
-        before, last = params.get("beforeTurnId"), params.get("lastTurnId")
-        TurnArchive(archive_path(self.state_dir, session.thread_id)).copy_from(
-            TurnArchive(archive_path(self.state_dir, parent_id)),
-            before=before if isinstance(before, str) else None,
-            last=last if isinstance(last, str) else None,
-        )
+    def __init__(
+        self, ctx: LifecycleContext, identity: Identity, moves: HistoryMoves, reverts: ClientReverts, injections: Injections, history: HistoryImport
+    ) -> None:
+        self.state_dir = ctx.state_dir
+        self.identity = identity
+        self.archived = moves.archived
+        self.spares = moves.spares
+        self.reverts = reverts
+        self.injections = injections
+        self.history = history
 
-    async def _catch_up(self, session: ThreadSession, thread: dict[str, Any]) -> None:
-        """A resumed thread whose mirror exists: mirror (and archive) the turns
-        Codex holds that the mirror lacks. A kill between forwarding a
-        turn/completed and writing the turn leaves one; so does a turn run
-        on this thread without the sidecar. Appends are keyed by turn and
-        item, so turns already mirrored add nothing."""
-        if session.mirror is None:
-            return
-        turns = thread.get("turns")
-        if not turns:
-            # Resumed without its turns (excludeTurns): what a kill can leave
-            # out is the last turn or two; ask Codex for its newest few.
-            try:
-                listed = await self.proxy.request(
-                    "thread/turns/list",
-                    {"threadId": session.thread_id, "sortDirection": "desc", "limit": CATCH_UP_TURNS, "itemsView": "full"},
-                    timeout=self.options.engine_deadline,
-                )
-            except (RpcError, trio.TooSlowError) as exc:
-                log.warning("could not list the thread's latest turns to check the mirror", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
-                return
-            turns = list(reversed(listed.get("data") or [])) if isinstance(listed, dict) else []
-        turns = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
-        turns = self.archived.visible_turns(session.thread_id, turns)
-        if not turns:
-            return
-        now = now_ms()
-        per_turn = [
-            (turn, translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status")))
-            for turn in turns
-        ]
-        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
-        added = await trio.to_thread.run_sync(_catch_up_turns, session.thread_id, archive, per_turn, session.mirror)
-        if added:
-            # Codex holds these turns natively, as finalisation would have recorded.
-            records = {t["id"]: r for t, r in per_turn}
-            fps = [fingerprints(session.sizes, messages_of(records[tid])) for tid in added] if session.held is not None else []
-            holdings.caught_up(session, added, fps)
-            if session.ledger is not None:
-                await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
+    def session(self, thread_id: str) -> ThreadSession:
+        """The thread's session in this process (made, not opened, if new)."""
+        return self.identity.session(thread_id)
+
+    async def first_turn(self, session: ThreadSession, items: list[Any]) -> None:
+        """What the first turn of a thread started here says of its session (:meth:`Identity.first_turn`)."""
+        await self.identity.first_turn(session, items)
+
+    async def open(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
+        """Open (fork, import) the mirror; a turn/start waits for this."""
+        opened = False
+        try:
+            if session.mirror is None and method != "thread/fork":
+                await self.identity.bind(session)
+            if session.mirror is None:
+                parent_id = params.get("threadId") if method == "thread/fork" else None
+                forked = isinstance(parent_id, str) and parent_id != session.thread_id
+                mirror: TranscriptMirror
+                if isinstance(parent_id, str) and forked:
+                    # The archive first: the fork's mirror existing is what says
+                    # the fork was opened (a kill in between must not leave a
+                    # mirror without the archived turns the fork inherits).
+                    mirror = await trio.to_thread.run_sync(self.history.fork_archive_then_mirror, parent_id, session, params)
+                else:
+                    mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd))
+                opening.mirror_opened(session, mirror)
+                opened = True
+                # A fork's copy of its parent's mirror is its history (keyed by
+                # the parent's ids: importing Codex's copy too would store it twice).
+                opening.history_known(session, (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages)))
+            await self.archived.load(session.thread_id)
+            if opened:
+                order = await trio.to_thread.run_sync(TurnArchive(archive_path(self.state_dir, session.thread_id)).turn_order)
+                await self.injections.load(session, order[-1] if order else None)
+            if session.inspect is None:
+                opening.files_opened(session, inspect=InspectLog(inspect_path(self.state_dir, session.thread_id)))
+            if session.ledger is None:
+                opening.files_opened(session, ledger=Ledger(ledger_path(self.state_dir, session.thread_id)))
+                await trio.to_thread.run_sync(_restore_ledger, session)
+            if method == "thread/start" and session.had_history:
+                # A new Codex thread of a session with history holds none of it.
+                await self.identity.holds_nothing(session)
+            if opened and session.mirror is not None:
+                # First opening in this process (within it, a failed follow is
+                # retried by the next turn instead, holding the turn slot).
+                archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
+                pending = await trio.to_thread.run_sync(archive.pending_forget)
+                if pending is not None:
+                    # Killed after Codex reverted for the client, before the
+                    # mirror followed: follow it now, before any turn assembles.
+                    log.warning("following a client revert a restart interrupted", extra={"fields": {"threadId": session.thread_id}})
+                    before, into_archive = pending
+                    await self.reverts.follow(session, archive, Unfollowed(before, into_archive, frozenset(), None))
+                await self.reverts.settle_unanswered(session, archive)
+            if self.spares.take_rolled_back(session.thread_id):
+                # Back from a switch Codex never accepted: what the thread holds is not known.
+                holdings.unknown(session)
+            if session.framing_only:
+                # A fork of Codex's framing (the client forked at an archived turn).
+                holdings.framing_only(session)
+            # Import only when the session is first seen: a thread started or
+            # imported earlier in this run is mirrored turn by turn already, and
+            # importing it again would bootstrap an engine that saw every turn.
+            if opened and method in ("thread/resume", "thread/fork") and not session.had_history:
+                await self.history.import_history(session, thread)
+            elif opened and method == "thread/resume":
+                await self.history.catch_up(session, thread)
+        except (MirrorError, OSError) as exc:
             log.warning(
-                "mirrored turns the transcript lacked (killed before writing them, or run without the sidecar)",
-                extra={"fields": {"threadId": session.thread_id, "turns": len(added)}},
+                "transcript mirror unavailable; turns of this thread pass through",
+                extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}},
             )
+            opening.mirror_opened(session, None)
+        finally:
+            session.ready.set()
 
-    async def _import_history(self, session: ThreadSession, thread: dict[str, Any]) -> None:
-        """A resumed thread with no mirror: import its turns from the app-server once."""
-        turns = thread.get("turns")
-        if not isinstance(turns, list) or not turns:
-            try:
-                result = await self.proxy.request(
-                    "thread/read", {"threadId": session.thread_id, "includeTurns": True}, timeout=self.options.engine_deadline
-                )
-                turns = (result.get("thread") or {}).get("turns") if isinstance(result, dict) else None
-            except (RpcError, trio.TooSlowError) as exc:
-                log.warning("could not import thread history", extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}})
-                return
-        if not isinstance(turns, list):
+
+class Openings:
+    """A client's ``thread/start``, ``resume`` and ``fork``: their params
+    kept for the answer, and Codex's answer read: what the session learns
+    from it, the archived turns spliced in, the session's opening spawned."""
+
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, opening: Sessions) -> None:
+        self.proxy = ctx.proxy
+        self.sessions = ctx.sessions
+        self.calls = calls
+        self.archived = moves.archived
+        self.spares = moves.spares
+        self.opening = opening
+
+    def on_resume(self, msg: Message) -> Decision:
+        self.remember_params(msg)
+        self.spares.backing_resume(msg.params())
+        params = msg.remembered()
+        return self.archived.on_resume(msg, params) if params else None
+
+    def remember_params(self, msg: Message) -> Decision:
+        """thread/start and thread/resume: keep the params for the answer."""
+        self.spares.client_start()  # the client's own start: its notifications are its
+        return self.remember_request(msg)
+
+    def remember_request(self, msg: Message) -> Decision:
+        msg.remember_params()
+        return None
+
+    def on_thread_response(self, msg: Message, pending: PendingRequest) -> Decision:
+        params = pending.remembered()
+        given = pending.noted(GIVEN_TOOLS)
+        framing_fork = pending.noted(INTO_ARCHIVE) is True
+        result = msg.result()
+        thread = result.get("thread") if isinstance(result, dict) else None
+        if not isinstance(thread, dict) or not isinstance(thread.get("id"), str):
+            return None  # an error response, or a shape we do not know: nothing to track
+        thread_id = thread["id"]
+        try:
+            session = self.opening.session(thread_id)
+        except ValueError:
+            log.warning("thread id unusable as a session file name; lifecycle off for it")
+            return None
+        model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model")
+        opening.answered_open(session, pending.method, relay=relay_id(params), cwd=thread.get("cwd") or params.get("cwd"), model=model, framing_fork=framing_fork)
+        if pending.method == "thread/start":
+            self.spares.client_started(thread_id, params)
+        if given is None and isinstance(params.get("dynamicTools"), list):
+            given = callable_tool_names(params["dynamicTools"])
+        if given is not None:
+            self.calls.learn(session, ToolsGiven(given))
+        if pending.method == "thread/fork" and not self.calls.facts(session).tools:
+            parent_id = params.get("threadId")
+            parent = self.sessions.get(parent_id) if isinstance(parent_id, str) else None
+            if parent is not None and self.calls.facts(parent).tools:
+                self.calls.learn(session, ToolsGiven(self.calls.tools(parent)))
+        if pending.method == "thread/fork" and isinstance(params.get("threadId"), str) and params["threadId"] != thread_id:
+            self.archived.seed_fork(thread_id, params["threadId"], params)
+            if not framing_fork:
+                self._inherit_addition(session, params)
+        self.proxy.spawn(self.opening.open, session, pending.method, params, thread)
+        if pending.method == "thread/resume":
+            return self.archived.splice_resume(msg, result, thread, params)
+        if pending.method == "thread/fork" and not params.get("excludeTurns"):
+            return self.archived.splice_thread(msg, result, thread)
+        return None
+
+    def _inherit_addition(self, session: ThreadSession, params: dict[str, Any]) -> None:
+        """A whole fork knows its parent's addition (``opening.fork_keeps_addition``);
+        a parent is known only if it was opened here (like its tools)."""
+        if not opening.fork_keeps_addition(params):
             return
-        turns = self.archived.visible_turns(session.thread_id, turns)
-        now = now_ms()
-        records = []
-        for turn in turns:
-            if isinstance(turn, dict) and isinstance(turn.get("id"), str):
-                records.extend(
-                    translate_turn(turn.get("items") or [], thread_id=session.thread_id, turn_id=turn["id"], timestamp=now, turn_status=turn.get("status"))
-                )
-        assert session.mirror is not None
-        # Archived too, so the reads keep showing them after a rebuild drops them.
-        archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
-        known = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
-        added = await trio.to_thread.run_sync(_archive_many_then_append, archive, known, session.mirror, records)
-        opening.history_imported(session, bool(messages_of(records)))
-        log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
+        parent = self.sessions.get(params["threadId"])
+        if parent is None or self.calls.facts(session).addition is not None:
+            return
+        digest = self.calls.facts(parent).addition
+        if digest is not None:
+            self.calls.learn(session, AdditionSent(digest))
 
 
 def _drop_if_empty(mirror: Mirror | None) -> None:
@@ -520,43 +376,6 @@ def _recent_sessions(state_dir: Path, skip: set[str]) -> dict[str, list[Any]]:
         except (MirrorError, OSError):
             continue
     return out
-
-
-def _after_turn(last: str) -> Callable[[str], bool]:
-    """A mirror copy's stop test for ``thread/fork`` with ``lastTurnId``:
-    stop at the first entry after that turn's own (matched by turn id,
-    under whichever thread's keys it was mirrored)."""
-    seen = False
-
-    def stop(key: str) -> bool:
-        nonlocal seen
-        if key_turn_id(key) == last:
-            seen = True
-            return False
-        return seen
-
-    return stop
-
-
-def _catch_up_turns(thread_id: str, archive: TurnArchive, per_turn: list[tuple[dict[str, Any], list[Any]]], mirror: Mirror) -> list[str]:
-    """Mirror and archive the turns of which the mirror has nothing at all (a
-    turn with any entry, or its finalised marker, was mirrored: Codex's view
-    of it may differ in detail, and must not add a second copy)."""
-    added = []
-    for turn, records in per_turn:
-        finalized = f"{turn_key_prefix(thread_id, turn['id'])}finalized"
-        if not records or mirror.has_key(finalized) or any(mirror.has_key(r.key) for r in records):
-            continue
-        mirror.append_records(records)
-        archive.append_turn(turn)
-        added.append(turn["id"])
-    return added
-
-
-def _archive_many_then_append(archive: TurnArchive, turns: list[dict[str, Any]], mirror: Mirror, records: list[Any]) -> int:
-    for turn in turns:
-        archive.append_turn(turn)
-    return mirror.append_records(records)
 
 
 def _restore_ledger(session: ThreadSession) -> None:

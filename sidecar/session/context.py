@@ -2,9 +2,8 @@
 
 The lifecycle's jobs (``sidecar.lifecycle``), the rebuild strategies
 (``sidecar.rebuild``) and the engine's tools (``sidecar.host``) all relay
-through the same proxy, look threads up in the same table, remember client
-requests' params in the same place, read the same settings and keep their
-files under the same state dir. Those five travel together; passing them one
+through the same proxy, look threads up in the same table, read the same
+settings and keep their files under the same state dir. Those four travel together; passing them one
 by one made constructors of ten and twelve parameters.
 
 It lives here, below ``lifecycle/``, ``rebuild/`` and ``host/``, because all
@@ -22,7 +21,7 @@ from typing import Any, Protocol
 import msgspec
 
 from .options import LifecycleOptions
-from .state import RequestParams, ThreadSession
+from .state import ThreadSession
 
 
 class Routing(Protocol):
@@ -63,14 +62,13 @@ class Relay(Protocol):
 
 
 class LifecycleContext(msgspec.Struct, frozen=True):
-    """Frozen: who shares what is fixed at wiring; the table and the request
-    params it points to are the shared, mutable state."""
+    """Frozen: who shares what is fixed at wiring; the thread table it
+    points to is the shared, mutable state (a request's own state rides on
+    the pending request: ``Message.note``)."""
 
     proxy: Relay
     """The relay: what a job sends to Codex or the client through, gates a thread with, spawns tasks on."""
     sessions: dict[str, ThreadSession]
     """The open threads by (client) thread id."""
-    requests: RequestParams
-    """A client request's params, kept from the request until its response."""
     options: LifecycleOptions
     state_dir: Path

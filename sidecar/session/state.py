@@ -1,13 +1,11 @@
 """A thread's session in this process: its records, its transitions and
 what its processes learned are :mod:`sidecar.thread`'s (their one owner),
 named here too; :func:`new_session` gives a thread's state the trio
-primitives the lifecycle's jobs wait on; the params of requests whose answers the lifecycle
-reads are :class:`RequestParams`."""
+primitives the lifecycle's jobs wait on."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -48,7 +46,6 @@ __all__ = [
     "LearnedEvent",
     "LearnedMachine",
     "MaintainedOnOpening",
-    "RequestParams",
     "Restored",
     "RevertNoise",
     "SessionChanged",
@@ -70,20 +67,3 @@ def new_session(thread_id: str, session_key: str, path: Path) -> ThreadSession:
     """A thread's state with fresh trio primitives."""
     return ThreadSession(thread_id, session_key, path, trio.Event(), trio.Semaphore(1), trio.Event())
 
-
-class RequestParams:
-    """The params of client requests whose answers the lifecycle reads
-    (thread/start, resume, fork, revert, ...), by client request id."""
-
-    def __init__(self) -> None:
-        self._params: dict[Any, dict[str, Any]] = {}
-
-    def remember(self, client_id: Any, params: Any) -> None:
-        if isinstance(params, dict):
-            self._params[client_id] = params
-
-    def get(self, client_id: Any) -> dict[str, Any] | None:
-        return self._params.get(client_id)
-
-    def pop(self, client_id: Any) -> dict[str, Any] | None:
-        return self._params.pop(client_id, None)

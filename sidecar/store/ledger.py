@@ -10,7 +10,10 @@ between the move and the turn that carries the projection is seen at the
 next opening. Once the journal holds :data:`COMPACT_AFTER` entries it is
 rewritten as one snapshot (write, fsync, rename), so reading it at opening
 and its size on disk stay bounded by the ledger itself, not by the thread's
-age. A torn last line (a kill mid-write) is skipped.
+age. Its entries are :class:`LedgerEntry` records, decoded by a typed
+decoder (``sidecar.store.records``): a line that does not decode (a torn
+last line, a kill mid-write; a foreign one) is reported by file and line
+and skipped.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
-from .inspect import append_record, decode_records
+from .inspect import append_record
 from .mirror import session_path
 from .private import private_dir
+from .records import decode_lines
 
 if TYPE_CHECKING:
     from ..thread.holdings import Holdings
@@ -40,6 +45,68 @@ def ledger_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
     return Path(state_dir) / "ledger" / session_path(state_dir, thread_id).name
 
 
+class LedgerSnapshot(msgspec.Struct, frozen=True):
+    """The whole ledger, written when the journal is compacted."""
+
+    held: list[tuple[str, int]] | None
+    turns: list[str] | None = None
+    rebuilds: int = 0
+    force: bool = False
+    epoch: str | None = None
+    rebuilding: bool = False
+
+
+class LedgerEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One line of the journal. Which members it has says what it is (the
+    members a kind leaves out are :data:`msgspec.UNSET`, and not written):
+
+    - a finalised turn: ``turn``, ``rebuilds``, ``force``, ``epoch``, then
+      ``add`` (what it added) or ``reset`` and ``turns`` (after a rebuild:
+      everything the thread holds);
+    - a reset (a client revert followed): ``reset``, ``turns``, ``rebuilds``,
+      ``force``, ``epoch`` and a marker (``clientRevert``): :class:`LedgerReset`;
+    - a rebuild's marker: ``rebuilding``, ``rebuilds``, ``epoch``;
+    - a snapshot: ``snapshot``.
+
+    Fields are in the order a turn's entry is written, so the file is what it
+    was when these were dicts. Members this version does not know are ignored."""
+
+    turn: str | UnsetType = UNSET
+    rebuilding: bool | UnsetType = UNSET
+    rebuilds: int | UnsetType = UNSET
+    force: bool | UnsetType = UNSET
+    epoch: str | None | UnsetType = UNSET
+    reset: list[tuple[str, int]] | None | UnsetType = UNSET
+    turns: list[str] | None | UnsetType = UNSET
+    add: list[tuple[str, int]] | UnsetType = UNSET
+    snapshot: LedgerSnapshot | UnsetType = UNSET
+    clientRevert: str | UnsetType = UNSET  # noqa: N815 (the member's name on disk)
+
+
+class LedgerReset(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A reset as written: the whole ledger first, then its marker."""
+
+    reset: list[tuple[str, int]] | None
+    turns: list[str] | None
+    rebuilds: int
+    force: bool
+    epoch: str | None
+    clientRevert: str | UnsetType = UNSET  # noqa: N815
+
+
+_decoder = msgspec.json.Decoder(LedgerEntry)
+
+
+def read_entries(path: Path) -> list[LedgerEntry]:
+    """The journal's entries, in order (none without the file); a line
+    that does not decode is reported and skipped."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    return decode_lines(data, _decoder, path)
+
+
 class LedgerState(msgspec.Struct):
     held: list[str] | None = None
     """Fingerprints of what the Codex thread holds, in order; None: not known."""
@@ -51,39 +118,40 @@ class LedgerState(msgspec.Struct):
     rebuilding: bool = False
     """The last entry is a rebuild's marker: the thread may hold only its framing."""
 
-    def apply(self, entry: dict[str, Any]) -> None:
-        if "snapshot" in entry or "reset" in entry:
-            body = entry.get("snapshot", entry)
-            held = body.get("held" if "snapshot" in entry else "reset")
+    def apply(self, entry: LedgerEntry) -> None:
+        snapshot = entry.snapshot
+        if not isinstance(snapshot, UnsetType) or not isinstance(entry.reset, UnsetType):
+            held = snapshot.held if not isinstance(snapshot, UnsetType) else entry.reset
+            turns = snapshot.turns if not isinstance(snapshot, UnsetType) else entry.turns
             self.held = [f for f, _ in held] if isinstance(held, list) else None
             if isinstance(held, list):
-                self.sizes = {f: int(n) for f, n in held}
-            turns = body.get("turns")
+                self.sizes = {f: n for f, n in held}
             self.turns_since_rebuild = list(turns) if isinstance(turns, list) else None
-        elif "add" in entry:
-            pairs = entry["add"]
+        elif not isinstance(entry.add, UnsetType):
+            pairs = entry.add
             if self.held is not None:
                 self.held = self.held + [f for f, _ in pairs]
             for f, n in pairs:
-                self.sizes.setdefault(f, int(n))
-            turn = entry.get("turn")
-            if self.turns_since_rebuild is not None and isinstance(turn, str):
-                self.turns_since_rebuild = [*self.turns_since_rebuild, turn]
-        self.rebuilding = bool(entry.get("rebuilding"))
+                self.sizes.setdefault(f, n)
+            if self.turns_since_rebuild is not None and isinstance(entry.turn, str):
+                self.turns_since_rebuild = [*self.turns_since_rebuild, entry.turn]
+        self.rebuilding = entry.rebuilding is True
         if self.rebuilding:
             # A rebuild is moving the thread: it may hold its framing only
             # (the turns it had may or may not be gone), until the turn that
             # carries the projection says more.
             self.held, self.force_rebuild = [], True
-        for key, attr in (("rebuilds", "rebuilds"), ("force", "force_rebuild"), ("epoch", "projected_epoch")):
-            if key in entry:
-                setattr(self, attr, entry[key])
-        if "snapshot" in entry:
-            body = entry["snapshot"]
-            self.rebuilds = int(body.get("rebuilds") or 0)
-            self.force_rebuild = bool(body.get("force"))
-            self.projected_epoch = body.get("epoch")
-            self.rebuilding = bool(body.get("rebuilding"))
+        if not isinstance(entry.rebuilds, UnsetType):
+            self.rebuilds = entry.rebuilds
+        if not isinstance(entry.force, UnsetType):
+            self.force_rebuild = entry.force
+        if not isinstance(entry.epoch, UnsetType):
+            self.projected_epoch = entry.epoch
+        if not isinstance(snapshot, UnsetType):
+            self.rebuilds = snapshot.rebuilds
+            self.force_rebuild = snapshot.force
+            self.projected_epoch = snapshot.epoch
+            self.rebuilding = snapshot.rebuilding
 
 
 class Ledger:
@@ -100,8 +168,7 @@ class Ledger:
         entries = self._read()
         self._entries = len(entries)
         for entry in entries:
-            if isinstance(entry, dict):
-                state.apply(entry)
+            state.apply(entry)
         return state
 
     def after_turn(self, turn: str | None) -> LedgerState | None:
@@ -109,10 +176,9 @@ class Ledger:
         when the journal no longer reaches back to it."""
         state = LedgerState()
         for entry in self._read():
-            if isinstance(entry, dict):
-                state.apply(entry)
-                if turn is not None and entry.get("turn") == turn:
-                    return state
+            state.apply(entry)
+            if turn is not None and entry.turn == turn:
+                return state
         return None
 
     # ------------------------------------------------------------ writes
@@ -120,53 +186,51 @@ class Ledger:
     def turn(self, turn: str, added: Sequence[tuple[str, int]], *, reset: bool, turns: list[str] | None, rebuilds: int, force: bool, epoch: str | None) -> None:
         """A finalised turn: what it added (or, after a rebuild, everything
         the thread now holds) and the counters as they stand."""
-        entry: dict[str, Any] = {"turn": turn, "rebuilds": rebuilds, "force": force, "epoch": epoch}
+        pairs = [(f, n) for f, n in added]
         if reset:
-            entry["reset"] = [[f, n] for f, n in added]
-            entry["turns"] = turns
+            entry = LedgerEntry(turn=turn, rebuilds=rebuilds, force=force, epoch=epoch, reset=pairs, turns=turns)
         else:
-            entry["add"] = [[f, n] for f, n in added]
+            entry = LedgerEntry(turn=turn, rebuilds=rebuilds, force=force, epoch=epoch, add=pairs)
         self._append(entry)
 
     def rebuilding(self, rebuilds: int, epoch: str | None) -> None:
-        self._append({"rebuilding": True, "rebuilds": rebuilds, "epoch": epoch})
+        self._append(LedgerEntry(rebuilding=True, rebuilds=rebuilds, epoch=epoch))
 
     def reset(self, state: LedgerState | Holdings, **marker: Any) -> None:
-        """The whole ledger as it now stands (a client revert followed)."""
-        held = None if state.held is None else [[f, state.sizes.get(f, 0)] for f in state.held]
-        self._append(
-            {"reset": held, "turns": state.turns_since_rebuild, "rebuilds": state.rebuilds, "force": state.force_rebuild, "epoch": state.projected_epoch, **marker}
-        )
+        """The whole ledger as it now stands; ``marker``: ``clientRevert``, the
+        turn a client revert followed went before (the only marker)."""
+        unknown = set(marker) - {"clientRevert"}
+        if unknown:
+            raise TypeError(f"unknown ledger reset marker: {sorted(unknown)}")
+        clientRevert = marker.get("clientRevert", UNSET)  # noqa: N806
+        held = None if state.held is None else [(f, state.sizes.get(f, 0)) for f in state.held]
+        turns = state.turns_since_rebuild
+        written = LedgerReset(held, turns, state.rebuilds, state.force_rebuild, state.projected_epoch, clientRevert)
+        entry = LedgerEntry(reset=held, turns=turns, rebuilds=state.rebuilds, force=state.force_rebuild, epoch=state.projected_epoch, clientRevert=clientRevert)
+        self._append(entry, written)
 
-    def _append(self, entry: dict[str, Any]) -> None:
+    def _append(self, entry: LedgerEntry, written: msgspec.Struct | None = None) -> None:
+        """``entry`` applied and appended (as ``written`` when its members go in another order)."""
         if self._entries is None:
             self._entries = len(self._read())
         if self._entries + 1 >= COMPACT_AFTER:
             state = LedgerState()
             for old in [*self._read(), entry]:
-                if isinstance(old, dict):
-                    state.apply(old)
+                state.apply(old)
             if self._snapshot(state):
                 return
-        append_record(self.path, entry)
+        append_record(self.path, written if written is not None else entry)
         self._entries += 1
 
     def _snapshot(self, state: LedgerState) -> bool:
-        held = None if state.held is None else [[f, state.sizes.get(f, 0)] for f in state.held]
-        body = {
-            "held": held,
-            "turns": state.turns_since_rebuild,
-            "rebuilds": state.rebuilds,
-            "force": state.force_rebuild,
-            "epoch": state.projected_epoch,
-            "rebuilding": state.rebuilding,
-        }
+        held = None if state.held is None else [(f, state.sizes.get(f, 0)) for f in state.held]
+        body = LedgerSnapshot(held, state.turns_since_rebuild, state.rebuilds, state.force_rebuild, state.projected_epoch, state.rebuilding)
         tmp = self.path.with_suffix(".tmp")
         try:
             private_dir(self.path.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, _encode.encode({"snapshot": body}) + b"\n")
+                os.write(fd, _encode.encode(LedgerEntry(snapshot=body)) + b"\n")
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -176,10 +240,5 @@ class Ledger:
         self._entries = 1
         return True
 
-    def _read(self) -> list[Any]:
-        try:
-            return decode_records(self.path.read_bytes())
-        except (FileNotFoundError, ValueError):
-            return []
-        except OSError:
-            return []
+    def _read(self) -> list[LedgerEntry]:
+        return read_entries(self.path)

@@ -74,8 +74,24 @@ def usage_reported(session: ThreadSession, usage: Usage, cache: PromptCacheInfo,
     session.current_token_count = count
 
 
+def reported(session: ThreadSession, name: str, value: Any) -> None:
+    """The last ``name`` the sidecar did for the thread (``lastOverflow``,
+    ``lastEngineCompaction``...), shown by ``sidecar/status``: diagnostics only."""
+    session.stats[name] = value
+
+
 def compacted(session: ThreadSession) -> None:
     session.compactions += 1
+
+
+def native_compaction_sent(session: ThreadSession) -> None:
+    """The client's ``thread/compact/start`` went to Codex after the engine's compaction."""
+    session.native_compactions += 1
+
+
+def native_compaction_answered(session: ThreadSession) -> None:
+    """Codex answered it (or it could not be sent)."""
+    session.native_compactions = max(0, session.native_compactions - 1)
 
 
 # ------------------------------------------------------------ client reverts
@@ -160,9 +176,10 @@ def history_known(session: ThreadSession, had_history: bool) -> None:
 def releasable(session: ThreadSession) -> bool:
     """Closed by Codex, and nothing of the thread under way: no turn, no
     client revert to follow or answer, no finalized marker being written,
-    no turn waiting for the slot."""
+    no turn waiting for the slot, no native compaction Codex has not answered."""
     return (
         session.closed
+        and session.native_compactions == 0
         and not session.turns
         and session.current is None
         and session.unfollowed is None

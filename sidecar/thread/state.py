@@ -269,6 +269,9 @@ class ThreadSession(msgspec.Struct):
     current_token_count: int | None = None
     warned_double_projection: bool = False
     compactions: int = 0
+    native_compactions: int = 0
+    """Client ``thread/compact/start`` requests forwarded after the engine's
+    compaction that Codex has not answered yet (the session is not released meanwhile)."""
     completed_turns: set[str] = msgspec.field(default_factory=set)
     """Turn ids whose ``turn/completed`` was taken (a replay is not finalised twice)."""
     marking: set[trio.Event] = msgspec.field(default_factory=set)

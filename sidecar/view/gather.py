@@ -16,7 +16,6 @@ report then says how long each text was, never what it said.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
 import sys
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ from engines import from_openclaw
 
 from ..store import bindings
 from ..store.inspect import decode_records, inspect_path, inspect_text_path
-from ..store.ledger import LedgerState, ledger_path
+from ..store.ledger import LedgerState, ledger_path, read_entries
 from ..store.mirror import session_path
 from ..thread.planner import fingerprint
 
@@ -275,18 +274,15 @@ def _held_before(state_dir: str | os.PathLike[str], thread: str) -> dict[str, _H
         held = state.held or []
         return _Held(len(held), sum(state.sizes.get(f, 0) for f in held), [(f, state.sizes.get(f, 0)) for f in held[-HELD_LISTED:]])
 
-    for entry in _jsonl(ledger_path(state_dir, thread)):
-        if not isinstance(entry, dict):
-            continue
-        turn = entry.get("turn")
-        if entry.get("rebuilding") and before_rebuild is None:
+    for entry in read_entries(ledger_path(state_dir, thread)):
+        turn = entry.turn
+        if entry.rebuilding is True and before_rebuild is None:
             before_rebuild = now()
         if isinstance(turn, str):
             if turn not in out:
                 out[turn] = before_rebuild or now()
             before_rebuild = None
-        with contextlib.suppress(Exception):
-            state.apply(entry)
+        state.apply(entry)
     return out
 
 

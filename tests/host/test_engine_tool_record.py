@@ -14,7 +14,7 @@ from sidecar.host.offered import OfferedTools
 from sidecar.relay import Message
 from sidecar.session.context import LifecycleContext
 from sidecar.session.options import LifecycleOptions
-from sidecar.session.state import RequestParams, ThreadSession, TurnState, new_session
+from sidecar.session.state import ThreadSession, TurnState, new_session
 
 THREAD = "01a20132-6799-70b2-9e11-b6afa40528ac"
 
@@ -45,7 +45,7 @@ class Engine:
 
 async def _call(tmp_path: Path, answer: str, session: ThreadSession) -> None:
     relay = Relay()
-    ctx = LifecycleContext(relay, {THREAD: session}, RequestParams(), LifecycleOptions(engine_deadline=5.0), tmp_path)  # type: ignore[arg-type]
+    ctx = LifecycleContext(relay, {THREAD: session}, LifecycleOptions(engine_deadline=5.0), tmp_path)  # type: ignore[arg-type]
     tools = EngineTools(ctx, Engine(answer), [ToolSpec(name="lcm_grep", description="", input_schema={})], OfferedTools(tmp_path), lambda s: RuntimeContext())
     tools.offered.note(THREAD, frozenset({"lcm_grep"}))
     line = encode_request(3, "item/tool/call", {"threadId": THREAD, "turnId": "t", "callId": "c1", "namespace": None, "tool": "lcm_grep", "arguments": {"query": "hotel"}})

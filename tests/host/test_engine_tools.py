@@ -15,7 +15,7 @@ from sidecar.host.offered import OfferedTools
 from sidecar.relay import HANDLED, Message, PendingRequest
 from sidecar.session.context import LifecycleContext
 from sidecar.session.options import LifecycleOptions
-from sidecar.session.state import RequestParams, ThreadSession, new_session
+from sidecar.session.state import ThreadSession, new_session
 
 THREAD = "01a20132-6799-70b2-9e11-b6afa40528ac"
 GREP = ToolSpec(name="lcm_grep", description="search", input_schema={"type": "object"})
@@ -59,7 +59,7 @@ class Engine:
 def make(tmp_path: Path, answer: Any = None) -> tuple[EngineTools, Relay, Engine, dict[str, ThreadSession]]:
     relay, engine = Relay(), Engine(answer if answer is not None else ToolCallResult(text="3 hits"))
     sessions: dict[str, ThreadSession] = {}
-    ctx = LifecycleContext(relay, sessions, RequestParams(), LifecycleOptions(engine_deadline=5.0), tmp_path)  # type: ignore[arg-type]
+    ctx = LifecycleContext(relay, sessions, LifecycleOptions(engine_deadline=5.0), tmp_path)  # type: ignore[arg-type]
     tools = EngineTools(ctx, engine, [GREP], OfferedTools(tmp_path), lambda s: RuntimeContext())
     return tools, relay, engine, sessions
 

@@ -102,9 +102,9 @@ def test_without_an_engine_exactly_the_history_rows_are_installed(tmp_path):
     history = {
         ("client_requests", "thread/read", "ArchivedTurns.on_thread_read"),
         ("responses", "thread/read", "ArchivedTurns.on_thread_read_response"),
-        ("client_requests", "thread/resume", "Sessions.on_resume"),
+        ("client_requests", "thread/resume", "Openings.on_resume"),
         ("responses", "thread/resume", "Lifecycle.splice_opened"),
-        ("client_requests", "thread/fork", "Sessions.remember_params"),
+        ("client_requests", "thread/fork", "Openings.remember_params"),
         ("responses", "thread/fork", "Lifecycle.splice_opened"),
         ("client_requests", "thread/turns/list", "ArchivedTurns.on_turns_list"),
         ("responses", "thread/turns/list", "ArchivedTurns.on_list_response"),
@@ -113,9 +113,9 @@ def test_without_an_engine_exactly_the_history_rows_are_installed(tmp_path):
         ("responses", "thread/list", "ArchivedTurns.on_thread_list_response"),
         ("server_notifications", "thread/readState/changed", "ArchivedTurns.on_read_state"),
         ("client_requests", "thread/name/set", "Spares.on_name_set"),
-        ("client_requests", "thread/delete", "Sessions.remember_request"),
+        ("client_requests", "thread/delete", "Openings.remember_request"),
         ("responses", "thread/delete", "Spares.follow_to_retired"),
-        ("client_requests", "thread/archive", "Sessions.remember_request"),
+        ("client_requests", "thread/archive", "Openings.remember_request"),
         ("responses", "thread/archive", "Spares.follow_to_retired"),
     }
     assert installed == history
@@ -138,7 +138,7 @@ def names(hooks: list[Any]) -> list[str]:
 
 def test_the_client_tools_are_noted_before_the_engines_join_them_and_remembered_after(tmp_path):
     lc, hooks = lifecycle(tmp_path, ENGINES["an engine with tools"]())
-    assert names(hooks.client_requests["thread/start"]) == ["Lifecycle.note_client_tools", "EngineTools.on_thread_start", "Sessions.remember_params"]
+    assert names(hooks.client_requests["thread/start"]) == ["Lifecycle.note_client_tools", "EngineTools.on_thread_start", "Openings.remember_params"]
     # ... and the offered names are recorded once the lifecycle has taken the answer.
     assert names(hooks.responses["thread/start"])[-1] == "EngineTools.on_started"
 
