@@ -32,6 +32,7 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session.context import LifecycleContext
 from ..session.identity import session_key
 from ..session.state import ThreadSession
+from ..thread import opening
 from .contain import contained, contained_sync
 from .offered import NONE, OfferedTools
 from .tools import call_arguments, engine_call, failed_answer, is_engine_item, mentions_tool_call, merge_tools, tool_answer, usable_specs, without_engine_items
@@ -183,11 +184,10 @@ class EngineTools:
                 answer = failed_answer(name, f"the engine raised {type(exc).__name__}")
         self.stats["calls"] += 1
         took = round((trio.current_time() - started) * 1000, 1)
-        if session is not None and session.current is not None and len(session.current.engine_tools) < TOOL_CALLS_KEPT:
+        if session is not None:
             text = "".join(i.get("text") or "" for i in answer["contentItems"])
-            session.current.engine_tools.append(
-                {"tool": name, "arguments": arguments, "success": answer["success"], "result": text[:TOOL_TEXT_KEPT], "ms": took}
-            )
+            call_record = {"tool": name, "arguments": arguments, "success": answer["success"], "result": text[:TOOL_TEXT_KEPT], "ms": took}
+            opening.engine_tool_called(session, call_record, kept=TOOL_CALLS_KEPT)
         if not answer["success"]:
             self.stats["errors"] += 1
         self._answered[request_id] = None

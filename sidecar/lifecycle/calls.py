@@ -168,10 +168,10 @@ class EngineCalls:
             await self.call(
                 maintain(MaintainParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
-            session.stats[f"lastMaintain{reason.title()}"] = "ok"
+            opening.reported(session, f"lastMaintain{reason.title()}", "ok")
             return True
         except Exception as exc:
-            session.stats[f"lastMaintain{reason.title()}"] = type(exc).__name__
+            opening.reported(session, f"lastMaintain{reason.title()}", type(exc).__name__)
             log.warning("codex context engine maintenance failed", extra={"fields": self.fields(session, reason=reason, error=type(exc).__name__)})
             return False
 

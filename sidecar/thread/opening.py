@@ -80,6 +80,13 @@ def reported(session: ThreadSession, name: str, value: Any) -> None:
     session.stats[name] = value
 
 
+def engine_tool_called(session: ThreadSession, call: dict[str, Any], *, kept: int) -> None:
+    """An engine tool answered during the thread's turn: the turn's inspect
+    record keeps the first ``kept`` calls (none outside a turn)."""
+    if session.current is not None and len(session.current.engine_tools) < kept:
+        session.current.engine_tools.append(call)
+
+
 def compacted(session: ThreadSession) -> None:
     session.compactions += 1
 

@@ -46,15 +46,13 @@ MUTATORS = frozenset({
 CONTAINERS = frozenset({"dict", "list", "set", "frozenset", "tuple", "Mapping", "MutableMapping", "Sequence", "Iterable"})
 
 NOT_YET: dict[str, int] = {
-    "sidecar/host/engine_tools.py": 1,  # session.current.engine_tools.append()
-    "sidecar/lifecycle/calls.py": 2,  # session.stats["lastMaintain..."]
     "sidecar/lifecycle/finalize.py": 5,  # completed_turns.add, marking.add/discard, stats[...] x2
     "sidecar/lifecycle/turns.py": 1,  # session.stats["lastTurn"]
     "sidecar/rebuild/inplace.py": 2,  # noise.tickets.remove/pop
 }
 """Writes the subscript and method counts found in modules another change
 owned when they were added (the per-thread machine's: ``finalize``,
-``turns``, ``rebuild/``; and two modules nobody's this round), by module,
+``turns``, ``rebuild/``), by module,
 with their exact count: a count may shrink, never grow, and the entry goes
 at zero. A diagnostic goes through ``opening.reported``."""
 
