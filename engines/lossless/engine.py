@@ -49,7 +49,18 @@ from engines.tokens import count_tokens, estimate_message_tokens
 from . import expand_query, skipping
 from .assemble import fit_budget
 from .calls_budget import BudgetedHost
-from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
+from .compaction import (
+    LOOKBACK_MESSAGES,
+    StepContext,
+    frame_due,
+    frame_pays,
+    install_frame,
+    recent_turn_tokens,
+    retry_fallbacks,
+    run_step,
+    step_needed,
+    summaries_wait,
+)
 from .config import LosslessConfig, knobs, parse_config
 from .outofline import out_of_line_view
 from .reset import carry_summaries
@@ -414,6 +425,8 @@ class LosslessEngine(BaseContextEngine):
                     return {"reason": reason, "changed": False, "needed": False}
                 warm = self._cache_warm(session_id) is True
                 install = frame_due(assembly, recent, effective, self.cfg, warm=warm, pays=pays)
+                if not install and not unfinished and summaries_wait(assembly, recent, effective, self.cfg, warm=warm, pays=pays):
+                    return {"reason": reason, "changed": False, "needed": False, "waiting": "the frame is due next turn"}
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:

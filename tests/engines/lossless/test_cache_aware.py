@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from engines import encode_openclaw
-from engines.lossless.compaction import excess_reads, frame_due, frame_pays, last_turn_tokens, recent_turn_tokens
+from engines.lossless.compaction import excess_reads, frame_due, frame_pays, last_turn_tokens, recent_turn_tokens, summaries_wait
 from engines.lossless.config import knobs, parse_config
 from engines.lossless.store import MessageRow
 
@@ -85,7 +85,10 @@ def test_a_frame_waits_while_the_cache_is_warm_until_the_budget_forces_it():
 
 
 async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_forced(host):
-    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    # compact_threshold 0.6: the frame is due several turns after the step
+    # threshold, so summaries are written early (a window of one turn waits,
+    # see test_summaries_wait_for_the_step_of_a_frame_due_next_turn).
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0, "compact_threshold": 0.6})
     history: list = []
     previous = None
     installed_at = None
@@ -114,7 +117,7 @@ async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_fo
 
 
 async def test_summaries_waiting_for_a_cold_cache_are_framed_on_the_next_assembly_without_a_model_call(host):
-    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0, "compact_threshold": 0.6})
     history: list = []
     for n in range(1, 60):
         await run_turn(engine, history, turn(n))
@@ -221,3 +224,29 @@ async def test_a_warm_engine_installs_its_frame_when_it_pays_before_the_budget_f
         pytest.fail("no frame installed")
     before = status["lastCompaction"]["tokensBefore"]
     assert share[0] * budget <= before <= share[1] * budget, before
+
+
+def test_summaries_wait_for_the_step_of_a_frame_due_next_turn():
+    """8k bench, ~340-token turns: the step past compact_threshold and the
+    one the look-ahead forces came one turn apart, two summary calls where
+    one does. A wider window still writes summaries early (a cold cache
+    then frames them for free)."""
+    cfg = parse_config({})
+    assert not summaries_wait(6_600, 400, 8_000, cfg, warm=True)  # due in two turns: summarise now
+    assert summaries_wait(6_900, 400, 8_000, cfg, warm=True)  # due after the next turn: wait for it
+    assert not summaries_wait(7_300, 400, 8_000, cfg, warm=True)  # due now: the step installs
+    assert not summaries_wait(25_700, 900, 32_000, cfg, warm=True)  # 32k: the window spans turns
+    assert not summaries_wait(6_900, 400, 8_000, cfg, warm=False)  # a cold cache frames at once
+
+
+async def test_a_frame_due_next_turn_costs_one_summary_call(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    installs = []
+    for n in range(1, 40):
+        before, steps = len(host.calls), engine.status(SESSION)["compactionSteps"]
+        await run_turn(engine, history, turn(n))
+        if len(host.calls) > before:
+            installs.append(engine.status(SESSION)["compactionSteps"] > steps)
+    assert len(installs) >= 2
+    assert all(installs), "a step wrote summaries for a frame due one turn later"
