@@ -81,6 +81,7 @@ __all__ = [
     "run_step",
     "step_needed",
     "summaries_wait",
+    "turn_room",
 ]
 
 
@@ -165,11 +166,11 @@ def step_needed(
     frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool, last_turn: int = 0, pays: bool = False
 ) -> bool:
     """Whether maintenance should run a compaction step now: the assembly
-    past ``compact_threshold`` of the budget, a step left unfinished, two
-    more turns as large as ``last_turn`` would not fit (see :func:`frame_due`),
+    past ``compact_threshold`` of the budget, a step left unfinished, one
+    more turn as large as ``last_turn`` would not fit (see :func:`frame_due`),
     or a new frame would pay for itself (``pays``, :func:`frame_pays`)."""
     assembly = frame_tokens + tail_tokens
-    return unfinished or pays or assembly > cfg.compact_threshold * budget or assembly + 2 * last_turn > budget
+    return unfinished or pays or assembly > cfg.compact_threshold * budget or assembly + last_turn > budget
 
 
 CACHED_SHARE = 0.1
@@ -239,30 +240,47 @@ def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessCo
     last), which costs nothing when the cache has gone cold; while it is warm
     the frame waits until it pays for itself (``pays``, :func:`frame_pays`)
     or the budget forces it: the assembly past
-    ``warm_compact_threshold`` of the budget, or two more turns as large as
-    ``last_turn`` (the largest recent one) would not fit. Two, because the
-    sidecar runs maintenance in the background: the next turn may already
-    be assembled (with the old frame) when this step installs its frame, so
-    the frame must also leave room for the turn after it (8k bench: a shell
-    turn went over budget + framing when only one turn was looked ahead)."""
+    ``warm_compact_threshold`` of the budget, or one more turn as large as
+    ``last_turn`` (the largest recent one) would not fit. One is enough for
+    the budget: maintenance runs in the background, so the next turn may be
+    assembled (with the old frame) before a late step installs its frame,
+    and then the assembly leaves that turn its room itself, dropping its
+    oldest raw messages (:func:`turn_room`). Looking two turns ahead kept
+    that room in every frame instead, and cost rebuilds (8k bench,
+    ~920-token turns: a frame every ~3 turns; one turn ahead: every ~4.6)."""
     if not warm or pays:
         return True
-    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + 2 * last_turn > budget
+    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + last_turn > budget
+
+
+def turn_room(
+    recent: int, budget: int, frame_tokens: int, tail_tokens: Sequence[int], cuts: Sequence[bool], fresh_tokens: int, fresh_messages: int
+) -> int:
+    """Room an assembly leaves beside itself for the turn about to run: as
+    much as the largest recent turn (``recent``, what the frame decisions
+    look one turn ahead by), so the turn's requests stay within the budget
+    even when maintenance ran late and the frame it found due is not
+    installed yet (then the oldest raw messages wait outside the assembly
+    for their summaries). Never at the cost of the frame and the fresh tail
+    (what a new frame would keep anyway: a pasted file in the newest turn
+    stays whole)."""
+    start = fresh_tail_start(tail_tokens, cuts, fresh_tokens, fresh_messages)
+    return max(0, min(recent, budget - frame_tokens - sum(tail_tokens[start:])))
 
 
 def summaries_wait(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False) -> bool:
     """Whether a step whose frame is not due yet (:func:`frame_due`) should
-    write no summaries now either, because one more turn as large as
-    ``last_turn`` makes the frame due: the step after that turn then asks
+    write no summaries now either, because two more turns as large as
+    ``last_turn`` make the frame due: the step that installs it then asks
     for every summary in one call, where summarising now (while the frame
     waits) and again then made two (8k bench, ~340-token turns: the step
-    past ``compact_threshold`` and the one the look-ahead forces come one
-    turn apart; each call carries ~1,400 tokens of Codex's framing, read
+    past ``compact_threshold`` and the one the budget forces come a turn or
+    two apart; each call carries ~1,400 tokens of Codex's framing, read
     uncached). A wider window (larger budgets) still writes its summaries
     early, so that a frame can be installed for free once the cache has
     gone cold."""
     return not frame_due(assembly_tokens, last_turn, budget, cfg, warm=warm, pays=pays) and frame_due(
-        assembly_tokens + last_turn, last_turn, budget, cfg, warm=warm, pays=pays
+        assembly_tokens + 2 * last_turn, last_turn, budget, cfg, warm=warm, pays=pays
     )
 
 

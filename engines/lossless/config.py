@@ -54,7 +54,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: assembly holds above ``compact_target`` since the last frame cost as
     #: much as that uncached request (framing included, see
     #: ``framing_tokens``). At the latest it comes when the assembly passes
-    #: this share of the budget, or two turns as large as the largest recent
+    #: this share of the budget, or one turn as large as the largest recent
     #: one would pass the budget ...
     warm_compact_threshold: float = 0.9
     #: ... the cache's lifetime in seconds (0: no waiting, frames are

@@ -60,8 +60,10 @@ from .compaction import (
     run_step,
     step_needed,
     summaries_wait,
+    turn_room,
 )
 from .config import LosslessConfig, knobs, parse_config
+from .messages import valid_cuts
 from .outofline import out_of_line_view
 from .reset import carry_summaries
 from .search import agent_of, set_agent
@@ -336,9 +338,21 @@ class LosslessEngine(BaseContextEngine):
         if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
             theirs = originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
             tail = [theirs.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
-        # The addition goes with a frame, and the model reads it too.
+        # The addition goes with a frame, and the model reads it too; and the
+        # turn about to run needs room beside the assembly (as large as the
+        # largest recent one: what the frame decisions look ahead by).
         reserved = addition_tokens if frame else 0
-        messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
+        tail_tokens = [r.tokens for r in rows]
+        room = turn_room(
+            recent_turn_tokens([*self._back_rows(store, session_id, session.frame_seq), *rows]),
+            budget - reserved,
+            sum(frame_tokens),
+            tail_tokens,
+            valid_cuts(tail),
+            knobs(self.cfg, budget).fresh_tail_tokens,
+            self.cfg.fresh_tail_messages,
+        )
+        messages, tokens, info = fit_budget(frame, frame_tokens, tail, tail_tokens, budget - reserved - room)
         held = {
             "frameSummaries": len(frame) - info.get("droppedSummaries", 0),
             "frameSummaryIds": session.frame_ids[info.get("droppedSummaries", 0) :],
@@ -417,7 +431,9 @@ class LosslessEngine(BaseContextEngine):
             if not force:
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
-                assembly = session.frame_tokens + sum(r.tokens for r in tail)
+                addition = self.cfg.system_prompt_addition.strip()
+                shown = count_tokens(addition) if addition and session.frame_tokens else 0  # as assemble reserves it
+                assembly = session.frame_tokens + sum(r.tokens for r in tail) + shown
                 back = await trio.to_thread.run_sync(self._view_sync, session_id, max(1, session.frame_seq + 1 - LOOKBACK_MESSAGES))
                 recent = recent_turn_tokens(back)
                 pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
@@ -428,6 +444,13 @@ class LosslessEngine(BaseContextEngine):
                 if not install and not unfinished and summaries_wait(assembly, recent, effective, self.cfg, warm=warm, pays=pays):
                     return {"reason": reason, "changed": False, "needed": False, "waiting": "the frame is due next turn"}
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
+
+    def _back_rows(self, store: Store, session_id: str, frame_seq: int) -> list[MessageRow]:
+        """The stored messages up to ``frame_seq`` the look-ahead reads beside the tail."""
+        if frame_seq < 1:
+            return []
+        rows = store.messages_between(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
+        return out_of_line_view(store, self.cfg, session_id, rows, count_tokens, estimate_message_tokens)[0]
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
         store = self._store_now()
