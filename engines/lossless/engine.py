@@ -343,15 +343,7 @@ class LosslessEngine(BaseContextEngine):
         # largest recent one: what the frame decisions look ahead by).
         reserved = addition_tokens if frame else 0
         tail_tokens = [r.tokens for r in rows]
-        room = turn_room(
-            recent_turn_tokens([*self._back_rows(store, session_id, session.frame_seq), *rows]),
-            budget - reserved,
-            sum(frame_tokens),
-            tail_tokens,
-            valid_cuts(tail),
-            knobs(self.cfg, budget).fresh_tail_tokens,
-            self.cfg.fresh_tail_messages,
-        )
+        room = _turn_room(store, self.cfg, session_id, session.frame_seq, sum(frame_tokens), rows, tail, budget, reserved)
         messages, tokens, info = fit_budget(frame, frame_tokens, tail, tail_tokens, budget - reserved - room)
         held = {
             "frameSummaries": len(frame) - info.get("droppedSummaries", 0),
@@ -444,13 +436,6 @@ class LosslessEngine(BaseContextEngine):
                 if not install and not unfinished and summaries_wait(assembly, recent, effective, self.cfg, warm=warm, pays=pays):
                     return {"reason": reason, "changed": False, "needed": False, "waiting": "the frame is due next turn"}
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
-
-    def _back_rows(self, store: Store, session_id: str, frame_seq: int) -> list[MessageRow]:
-        """The stored messages up to ``frame_seq`` the look-ahead reads beside the tail."""
-        if frame_seq < 1:
-            return []
-        rows = store.messages_between(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
-        return out_of_line_view(store, self.cfg, session_id, rows, count_tokens, estimate_message_tokens)[0]
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
         store = self._store_now()
@@ -567,6 +552,28 @@ class LosslessEngine(BaseContextEngine):
         store, self._store = self._store, None
         if store is not None:
             await trio.to_thread.run_sync(store.close)
+
+
+def _turn_room(
+    store: Store,
+    cfg: LosslessConfig,
+    session_id: str,
+    frame_seq: int,
+    frame_tokens: int,
+    rows: list[MessageRow],
+    tail: list[AgentMessage],
+    budget: int,
+    reserved: int,
+) -> int:
+    """:func:`.compaction.turn_room` for an assembly: the largest of the
+    recent turns (read from the store before the frame too, as the frame
+    decisions read them), never at the cost of the frame and the fresh tail."""
+    back: list[MessageRow] = []
+    if frame_seq >= 1:
+        older = store.messages_between(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
+        back = out_of_line_view(store, cfg, session_id, older, count_tokens, estimate_message_tokens)[0]
+    fresh = knobs(cfg, budget).fresh_tail_tokens
+    return turn_room(recent_turn_tokens([*back, *rows]), budget - reserved, frame_tokens, [r.tokens for r in rows], valid_cuts(tail), fresh, cfg.fresh_tail_messages)
 
 
 def _read_session_file(path: str) -> list[AgentMessage]:
