@@ -51,6 +51,7 @@ from .assemble import fit_budget
 from .calls_budget import BudgetedHost
 from .compaction import (
     LOOKBACK_MESSAGES,
+    RECENT_TURNS,
     StepContext,
     frame_due,
     frame_pays,
@@ -569,11 +570,15 @@ def _turn_room(
     recent turns (read from the store before the frame too, as the frame
     decisions read them), never at the cost of the frame and the fresh tail."""
     back: list[MessageRow] = []
-    if frame_seq >= 1:
+    if frame_seq >= 1 and len({r.turn for r in rows}) <= RECENT_TURNS:  # else the newest turns are all in the tail
         older = store.messages_between(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
         back = out_of_line_view(store, cfg, session_id, older, count_tokens, estimate_message_tokens)[0]
+    recent = recent_turn_tokens([*back, *rows])
+    tail_tokens = [r.tokens for r in rows]
+    if frame_tokens + sum(tail_tokens) + recent <= budget - reserved:
+        return recent  # room to spare: nothing is left out, the fresh tail is not at stake
     fresh = knobs(cfg, budget).fresh_tail_tokens
-    return turn_room(recent_turn_tokens([*back, *rows]), budget - reserved, frame_tokens, [r.tokens for r in rows], valid_cuts(tail), fresh, cfg.fresh_tail_messages)
+    return turn_room(recent, budget - reserved, frame_tokens, tail_tokens, valid_cuts(tail), fresh, cfg.fresh_tail_messages)
 
 
 def _read_session_file(path: str) -> list[AgentMessage]:
