@@ -462,7 +462,7 @@ async def run_step(
     tokens = [r.tokens for r in rows]
     cuts = valid_cuts(messages)
     sizes = ctx.knobs
-    tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, cfg.fresh_tail_messages)
+    tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, sizes.fresh_tail_messages)
     chunks = leaf_chunks(tokens, cuts, tail_start, sizes.leaf_chunk_tokens)
     if chunks and not install and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
         # While the frame waits, a short last chunk waits for more messages
@@ -564,9 +564,9 @@ async def run_step(
 def frame_room(cfg: LosslessConfig, budget: int, tail_tokens: int) -> int:
     """Tokens a new frame's summaries may take: ``compact_target`` of the
     budget beside the tail, but at least three leaf summaries' worth. At
-    small budgets the fresh tail alone (at least ``fresh_tail_messages``: a
-    turn with a tool call is four) passes ``compact_target`` (8k: 960
-    tokens against a ~1,400-token tail), and a frame of no summary showed
+    small budgets the fresh tail alone (at least ``fresh_tail_tokens`` and
+    ``fresh_tail_messages``) passes ``compact_target`` (8k: 960 tokens
+    against a ~1,400-token tail), and a frame of no summary showed
     the model nothing of what came before, not even the system prompt
     addition that names the recall tools."""
     floor = 3 * knobs(cfg, budget).leaf_summary_tokens

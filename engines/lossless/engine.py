@@ -577,8 +577,8 @@ def _turn_room(
     tail_tokens = [r.tokens for r in rows]
     if frame_tokens + sum(tail_tokens) + recent <= budget - reserved:
         return recent  # room to spare: nothing is left out, the fresh tail is not at stake
-    fresh = knobs(cfg, budget).fresh_tail_tokens
-    return turn_room(recent, budget - reserved, frame_tokens, tail_tokens, valid_cuts(tail), fresh, cfg.fresh_tail_messages)
+    sizes = knobs(cfg, budget)
+    return turn_room(recent, budget - reserved, frame_tokens, tail_tokens, valid_cuts(tail), sizes.fresh_tail_tokens, sizes.fresh_tail_messages)
 
 
 def _read_session_file(path: str) -> list[AgentMessage]:

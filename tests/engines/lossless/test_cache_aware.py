@@ -19,13 +19,25 @@ from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
 def test_sizes_follow_the_budget_unless_set():
     cfg = parse_config({})
     assert knobs(cfg, 32_000) == knobs(cfg, 32_000).__class__(
-        fresh_tail_tokens=2_560, leaf_chunk_tokens=8_000, leaf_summary_tokens=400, condensed_summary_tokens=600
+        fresh_tail_tokens=2_560, fresh_tail_messages=4, leaf_chunk_tokens=8_000, leaf_summary_tokens=400, condensed_summary_tokens=600
     )
     small = knobs(cfg, 6_000)
     assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (480, 1_500, 75, 112)
     assert small.fresh_tail_tokens + small.leaf_chunk_tokens < 6_000 * 0.8  # they fit the budget they are given
     set_ = knobs(parse_config({"fresh_tail_tokens": 5_000, "leaf_chunk_tokens": 900}), 6_000)
     assert (set_.fresh_tail_tokens, set_.leaf_chunk_tokens) == (5_000, 900)
+
+
+def test_the_fresh_tail_keeps_fewer_messages_at_small_budgets_unless_set():
+    """8k bench, ~920-token turns: four messages (the last two turns) held a
+    quarter of the room a frame leaves and cost a turn a frame (rebuilds per
+    10 turns 2.40 -> 1.93 with two)."""
+    cfg = parse_config({})
+    assert [knobs(cfg, b).fresh_tail_messages for b in (7_217, 12_000, 15_217, 31_217, 128_000)] == [2, 3, 3, 4, 4]
+    assert knobs(parse_config({"fresh_tail_messages": 4}), 7_217).fresh_tail_messages == 4
+    assert knobs(parse_config({"fresh_tail_messages": 0}), 31_217).fresh_tail_messages == 0
+    with pytest.raises(ValueError, match="fresh_tail_messages"):
+        parse_config({"fresh_tail_messages": -1})
 
 
 def test_bad_cache_settings_are_refused():
