@@ -13,7 +13,10 @@ A step, run by ``maintain`` (when the assembly has outgrown
    progress) or the step is forced;
 2. while a depth holds more than ``condense_fanout`` summaries not yet
    condensed, its oldest ``condense_fanout`` get a condensed summary one
-   depth up;
+   depth up. Those whose sources exist when the step starts are asked for
+   in the same batched call as the leaves; one that needs the step's own
+   new summaries waits for the next step (:func:`one_round`), unless the
+   step is forced;
 3. a new frame is installed: the newest summaries that fit
    ``compact_target`` of the budget beside the raw messages after them.
    While the prompt cache is warm the engine may ask for the summaries only
@@ -77,6 +80,8 @@ __all__ = [
     "retry_fallbacks",
     "run_step",
     "step_needed",
+    "summaries_wait",
+    "turn_room",
 ]
 
 
@@ -161,11 +166,11 @@ def step_needed(
     frame_tokens: int, tail_tokens: int, budget: int, cfg: LosslessConfig, unfinished: bool, last_turn: int = 0, pays: bool = False
 ) -> bool:
     """Whether maintenance should run a compaction step now: the assembly
-    past ``compact_threshold`` of the budget, a step left unfinished, two
-    more turns as large as ``last_turn`` would not fit (see :func:`frame_due`),
+    past ``compact_threshold`` of the budget, a step left unfinished, one
+    more turn as large as ``last_turn`` would not fit (see :func:`frame_due`),
     or a new frame would pay for itself (``pays``, :func:`frame_pays`)."""
     assembly = frame_tokens + tail_tokens
-    return unfinished or pays or assembly > cfg.compact_threshold * budget or assembly + 2 * last_turn > budget
+    return unfinished or pays or assembly > cfg.compact_threshold * budget or assembly + last_turn > budget
 
 
 CACHED_SHARE = 0.1
@@ -235,15 +240,48 @@ def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessCo
     last), which costs nothing when the cache has gone cold; while it is warm
     the frame waits until it pays for itself (``pays``, :func:`frame_pays`)
     or the budget forces it: the assembly past
-    ``warm_compact_threshold`` of the budget, or two more turns as large as
-    ``last_turn`` (the largest recent one) would not fit. Two, because the
-    sidecar runs maintenance in the background: the next turn may already
-    be assembled (with the old frame) when this step installs its frame, so
-    the frame must also leave room for the turn after it (8k bench: a shell
-    turn went over budget + framing when only one turn was looked ahead)."""
+    ``warm_compact_threshold`` of the budget, or one more turn as large as
+    ``last_turn`` (the largest recent one) would not fit. One is enough for
+    the budget: maintenance runs in the background, so the next turn may be
+    assembled (with the old frame) before a late step installs its frame,
+    and then the assembly leaves that turn its room itself, dropping its
+    oldest raw messages (:func:`turn_room`). Looking two turns ahead kept
+    that room in every frame instead, and cost rebuilds (8k bench,
+    ~920-token turns: a frame every ~3 turns; one turn ahead: every ~4.6)."""
     if not warm or pays:
         return True
-    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + 2 * last_turn > budget
+    return assembly_tokens > cfg.warm_compact_threshold * budget or assembly_tokens + last_turn > budget
+
+
+def turn_room(
+    recent: int, budget: int, frame_tokens: int, tail_tokens: Sequence[int], cuts: Sequence[bool], fresh_tokens: int, fresh_messages: int
+) -> int:
+    """Room an assembly leaves beside itself for the turn about to run: as
+    much as the largest recent turn (``recent``, what the frame decisions
+    look one turn ahead by), so the turn's requests stay within the budget
+    even when maintenance ran late and the frame it found due is not
+    installed yet (then the oldest raw messages wait outside the assembly
+    for their summaries). Never at the cost of the frame and the fresh tail
+    (what a new frame would keep anyway: a pasted file in the newest turn
+    stays whole)."""
+    start = fresh_tail_start(tail_tokens, cuts, fresh_tokens, fresh_messages)
+    return max(0, min(recent, budget - frame_tokens - sum(tail_tokens[start:])))
+
+
+def summaries_wait(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False) -> bool:
+    """Whether a step whose frame is not due yet (:func:`frame_due`) should
+    write no summaries now either, because two more turns as large as
+    ``last_turn`` make the frame due: the step that installs it then asks
+    for every summary in one call, where summarising now (while the frame
+    waits) and again then made two (8k bench, ~340-token turns: the step
+    past ``compact_threshold`` and the one the budget forces come a turn or
+    two apart; each call carries ~1,400 tokens of Codex's framing, read
+    uncached). A wider window (larger budgets) still writes its summaries
+    early, so that a frame can be installed for free once the cache has
+    gone cold."""
+    return not frame_due(assembly_tokens, last_turn, budget, cfg, warm=warm, pays=pays) and frame_due(
+        assembly_tokens + 2 * last_turn, last_turn, budget, cfg, warm=warm, pays=pays
+    )
 
 
 # --------------------------------------------------------------- the step
@@ -328,7 +366,8 @@ async def _summary_texts(ctx: StepContext, jobs: Sequence[Job], deadline: float)
             targets = [_target(ctx, job[0]) for job in batch]
             prompt = batch_prompt([(*job, t) for job, t in zip(batch, targets, strict=True)])
             timeout = min(ctx.cfg.summary_timeout * len(batch), deadline - trio.current_time())
-            text, outcome = await model_summary(ctx.host, prompt, sum(targets), timeout, ctx.count_text, system=instructed(BATCH_SYSTEM_PROMPT, ctx.instructions, ctx.cfg.redact_secrets))
+            system = instructed(BATCH_SYSTEM_PROMPT, ctx.instructions, ctx.cfg.redact_secrets)
+            text, outcome = await model_summary(ctx.host, prompt, sum(targets), timeout, ctx.count_text, system=system, cap=False)
             found = parse_batch(text, len(batch)) if text is not None else {}
             if text is not None and len(found) < len(batch):
                 log.warning(
@@ -386,6 +425,25 @@ async def _add_condensed(
     return bool(await ctx.db(ctx.store.add_condensed, session_id, summary))
 
 
+def _condense_jobs(groups: Sequence[Sequence[SummaryRow]]) -> list[Job]:
+    return [
+        (g[0].depth + 1, (g[0].turn_lo, g[-1].turn_hi), (min(s.time_lo for s in g), max(s.time_hi for s in g)), _summary_sources(g))
+        for g in groups
+    ]
+
+
+def one_round(force: bool, host: bool, calls: int) -> bool:
+    """Whether a step stops after the summaries it asked for at its start:
+    the leaves and the condensations whose sources existed then, in one
+    batched call. A condensation over the step's own new summaries then
+    waits for the next step (one summary call a step, not two: at 8k, each
+    call carries ~1,400 tokens of Codex's framing, read uncached, and half
+    the calls were such cascades). A forced step (``compact``), a step with
+    no host (extractive summaries cost no call) and a step that made no
+    call yet go on condensing until nothing is left."""
+    return not force and host and calls > 0
+
+
 async def run_step(
     ctx: StepContext, session_id: str, *, budget: int, force: bool, reason: str, install: bool = True
 ) -> dict[str, Any]:
@@ -404,7 +462,7 @@ async def run_step(
     tokens = [r.tokens for r in rows]
     cuts = valid_cuts(messages)
     sizes = ctx.knobs
-    tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, cfg.fresh_tail_messages)
+    tail_start = fresh_tail_start(tokens, cuts, sizes.fresh_tail_tokens, sizes.fresh_tail_messages)
     chunks = leaf_chunks(tokens, cuts, tail_start, sizes.leaf_chunk_tokens)
     if chunks and not install and not force and sum(tokens[chunks[-1][0] : chunks[-1][1]]) < sizes.leaf_chunk_tokens:
         # While the frame waits, a short last chunk waits for more messages
@@ -424,47 +482,54 @@ async def run_step(
         turns = (part[0].turn, part[-1].turn)
         times = (min(r.timestamp for r in part), max(r.timestamp for r in part))
         jobs.append((0, turns, times, _message_sources(part)))
+    # The condensations whose sources exist already ride in the leaves'
+    # batched call (one call a step, not two): see :func:`one_round`.
+    groups = condense_batch(await ctx.db(store.summaries, session_id, active_only=True), cfg.condense_fanout)
+    jobs += _condense_jobs(groups)
+    work: list[tuple[int, int] | list[SummaryRow]] = [*chunks, *groups]
+    calls = 0
     stopped = False
     for at in range(0, len(jobs), batch):
         # Each batch's summaries are written before the next is asked for
         # (persist as you go: a kill mid-step loses at most the batch in flight).
         texts = await _summary_texts(ctx, jobs[at : at + batch], deadline)
-        for (a, b), (_, turns, times, _), (text, fallback, outcome) in zip(chunks[at:], jobs[at:], texts, strict=False):
-            part = rows[a:b]
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            summary = NewSummary(
-                id=summary_id(session_id, 0, [r.id for r in part]),
-                depth=0,
-                source_ids=[r.id for r in part],
-                seq_lo=part[0].seq,
-                seq_hi=part[-1].seq,
-                turn_lo=turns[0],
-                turn_hi=turns[1],
-                time_lo=times[0],
-                time_hi=times[1],
-                text=text,
-                tokens=ctx.count_text(text),
-                source_tokens=sum(r.tokens for r in part),
-                fallback=fallback,
-            )
-            if not await ctx.db(store.add_leaf, session_id, summary):
-                log.info("leaf summary already made elsewhere; step stops here", extra={"fields": {"sessionId": session_id}})
-                stopped = True
+        calls += 1
+        for item, (depth, turns, times, _), (text, fallback, outcome) in zip(work[at:], jobs[at:], texts, strict=False):
+            if isinstance(item, tuple):
+                part = rows[item[0] : item[1]]
+                summary = NewSummary(
+                    id=summary_id(session_id, 0, [r.id for r in part]),
+                    depth=0,
+                    source_ids=[r.id for r in part],
+                    seq_lo=part[0].seq,
+                    seq_hi=part[-1].seq,
+                    turn_lo=turns[0],
+                    turn_hi=turns[1],
+                    time_lo=times[0],
+                    time_hi=times[1],
+                    text=text,
+                    tokens=ctx.count_text(text),
+                    source_tokens=sum(r.tokens for r in part),
+                    fallback=fallback,
+                )
+                stopped = not await ctx.db(store.add_leaf, session_id, summary)
+                made_leaves += not stopped
+            else:
+                stopped = not await _add_condensed(ctx, session_id, item, depth, turns, times, text, fallback)
+                made_condensed += not stopped
+            if stopped:
+                log.info("summary already made elsewhere; step stops here", extra={"fields": {"sessionId": session_id}})
                 break
-            made_leaves += 1
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
             fallbacks += fallback
         if stopped:
             break
-    stopped = False
-    while not stopped:
-        active = await ctx.db(store.summaries, session_id, active_only=True)
-        groups = condense_batch(active, cfg.condense_fanout)
+    while not stopped and not one_round(force, ctx.host is not None, calls):
+        # Condensations that need this step's own summaries (a cascade).
+        groups = condense_batch(await ctx.db(store.summaries, session_id, active_only=True), cfg.condense_fanout)
         if not groups:
             break
-        jobs = [
-            (g[0].depth + 1, (g[0].turn_lo, g[-1].turn_hi), (min(s.time_lo for s in g), max(s.time_hi for s in g)), _summary_sources(g))
-            for g in groups
-        ]
+        jobs = _condense_jobs(groups)
         for at in range(0, len(jobs), batch):
             texts = await _summary_texts(ctx, jobs[at : at + batch], deadline)
             for group, (depth, turns, times, _), (text, fallback, outcome) in zip(groups[at:], jobs[at:], texts, strict=False):
@@ -499,9 +564,9 @@ async def run_step(
 def frame_room(cfg: LosslessConfig, budget: int, tail_tokens: int) -> int:
     """Tokens a new frame's summaries may take: ``compact_target`` of the
     budget beside the tail, but at least three leaf summaries' worth. At
-    small budgets the fresh tail alone (at least ``fresh_tail_messages``: a
-    turn with a tool call is four) passes ``compact_target`` (8k: 960
-    tokens against a ~1,400-token tail), and a frame of no summary showed
+    small budgets the fresh tail alone (at least ``fresh_tail_tokens`` and
+    ``fresh_tail_messages``) passes ``compact_target`` (8k: 960 tokens
+    against a ~1,400-token tail), and a frame of no summary showed
     the model nothing of what came before, not even the system prompt
     addition that names the recall tools."""
     floor = 3 * knobs(cfg, budget).leaf_summary_tokens

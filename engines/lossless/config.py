@@ -29,8 +29,10 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: The newest messages kept verbatim by a compaction step, in tokens
     #: (unset: 8% of the budget) ...
     fresh_tail_tokens: int | None = None
-    #: ... and at least this many messages, whatever their size.
-    fresh_tail_messages: int = 4
+    #: ... and at least this many messages, whatever their size (unset: one
+    #: per 4,000 tokens of budget, 2 to 4: at 8,000 four messages, the last
+    #: two turns, held a quarter of the room and cost a turn a frame).
+    fresh_tail_messages: int | None = None
     #: A leaf summary covers raw messages of about this many tokens (unset:
     #: a quarter of the budget, 256 to 8,000).
     leaf_chunk_tokens: int | None = None
@@ -54,7 +56,7 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: assembly holds above ``compact_target`` since the last frame cost as
     #: much as that uncached request (framing included, see
     #: ``framing_tokens``). At the latest it comes when the assembly passes
-    #: this share of the budget, or two turns as large as the largest recent
+    #: this share of the budget, or one turn as large as the largest recent
     #: one would pass the budget ...
     warm_compact_threshold: float = 0.9
     #: ... the cache's lifetime in seconds (0: no waiting, frames are
@@ -191,7 +193,9 @@ class LosslessConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.own_framing_tokens is not None and self.own_framing_tokens < 0:
             raise ValueError(f"own_framing_tokens must not be negative, got {self.own_framing_tokens}")
-        for name in ("fresh_tail_messages", "retries_per_maintain", "framing_tokens", "summary_max_calls_per_hour", "reset_keep_summaries"):
+        if self.fresh_tail_messages is not None and self.fresh_tail_messages < 0:
+            raise ValueError(f"fresh_tail_messages must not be negative, got {self.fresh_tail_messages}")
+        for name in ("retries_per_maintain", "framing_tokens", "summary_max_calls_per_hour", "reset_keep_summaries"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.condense_fanout < 2:
@@ -240,6 +244,7 @@ class Knobs(msgspec.Struct, frozen=True, kw_only=True):
     where set, else derived from the budget (see :func:`knobs`)."""
 
     fresh_tail_tokens: int
+    fresh_tail_messages: int
     leaf_chunk_tokens: int
     leaf_summary_tokens: int
     condensed_summary_tokens: int
@@ -252,11 +257,12 @@ def _clamp(value: int, lo: int, hi: int) -> int:
 def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
     """The compaction sizes for ``budget``: what the config sets, else a
     share of the budget (at the default 32,000-token budget the derived
-    values are 2,560 / 8,000 / 400 / 600; at 6,000 they are 480 / 1,500 / 75 /
-    112)."""
+    values are 2,560 tokens and 4 messages / 8,000 / 400 / 600; at 6,000 they
+    are 480 and 2 / 1,500 / 75 / 112)."""
     budget = max(1, budget)
     return Knobs(
         fresh_tail_tokens=cfg.fresh_tail_tokens if cfg.fresh_tail_tokens is not None else max(1, budget * 2 // 25),
+        fresh_tail_messages=cfg.fresh_tail_messages if cfg.fresh_tail_messages is not None else _clamp(budget // 4_000, 2, 4),
         leaf_chunk_tokens=cfg.leaf_chunk_tokens if cfg.leaf_chunk_tokens is not None else _clamp(budget // 4, 256, 8_000),
         leaf_summary_tokens=cfg.leaf_summary_tokens if cfg.leaf_summary_tokens is not None else _clamp(budget // 80, 48, 400),
         condensed_summary_tokens=(

@@ -49,8 +49,22 @@ from engines.tokens import count_tokens, estimate_message_tokens
 from . import expand_query, skipping
 from .assemble import fit_budget
 from .calls_budget import BudgetedHost
-from .compaction import LOOKBACK_MESSAGES, StepContext, frame_due, frame_pays, install_frame, recent_turn_tokens, retry_fallbacks, run_step, step_needed
+from .compaction import (
+    LOOKBACK_MESSAGES,
+    RECENT_TURNS,
+    StepContext,
+    frame_due,
+    frame_pays,
+    install_frame,
+    recent_turn_tokens,
+    retry_fallbacks,
+    run_step,
+    step_needed,
+    summaries_wait,
+    turn_room,
+)
 from .config import LosslessConfig, knobs, parse_config
+from .messages import valid_cuts
 from .outofline import out_of_line_view
 from .reset import carry_summaries
 from .search import agent_of, set_agent
@@ -325,9 +339,13 @@ class LosslessEngine(BaseContextEngine):
         if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
             theirs = originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
             tail = [theirs.get(r.id, m) for r, m in zip(rows, tail, strict=True)]
-        # The addition goes with a frame, and the model reads it too.
+        # The addition goes with a frame, and the model reads it too; and the
+        # turn about to run needs room beside the assembly (as large as the
+        # largest recent one: what the frame decisions look ahead by).
         reserved = addition_tokens if frame else 0
-        messages, tokens, info = fit_budget(frame, frame_tokens, tail, [r.tokens for r in rows], budget - reserved)
+        tail_tokens = [r.tokens for r in rows]
+        room = _turn_room(store, self.cfg, session_id, session.frame_seq, sum(frame_tokens), rows, tail, budget, reserved)
+        messages, tokens, info = fit_budget(frame, frame_tokens, tail, tail_tokens, budget - reserved - room)
         held = {
             "frameSummaries": len(frame) - info.get("droppedSummaries", 0),
             "frameSummaryIds": session.frame_ids[info.get("droppedSummaries", 0) :],
@@ -406,7 +424,9 @@ class LosslessEngine(BaseContextEngine):
             if not force:
                 tail = await trio.to_thread.run_sync(self._view_sync, session_id, session.frame_seq + 1)
                 unfinished = session.summarized_seq != session.frame_seq
-                assembly = session.frame_tokens + sum(r.tokens for r in tail)
+                addition = self.cfg.system_prompt_addition.strip()
+                shown = count_tokens(addition) if addition and session.frame_tokens else 0  # as assemble reserves it
+                assembly = session.frame_tokens + sum(r.tokens for r in tail) + shown
                 back = await trio.to_thread.run_sync(self._view_sync, session_id, max(1, session.frame_seq + 1 - LOOKBACK_MESSAGES))
                 recent = recent_turn_tokens(back)
                 pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
@@ -414,6 +434,8 @@ class LosslessEngine(BaseContextEngine):
                     return {"reason": reason, "changed": False, "needed": False}
                 warm = self._cache_warm(session_id) is True
                 install = frame_due(assembly, recent, effective, self.cfg, warm=warm, pays=pays)
+                if not install and not unfinished and summaries_wait(assembly, recent, effective, self.cfg, warm=warm, pays=pays):
+                    return {"reason": reason, "changed": False, "needed": False, "waiting": "the frame is due next turn"}
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
@@ -531,6 +553,32 @@ class LosslessEngine(BaseContextEngine):
         store, self._store = self._store, None
         if store is not None:
             await trio.to_thread.run_sync(store.close)
+
+
+def _turn_room(
+    store: Store,
+    cfg: LosslessConfig,
+    session_id: str,
+    frame_seq: int,
+    frame_tokens: int,
+    rows: list[MessageRow],
+    tail: list[AgentMessage],
+    budget: int,
+    reserved: int,
+) -> int:
+    """:func:`.compaction.turn_room` for an assembly: the largest of the
+    recent turns (read from the store before the frame too, as the frame
+    decisions read them), never at the cost of the frame and the fresh tail."""
+    back: list[MessageRow] = []
+    if frame_seq >= 1 and len({r.turn for r in rows}) <= RECENT_TURNS:  # else the newest turns are all in the tail
+        older = store.messages_between(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
+        back = out_of_line_view(store, cfg, session_id, older, count_tokens, estimate_message_tokens)[0]
+    recent = recent_turn_tokens([*back, *rows])
+    tail_tokens = [r.tokens for r in rows]
+    if frame_tokens + sum(tail_tokens) + recent <= budget - reserved:
+        return recent  # room to spare: nothing is left out, the fresh tail is not at stake
+    sizes = knobs(cfg, budget)
+    return turn_room(recent, budget - reserved, frame_tokens, tail_tokens, valid_cuts(tail), sizes.fresh_tail_tokens, sizes.fresh_tail_messages)
 
 
 def _read_session_file(path: str) -> list[AgentMessage]:

@@ -201,11 +201,17 @@ async def model_summary(
     timeout: float,
     count_tokens: Callable[[str], int],
     system: str = SYSTEM_PROMPT,
+    *,
+    cap: bool = True,
 ) -> tuple[str | None, str]:
     """Ask the host for a summary. Returns ``(text, outcome)``; ``text`` is
     None when the model gave nothing usable (outcome says why: ``unbound``,
     ``timeout``, ``error:<type>``, ``empty``). Never raises (but lets the
-    caller's cancellation through)."""
+    caller's cancellation through). ``cap=False`` leaves the answer whole: a
+    batched answer is cut into its sections first and each is capped on its
+    own (capping the whole answer flattened its lines, so no section marker
+    was found and every summary of the batch was asked for again, one call
+    each: 8k bench, a third of the summary calls)."""
     if host is None:
         return None, "unbound"
     if timeout <= 0:
@@ -225,7 +231,7 @@ async def model_summary(
     text = getattr(result, "text", None)
     if not isinstance(text, str) or not text.strip():
         return None, "empty"
-    return cap_summary(text.strip(), target_tokens, count_tokens), "model"
+    return (cap_summary(text.strip(), target_tokens, count_tokens) if cap else text.strip()), "model"
 
 
 def cap_summary(text: str, target_tokens: int, count_tokens: Callable[[str], int]) -> str:

@@ -227,7 +227,13 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     assert "pg-kestrel-07" in text and "BLUE HERON" in text
     # The targets, one row each, pass or FAIL; the rebuild floor from the run's own turn size.
     assert "targets (issues 27 and 35):" in text and "floor for this conversation and budget" in text
-    assert data["rebuildFloorPer10Turns"] == pytest.approx(10 * data["tokensPerTurn"] / 5000)
+    from engines.lossless.engine import own_tokens
+
+    own = own_tokens(bl.parse_config({}))  # the tool specs, beside the assembly in every request
+    assert data["rebuildFloorPer10Turns"] == pytest.approx(10 * data["tokensPerTurn"] / (5000 - own))
+    # The cost's floor: the framing and the specs read on every request, the new tokens once.
+    assert 0 < data["cacheWeightedFloorRatio"] < data["cacheWeightedRatio"]
+    assert f"(floor: {data['cacheWeightedFloorRatio']:.3f}x)" in text
     assert "cacheWeightedDefaultRun" not in data["checks"]  # 10 turns at 5k is not the default run
 
 
@@ -267,3 +273,14 @@ def test_the_targets_table_says_pass_or_fail_for_each_target_and_the_rebuild_flo
     # Without the default run's check (another budget or length) there is no row for it.
     del checks["cacheWeightedDefaultRun"]
     assert not any("default run" in row[0] for row in bl.target_rows(checks, 0.31, 0.5, None, 1, 2))
+
+
+def test_the_floors_count_the_engines_tool_specs_and_what_every_request_reads():
+    # 8k, ~920-token turns: ten turns outgrow what the budget leaves beside the specs.
+    assert bl.rebuild_floor(923, 8_000, 783) == pytest.approx(10 * 923 / 7_217)
+    assert bl.rebuild_floor(None, 8_000, 783) is None and bl.rebuild_floor(900, 500, 783) is None
+    # The first request reads the framing uncached, the other 199 cached, plus the new tokens once.
+    assert bl.cache_floor(200, 8_600, 50_000) == pytest.approx(8_600 + 0.1 * 8_600 * 199 + 50_000)
+    rows = bl.target_rows({k: True for k in ("rebuildsPer10TurnsAtMostOne", "largestWithinBound", "cacheWeightedAtMostHalf", "everyFactFound",
+                                             "summaryCallsOnSummaryModel", "expandQueryGrowthBelowMax")}, 0.61, 0.6, 0.42, 1, 2, 0.335)
+    assert next(r for r in rows if "cache-weighted" in r[0])[1] == "0.610x (floor: 0.335x)"

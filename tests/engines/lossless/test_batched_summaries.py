@@ -3,7 +3,8 @@ the answer parsed by its numbered sections, what it misses asked for alone."""
 
 from __future__ import annotations
 
-from engines import CompleteResult
+from engines import CompactParams, CompleteResult
+from engines.lossless.compaction import condense_batch
 from engines.lossless.summarize import Source, batch_prompt, parse_batch
 from tools.fake_model import Rules
 
@@ -78,3 +79,60 @@ async def test_batch_size_one_is_one_call_per_summary(host):
     for n in range(1, 25):
         await run_turn(engine, history, turn(n))
     assert len(host.calls) - before == len(engine.store.summaries(SESSION))
+
+
+async def test_a_batched_answer_over_its_length_keeps_every_section(host):
+    """8k bench: the fake model's summaries ran past twice their target, the
+    whole batched answer was capped first, which flattened its lines, no
+    section marker was left, and every summary of the batch was asked for
+    again on its own (a third of the summary calls, each re-reading its
+    sources). Each section is capped on its own instead."""
+
+    def answer(params):
+        n = params.prompt.count("### EXCERPT ")
+        if n == 0:
+            return CompleteResult(text="one alone")
+        return CompleteResult(text="\n".join(f"### SUMMARY {k}\nbatched {k} " + "long " * 400 for k in range(1, n + 1)))
+
+    host.answer_with(answer)
+    engine = await make_engine(host, _config())
+    history: list = []
+    for n in range(1, 25):
+        await run_turn(engine, history, turn(n))
+    summaries = engine.store.summaries(SESSION)
+    assert len([s for s in summaries if s.depth == 0]) >= 4
+    assert all(s.text.startswith("batched ") for s in summaries), "a section was asked for again alone"
+    assert not any("### EXCERPT" not in c.prompt for c in host.calls)  # no call for one summary
+    target = engine._context(SESSION).knobs.leaf_summary_tokens
+    assert all(s.tokens <= 2 * target for s in summaries if s.depth == 0)  # each section capped on its own
+
+
+async def test_condensations_ride_in_the_leaves_call_and_a_cascade_waits_for_the_next_step(host):
+    """One summary call a step: the condensed summaries whose sources exist
+    when a step starts are asked for with its leaves; one over the step's
+    own new leaves waits for the next step (at 8k each call carries ~1,400
+    tokens of Codex's framing; half the calls were such cascades)."""
+    host.answer_with(lambda params: CompleteResult(text="\n".join(f"### SUMMARY {k}\ns{k}" for k in range(1, params.prompt.count("### EXCERPT ") + 1)) or "alone"))
+    engine = await make_engine(host, _config(condense_fanout=2, summary_batch_size=64))
+    history: list = []
+    calls_per_step: list[int] = []
+    for n in range(1, 40):
+        before, steps = len(host.calls), engine.status(SESSION)["compactionSteps"]
+        await run_turn(engine, history, turn(n))
+        if engine.status(SESSION)["compactionSteps"] > steps or len(host.calls) > before:
+            calls_per_step.append(len(host.calls) - before)
+    summaries = engine.store.summaries(SESSION)
+    assert any(s.depth >= 1 for s in summaries), "nothing was condensed"
+    mixed = [c for c in host.calls if "summaries of earlier parts" in c.prompt and " messages (turns" in c.prompt]
+    assert mixed, "no condensation rode in a leaves' call"
+    assert max(calls_per_step) == 1, calls_per_step
+
+
+async def test_a_forced_step_condenses_to_the_end(host):
+    host.answer_with(lambda params: CompleteResult(text="\n".join(f"### SUMMARY {k}\ns{k}" for k in range(1, params.prompt.count("### EXCERPT ") + 1)) or "alone"))
+    engine = await make_engine(host, _config(condense_fanout=2))
+    history: list = []
+    for n in range(1, 20):
+        await run_turn(engine, history, turn(n), maintain=False)
+    await engine.compact(CompactParams(session_id=SESSION, session_key=SESSION))
+    assert condense_batch(engine.store.summaries(SESSION, active_only=True), 2) == []  # nothing left to condense

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from engines import encode_openclaw
-from engines.lossless.compaction import excess_reads, frame_due, frame_pays, last_turn_tokens, recent_turn_tokens
+from engines.lossless.compaction import excess_reads, frame_due, frame_pays, last_turn_tokens, recent_turn_tokens, summaries_wait
 from engines.lossless.config import knobs, parse_config
 from engines.lossless.store import MessageRow
 
@@ -19,13 +19,25 @@ from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
 def test_sizes_follow_the_budget_unless_set():
     cfg = parse_config({})
     assert knobs(cfg, 32_000) == knobs(cfg, 32_000).__class__(
-        fresh_tail_tokens=2_560, leaf_chunk_tokens=8_000, leaf_summary_tokens=400, condensed_summary_tokens=600
+        fresh_tail_tokens=2_560, fresh_tail_messages=4, leaf_chunk_tokens=8_000, leaf_summary_tokens=400, condensed_summary_tokens=600
     )
     small = knobs(cfg, 6_000)
     assert (small.fresh_tail_tokens, small.leaf_chunk_tokens, small.leaf_summary_tokens, small.condensed_summary_tokens) == (480, 1_500, 75, 112)
     assert small.fresh_tail_tokens + small.leaf_chunk_tokens < 6_000 * 0.8  # they fit the budget they are given
     set_ = knobs(parse_config({"fresh_tail_tokens": 5_000, "leaf_chunk_tokens": 900}), 6_000)
     assert (set_.fresh_tail_tokens, set_.leaf_chunk_tokens) == (5_000, 900)
+
+
+def test_the_fresh_tail_keeps_fewer_messages_at_small_budgets_unless_set():
+    """8k bench, ~920-token turns: four messages (the last two turns) held a
+    quarter of the room a frame leaves and cost a turn a frame (rebuilds per
+    10 turns 2.40 -> 1.93 with two)."""
+    cfg = parse_config({})
+    assert [knobs(cfg, b).fresh_tail_messages for b in (7_217, 12_000, 15_217, 31_217, 128_000)] == [2, 3, 3, 4, 4]
+    assert knobs(parse_config({"fresh_tail_messages": 4}), 7_217).fresh_tail_messages == 4
+    assert knobs(parse_config({"fresh_tail_messages": 0}), 31_217).fresh_tail_messages == 0
+    with pytest.raises(ValueError, match="fresh_tail_messages"):
+        parse_config({"fresh_tail_messages": -1})
 
 
 def test_bad_cache_settings_are_refused():
@@ -85,7 +97,10 @@ def test_a_frame_waits_while_the_cache_is_warm_until_the_budget_forces_it():
 
 
 async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_forced(host):
-    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    # compact_threshold 0.6: the frame is due several turns after the step
+    # threshold, so summaries are written early (a window of one turn waits,
+    # see test_summaries_wait_for_the_step_of_a_frame_due_within_two_turns).
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0, "compact_threshold": 0.6})
     history: list = []
     previous = None
     installed_at = None
@@ -114,7 +129,7 @@ async def test_warm_maintenance_writes_summaries_but_keeps_the_assembly_until_fo
 
 
 async def test_summaries_waiting_for_a_cold_cache_are_framed_on_the_next_assembly_without_a_model_call(host):
-    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0, "compact_threshold": 0.6})
     history: list = []
     for n in range(1, 60):
         await run_turn(engine, history, turn(n))
@@ -221,3 +236,30 @@ async def test_a_warm_engine_installs_its_frame_when_it_pays_before_the_budget_f
         pytest.fail("no frame installed")
     before = status["lastCompaction"]["tokensBefore"]
     assert share[0] * budget <= before <= share[1] * budget, before
+
+
+def test_summaries_wait_for_the_step_of_a_frame_due_within_two_turns():
+    """8k bench, ~340-token turns: the step past compact_threshold and the
+    one the budget forces came a turn or two apart, two summary calls where
+    one does. A wider window still writes summaries early (a cold cache
+    then frames them for free)."""
+    cfg = parse_config({})
+    # 8k, 400-token turns: the frame is due past 7,200 (warm_compact_threshold 0.9).
+    assert not summaries_wait(6_300, 400, 8_000, cfg, warm=True)  # due in three turns: summarise now
+    assert summaries_wait(6_600, 400, 8_000, cfg, warm=True)  # due within two turns: wait for it
+    assert not summaries_wait(7_300, 400, 8_000, cfg, warm=True)  # due now: the step installs
+    assert not summaries_wait(25_700, 900, 32_000, cfg, warm=True)  # 32k: the window spans turns
+    assert not summaries_wait(6_600, 400, 8_000, cfg, warm=False)  # a cold cache frames at once
+
+
+async def test_a_frame_due_within_two_turns_costs_one_summary_call(host):
+    engine = await make_engine(host, {**SMALL, "token_budget": 3_000, "cache_ttl": 3_600.0})
+    history: list = []
+    installs = []
+    for n in range(1, 40):
+        before, steps = len(host.calls), engine.status(SESSION)["compactionSteps"]
+        await run_turn(engine, history, turn(n))
+        if len(host.calls) > before:
+            installs.append(engine.status(SESSION)["compactionSteps"] > steps)
+    assert len(installs) >= 2
+    assert all(installs), "a step wrote summaries for a frame due a turn or two later"

@@ -64,3 +64,33 @@ async def test_the_assembly_leaves_room_for_the_engines_own_tool_specs(host):
         assert engine.status(SESSION)["lastAssembly"]["budget"] == budget - own
     assert engine.status(SESSION)["compactionSteps"] >= 1
     assert worst <= budget - own
+
+
+def test_the_turn_room_is_the_largest_recent_turn_but_never_the_frame_or_the_fresh_tail():
+    from engines.lossless.compaction import turn_room
+
+    cuts = [True] * 11
+    tail = [300] * 10  # fresh tail: the newest 4 messages (1,200 tokens) at fresh_tail_tokens 640
+    assert turn_room(900, 8_000, 500, tail, cuts, 640, 4) == 900  # room to spare: the whole turn
+    assert turn_room(900, 2_000, 500, tail, cuts, 640, 4) == 300  # 2,000 - 500 - 1,200
+    assert turn_room(900, 1_500, 500, tail, cuts, 640, 4) == 0  # a pasted file in the tail stays whole
+
+
+async def test_a_late_frame_still_leaves_the_next_turn_its_room(host):
+    """Maintenance runs in the background, so a turn may be assembled before
+    the step that found its frame due installs it. The frame decisions look
+    one turn ahead; the assembly then leaves the turn its room itself (the
+    oldest raw messages wait outside it for their summaries). Here no step
+    ever runs: every assembly leaves room for a turn like the recent ones."""
+    from engines.lossless.compaction import recent_turn_tokens
+
+    budget = 3_000
+    engine = await make_engine(host, {**SMALL, "token_budget": budget, "cache_ttl": 3_600.0})
+    history: list = []
+    dropped = False
+    for n in range(1, 40):
+        result = await run_turn(engine, history, turn(n), maintain=False)
+        recent = recent_turn_tokens(engine.store.messages_between(SESSION, 1))
+        assert result.estimated_tokens + recent <= budget, (n, result.estimated_tokens, recent)
+        dropped |= bool(engine.status(SESSION)["lastAssembly"].get("overflow"))
+    assert dropped  # the conversation outgrew the budget: the oldest raw messages waited outside
