@@ -20,8 +20,30 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.state import AdditionSent, ThreadSession, TurnState, addition_digest
-from ..thread import holdings
+from ..thread import holdings, machine
+from ..thread.events import (
+    Assemble,
+    AssemblyFailed,
+    ConfirmSpare,
+    ForwardFailed,
+    ForwardParams,
+    Gate,
+    Hold,
+    Join,
+    JoinAnswered,
+    Learn,
+    OwnTurnStarted,
+    ThreadAction,
+    ThreadIdle,
+    TurnAnswered,
+    TurnHeld,
+    TurnOverInCodex,
+    TurnReleased,
+    TurnRequested,
+    WaitReverts,
+)
 from ..thread.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
+from ..thread.state import handle
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -65,15 +87,14 @@ class Turns:
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
-        if session.joins_running_turn():
-            return self._join(session, msg)
-        # While this turn/start is held, the client's later requests on the
-        # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
-        # it. From now when the thread is idle or only finalising its last
-        # turn; from when the slot is free otherwise.
-        if gated := not session.busy or session.turn_over_in_codex():
-            self.proxy.router.gate(session.thread_id, id(msg))
-        self.proxy.spawn(self._prepare_turn, session, msg, params, gated)
+        for action in handle(session, TurnRequested()):
+            match action:
+                case Join():
+                    return self._join(session, msg)
+                case Gate():  # the client's later requests on the thread (turn/interrupt, thread/revert, ...) wait behind it
+                    self.proxy.router.gate(session.thread_id, id(msg))
+                case Hold(gated):
+                    self.proxy.spawn(self._prepare_turn, session, msg, params, gated)
         return HANDLED
 
     def _join(self, session: ThreadSession, msg: Message) -> Decision:
@@ -104,7 +125,7 @@ class Turns:
         if not isinstance(status, dict) or status.get("type") not in ("idle", "notLoaded", "systemError"):
             return None
         session = self.sessions.get(params["threadId"])
-        if session is not None and session.codex_idle():
+        if session is not None and TurnOverInCodex() in handle(session, ThreadIdle()):
             log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
         return None
 
@@ -115,7 +136,6 @@ class Turns:
             self.proxy.router.ungate(session.thread_id, id(msg))
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any], gated: bool) -> None:
-        edited: dict[str, Any] | None = None
         # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat and cron runs say so.
         state = TurnState(client_id=msg.env.id, original_input=params.get("input"), trigger=turn_trigger(params), received=trio.current_time(), params=params)
         if session.ready.is_set() and session.slot.value:  # a steady turn: on at once, no trip through the scheduler
@@ -127,39 +147,36 @@ class Turns:
             if waited.cancelled_caught:
                 # The previous turn never finished (lost turn/completed): take over its slot.
                 log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
-        session.take_slot(state)
         started = trio.current_time()
-        if not gated:  # from now: the slot is this turn's
-            self.proxy.router.gate(session.thread_id, id(msg))
+        edited: dict[str, Any] | None = None
         try:
-            if session.reverts_unanswered:
-                with trio.move_on_after(self.options.previous_turn_wait):
-                    await session.reverts_answered.wait()
-            await self.assembly.follow_revert(session)
-            edited = await self.assembly.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
+            for action in handle(session, TurnHeld(state, gated)):
+                match action:
+                    case Gate():  # from now: the slot is this turn's
+                        self.proxy.router.gate(session.thread_id, id(msg))
+                    case WaitReverts():
+                        with trio.move_on_after(self.options.previous_turn_wait):
+                            await session.reverts_answered.wait()
+                    case Assemble():
+                        await self.assembly.follow_revert(session)
+                        edited = await self.assembly.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
         except Exception as exc:  # fail open, whatever happened
-            state.fell_back(type(exc).__name__)
+            handle(session, AssemblyFailed(state, type(exc).__name__))
             log.warning(
                 "context engine assembly failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
             edited = None
-        hold_ms = round((trio.current_time() - started) * 1000, 2)
-        session.turn_forwarded(state, hold_ms)  # from now, a turn/start on the thread joins this turn
+        # From now, a turn/start on the thread joins this turn.
+        actions = handle(session, TurnReleased(state, edited, round((trio.current_time() - started) * 1000, 2)))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
-        session.stats["lastTurn"] = {
-            "holdMs": state.hold_ms,
-            "projected": state.projected,
-            "assembledMessageCount": state.assembled_count,
-            "estimatedTokens": state.estimated_tokens,
-            "fallback": state.fallback_reason,
-        }
-        if edited is not None:
-            msg.set_params(edited)  # encoded once, as the request leaves for Codex
-        if not self.proxy.router.forward_client_request(msg):
-            session.end_turn(state)
+        for action in actions:  # the client's own params (ForwardOriginal) or new ones
+            if isinstance(action, ForwardParams):
+                msg.set_params(action.params)  # encoded once, as the request leaves for Codex
+            if not self.proxy.router.forward_client_request(msg):
+                handle(session, ForwardFailed(state))
 
     async def project_retry(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
         """An overflowed turn's retry (:mod:`sidecar.lifecycle.overflow`): :meth:`TurnAssembly.project_retry`."""
@@ -178,36 +195,22 @@ class Turns:
         # The request carries its thread (on_turn_start read its params): one
         # look-up, not a scan of every session.
         session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
-        state = session.current if session is not None else None
-        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
-            return None
-        turn_id = _started_turn_id(msg)
-        if turn_id is not None and pending.fell_back:
-            # Codex refused the projected turn/start and took the client's
-            # own: nothing of the projection reached the thread.
-            state.refused_by_codex()
-        if turn_id is not None:
-            self.accepted(session, state, turn_id)
-        else:  # refused: no turn will complete, the thread is free again
-            self.refused(session, state)
+        if session is not None:
+            self._carry_out(session, handle(session, TurnAnswered(pending.client_id, _started_turn_id(msg), pending.fell_back)))
         return None
 
     def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
         """Codex took the turn's ``turn/start`` (the client's, or the
         sidecar's own retry of it): the turn has its id."""
-        session.accept(state, turn_id)  # with what a turn a join began collected (_joined)
-        self.spares.confirm(session)
-        if state.addition_pending is not None:
-            self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
-        if state.epoch_pending is not None:
-            holdings.epoch_accepted(session, state.epoch_pending)
+        self._carry_out(session, machine.accepted(session, state, turn_id))
 
-    @staticmethod
-    def refused(session: ThreadSession, state: TurnState) -> None:
-        """Codex refused the turn's ``turn/start``: no turn will complete."""
-        if state.rebuilt:  # the revert went through; the projection did not land
-            holdings.projection_lost(session)
-        session.end_turn(state)
+    def _carry_out(self, session: ThreadSession, actions: list[ThreadAction]) -> None:
+        for action in actions:
+            match action:
+                case ConfirmSpare():
+                    self.spares.confirm(session)
+                case Learn(event):
+                    self.calls.learn(session, event)
 
     def _joined(self, session: ThreadSession, msg: Message) -> None:
         """Codex's answer to a joining ``turn/start``. Normally the running
@@ -216,22 +219,16 @@ class Turns:
         unassembled (the client's request, with Codex's meaning). The session
         then tracks it as its running turn when the slot is free, so that
         later ``turn/start``s join it too, and it is mirrored with its input."""
-        turn_id = _started_turn_id(msg)
-        if turn_id is None:
-            return
-        current = session.current
-        if current is not None and current.turn_id in (None, turn_id):
-            return
         # The slot is free, or held by a turn whose turn/completed never came
         # (Codex ended it: the new turn takes the slot over, so that once it
         # completes the next turn/start is held and assembled again), or by
         # one finalising (the new turn is finalised after it, in order).
-        ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
-        _, running = session.started_by_join(turn_id)
-        log.info(
-            "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
-            extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
-        )
+        for action in handle(session, JoinAnswered(_started_turn_id(msg))):
+            if isinstance(action, OwnTurnStarted):
+                log.info(
+                    "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
+                    extra={"fields": self.calls.fields(session, turnId=action.turn_id, endedTurnId=action.ended)},
+                )
 
 
 class TurnAssembly:

@@ -19,6 +19,7 @@ thread, in one module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +27,8 @@ import msgspec
 
 from engines import AgentMessage, PromptCacheInfo, Usage
 
+from . import machine
+from .events import Assemble, ForwardOriginal, ForwardParams, Gate, Hold, Join, ThreadAction, ThreadEvent, TurnHeld, TurnReleased, TurnRequested, WaitReverts
 from .learned import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_TOKEN_RESERVE,
@@ -465,6 +468,65 @@ class ThreadSession(msgspec.Struct):
             self.current = None
             if self.slot.value == 0:
                 self.slot.release()
+
+
+# -- the machine: one entry for every change (events in, actions out) -------
+
+
+def handle(session: ThreadSession, event: ThreadEvent) -> list[ThreadAction]:
+    """The thread's machine: ``event`` (:mod:`.events`) changes the thread's
+    records by its rule (:data:`RULES`), which returns what the job must do.
+    Pure: no I/O, no clock, no trio; a job builds the event, calls this and
+    carries the actions out in order."""
+    return RULES[type(event)](session, event)
+
+
+def turn_requested(session: ThreadSession, event: TurnRequested) -> list[ThreadAction]:
+    """A ``turn/start`` joins the running turn (Codex makes it part of it), or
+    is held while the engine assembles. While it is held, the client's later
+    requests on the thread wait behind it: from now when the thread is idle
+    or only finalising its last turn; from when the slot is free otherwise."""
+    if session.joins_running_turn():
+        return [Join()]
+    if not session.busy or session.turn_over_in_codex():
+        return [Gate(), Hold(True)]
+    return [Hold(False)]
+
+
+def turn_held(session: ThreadSession, event: TurnHeld) -> list[ThreadAction]:
+    """The held turn has the slot: it gates now if it did not, waits for the
+    client's unanswered reverts, then assembles."""
+    session.take_slot(event.turn)
+    actions: list[ThreadAction] = [] if event.gated else [Gate()]
+    if session.reverts_unanswered:
+        actions.append(WaitReverts())
+    actions.append(Assemble())
+    return actions
+
+
+def turn_released(session: ThreadSession, event: TurnReleased) -> list[ThreadAction]:
+    """The turn leaves for Codex, projected or as the client sent it: from
+    now a ``turn/start`` on the thread joins it."""
+    state = event.turn
+    session.turn_forwarded(state, event.hold_ms)
+    session.stats["lastTurn"] = {
+        "holdMs": state.hold_ms,
+        "projected": state.projected,
+        "assembledMessageCount": state.assembled_count,
+        "estimatedTokens": state.estimated_tokens,
+        "fallback": state.fallback_reason,
+    }
+    return [ForwardOriginal()] if event.edited is None else [ForwardParams(event.edited)]
+
+
+RULES: dict[type[ThreadEvent], Callable[[ThreadSession, Any], list[ThreadAction]]] = {
+    TurnRequested: turn_requested,
+    TurnHeld: turn_held,
+    TurnReleased: turn_released,
+    **machine.RULES,
+}
+"""ThreadEvent type -> its rule: a turn's start here (on a steady ``turn/start``'s
+path, which then crosses no more modules), the rest :mod:`.machine`'s."""
 
 
 def log_fields(session: ThreadSession, engine_id: str, **more: Any) -> dict[str, Any]:

@@ -1,0 +1,397 @@
+"""The per-thread machine (``sidecar/thread/``): one ``handle(session,
+event)`` per change, frozen events in, action records out. Each test is a
+pure call (no processes, no fake app-server): a thread's records and an
+event in, the actions and the fields they changed out."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engines import AssistantMessage, TextBlock, UserMessage
+from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
+from sidecar.thread import events
+from sidecar.thread.events import (
+    AlreadyFinalized,
+    Assemble,
+    AssemblyFailed,
+    CodexCompacted,
+    ConfirmSpare,
+    DropInjections,
+    Finalising,
+    Finalize,
+    FinalizeEnded,
+    FinalizeStarted,
+    ForwardFailed,
+    ForwardOriginal,
+    ForwardParams,
+    Gate,
+    GiveUpRevert,
+    Hold,
+    InjectionReady,
+    ItemCompleted,
+    ItemsInjected,
+    Join,
+    JoinAnswered,
+    JoinSlotTaken,
+    JournalInjection,
+    Learn,
+    Maintain,
+    MarkerPending,
+    MarkerWritten,
+    MarkFinalized,
+    OwnTurnStarted,
+    RecordInjection,
+    ReplayAnswered,
+    ReplayMissed,
+    ReplayWanted,
+    SendInjections,
+    SkipMaintenance,
+    ThreadEvent,
+    ThreadIdle,
+    TurnAnswered,
+    TurnCompleted,
+    TurnHeld,
+    TurnIngested,
+    TurnMirroring,
+    TurnOverInCodex,
+    TurnReleased,
+    TurnRequested,
+    TurnsReverted,
+    WaitReverts,
+    WantSpare,
+    WriteFraming,
+    WriteInspect,
+    WriteLedger,
+)
+from sidecar.thread.files import Injection
+from sidecar.thread.learned import AdditionSent, addition_digest
+from sidecar.thread.machine import finalized_key
+from sidecar.thread.planner import fingerprint
+from sidecar.thread.state import RULES, handle
+
+
+class Handle:
+    """Stands in for an open file of the thread (ledger, inspection log): the machine only asks whether there is one."""
+
+
+def thread(**fields: Any) -> ThreadSession:
+    session = new_session("thr", "key", Path("/dev/null"))
+    for name, value in fields.items():
+        setattr(session, name, value)
+    return session
+
+
+def turn(**fields: Any) -> TurnState:
+    return TurnState(client_id=fields.pop("client_id", 7), original_input=fields.pop("original_input", None), **fields)
+
+
+def holding(session: ThreadSession, state: TurnState) -> ThreadSession:
+    """The thread with ``state`` holding its slot, as a held turn/start leaves it."""
+    session.slot.acquire_nowait()
+    handle(session, TurnHeld(state, gated=True))
+    return session
+
+
+def test_every_event_has_a_rule() -> None:
+    kinds = {c for _, c in inspect.getmembers(events, inspect.isclass) if issubclass(c, ThreadEvent) and c is not ThreadEvent}
+    assert kinds == set(RULES)
+
+
+# ------------------------------------------------------------------ a turn's start
+
+
+def test_a_turn_start_on_an_idle_thread_gates_the_thread_at_once_and_is_held() -> None:
+    assert handle(thread(), TurnRequested()) == [Gate(), Hold(gated=True)]
+
+
+def test_a_turn_start_while_another_turn_holds_the_slot_unforwarded_is_held_and_gates_once_it_has_the_slot() -> None:
+    session = holding(thread(), turn(client_id=1))
+    assert handle(session, TurnRequested()) == [Hold(gated=False)]
+    session.slot.release()
+    assert handle(session, TurnHeld(turn(client_id=2), gated=False)) == [Gate(), Assemble()]
+
+
+def test_a_turn_start_while_codex_runs_the_thread_s_turn_joins_it() -> None:
+    session = holding(thread(), state := turn())
+    handle(session, TurnReleased(state, None, 1.0))
+    assert handle(session, TurnRequested()) == [Join()]
+
+
+def test_a_turn_start_while_the_running_turn_is_finalising_gates_at_once_and_waits_for_the_slot() -> None:
+    session = holding(thread(), state := turn())
+    handle(session, TurnReleased(state, None, 1.0))
+    handle(session, TurnAnswered(7, "t1", fell_back=False))
+    handle(session, TurnCompleted("t1"))
+    assert handle(session, TurnRequested()) == [Gate(), Hold(gated=True)]
+
+
+def test_a_held_turn_takes_the_slot_and_waits_for_the_client_s_unanswered_reverts_before_it_assembles() -> None:
+    session = thread(reverts_unanswered=1)
+    state = turn()
+    assert handle(session, TurnHeld(state, gated=True)) == [WaitReverts(), Assemble()]
+    assert session.current is state
+
+
+def test_a_failed_assembly_falls_back_to_the_client_s_request_for_its_reason() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, AssemblyFailed(state, "KeyError")) == []
+    assert state.fallback_reason == "KeyError"
+
+
+def test_a_released_turn_forwards_its_projection_and_is_the_thread_s_running_turn() -> None:
+    session = holding(thread(fresh=True), state := turn(projected=True, assembled_count=3))
+    assert handle(session, TurnReleased(state, {"input": []}, 4.5)) == [ForwardParams({"input": []})]
+    assert (state.forwarded, state.hold_ms, session.fresh, session.turns_this_opening) == (True, 4.5, False, 1)
+    assert session.stats["lastTurn"] == {"holdMs": 4.5, "projected": True, "assembledMessageCount": 3, "estimatedTokens": None, "fallback": None}
+
+
+def test_a_released_turn_without_new_params_forwards_the_client_s_own() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, TurnReleased(state, None, 0.1)) == [ForwardOriginal()]
+
+
+def test_a_turn_start_codex_cannot_be_sent_frees_the_slot() -> None:
+    session = holding(thread(), state := turn())
+    handle(session, ForwardFailed(state))
+    assert (session.current, session.busy) == (None, False)
+
+
+# ------------------------------------------------------------------ Codex's answer
+
+
+def test_a_turn_codex_accepts_gets_its_id_confirms_the_spare_and_journals_the_addition_it_carried() -> None:
+    session = holding(thread(), state := turn(addition_pending="be brief", epoch_pending="e2"))
+    handle(session, TurnReleased(state, {"input": []}, 1.0))
+    actions = handle(session, TurnAnswered(7, "t1", fell_back=False))
+    assert actions == [ConfirmSpare(), Learn(AdditionSent(addition_digest("be brief")))]
+    assert (state.turn_id, session.turns["t1"], session.projected_epoch) == ("t1", state, "e2")
+
+
+def test_codex_taking_the_client_s_own_request_after_refusing_the_projection_keeps_nothing_of_it() -> None:
+    session = holding(thread(), state := turn(projected=True, addition_pending="x", epoch_pending="e", channels=["turn/start.input"]))
+    assert handle(session, TurnAnswered(7, "t1", fell_back=True)) == [ConfirmSpare()]
+    assert (state.projected, state.channels, state.fallback_reason, session.projected_epoch) == (False, [], "codex-refused", None)
+
+
+def test_a_refused_turn_frees_the_slot_and_after_a_rebuild_the_thread_holds_nothing() -> None:
+    session = holding(thread(held=["a"], turns_since_rebuild=["t0"], projected_epoch="e"), turn(rebuilt=True))
+    assert handle(session, TurnAnswered(7, None, fell_back=False)) == []
+    assert (session.current, session.busy, session.held, session.turns_since_rebuild, session.projected_epoch) == (None, False, [], [], None)
+
+
+def test_an_answer_to_another_request_or_to_a_turn_with_its_id_changes_nothing() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, TurnAnswered(8, "t9", fell_back=False)) == []
+    handle(session, TurnAnswered(7, "t1", fell_back=False))
+    assert handle(session, TurnAnswered(7, "t2", fell_back=False)) == []
+    assert state.turn_id == "t1"
+
+
+def test_a_join_answered_with_another_turn_id_makes_codex_s_own_turn_the_running_one() -> None:
+    session = holding(thread(), state := turn())
+    handle(session, TurnReleased(state, None, 1.0))
+    handle(session, TurnAnswered(7, "t1", fell_back=False))
+    assert handle(session, JoinAnswered("t1")) == []  # joined the running turn, as asked
+    assert handle(session, JoinAnswered("t2")) == [OwnTurnStarted("t2", ended="t1")]
+    assert (state.ended, session.current.turn_id if session.current else None) == (True, "t2")
+
+
+def test_an_idle_thread_ends_the_turn_codex_accepted_once() -> None:
+    session = holding(thread(), state := turn())
+    handle(session, TurnReleased(state, None, 1.0))
+    assert handle(session, ThreadIdle()) == []  # not accepted yet: the status may be an earlier one
+    handle(session, TurnAnswered(7, "t1", fell_back=False))
+    assert handle(session, ThreadIdle()) == [TurnOverInCodex()]
+    assert handle(session, ThreadIdle()) == []
+    assert handle(session, TurnRequested()) == [Gate(), Hold(gated=True)]
+
+
+# ------------------------------------------------------------------ a turn's end
+
+
+def test_a_completed_item_is_kept_with_its_turn_and_a_native_compaction_forces_a_rebuild() -> None:
+    session = thread()
+    assert handle(session, ItemCompleted("t1", {"id": "i1", "type": "agentMessage"}, 5)) == []
+    assert handle(session, ItemCompleted("t1", {"id": "i2", "type": "contextCompaction"}, None)) == [CodexCompacted("t1")]
+    assert (list(session.turns["t1"].items), session.turns["t1"].item_times, session.force_rebuild) == (["i1", "i2"], {"i1": 5}, True)
+
+
+def test_a_completed_turn_is_finalised_once() -> None:
+    session = thread()
+    assert handle(session, TurnCompleted("t1")) == [Finalize("t1")]
+    assert handle(session, TurnCompleted("t1")) == [AlreadyFinalized("t1")]
+
+
+def test_finalising_takes_the_turn_s_record_and_a_turn_a_join_began_waits_for_the_slot() -> None:
+    session = holding(thread(), first := turn())
+    handle(session, TurnAnswered(7, "t1", fell_back=False))
+    handle(session, TurnCompleted("t1"))
+    session.started_by_join("t2")  # Codex made a join a turn of its own while t1 finalises
+    assert handle(session, FinalizeStarted("t1")) == [Finalising(first, wait_slot=False)]
+    [finalising] = handle(session, FinalizeStarted("t2"))
+    assert isinstance(finalising, Finalising) and finalising.wait_slot
+    handle(session, JoinSlotTaken(finalising.turn))
+    assert session.current is finalising.turn
+
+
+def test_a_mirrored_turn_is_the_newest_and_gives_up_a_client_revert_the_mirror_never_followed() -> None:
+    holder = object()
+    session = thread(unfollowed=Unfollowed("t0", False, frozenset({"t1"}), holder), live_turns=[])
+    assert handle(session, TurnMirroring(turn(), "t1", "i9")) == []  # it ran under the revert: still to follow
+    assert handle(session, TurnMirroring(turn(), "t2", None)) == [GiveUpRevert(holder)]
+    assert (session.unfollowed, session.last_turn, session.last_items, session.live_turns) == (None, "t2", {"t1": "i9", "t2": None}, ["t1", "t2"])
+
+
+def _steady_thread() -> tuple[ThreadSession, TurnState]:
+    history = [UserMessage(content="q0", timestamp=1)]
+    session = thread(held=[fingerprint(history[0])], turns_since_rebuild=["t0"], ledger=Handle(), inspect=Handle())
+    state = turn(held_plan=[fingerprint(history[0])])
+    state.history_read(history)
+    return session, state
+
+
+def test_an_ingested_client_turn_marks_it_finalized_writes_what_it_added_to_the_ledger_records_it_and_maintains() -> None:
+    session, state = _steady_thread()
+    before = list(session.held or [])
+    new = [UserMessage(content="q1", timestamp=2), AssistantMessage(content=[TextBlock(text="a1")], timestamp=3)]
+    actions = handle(session, TurnIngested(state, "t1", "completed", True, [*state.history, *new]))
+    added = [fingerprint(m) for m in new]
+    mark, ledger, record, maintain = actions
+    assert mark == MarkFinalized(finalized_key("thr", "t1"), {"turnId": "t1", "status": "completed", "ok": True})
+    assert isinstance(ledger, WriteLedger) and (ledger.turn_id, [f for f, _ in ledger.added], ledger.reset, ledger.turns) == ("t1", added, False, ["t0", "t1"])
+    assert isinstance(record, WriteInspect) and record.record["turnId"] == "t1" and record.text is None
+    assert maintain == Maintain()
+    assert session.held == before + added
+
+
+def test_an_ingested_turn_after_a_rebuild_resets_the_ledger_to_everything_the_thread_holds() -> None:
+    session, state = _steady_thread()
+    state.mark_rebuilt()
+    state.held_plan = ["p1", "p2"]
+    ledger = handle(session, TurnIngested(state, "t1", "completed", True, list(state.history)))[1]
+    assert isinstance(ledger, WriteLedger) and ([f for f, _ in ledger.added], ledger.reset, ledger.turns) == (["p1", "p2"], True, ["t1"])
+
+
+def test_a_turn_that_failed_or_whose_finalize_failed_skips_maintenance() -> None:
+    session, state = _steady_thread()
+    assert handle(session, TurnIngested(state, "t1", "interrupted", True, []))[-1] == SkipMaintenance("turn interrupted")
+    session, state = _steady_thread()
+    assert handle(session, TurnIngested(state, "t1", "completed", False, []))[-1] == SkipMaintenance("finalize failed")
+    assert session.stats["lastMaintainTurn"] == "skipped: finalize failed"
+
+
+def test_a_turn_the_client_did_not_start_writes_no_ledger_and_no_inspection_record() -> None:
+    session, _ = _steady_thread()
+    held = session.held
+    assert handle(session, TurnIngested(turn(client_id=None), "t1", "completed", True, [])) == [
+        MarkFinalized(finalized_key("thr", "t1"), {"turnId": "t1", "status": "completed", "ok": True}),
+        Maintain(),
+    ]
+    assert session.held == held
+
+
+def test_the_inspection_record_carries_the_text_the_turn_sent() -> None:
+    session, state = _steady_thread()
+    state.note_projection(["turn/start.input"], None, {"input": "hello"})
+    record = handle(session, TurnIngested(state, "t1", "completed", True, list(state.history)))[2]
+    assert isinstance(record, WriteInspect) and record.text == {"turnId": "t1", "sent": {"input": "hello"}}
+
+
+def test_a_marker_being_written_keeps_the_thread_unsettled_until_written() -> None:
+    session = thread()
+    written = object()
+    handle(session, MarkerPending(written))
+    assert not session.settled
+    handle(session, MarkerWritten(written))
+    assert session.settled
+
+
+def test_a_finalised_turn_frees_the_slot_and_wants_a_spare() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, FinalizeEnded(state)) == [WantSpare()]
+    assert (session.current, session.busy) == (None, False)
+
+
+def test_a_steady_turn_end_to_end_through_the_machine_alone() -> None:
+    """requested -> held -> released -> accepted -> completed -> finalised:
+    the actions a job carries out, in order, and the thread free again."""
+    session, _ = _steady_thread()
+    done: list[Any] = []
+    done += handle(session, TurnRequested())
+    state = turn(held_plan=list(session.held or []))
+    session.slot.acquire_nowait()
+    done += handle(session, TurnHeld(state, gated=True))
+    done += handle(session, TurnReleased(state, {"input": ["projected"]}, 2.0))
+    assert handle(session, TurnRequested()) == [Join()]
+    done += handle(session, TurnAnswered(7, "t1", fell_back=False))
+    done += handle(session, TurnCompleted("t1"))
+    [finalising] = handle(session, FinalizeStarted("t1"))
+    assert isinstance(finalising, Finalising) and finalising.turn is state and not finalising.wait_slot
+    done += handle(session, TurnMirroring(state, "t1", "i1"))
+    done += handle(session, TurnIngested(state, "t1", "completed", True, [UserMessage(content="q1", timestamp=2)]))
+    done += handle(session, FinalizeEnded(state))
+    kinds = [type(a).__name__ for a in done]
+    assert kinds == ["Gate", "Hold", "Assemble", "ForwardParams", "ConfirmSpare", "Finalize", "MarkFinalized", "WriteLedger", "WriteInspect", "Maintain", "WantSpare"]
+    assert (session.busy, session.current, session.last_turn, session.turns_since_rebuild) == (False, None, "t1", ["t0", "t1"])
+
+
+# ------------------------------------------------------------------ injections
+
+
+def test_injected_items_codex_took_are_held_and_recorded_once_the_session_is_open() -> None:
+    session = thread()
+    [record] = handle(session, ItemsInjected([{"a": 1}]))
+    assert isinstance(record, RecordInjection) and session.injected == [record.injection]
+    session.last_turn = "t3"
+    assert handle(session, InjectionReady(record.injection)) == [JournalInjection(Injection("t3", [{"a": 1}]), 0)]
+    assert session.injected == [Injection("t3", [{"a": 1}])]
+
+
+def test_an_injection_on_an_unsure_thread_leaves_the_framing_count_unwritten() -> None:
+    session = thread(injected_unsure=True)
+    [record] = handle(session, ItemsInjected([{"a": 1}]))
+    assert isinstance(record, RecordInjection)
+    [journal] = handle(session, InjectionReady(record.injection))
+    assert isinstance(journal, JournalInjection) and journal.framing is None
+
+
+def test_a_rebuild_onto_a_fresh_thread_sends_every_injection_back_and_an_in_place_revert_keeps_the_framing() -> None:
+    first, second = Injection(None, [{"a": 1}]), Injection("t1", [{"b": 2}])
+    session = thread(injected=[first, second], injected_framing=1)
+    assert handle(session, ReplayWanted(kept_framing=False)) == [SendInjections([{"a": 1}, {"b": 2}], kept=0, target=2)]
+    session = thread(injected=[first, second], injected_framing=1)
+    assert handle(session, ReplayWanted(kept_framing=True)) == [SendInjections([{"b": 2}], kept=1, target=2)]
+
+
+def test_a_replay_with_nothing_to_send_settles_the_framing_count_and_an_unsure_thread_is_not_reverted_in_place() -> None:
+    session = thread(injected=[Injection(None, [{"a": 1}])], injected_framing=1)
+    assert handle(session, ReplayWanted(kept_framing=True)) == []
+    session = thread(injected_unsure=True)
+    assert handle(session, ReplayWanted(kept_framing=True)) == []
+    assert handle(session, ReplayWanted(kept_framing=False)) == [WriteFraming(0)]
+    assert session.injected_unsure is False
+
+
+@pytest.mark.parametrize(("applied", "actions", "framing", "unsure"), [
+    (True, [WriteFraming(2)], 2, False),
+    (False, [WriteFraming(0), ReplayMissed()], 0, False),
+    (None, [ReplayMissed()], None, True),
+])
+def test_a_replay_answered_settles_on_what_the_thread_holds_and_one_not_answered_stays_unsure(applied: bool | None, actions: list[Any], framing: int | None, unsure: bool) -> None:
+    session = thread(injected=[Injection(None, [{"a": 1}]), Injection("t1", [{"b": 2}])])
+    handle(session, ReplayWanted(kept_framing=False))
+    assert handle(session, ReplayAnswered(applied, kept=0, target=2)) == actions
+    assert session.injected_unsure is unsure
+    if framing is not None:
+        assert session.injected_framing == framing
+
+
+def test_reverted_turns_drop_the_injections_that_followed_them() -> None:
+    session = thread(injected=[Injection("t1", [{"a": 1}]), Injection("t2", [{"b": 2}])])
+    assert handle(session, TurnsReverted(["t2", "t9"])) == [DropInjections(["t2", "t9"])]
+    assert session.injected == [Injection("t1", [{"a": 1}])]
+    assert handle(session, TurnsReverted(["t5"])) == []
