@@ -16,9 +16,8 @@ from ..history.archive import TurnArchive, archive_path, archived_turn
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
-from ..session.state import ThreadSession, WindowReported
+from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
-from ..thread import opening
 from ..thread.events import (
     AlreadyFinalized,
     Finalising,
@@ -28,6 +27,7 @@ from ..thread.events import (
     GiveUpRevert,
     ItemCompleted,
     JoinSlotTaken,
+    Learn,
     Maintain,
     MarkerPending,
     MarkerWritten,
@@ -37,6 +37,7 @@ from ..thread.events import (
     TurnCompleted,
     TurnIngested,
     TurnMirroring,
+    UsageReported,
     WantSpare,
     WriteInspect,
     WriteLedger,
@@ -86,22 +87,20 @@ class Finalizer:
         if session is None or usage is None:
             return None
         last = usage.last
+        reported = None
         if last is not None:
             cached, total_in = last.cached_input_tokens, last.input_tokens
-            opening.usage_reported(
-                session,
-                Usage(
-                    input=max(0, total_in - cached),
-                    output=last.output_tokens,
-                    cache_read=cached,
-                    cache_write=last.cache_write_input_tokens,
-                    total_tokens=last.total_tokens,
-                ),
-                PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in),
-                total_in,
+            usage_of = Usage(
+                input=max(0, total_in - cached),
+                output=last.output_tokens,
+                cache_read=cached,
+                cache_write=last.cache_write_input_tokens,
+                total_tokens=last.total_tokens,
             )
-        if usage.model_context_window is not None:
-            self.calls.learn(session, WindowReported(usage.model_context_window))
+            reported = (usage_of, PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in), total_in)
+        for action in handle(session, UsageReported(reported, usage.model_context_window)):
+            if isinstance(action, Learn):
+                self.calls.learn(session, action.event)
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:

@@ -19,7 +19,7 @@ from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.state import AdditionSent, ThreadSession, TurnState, addition_digest
+from ..session.state import ThreadSession, TurnState, addition_digest
 from ..thread import holdings, machine
 from ..thread.events import (
     Assemble,
@@ -33,6 +33,8 @@ from ..thread.events import (
     JoinAnswered,
     Learn,
     OwnTurnStarted,
+    RebuildUnavailable,
+    Rebuilt,
     ThreadAction,
     ThreadIdle,
     TurnAnswered,
@@ -361,8 +363,6 @@ class TurnAssembly:
             if planned is None:
                 return None
             messages, placement = planned, "additional_context"
-            if state.rebuilt:
-                self.calls.learn(session, AdditionSent(None))  # the revert took the turn that carried it
         else:
             holdings.untracked_projection(session)  # a per-turn projection sits in history untracked
         addition = result.system_prompt_addition or None
@@ -474,10 +474,11 @@ class TurnAssembly:
         if plan.action == "nothing":
             return []
         if not await self.rebuilder.rebuild(session):
-            state.rebuild_unavailable()
+            handle(session, RebuildUnavailable(state))
             return None
-        state.mark_rebuilt()
-        holdings.rebuilt(session)
+        for action in handle(session, Rebuilt(state)):
+            if isinstance(action, Learn):
+                self.calls.learn(session, action.event)  # the revert took the turn that carried the addition
         self.spares.engine_rebuilds = True
         log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
         return result.messages

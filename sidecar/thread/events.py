@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
-    from engines import AgentMessage
+    from engines import AgentMessage, PromptCacheInfo, Usage
 
     from .files import Injection
     from .learned import LearnedEvent
@@ -86,6 +86,27 @@ class JoinAnswered(ThreadEvent, frozen=True):
 
 class ThreadIdle(ThreadEvent, frozen=True):
     """``thread/status/changed`` to idle, notLoaded or systemError."""
+
+
+class Rebuilt(ThreadEvent, frozen=True):
+    """The held turn's plan said rebuild, and the rebuild went through."""
+
+    turn: TurnState
+
+
+class RebuildUnavailable(ThreadEvent, frozen=True):
+    """The held turn's plan said rebuild, and the thread could not be rebuilt."""
+
+    turn: TurnState
+
+
+class UsageReported(ThreadEvent, frozen=True):
+    """``thread/tokenUsage/updated``: the last request's usage (None: not
+    given) with its prompt cache and input tokens (cached included), and the
+    window if Codex says it."""
+
+    last: tuple[Usage, PromptCacheInfo, int] | None
+    window: int | None
 
 
 # ------------------------------------------------------------------ events: a turn's end

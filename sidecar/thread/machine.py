@@ -41,6 +41,8 @@ from .events import (
     MarkerWritten,
     MarkFinalized,
     OwnTurnStarted,
+    RebuildUnavailable,
+    Rebuilt,
     RecordInjection,
     ReplayAnswered,
     ReplayMissed,
@@ -54,13 +56,14 @@ from .events import (
     TurnMirroring,
     TurnOverInCodex,
     TurnsReverted,
+    UsageReported,
     WantSpare,
     WriteFraming,
     WriteInspect,
     WriteLedger,
 )
 from .files import Injection
-from .learned import AdditionSent, addition_digest
+from .learned import AdditionSent, WindowReported, addition_digest
 from .planner import fingerprints
 
 if TYPE_CHECKING:
@@ -143,6 +146,28 @@ def join_answered(session: ThreadSession, event: JoinAnswered) -> list[ThreadAct
 def idle(session: ThreadSession, event: ThreadIdle) -> list[ThreadAction]:
     """No turn runs on the thread: a turn Codex accepted and did not complete is over."""
     return [TurnOverInCodex()] if session.codex_idle() else []
+
+
+def turn_rebuilt(session: ThreadSession, event: Rebuilt) -> list[ThreadAction]:
+    """The thread was rebuilt for the turn: it holds the framing and, once
+    the turn is accepted, the projection. The addition went with the turns
+    the rebuild took out: it is sent again."""
+    event.turn.mark_rebuilt()
+    holdings.rebuilt(session)
+    return [Learn(AdditionSent(None))]
+
+
+def rebuild_unavailable(session: ThreadSession, event: RebuildUnavailable) -> list[ThreadAction]:
+    """No rebuild: the client's own request goes, and nothing is tracked."""
+    event.turn.rebuild_unavailable()
+    return []
+
+
+def usage_known(session: ThreadSession, event: UsageReported) -> list[ThreadAction]:
+    """What the last request cost; a window Codex names is learned (journaled)."""
+    if event.last is not None:
+        opening.usage_reported(session, *event.last)
+    return [] if event.window is None else [Learn(WindowReported(event.window))]
 
 
 # ------------------------------------------------------------------ a turn's end
@@ -358,6 +383,9 @@ RULES: dict[type[ThreadEvent], Rule] = {
     TurnAnswered: answered,
     JoinAnswered: join_answered,
     ThreadIdle: idle,
+    Rebuilt: turn_rebuilt,
+    RebuildUnavailable: rebuild_unavailable,
+    UsageReported: usage_known,
     ItemCompleted: item_completed,
     TurnCompleted: completed,
     FinalizeStarted: finalize_started,

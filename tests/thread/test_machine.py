@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engines import AssistantMessage, TextBlock, UserMessage
+from engines import AssistantMessage, PromptCacheInfo, TextBlock, Usage, UserMessage
 from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
 from sidecar.thread import events
 from sidecar.thread.events import (
@@ -44,6 +44,8 @@ from sidecar.thread.events import (
     MarkerWritten,
     MarkFinalized,
     OwnTurnStarted,
+    RebuildUnavailable,
+    Rebuilt,
     RecordInjection,
     ReplayAnswered,
     ReplayMissed,
@@ -61,6 +63,7 @@ from sidecar.thread.events import (
     TurnReleased,
     TurnRequested,
     TurnsReverted,
+    UsageReported,
     WaitReverts,
     WantSpare,
     WriteFraming,
@@ -68,7 +71,7 @@ from sidecar.thread.events import (
     WriteLedger,
 )
 from sidecar.thread.files import Injection
-from sidecar.thread.learned import AdditionSent, addition_digest
+from sidecar.thread.learned import AdditionSent, WindowReported, addition_digest
 from sidecar.thread.machine import finalized_key
 from sidecar.thread.planner import fingerprint
 from sidecar.thread.state import RULES, handle
@@ -208,6 +211,28 @@ def test_an_idle_thread_ends_the_turn_codex_accepted_once() -> None:
     assert handle(session, ThreadIdle()) == [TurnOverInCodex()]
     assert handle(session, ThreadIdle()) == []
     assert handle(session, TurnRequested()) == [Gate(), Hold(gated=True)]
+
+
+def test_a_rebuild_for_the_turn_counts_it_and_sends_the_addition_again() -> None:
+    session = holding(thread(force_rebuild=True, rebuilds=1), state := turn())
+    assert handle(session, Rebuilt(state)) == [Learn(AdditionSent(None))]
+    assert (state.rebuilt, session.rebuilds, session.force_rebuild) == (True, 2, False)
+
+
+def test_a_rebuild_that_cannot_be_made_forwards_the_client_s_request_untracked() -> None:
+    session = holding(thread(), state := turn(held_plan=["a"], epoch_pending="e"))
+    assert handle(session, RebuildUnavailable(state)) == []
+    assert (state.held_plan, state.epoch_pending, state.fallback_reason) == (None, None, "rebuild-unavailable")
+
+
+def test_reported_usage_is_kept_and_a_window_codex_names_is_journaled() -> None:
+    session = thread()
+    usage = Usage(input=3, output=2, cache_read=5, cache_write=0, total_tokens=10)
+    cache = PromptCacheInfo(cached_input_tokens=5, input_tokens=8)
+    assert handle(session, UsageReported((usage, cache, 8), None)) == []
+    assert (session.last_usage, session.prompt_cache, session.current_token_count) == (usage, cache, 8)
+    assert handle(session, UsageReported(None, 200_000)) == [Learn(WindowReported(200_000))]
+    assert session.last_usage == usage
 
 
 # ------------------------------------------------------------------ a turn's end
