@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from engines import AgentMessage, PromptCacheInfo, Usage
 
     from .files import Injection
+    from .holdings import Holdings
     from .learned import LearnedEvent
     from .state import TurnState
 
@@ -98,6 +99,35 @@ class RebuildUnavailable(ThreadEvent, frozen=True):
     """The held turn's plan said rebuild, and the thread could not be rebuilt."""
 
     turn: TurnState
+
+
+class RebuildAtFraming(ThreadEvent, frozen=True):
+    """A rebuild found no turn in the Codex thread: it holds its framing only."""
+
+
+class FirstTurnLost(ThreadEvent, frozen=True):
+    """A rebuild's revert found the ledger's first turn gone from Codex (Codex is asked instead)."""
+
+
+class RevertRefused(ThreadEvent, frozen=True):
+    """Codex refused a rebuild's revert; ``unsupported``: it cannot revert this thread at all."""
+
+    unsupported: bool
+
+
+class ThreadMoved(ThreadEvent, frozen=True):
+    """A rebuild moved the thread: reverted it (Codex answered in ``revert_ms``) or ``switched`` it."""
+
+    revert_ms: float
+    switched: bool
+
+
+class SwitchRolledBack(ThreadEvent, frozen=True):
+    """Codex never accepted a switch onto a fresh backing thread: back on the thread before it."""
+
+
+class NothingMoved(ThreadEvent, frozen=True):
+    """No rebuild strategy moved the thread: the ledger stands as before its marker."""
 
 
 class UsageReported(ThreadEvent, frozen=True):
@@ -345,6 +375,12 @@ class SkipMaintenance(ThreadAction, frozen=True):
 
 class WantSpare(ThreadAction, frozen=True):
     """The thread is free again: a spare thread may be prepared."""
+
+
+class ResetLedger(ThreadAction, frozen=True):
+    """Write the ledger's journal afresh with what the Codex thread holds."""
+
+    holdings: Holdings
 
 
 class RecordInjection(ThreadAction, frozen=True):

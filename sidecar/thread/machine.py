@@ -26,6 +26,7 @@ from .events import (
     Finalize,
     FinalizeEnded,
     FinalizeStarted,
+    FirstTurnLost,
     ForwardFailed,
     GiveUpRevert,
     InjectionReady,
@@ -40,16 +41,22 @@ from .events import (
     MarkerPending,
     MarkerWritten,
     MarkFinalized,
+    NothingMoved,
     OwnTurnStarted,
+    RebuildAtFraming,
     RebuildUnavailable,
     Rebuilt,
     RecordInjection,
     ReplayAnswered,
     ReplayMissed,
     ReplayWanted,
+    ResetLedger,
+    RevertRefused,
     SendInjections,
     SkipMaintenance,
+    SwitchRolledBack,
     ThreadIdle,
+    ThreadMoved,
     TurnAnswered,
     TurnCompleted,
     TurnIngested,
@@ -161,6 +168,39 @@ def rebuild_unavailable(session: ThreadSession, event: RebuildUnavailable) -> li
     """No rebuild: the client's own request goes, and nothing is tracked."""
     event.turn.rebuild_unavailable()
     return []
+
+
+def framing_found(session: ThreadSession, event: RebuildAtFraming) -> list[ThreadAction]:
+    holdings.at_framing(session)
+    return []
+
+
+def first_turn_lost(session: ThreadSession, event: FirstTurnLost) -> list[ThreadAction]:
+    holdings.first_turn_unknown(session)
+    return []
+
+
+def revert_refused(session: ThreadSession, event: RevertRefused) -> list[ThreadAction]:
+    """A revert Codex cannot do for this thread (its history is not paginated) is never tried again."""
+    if event.unsupported:
+        holdings.revert_unsupported(session)
+    return []
+
+
+def thread_moved(session: ThreadSession, event: ThreadMoved) -> list[ThreadAction]:
+    holdings.moved(session, event.revert_ms, switched=event.switched)
+    return []
+
+
+def switch_rolled_back(session: ThreadSession, event: SwitchRolledBack) -> list[ThreadAction]:
+    """What the thread holds is not known: the next turn rebuilds."""
+    holdings.unknown(session)
+    return []
+
+
+def nothing_moved(session: ThreadSession, event: NothingMoved) -> list[ThreadAction]:
+    """The rebuild's marker is undone: the ledger is written as the thread still holds it."""
+    return [] if session.ledger is None else [ResetLedger(holdings.holdings(session))]
 
 
 def usage_known(session: ThreadSession, event: UsageReported) -> list[ThreadAction]:
@@ -386,6 +426,12 @@ RULES: dict[type[ThreadEvent], Rule] = {
     Rebuilt: turn_rebuilt,
     RebuildUnavailable: rebuild_unavailable,
     UsageReported: usage_known,
+    RebuildAtFraming: framing_found,
+    FirstTurnLost: first_turn_lost,
+    RevertRefused: revert_refused,
+    ThreadMoved: thread_moved,
+    SwitchRolledBack: switch_rolled_back,
+    NothingMoved: nothing_moved,
     ItemCompleted: item_completed,
     TurnCompleted: completed,
     FinalizeStarted: finalize_started,

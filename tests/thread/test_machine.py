@@ -25,6 +25,7 @@ from sidecar.thread.events import (
     Finalize,
     FinalizeEnded,
     FinalizeStarted,
+    FirstTurnLost,
     ForwardFailed,
     ForwardOriginal,
     ForwardParams,
@@ -43,17 +44,23 @@ from sidecar.thread.events import (
     MarkerPending,
     MarkerWritten,
     MarkFinalized,
+    NothingMoved,
     OwnTurnStarted,
+    RebuildAtFraming,
     RebuildUnavailable,
     Rebuilt,
     RecordInjection,
     ReplayAnswered,
     ReplayMissed,
     ReplayWanted,
+    ResetLedger,
+    RevertRefused,
     SendInjections,
     SkipMaintenance,
+    SwitchRolledBack,
     ThreadEvent,
     ThreadIdle,
+    ThreadMoved,
     TurnAnswered,
     TurnCompleted,
     TurnHeld,
@@ -71,6 +78,7 @@ from sidecar.thread.events import (
     WriteLedger,
 )
 from sidecar.thread.files import Injection
+from sidecar.thread.holdings import holdings
 from sidecar.thread.learned import AdditionSent, WindowReported, addition_digest
 from sidecar.thread.machine import finalized_key
 from sidecar.thread.planner import fingerprint
@@ -233,6 +241,45 @@ def test_reported_usage_is_kept_and_a_window_codex_names_is_journaled() -> None:
     assert (session.last_usage, session.prompt_cache, session.current_token_count) == (usage, cache, 8)
     assert handle(session, UsageReported(None, 200_000)) == [Learn(WindowReported(200_000))]
     assert session.last_usage == usage
+
+
+def test_a_rebuild_that_finds_only_the_framing_counts_no_turn_since() -> None:
+    session = thread(turns_since_rebuild=None)
+    assert handle(session, RebuildAtFraming()) == []
+    assert session.turns_since_rebuild == []
+
+
+def test_a_revert_that_finds_the_ledger_s_first_turn_gone_asks_codex_next_time() -> None:
+    session = thread(turns_since_rebuild=["t1"])
+    handle(session, FirstTurnLost())
+    assert session.turns_since_rebuild is None
+
+
+def test_a_revert_codex_cannot_do_on_this_thread_is_not_tried_again_and_a_plain_refusal_is() -> None:
+    session = thread()
+    handle(session, RevertRefused(unsupported=False))
+    assert session.revert_unsupported is False
+    handle(session, RevertRefused(unsupported=True))
+    assert session.revert_unsupported is True
+
+
+def test_a_moved_thread_holds_no_archived_turn_and_its_turn_notes_how() -> None:
+    session = holding(thread(live_turns=["t1"], turns_since_rebuild=["t1"]), state := turn())
+    assert handle(session, ThreadMoved(12.5, switched=True)) == []
+    assert (session.live_turns, session.turns_since_rebuild, state.switched, state.revert_ms) == ([], [], True, 12.5)
+
+
+def test_a_switch_codex_never_accepted_leaves_what_the_thread_holds_unknown() -> None:
+    session = thread(held=["a"], turns_since_rebuild=["t1"])
+    handle(session, SwitchRolledBack())
+    assert (session.held, session.force_rebuild, session.turns_since_rebuild) == (None, True, None)
+
+
+def test_a_rebuild_that_moved_nothing_writes_the_ledger_as_the_thread_still_holds_it() -> None:
+    assert handle(thread(), NothingMoved()) == []  # no ledger
+    session = thread(held=["a"], sizes={"a": 1}, turns_since_rebuild=["t1"], rebuilds=1, ledger=Handle())
+    [reset] = handle(session, NothingMoved())
+    assert isinstance(reset, ResetLedger) and reset.holdings == holdings(session)
 
 
 # ------------------------------------------------------------------ a turn's end
