@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import trio
 
-from engines import AgentMessage, AssembleParams
+from engines import AssembleParams
 from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
@@ -20,11 +20,12 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, TurnState, addition_digest
-from ..thread import holdings, machine
+from ..thread import machine
 from ..thread.events import (
+    AlreadyProjected,
     Assemble,
-    AssemblyFailed,
     ConfirmSpare,
+    ExpectRebuilds,
     ForwardFailed,
     ForwardParams,
     Gate,
@@ -33,18 +34,23 @@ from ..thread.events import (
     JoinAnswered,
     Learn,
     OwnTurnStarted,
+    ProjectTail,
+    ProjectWhole,
+    Rebuild,
     RebuildUnavailable,
     Rebuilt,
     ThreadAction,
     ThreadIdle,
     TurnAnswered,
+    TurnAssembled,
+    TurnFellBack,
     TurnHeld,
     TurnOverInCodex,
     TurnReleased,
     TurnRequested,
     WaitReverts,
 )
-from ..thread.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
+from ..thread.planner import Slack, message_chars
 from ..thread.state import handle
 from .calls import EngineCalls
 from .context import HistoryMoves
@@ -163,7 +169,7 @@ class Turns:
                         await self.assembly.follow_revert(session)
                         edited = await self.assembly.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
         except Exception as exc:  # fail open, whatever happened
-            handle(session, AssemblyFailed(state, type(exc).__name__))
+            handle(session, TurnFellBack(state, type(exc).__name__))
             log.warning(
                 "context engine assembly failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
@@ -281,7 +287,7 @@ class TurnAssembly:
         forward the client's request as it is). ``params`` is not modified."""
         items = state.original_input or []
         if session.mirror is None:
-            state.fell_back("no-mirror")
+            handle(session, TurnFellBack(state, "no-mirror"))
             return None
         stripped: list[Any] | None = None
         # A new thread's first turn may name its session (a continuity
@@ -291,8 +297,7 @@ class TurnAssembly:
         if already_projected(items):
             state.context_carried(await self._openclaw_context(session, items))
             if state.openclaw_context == "engine":
-                state.fell_back("already-projected")
-                if session.warn_double_projection():
+                if handle(session, AlreadyProjected(state)):  # WarnDoubleProjection
                     log.warning(
                         "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
                         "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
@@ -311,7 +316,7 @@ class TurnAssembly:
             if stripped is None or not history:
                 # Nothing of the session is known here (or the block cannot be
                 # cut): OpenClaw's rendering is the model's only copy of it.
-                state.fell_back("openclaw-continuity-kept")
+                handle(session, TurnFellBack(state, "openclaw-continuity-kept"))
                 log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
                          extra={"fields": self.calls.fields(session, historyMessages=len(history))})
                 return None
@@ -341,11 +346,11 @@ class TurnAssembly:
                 ),
             )
         except trio.TooSlowError:
-            state.fell_back("assemble-deadline")
+            handle(session, TurnFellBack(state, "assemble-deadline"))
             log.warning("context engine assemble exceeded its deadline; forwarding the original request", extra={"fields": self.calls.fields(session)})
             return None
         except Exception as exc:
-            state.fell_back("assemble-error")
+            handle(session, TurnFellBack(state, "assemble-error"))
             log.warning(
                 "context engine assemble failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
@@ -355,16 +360,24 @@ class TurnAssembly:
         mode, epoch = self._mode_for(result)
         # The newest roles only: an inspection record costs the same late as early.
         roles = [[m.role, message_chars(m)] for m in result.messages[-INSPECT_MESSAGES:]]
-        state.note_assembly(count=len(result.messages), tokens=result.estimated_tokens, budget=budget, roles=roles, mode=mode, epoch=epoch)
+        cp = result.context_projection
+        assembled = TurnAssembled(state, result.messages, result.estimated_tokens, budget, roles, mode, epoch,
+                                  engine_epochs=cp is not None and getattr(cp, "epoch", None) is not None, history=history,
+                                  slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, budget))
         messages = result.messages
         placement: Literal["input", "additional_context"] = "input"
-        if mode in ("delta", "epoch"):
-            planned = await self._plan(session, state, result, history, mode, epoch)
-            if planned is None:
-                return None
-            messages, placement = planned, "additional_context"
-        else:
-            holdings.untracked_projection(session)  # a per-turn projection sits in history untracked
+        for action in handle(session, assembled):
+            match action:
+                case ExpectRebuilds():  # the engine manages epochs, or dropped held content: rebuilds will come
+                    self.spares.engine_rebuilds = True
+                case ProjectWhole():  # per_turn: into the input, trimmed to the budget
+                    messages, placement = result.messages, "input"
+                case ProjectTail(start):
+                    messages, placement = result.messages[start:], "additional_context"
+                case Rebuild():
+                    if not await self._rebuild(session, state, mode, len(result.messages)):
+                        return None
+                    placement = "additional_context"
         addition = result.system_prompt_addition or None
         if addition is not None and addition_digest(addition) == self.calls.facts(session).addition:
             addition = None  # already in the thread's history, unchanged (sent by this process or an earlier one)
@@ -441,47 +454,17 @@ class TurnAssembly:
             mode = "delta"  # no epoch to follow: project what the thread lacks
         return mode, epoch
 
-    async def _plan(
-        self, session: ThreadSession, state: TurnState, result: Any, history: list[AgentMessage], mode: str, epoch: str | None
-    ) -> list[AgentMessage] | None:
-        """What to project so that the model sees the engine's assembly
-        (delta and epoch modes): the planner decides, this carries it out.
-        Returns None to forward the original request (no rebuild possible)."""
-        fps = fingerprints(session.sizes, result.messages, session.fingerprints)
-        held = session.held if session.held is not None else fingerprints(session.sizes, history, session.fingerprints)
-        if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
-            self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
-        plan = plan_turn(
-            ThreadHoldings(
-                held=held,
-                sizes=session.sizes,
-                force_rebuild=session.force_rebuild,
-                projected_epoch=session.projected_epoch,
-                has_turns=bool(session.turns_since_rebuild),
-            ),
-            fps,
-            mode="epoch" if mode == "epoch" else "delta",
-            epoch=epoch,
-            estimated_tokens=result.estimated_tokens,
-            history_empty=not history,
-            slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, state.budget),
-        )
-        state.note_plan(list(plan.held_after), plan.epoch_pending, plan.stale if plan.action == "tail" else None)
-        if plan.action == "tail":
-            if plan.drops_content:
-                self.spares.engine_rebuilds = True  # it drops content: a rebuild will come
-            return result.messages[plan.tail_from :]
-        if plan.action == "nothing":
-            return []
+    async def _rebuild(self, session: ThreadSession, state: TurnState, mode: str, count: int) -> bool:
+        """The plan said rebuild: the thread goes back to its framing (False: it could not)."""
         if not await self.rebuilder.rebuild(session):
             handle(session, RebuildUnavailable(state))
-            return None
+            return False
         for action in handle(session, Rebuilt(state)):
             if isinstance(action, Learn):
                 self.calls.learn(session, action.event)  # the revert took the turn that carried the addition
         self.spares.engine_rebuilds = True
-        log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
-        return result.messages
+        log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=count)})
+        return True
 
 
 def turn_trigger(params: dict[str, Any]) -> str | None:

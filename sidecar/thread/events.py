@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .files import Injection
     from .holdings import Holdings
     from .learned import LearnedEvent
+    from .planner import Slack
     from .state import TurnState
 
 
@@ -49,11 +50,37 @@ class TurnHeld(ThreadEvent, frozen=True):
     """The client's later requests on the thread already wait behind it."""
 
 
-class AssemblyFailed(ThreadEvent, frozen=True):
-    """Assembling the held turn raised: the client's own request goes (fail open)."""
+class TurnFellBack(ThreadEvent, frozen=True):
+    """The held turn sends the client's own request (fail open), for ``reason``
+    (no mirror, OpenClaw's continuity kept, the engine past its deadline or
+    failing, anything raised while assembling)."""
 
     turn: TurnState
     reason: str
+
+
+class AlreadyProjected(ThreadEvent, frozen=True):
+    """The held turn's input carries OpenClaw's own engine's assembled context: passed as it is."""
+
+    turn: TurnState
+
+
+class TurnAssembled(ThreadEvent, frozen=True):
+    """The engine assembled the held turn's context: what to project is planned from the ledger."""
+
+    turn: TurnState
+    messages: list[AgentMessage]
+    estimated_tokens: int | None
+    budget: int
+    roles: list[list[Any]]
+    """The newest assembled messages' role and size (the inspection record's)."""
+    mode: str
+    """``per_turn``, ``delta`` or ``epoch`` (``auto`` resolved)."""
+    epoch: str | None
+    engine_epochs: bool
+    """The engine manages projection epochs (rebuilds will come)."""
+    history: list[AgentMessage]
+    slack: Slack
 
 
 class TurnReleased(ThreadEvent, frozen=True):
@@ -272,6 +299,29 @@ class WaitReverts(ThreadAction, frozen=True):
 
 class Assemble(ThreadAction, frozen=True):
     """Follow a pending client revert, then assemble and project the turn."""
+
+
+class WarnDoubleProjection(ThreadAction, frozen=True):
+    """OpenClaw's own context engine projects every turn too (warned once a thread)."""
+
+
+class ProjectWhole(ThreadAction, frozen=True):
+    """Project the whole assembly into the turn's input (``per_turn``, trimmed to the budget)."""
+
+
+class ProjectTail(ThreadAction, frozen=True):
+    """Project ``assembly[start:]`` in ``additionalContext``: what the Codex thread lacks."""
+
+    start: int
+
+
+class Rebuild(ThreadAction, frozen=True):
+    """Move the thread back to its framing, then project the whole assembly
+    (:class:`Rebuilt` or :class:`RebuildUnavailable` follows)."""
+
+
+class ExpectRebuilds(ThreadAction, frozen=True):
+    """The engine will make the thread rebuild (it manages epochs, or drops held content): keep a spare."""
 
 
 class ForwardOriginal(ThreadAction, frozen=True):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import holdings, opening
 from .events import (
     AlreadyFinalized,
-    AssemblyFailed,
+    AlreadyProjected,
     CodexCompacted,
     ConfirmSpare,
     DropInjections,
@@ -59,12 +59,14 @@ from .events import (
     ThreadMoved,
     TurnAnswered,
     TurnCompleted,
+    TurnFellBack,
     TurnIngested,
     TurnMirroring,
     TurnOverInCodex,
     TurnsReverted,
     UsageReported,
     WantSpare,
+    WarnDoubleProjection,
     WriteFraming,
     WriteInspect,
     WriteLedger,
@@ -88,9 +90,16 @@ def finalized_key(thread_id: str, turn_id: str) -> str:
 # ------------------------------------------------------------------ a turn answered
 
 
-def assembly_failed(session: ThreadSession, event: AssemblyFailed) -> list[ThreadAction]:
+def fell_back(session: ThreadSession, event: TurnFellBack) -> list[ThreadAction]:
     event.turn.fell_back(event.reason)
     return []
+
+
+def engine_context_passed(session: ThreadSession, event: AlreadyProjected) -> list[ThreadAction]:
+    """OpenClaw's own engine projected the input: it goes as it is, and the
+    client is told (once a thread) to leave context to one engine."""
+    event.turn.fell_back("already-projected")
+    return [WarnDoubleProjection()] if session.warn_double_projection() else []
 
 
 def forward_failed(session: ThreadSession, event: ForwardFailed) -> list[ThreadAction]:
@@ -418,7 +427,8 @@ def turns_reverted(session: ThreadSession, event: TurnsReverted) -> list[ThreadA
 
 
 RULES: dict[type[ThreadEvent], Rule] = {
-    AssemblyFailed: assembly_failed,
+    TurnFellBack: fell_back,
+    AlreadyProjected: engine_context_passed,
     ForwardFailed: forward_failed,
     TurnAnswered: answered,
     JoinAnswered: join_answered,

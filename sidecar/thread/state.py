@@ -27,8 +27,26 @@ import msgspec
 
 from engines import AgentMessage, PromptCacheInfo, Usage
 
-from . import machine
-from .events import Assemble, ForwardOriginal, ForwardParams, Gate, Hold, Join, ThreadAction, ThreadEvent, TurnHeld, TurnReleased, TurnRequested, WaitReverts
+from . import holdings, machine
+from .events import (
+    Assemble,
+    ExpectRebuilds,
+    ForwardOriginal,
+    ForwardParams,
+    Gate,
+    Hold,
+    Join,
+    ProjectTail,
+    ProjectWhole,
+    Rebuild,
+    ThreadAction,
+    ThreadEvent,
+    TurnAssembled,
+    TurnHeld,
+    TurnReleased,
+    TurnRequested,
+    WaitReverts,
+)
 from .learned import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_TOKEN_RESERVE,
@@ -47,7 +65,7 @@ from .learned import (
     ToolsGiven,
     WindowReported,
 )
-from .planner import FingerprintCache
+from .planner import FingerprintCache, ThreadHoldings, fingerprints, plan_turn
 
 if TYPE_CHECKING:
     import trio
@@ -504,6 +522,29 @@ def turn_held(session: ThreadSession, event: TurnHeld) -> list[ThreadAction]:
     return actions
 
 
+def turn_assembled(session: ThreadSession, event: TurnAssembled) -> list[ThreadAction]:
+    """What of the engine's assembly the turn projects. ``per_turn``: all of
+    it, in the input (it then sits in the history untracked). ``delta`` and
+    ``epoch``: the planner decides from the ledger alone: the tail the
+    thread lacks, nothing, or a rebuild."""
+    state = event.turn
+    state.note_assembly(count=len(event.messages), tokens=event.estimated_tokens, budget=event.budget, roles=event.roles, mode=event.mode, epoch=event.epoch)
+    if event.mode not in ("delta", "epoch"):
+        holdings.untracked_projection(session)
+        return [ProjectWhole()]
+    fps = fingerprints(session.sizes, event.messages, session.fingerprints)
+    held = session.held if session.held is not None else fingerprints(session.sizes, event.history, session.fingerprints)
+    thread = ThreadHoldings(held=held, sizes=session.sizes, force_rebuild=session.force_rebuild,
+                            projected_epoch=session.projected_epoch, has_turns=bool(session.turns_since_rebuild))
+    plan = plan_turn(thread, fps, mode="epoch" if event.mode == "epoch" else "delta", epoch=event.epoch,
+                     estimated_tokens=event.estimated_tokens, history_empty=not event.history, slack=event.slack)
+    state.note_plan(list(plan.held_after), plan.epoch_pending, plan.stale if plan.action == "tail" else None)
+    actions: list[ThreadAction] = [ExpectRebuilds()] if event.engine_epochs or plan.drops_content else []
+    if plan.action == "rebuild":
+        return [*actions, Rebuild()]
+    return [*actions, ProjectTail(plan.tail_from if plan.action == "tail" else len(event.messages))]
+
+
 def turn_released(session: ThreadSession, event: TurnReleased) -> list[ThreadAction]:
     """The turn leaves for Codex, projected or as the client sent it: from
     now a ``turn/start`` on the thread joins it."""
@@ -522,6 +563,7 @@ def turn_released(session: ThreadSession, event: TurnReleased) -> list[ThreadAct
 RULES: dict[type[ThreadEvent], Callable[[ThreadSession, Any], list[ThreadAction]]] = {
     TurnRequested: turn_requested,
     TurnHeld: turn_held,
+    TurnAssembled: turn_assembled,
     TurnReleased: turn_released,
     **machine.RULES,
 }

@@ -16,11 +16,12 @@ from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_sess
 from sidecar.thread import events
 from sidecar.thread.events import (
     AlreadyFinalized,
+    AlreadyProjected,
     Assemble,
-    AssemblyFailed,
     CodexCompacted,
     ConfirmSpare,
     DropInjections,
+    ExpectRebuilds,
     Finalising,
     Finalize,
     FinalizeEnded,
@@ -46,6 +47,9 @@ from sidecar.thread.events import (
     MarkFinalized,
     NothingMoved,
     OwnTurnStarted,
+    ProjectTail,
+    ProjectWhole,
+    Rebuild,
     RebuildAtFraming,
     RebuildUnavailable,
     Rebuilt,
@@ -62,7 +66,9 @@ from sidecar.thread.events import (
     ThreadIdle,
     ThreadMoved,
     TurnAnswered,
+    TurnAssembled,
     TurnCompleted,
+    TurnFellBack,
     TurnHeld,
     TurnIngested,
     TurnMirroring,
@@ -73,6 +79,7 @@ from sidecar.thread.events import (
     UsageReported,
     WaitReverts,
     WantSpare,
+    WarnDoubleProjection,
     WriteFraming,
     WriteInspect,
     WriteLedger,
@@ -81,7 +88,7 @@ from sidecar.thread.files import Injection
 from sidecar.thread.holdings import holdings
 from sidecar.thread.learned import AdditionSent, WindowReported, addition_digest
 from sidecar.thread.machine import finalized_key
-from sidecar.thread.planner import fingerprint
+from sidecar.thread.planner import Slack, fingerprint
 from sidecar.thread.state import RULES, handle
 
 
@@ -149,8 +156,47 @@ def test_a_held_turn_takes_the_slot_and_waits_for_the_client_s_unanswered_revert
 
 def test_a_failed_assembly_falls_back_to_the_client_s_request_for_its_reason() -> None:
     session = holding(thread(), state := turn())
-    assert handle(session, AssemblyFailed(state, "KeyError")) == []
+    assert handle(session, TurnFellBack(state, "KeyError")) == []
     assert state.fallback_reason == "KeyError"
+
+
+def test_a_turn_start_carrying_openclaw_s_own_engine_context_goes_as_it_is_with_a_warning_once_a_thread() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, AlreadyProjected(state)) == [WarnDoubleProjection()]
+    assert handle(session, AlreadyProjected(turn())) == []
+    assert state.fallback_reason == "already-projected"
+
+
+def assembled(state: TurnState, messages: list[Any], history: list[Any], mode: str = "delta", **more: Any) -> TurnAssembled:
+    return TurnAssembled(state, messages, more.pop("tokens", 100), 1000, [], mode, more.pop("epoch", None),
+                         engine_epochs=more.pop("engine_epochs", False), history=history, slack=Slack(token_budget=1000))
+
+
+def test_a_per_turn_assembly_is_projected_whole_and_sits_in_the_history_untracked() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, assembled(state, [UserMessage(content="a", timestamp=1)], [], mode="per_turn")) == [ProjectWhole()]
+    assert (state.assembled_count, state.mode, session.force_rebuild) == (1, "per_turn", True)
+
+
+def test_a_delta_assembly_projects_only_the_tail_the_thread_lacks() -> None:
+    history = [UserMessage(content="q0", timestamp=1)]
+    new = UserMessage(content="recalled", timestamp=2)
+    session = holding(thread(held=[fingerprint(history[0])], turns_since_rebuild=["t0"]), state := turn())
+    assert handle(session, assembled(state, [history[0], new], history)) == [ProjectTail(1)]
+    assert state.held_plan == [fingerprint(history[0]), fingerprint(new)]
+
+
+def test_an_assembly_that_no_longer_holds_what_the_thread_holds_rebuilds_and_an_engine_with_epochs_expects_rebuilds() -> None:
+    history = [UserMessage(content="q0 " * 5000, timestamp=1)]
+    session = holding(thread(held=[fingerprint(history[0])], turns_since_rebuild=["t0"]), state := turn())
+    summary = [UserMessage(content="summary", timestamp=2)]
+    assert handle(session, assembled(state, summary, history, engine_epochs=True)) == [ExpectRebuilds(), Rebuild()]
+    assert state.held_plan == [fingerprint(summary[0])]
+
+
+def test_an_empty_thread_and_an_empty_assembly_project_nothing() -> None:
+    session = holding(thread(held=[], turns_since_rebuild=[]), state := turn())
+    assert handle(session, assembled(state, [], [])) == [ProjectTail(0)]
 
 
 def test_a_released_turn_forwards_its_projection_and_is_the_thread_s_running_turn() -> None:
