@@ -22,11 +22,12 @@ from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, TurnState, addition_digest
 from ..thread import machine
 from ..thread.events import (
-    AlreadyProjected,
     Assemble,
     ConfirmSpare,
+    ContextFound,
     ExpectRebuilds,
     ForwardFailed,
+    ForwardOriginal,
     ForwardParams,
     Gate,
     Hold,
@@ -34,6 +35,7 @@ from ..thread.events import (
     JoinAnswered,
     Learn,
     OwnTurnStarted,
+    ProjectionFailed,
     ProjectTail,
     ProjectWhole,
     Rebuild,
@@ -49,6 +51,7 @@ from ..thread.events import (
     TurnReleased,
     TurnRequested,
     WaitReverts,
+    WarnDoubleProjection,
 )
 from ..thread.planner import Slack, message_chars
 from ..thread.state import handle
@@ -295,16 +298,17 @@ class TurnAssembly:
         if session.fresh:
             await self.sessions_job.first_turn(session, items)
         if already_projected(items):
-            state.context_carried(await self._openclaw_context(session, items))
-            if state.openclaw_context == "engine":
-                if handle(session, AlreadyProjected(state)):  # WarnDoubleProjection
-                    log.warning(
-                        "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
-                        "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
-                        "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
-                        extra={"fields": self.calls.fields(session)},
-                    )
-                return None
+            for action in handle(session, ContextFound(state, await self._openclaw_context(session, items))):
+                match action:
+                    case WarnDoubleProjection():
+                        log.warning(
+                            "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
+                            "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
+                            "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
+                            extra={"fields": self.calls.fields(session)},
+                        )
+                    case ForwardOriginal():
+                        return None
             # OpenClaw's continuity: its transcript rendered once into a new
             # (or stale) thread.
             stripped = continuity.strip_block(items)
@@ -393,7 +397,7 @@ class TurnAssembly:
                 placement=placement,
             )
         except ProjectionError as exc:
-            state.projection_failed(f"projection-{exc.reason}")
+            handle(session, ProjectionFailed(state, f"projection-{exc.reason}"))
             log.warning("projection failed; forwarding the original request", extra={"fields": self.calls.fields(session, reason=exc.reason)})
             return None
         # What this turn adds to the model's input, wherever it travels: the

@@ -59,10 +59,21 @@ class TurnFellBack(ThreadEvent, frozen=True):
     reason: str
 
 
-class AlreadyProjected(ThreadEvent, frozen=True):
-    """The held turn's input carries OpenClaw's own engine's assembled context: passed as it is."""
+class ContextFound(ThreadEvent, frozen=True):
+    """The held turn's input carries an assembled context of OpenClaw's own
+    (``sidecar.session.continuity.classify``): ``continuity`` (its one-off
+    rendering, replaced by the engine's) or ``engine`` (its own engine
+    projecting every turn: passed as it is); None: neither."""
 
     turn: TurnState
+    whose: str | None
+
+
+class ProjectionFailed(ThreadEvent, frozen=True):
+    """The assembly could not be rendered into the ``turn/start`` (the client's own request goes)."""
+
+    turn: TurnState
+    reason: str
 
 
 class TurnAssembled(ThreadEvent, frozen=True):

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from . import holdings, opening
 from .events import (
     AlreadyFinalized,
-    AlreadyProjected,
     CodexCompacted,
     ConfirmSpare,
+    ContextFound,
     DropInjections,
     Finalising,
     Finalize,
@@ -28,6 +28,7 @@ from .events import (
     FinalizeStarted,
     FirstTurnLost,
     ForwardFailed,
+    ForwardOriginal,
     GiveUpRevert,
     InjectionReady,
     InjectionsLoaded,
@@ -43,6 +44,7 @@ from .events import (
     MarkFinalized,
     NothingMoved,
     OwnTurnStarted,
+    ProjectionFailed,
     RebuildAtFraming,
     RebuildUnavailable,
     Rebuilt,
@@ -95,11 +97,21 @@ def fell_back(session: ThreadSession, event: TurnFellBack) -> list[ThreadAction]
     return []
 
 
-def engine_context_passed(session: ThreadSession, event: AlreadyProjected) -> list[ThreadAction]:
+def context_found(session: ThreadSession, event: ContextFound) -> list[ThreadAction]:
     """OpenClaw's own engine projected the input: it goes as it is, and the
-    client is told (once a thread) to leave context to one engine."""
+    client is told (once a thread) to leave context to one engine.
+    OpenClaw's continuity: the job cuts it and the engine assembles."""
+    event.turn.context_carried(event.whose)
+    if event.whose != "engine":
+        return []
     event.turn.fell_back("already-projected")
-    return [WarnDoubleProjection()] if session.warn_double_projection() else []
+    return [WarnDoubleProjection(), ForwardOriginal()] if session.warn_double_projection() else [ForwardOriginal()]
+
+
+def projection_failed(session: ThreadSession, event: ProjectionFailed) -> list[ThreadAction]:
+    """Nothing was projected after all (after a rebuild: the thread holds only its framing)."""
+    event.turn.projection_failed(event.reason)
+    return []
 
 
 def forward_failed(session: ThreadSession, event: ForwardFailed) -> list[ThreadAction]:
@@ -428,7 +440,8 @@ def turns_reverted(session: ThreadSession, event: TurnsReverted) -> list[ThreadA
 
 RULES: dict[type[ThreadEvent], Rule] = {
     TurnFellBack: fell_back,
-    AlreadyProjected: engine_context_passed,
+    ContextFound: context_found,
+    ProjectionFailed: projection_failed,
     ForwardFailed: forward_failed,
     TurnAnswered: answered,
     JoinAnswered: join_answered,

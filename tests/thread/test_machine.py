@@ -16,10 +16,10 @@ from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_sess
 from sidecar.thread import events
 from sidecar.thread.events import (
     AlreadyFinalized,
-    AlreadyProjected,
     Assemble,
     CodexCompacted,
     ConfirmSpare,
+    ContextFound,
     DropInjections,
     ExpectRebuilds,
     Finalising,
@@ -47,6 +47,7 @@ from sidecar.thread.events import (
     MarkFinalized,
     NothingMoved,
     OwnTurnStarted,
+    ProjectionFailed,
     ProjectTail,
     ProjectWhole,
     Rebuild,
@@ -162,9 +163,21 @@ def test_a_failed_assembly_falls_back_to_the_client_s_request_for_its_reason() -
 
 def test_a_turn_start_carrying_openclaw_s_own_engine_context_goes_as_it_is_with_a_warning_once_a_thread() -> None:
     session = holding(thread(), state := turn())
-    assert handle(session, AlreadyProjected(state)) == [WarnDoubleProjection()]
-    assert handle(session, AlreadyProjected(turn())) == []
-    assert state.fallback_reason == "already-projected"
+    assert handle(session, ContextFound(state, "engine")) == [WarnDoubleProjection(), ForwardOriginal()]
+    assert handle(session, ContextFound(turn(), "engine")) == [ForwardOriginal()]
+    assert (state.openclaw_context, state.fallback_reason) == ("engine", "already-projected")
+
+
+def test_openclaw_s_continuity_in_a_turn_start_is_left_to_the_engine_to_replace() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, ContextFound(state, "continuity")) == []
+    assert (state.openclaw_context, state.fallback_reason) == ("continuity", None)
+
+
+def test_a_projection_that_cannot_be_rendered_after_a_rebuild_leaves_the_thread_holding_nothing_projected() -> None:
+    session = holding(thread(), state := turn(rebuilt=True, held_plan=["a"]))
+    assert handle(session, ProjectionFailed(state, "projection-too-large")) == []
+    assert (state.held_plan, state.fallback_reason) == ([], "projection-too-large")
 
 
 def assembled(state: TurnState, messages: list[Any], history: list[Any], mode: str = "delta", **more: Any) -> TurnAssembled:
