@@ -20,6 +20,7 @@ from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
 from ..thread.events import (
     AlreadyFinalized,
+    CodexCompacted,
     Finalising,
     Finalize,
     FinalizeEnded,
@@ -70,7 +71,7 @@ class Finalizer:
         item, turn_id = note.item, note.turn_id
         if session is None or not isinstance(item, dict) or not isinstance(item.get("id"), str):
             return None
-        if handle(session, ItemCompleted(turn_id, item, note.completed_at_ms or item.get("completedAtMs"))):  # CodexCompacted
+        if CodexCompacted(turn_id) in handle(session, ItemCompleted(turn_id, item, note.completed_at_ms or item.get("completedAtMs"))):
             log.info(
                 "native Codex compaction in turn",
                 extra={"fields": self.calls.fields(session, turnId=turn_id, backend="codex-app-server", ownsCompaction=self.calls.owns_compaction)},
