@@ -22,6 +22,7 @@ from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, TurnState, addition_digest
 from ..thread import machine
 from ..thread.events import (
+    ApplyProjection,
     Assemble,
     ConfirmSpare,
     ContextFound,
@@ -48,6 +49,7 @@ from ..thread.events import (
     TurnFellBack,
     TurnHeld,
     TurnOverInCodex,
+    TurnProjected,
     TurnReleased,
     TurnRequested,
     WaitReverts,
@@ -417,15 +419,12 @@ class TurnAssembly:
                 )
             },
         )
-        state.note_render(rendered=projection.messages_rendered, dropped=projection.messages_dropped, context_chars=len(projection.text or ""),
-                      original_chars=original, sent_chars=sent)
-        if not changed:
-            return None if stripped is None else params
-        channels = ["turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]"] if projection.text else []
-        if addition is not None:
-            channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
-        state.note_projection(channels, result.system_prompt_addition if addition is not None else None, sent_text(projection))
-        return projection.apply(params)
+        projected = TurnProjected(state, projection.messages_rendered, projection.messages_dropped, len(projection.text or ""), original, sent,
+                                  changed=changed, placement=placement, has_context=bool(projection.text), addition=addition,
+                                  sent=sent_text(projection) if changed else None)
+        if ApplyProjection() in handle(session, projected):
+            return projection.apply(params)
+        return None if stripped is None else params
 
     async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);

@@ -94,6 +94,27 @@ class TurnAssembled(ThreadEvent, frozen=True):
     slack: Slack
 
 
+class TurnProjected(ThreadEvent, frozen=True):
+    """The assembly was rendered into the held turn's ``turn/start``."""
+
+    turn: TurnState
+    rendered: int
+    dropped: int
+    context_chars: int
+    original_chars: int
+    sent_chars: int
+    """What the turn adds to the model's input, before and after the projection."""
+    changed: bool
+    """The projection changed the request."""
+    placement: str
+    """``input`` or ``additional_context``."""
+    has_context: bool
+    addition: str | None
+    """The system prompt addition sent (None: none, or the thread holds it already)."""
+    sent: dict[str, str] | None
+    """The text the projection put in, bounded (the inspection record's)."""
+
+
 class TurnReleased(ThreadEvent, frozen=True):
     """The held turn is done assembling: ``edited`` params (None: the client's own) go to Codex."""
 
@@ -310,6 +331,10 @@ class WaitReverts(ThreadAction, frozen=True):
 
 class Assemble(ThreadAction, frozen=True):
     """Follow a pending client revert, then assemble and project the turn."""
+
+
+class ApplyProjection(ThreadAction, frozen=True):
+    """Put the projection into the ``turn/start``'s params (else the request goes as it came)."""
 
 
 class WarnDoubleProjection(ThreadAction, frozen=True):

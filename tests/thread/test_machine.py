@@ -16,6 +16,7 @@ from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_sess
 from sidecar.thread import events
 from sidecar.thread.events import (
     AlreadyFinalized,
+    ApplyProjection,
     Assemble,
     CodexCompacted,
     ConfirmSpare,
@@ -74,6 +75,7 @@ from sidecar.thread.events import (
     TurnIngested,
     TurnMirroring,
     TurnOverInCodex,
+    TurnProjected,
     TurnReleased,
     TurnRequested,
     TurnsReverted,
@@ -210,6 +212,27 @@ def test_an_assembly_that_no_longer_holds_what_the_thread_holds_rebuilds_and_an_
 def test_an_empty_thread_and_an_empty_assembly_project_nothing() -> None:
     session = holding(thread(held=[], turns_since_rebuild=[]), state := turn())
     assert handle(session, assembled(state, [], [])) == [ProjectTail(0)]
+
+
+def projected(state: TurnState, **more: Any) -> TurnProjected:
+    return TurnProjected(state, 3, 1, more.pop("context_chars", 10), 4, 14, changed=more.pop("changed", True), placement=more.pop("placement", "additional_context"),
+                         has_context=more.pop("has_context", True), addition=more.pop("addition", None), sent=more.pop("sent", {"input": "x"}))
+
+
+def test_a_projection_that_changed_the_request_goes_in_through_the_channels_it_used() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, projected(state, addition="be brief")) == [ApplyProjection()]
+    assert state.channels == ["turn/start.additionalContext[openclaw_context]", "turn/start.additionalContext[openclaw_system_prompt_addition]"]
+    assert (state.projected, state.addition_pending, state.rendered, state.sent_chars, state.sent_text) == (True, "be brief", 3, 14, {"input": "x"})
+    state = turn()
+    handle(session, projected(state, placement="input", has_context=True))
+    assert state.channels == ["turn/start.input"]
+
+
+def test_a_projection_that_changed_nothing_leaves_the_request_as_it_came_with_its_figures_noted() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, projected(state, changed=False)) == []
+    assert (state.projected, state.channels, state.rendered, state.dropped, state.original_chars) == (False, [], 3, 1, 4)
 
 
 def test_a_released_turn_forwards_its_projection_and_is_the_thread_s_running_turn() -> None:
