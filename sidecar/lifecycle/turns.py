@@ -26,16 +26,19 @@ from ..thread.events import (
     Assemble,
     ConfirmSpare,
     ContextFound,
+    ContinuityFound,
     ExpectRebuilds,
     ForwardFailed,
     ForwardOriginal,
     ForwardParams,
     Gate,
+    HistoryRead,
     Hold,
     Join,
     JoinAnswered,
     Learn,
     OwnTurnStarted,
+    ProjectFrom,
     ProjectionFailed,
     ProjectTail,
     ProjectWhole,
@@ -317,20 +320,18 @@ class TurnAssembly:
         history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
         if history is None:
             history = await trio.to_thread.run_sync(session.mirror.messages)
-        state.history_read(history)
+        handle(session, HistoryRead(state, history))
         if state.openclaw_context == "continuity":
-            if stripped is None or not history:
-                # Nothing of the session is known here (or the block cannot be
-                # cut): OpenClaw's rendering is the model's only copy of it.
-                handle(session, TurnFellBack(state, "openclaw-continuity-kept"))
-                log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
-                         extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-                return None
-            # The engine assembles and projects in its place: the model must not get both.
-            items = stripped
-            params = state.continuity_cut(params, stripped)  # a retry starts from here: no continuity to classify again
-            log.info("OpenClaw's continuity projection replaced by the engine's assembly",
-                     extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+            for action in handle(session, ContinuityFound(state, params, stripped, history_empty=not history)):
+                match action:
+                    case ForwardOriginal():
+                        log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
+                                 extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+                        return None
+                    case ProjectFrom(cut):  # a retry starts from here: no continuity to classify again
+                        items, params = cut["input"], cut
+                        log.info("OpenClaw's continuity projection replaced by the engine's assembly",
+                                 extra={"fields": self.calls.fields(session, historyMessages=len(history))})
         await self.calls.open_engine_session(session)
         runtime, budget, tools = self.calls.assemble_inputs(session, params)
         # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.

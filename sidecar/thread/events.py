@@ -76,6 +76,24 @@ class ProjectionFailed(ThreadEvent, frozen=True):
     reason: str
 
 
+class HistoryRead(ThreadEvent, frozen=True):
+    """The mirrored messages as the last turn left them (the held turn's own come after)."""
+
+    turn: TurnState
+    history: list[AgentMessage]
+
+
+class ContinuityFound(ThreadEvent, frozen=True):
+    """The held turn's input carries OpenClaw's continuity (its transcript
+    rendered once into a new or stale thread); ``stripped``: the input
+    without it (None: the block cannot be cut)."""
+
+    turn: TurnState
+    params: dict[str, Any]
+    stripped: list[Any] | None
+    history_empty: bool
+
+
 class TurnAssembled(ThreadEvent, frozen=True):
     """The engine assembled the held turn's context: what to project is planned from the ledger."""
 
@@ -339,6 +357,12 @@ class ApplyProjection(ThreadAction, frozen=True):
 
 class WarnDoubleProjection(ThreadAction, frozen=True):
     """OpenClaw's own context engine projects every turn too (warned once a thread)."""
+
+
+class ProjectFrom(ThreadAction, frozen=True):
+    """Assemble and project from these params (OpenClaw's continuity cut: a retry starts from them too)."""
+
+    params: dict[str, Any]
 
 
 class ProjectWhole(ThreadAction, frozen=True):

@@ -21,6 +21,7 @@ from .events import (
     CodexCompacted,
     ConfirmSpare,
     ContextFound,
+    ContinuityFound,
     DropInjections,
     Finalising,
     Finalize,
@@ -44,6 +45,7 @@ from .events import (
     MarkFinalized,
     NothingMoved,
     OwnTurnStarted,
+    ProjectFrom,
     ProjectionFailed,
     RebuildAtFraming,
     RebuildUnavailable,
@@ -106,6 +108,17 @@ def context_found(session: ThreadSession, event: ContextFound) -> list[ThreadAct
         return []
     event.turn.fell_back("already-projected")
     return [WarnDoubleProjection(), ForwardOriginal()] if session.warn_double_projection() else [ForwardOriginal()]
+
+
+def continuity_found(session: ThreadSession, event: ContinuityFound) -> list[ThreadAction]:
+    """OpenClaw's continuity: when nothing of the session is known here (or
+    the block cannot be cut), its rendering is the model's only copy of it
+    and goes as it is; else the engine assembles and projects in its place
+    (the model must not get both), from the input without it."""
+    if event.stripped is None or event.history_empty:
+        event.turn.fell_back("openclaw-continuity-kept")
+        return [ForwardOriginal()]
+    return [ProjectFrom(event.turn.continuity_cut(event.params, event.stripped))]
 
 
 def projection_failed(session: ThreadSession, event: ProjectionFailed) -> list[ThreadAction]:
@@ -441,6 +454,7 @@ def turns_reverted(session: ThreadSession, event: TurnsReverted) -> list[ThreadA
 RULES: dict[type[ThreadEvent], Rule] = {
     TurnFellBack: fell_back,
     ContextFound: context_found,
+    ContinuityFound: continuity_found,
     ProjectionFailed: projection_failed,
     ForwardFailed: forward_failed,
     TurnAnswered: answered,

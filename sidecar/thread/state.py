@@ -503,6 +503,11 @@ def turn_held(session: ThreadSession, event: events.TurnHeld) -> list[events.Thr
     return actions
 
 
+def mirror_read(session: ThreadSession, event: events.HistoryRead) -> list[events.ThreadAction]:
+    event.turn.history_read(event.history)
+    return []
+
+
 def turn_assembled(session: ThreadSession, event: events.TurnAssembled) -> list[events.ThreadAction]:
     """What of the engine's assembly the turn projects. ``per_turn``: all of
     it, in the input (it then sits in the history untracked). ``delta`` and
@@ -558,6 +563,7 @@ def turn_released(session: ThreadSession, event: events.TurnReleased) -> list[ev
 RULES: dict[type[events.ThreadEvent], Callable[[ThreadSession, Any], list[events.ThreadAction]]] = {
     events.TurnRequested: turn_requested,
     events.TurnHeld: turn_held,
+    events.HistoryRead: mirror_read,
     events.TurnAssembled: turn_assembled,
     events.TurnProjected: turn_projected,
     events.TurnReleased: turn_released,

@@ -28,14 +28,11 @@ READS = frozenset({"heartbeat", "retry", "busy", "settled", "joins_running_turn"
 """Methods of the records that change nothing (``retry`` builds a new record)."""
 
 NOT_YET: dict[str, Counter[str]] = {
-    "sidecar/lifecycle/turns.py": Counter({"history_read": 1, "continuity_cut": 1}),
     "sidecar/rebuild/inplace.py": Counter({"sent": 1, "answered_now": 1, "refused": 1}),
 }
-"""Transitions a served job still calls itself: two notes of a turn's
-assembly (they run on the steady ``turn/start``'s path, whose rules
-live in ``thread/state.py``, already near the module limit), and the
-in-place rebuild's revert noise (a record the strategy keeps per thread,
-not on the thread's session)."""
+"""Transitions a served job still calls itself: the in-place rebuild's
+revert noise (a record the strategy keeps per thread, not on the thread's
+session; ``lifecycle/sessions.py`` and ``core.py`` read that table)."""
 
 
 def transitions() -> set[str]:

@@ -21,6 +21,7 @@ from sidecar.thread.events import (
     CodexCompacted,
     ConfirmSpare,
     ContextFound,
+    ContinuityFound,
     DropInjections,
     ExpectRebuilds,
     Finalising,
@@ -33,6 +34,7 @@ from sidecar.thread.events import (
     ForwardParams,
     Gate,
     GiveUpRevert,
+    HistoryRead,
     Hold,
     InjectionReady,
     ItemCompleted,
@@ -48,6 +50,7 @@ from sidecar.thread.events import (
     MarkFinalized,
     NothingMoved,
     OwnTurnStarted,
+    ProjectFrom,
     ProjectionFailed,
     ProjectTail,
     ProjectWhole,
@@ -174,6 +177,27 @@ def test_openclaw_s_continuity_in_a_turn_start_is_left_to_the_engine_to_replace(
     session = holding(thread(), state := turn())
     assert handle(session, ContextFound(state, "continuity")) == []
     assert (state.openclaw_context, state.fallback_reason) == ("continuity", None)
+
+
+def test_the_mirror_read_for_a_turn_is_what_its_engine_call_counts_as_before_the_prompt() -> None:
+    session = holding(thread(), state := turn())
+    history = [UserMessage(content="q0", timestamp=1), UserMessage(content="q1", timestamp=2)]
+    assert handle(session, HistoryRead(state, history)) == []
+    assert (state.history, state.pre_prompt_count) == (history, 2)
+
+
+def test_openclaw_s_continuity_is_replaced_by_the_engine_s_assembly_from_the_input_without_it() -> None:
+    session = holding(thread(), state := turn())
+    params = {"input": ["block", "prompt"], "model": "m"}
+    assert handle(session, ContinuityFound(state, params, ["prompt"], history_empty=False)) == [ProjectFrom({"input": ["prompt"], "model": "m"})]
+    assert state.params == {"input": ["prompt"], "model": "m"} and params["input"] == ["block", "prompt"]
+
+
+def test_openclaw_s_continuity_goes_as_it_is_when_the_sidecar_knows_nothing_of_the_session_or_cannot_cut_it() -> None:
+    session = holding(thread(), state := turn())
+    assert handle(session, ContinuityFound(state, {"input": []}, ["prompt"], history_empty=True)) == [ForwardOriginal()]
+    assert state.fallback_reason == "openclaw-continuity-kept"
+    assert handle(session, ContinuityFound(turn(), {"input": []}, None, history_empty=False)) == [ForwardOriginal()]
 
 
 def test_a_projection_that_cannot_be_rendered_after_a_rebuild_leaves_the_thread_holding_nothing_projected() -> None:
