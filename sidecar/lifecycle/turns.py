@@ -20,7 +20,6 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, TurnState, addition_digest
-from ..thread import machine
 from ..thread.events import (
     ApplyProjection,
     Assemble,
@@ -47,6 +46,7 @@ from ..thread.events import (
     Rebuilt,
     ThreadAction,
     ThreadIdle,
+    TurnAccepted,
     TurnAnswered,
     TurnAssembled,
     TurnFellBack,
@@ -218,7 +218,7 @@ class Turns:
     def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
         """Codex took the turn's ``turn/start`` (the client's, or the
         sidecar's own retry of it): the turn has its id."""
-        self._carry_out(session, machine.accepted(session, state, turn_id))
+        self._carry_out(session, handle(session, TurnAccepted(state, turn_id)))
 
     def _carry_out(self, session: ThreadSession, actions: list[ThreadAction]) -> None:
         for action in actions:

@@ -156,6 +156,13 @@ class TurnAnswered(ThreadEvent, frozen=True):
     """The relay sent the client's own request after Codex refused the projected one."""
 
 
+class TurnAccepted(ThreadEvent, frozen=True):
+    """Codex took this turn's ``turn/start`` (the sidecar's own retry of an overflowed turn, say)."""
+
+    turn: TurnState
+    turn_id: str
+
+
 class JoinAnswered(ThreadEvent, frozen=True):
     """Codex answered a ``turn/start`` that was sent to join the running turn."""
 

@@ -61,6 +61,7 @@ from .events import (
     SwitchRolledBack,
     ThreadIdle,
     ThreadMoved,
+    TurnAccepted,
     TurnAnswered,
     TurnCompleted,
     TurnFellBack,
@@ -158,6 +159,10 @@ def accepted(session: ThreadSession, state: TurnState, turn_id: str) -> list[Thr
     if state.epoch_pending is not None:
         holdings.epoch_accepted(session, state.epoch_pending)
     return actions
+
+
+def turn_accepted(session: ThreadSession, event: TurnAccepted) -> list[ThreadAction]:
+    return accepted(session, event.turn, event.turn_id)
 
 
 def refused(session: ThreadSession, state: TurnState) -> list[ThreadAction]:
@@ -458,6 +463,7 @@ RULES: dict[type[ThreadEvent], Rule] = {
     ProjectionFailed: projection_failed,
     ForwardFailed: forward_failed,
     TurnAnswered: answered,
+    TurnAccepted: turn_accepted,
     JoinAnswered: join_answered,
     ThreadIdle: idle,
     Rebuilt: turn_rebuilt,

@@ -70,6 +70,7 @@ from sidecar.thread.events import (
     ThreadEvent,
     ThreadIdle,
     ThreadMoved,
+    TurnAccepted,
     TurnAnswered,
     TurnAssembled,
     TurnCompleted,
@@ -286,6 +287,13 @@ def test_a_turn_codex_accepts_gets_its_id_confirms_the_spare_and_journals_the_ad
     actions = handle(session, TurnAnswered(7, "t1", fell_back=False))
     assert actions == [ConfirmSpare(), Learn(AdditionSent(addition_digest("be brief")))]
     assert (state.turn_id, session.turns["t1"], session.projected_epoch) == ("t1", state, "e2")
+
+
+def test_a_retry_codex_accepts_is_the_turn_with_its_id() -> None:
+    session = holding(thread(), first := turn())
+    retry = first.retry()
+    assert handle(session, TurnAccepted(retry, "t2")) == [ConfirmSpare()]
+    assert (retry.turn_id, session.turns["t2"]) == ("t2", retry)
 
 
 def test_codex_taking_the_client_s_own_request_after_refusing_the_projection_keeps_nothing_of_it() -> None:
