@@ -16,11 +16,36 @@ from ..history.archive import TurnArchive, archive_path, archived_turn
 from ..rebuild.fresh import Spares
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
-from ..session.state import ThreadSession, TurnState, WindowReported
+from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
-from ..thread import holdings, opening
+from ..thread.events import (
+    AlreadyFinalized,
+    CodexCompacted,
+    Finalising,
+    Finalize,
+    FinalizeEnded,
+    FinalizeStarted,
+    GiveUpRevert,
+    ItemCompleted,
+    JoinSlotTaken,
+    Learn,
+    Maintain,
+    MarkerPending,
+    MarkerWritten,
+    MarkFinalized,
+    SkipMaintenance,
+    ThreadAction,
+    TurnCompleted,
+    TurnIngested,
+    TurnMirroring,
+    UsageReported,
+    WantSpare,
+    WriteInspect,
+    WriteLedger,
+)
 from ..thread.files import Mirror
-from ..thread.planner import fingerprints
+from ..thread.machine import finalized_key
+from ..thread.state import handle
 from ..translate import messages_of, translate_turn
 from .calls import EngineCalls
 
@@ -46,9 +71,7 @@ class Finalizer:
         item, turn_id = note.item, note.turn_id
         if session is None or not isinstance(item, dict) or not isinstance(item.get("id"), str):
             return None
-        session.item_completed(turn_id, item, note.completed_at_ms or item.get("completedAtMs"))
-        if item.get("type") == "contextCompaction":
-            holdings.codex_compacted(session)  # Codex rewrote its history: the ledger no longer holds
+        if CodexCompacted(turn_id) in handle(session, ItemCompleted(turn_id, item, note.completed_at_ms or item.get("completedAtMs"))):
             log.info(
                 "native Codex compaction in turn",
                 extra={"fields": self.calls.fields(session, turnId=turn_id, backend="codex-app-server", ownsCompaction=self.calls.owns_compaction)},
@@ -65,22 +88,20 @@ class Finalizer:
         if session is None or usage is None:
             return None
         last = usage.last
+        reported = None
         if last is not None:
             cached, total_in = last.cached_input_tokens, last.input_tokens
-            opening.usage_reported(
-                session,
-                Usage(
-                    input=max(0, total_in - cached),
-                    output=last.output_tokens,
-                    cache_read=cached,
-                    cache_write=last.cache_write_input_tokens,
-                    total_tokens=last.total_tokens,
-                ),
-                PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in),
-                total_in,
+            usage_of = Usage(
+                input=max(0, total_in - cached),
+                output=last.output_tokens,
+                cache_read=cached,
+                cache_write=last.cache_write_input_tokens,
+                total_tokens=last.total_tokens,
             )
-        if usage.model_context_window is not None:
-            self.calls.learn(session, WindowReported(usage.model_context_window))
+            reported = (usage_of, PromptCacheInfo(cached_input_tokens=cached, input_tokens=total_in), total_in)
+        for action in handle(session, UsageReported(reported, usage.model_context_window)):
+            if isinstance(action, Learn):
+                self.calls.learn(session, action.event)
         return None
 
     def on_turn_completed(self, msg: Message) -> Decision:
@@ -92,46 +113,42 @@ class Finalizer:
         turn = note.turn
         if session is None or not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
             return None
-        if turn["id"] in session.completed_turns:
-            # A replay while the first copy is still being finalised: the
-            # mirror's finalized marker is not written yet, so check here.
-            log.info("turn already finalized; not ingesting it twice", extra={"fields": self.calls.fields(session, turnId=turn["id"])})
-            return None
-        session.completed_turns.add(turn["id"])
-        self.proxy.spawn(self._finalize, session, turn)
+        for action in handle(session, TurnCompleted(turn["id"])):
+            match action:
+                case AlreadyFinalized(turn_id):  # a replay while the first copy is still being finalised
+                    log.info("turn already finalized; not ingesting it twice", extra={"fields": self.calls.fields(session, turnId=turn_id)})
+                case Finalize():
+                    self.proxy.spawn(self._finalize, session, turn)
         return None  # forwarded first; the work happens after
 
     async def _finalize(self, session: ThreadSession, turn: dict[str, Any]) -> None:
         turn_id: str = turn["id"]
         status = turn.get("status")
-        state = session.finalising(turn_id)
-        if state.forwarded and state.client_id is None and session.current is not state:
-            # A joining turn/start that Codex made a turn of its own (the turn
-            # it was to join had ended): finalised after that turn, in order.
+        [finalising] = handle(session, FinalizeStarted(turn_id))
+        assert isinstance(finalising, Finalising)
+        state = finalising.turn
+        if finalising.wait_slot:  # a turn a join began: after the turn it ended, in order
             await session.slot.acquire()
-            session.finalising_join(state)
+            handle(session, JoinSlotTaken(state))
         try:
             await session.ready.wait()
             if session.mirror is None:
                 return
-            final_key = f"codex-app-server:{session.thread_id}:{turn_id}:finalized"
-            if session.mirror.has_key(final_key):
+            if session.mirror.has_key(finalized_key(session.thread_id, turn_id)):
                 log.info("turn already finalized; not ingesting it twice", extra={"fields": self.calls.fields(session, turnId=turn_id)})
                 return
             archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
             archived = archived_turn(turn, list(state.items.values()))
-            unfollowed = session.unfollowed
-            if unfollowed is not None and turn_id not in unfollowed.in_flight:
-                # The thread went on without the mirror following the client's
-                # revert (it kept failing): following later would cut this turn.
-                log.warning(
-                    "giving up a client revert the transcript mirror could not follow; the engine keeps the reverted turns",
-                    extra={"fields": self.calls.fields(session, turnId=turn_id)},
-                )
-                opening.unfollowed(session, None)
-                self.proxy.router.ungate(session.thread_id, unfollowed.holder)
             ids = [i.get("id") for i in archived.get("items") or [] if isinstance(i, dict)]
-            session.finalised(turn_id, ids[-1] if ids and isinstance(ids[-1], str) else None)
+            for action in handle(session, TurnMirroring(state, turn_id, ids[-1] if ids and isinstance(ids[-1], str) else None)):
+                if isinstance(action, GiveUpRevert):
+                    # The thread went on without the mirror following the client's
+                    # revert (it kept failing): following later would cut this turn.
+                    log.warning(
+                        "giving up a client revert the transcript mirror could not follow; the engine keeps the reverted turns",
+                        extra={"fields": self.calls.fields(session, turnId=turn_id)},
+                    )
+                    self.proxy.router.ungate(session.thread_id, action.holder)
             items = list(state.items.values()) or [i for i in turn.get("items") or [] if isinstance(i, dict)]
             error = turn.get("error")
             records = translate_turn(
@@ -189,31 +206,40 @@ class Finalizer:
             except Exception as exc:
                 ok = False
                 log.warning("codex context engine finalize failed", extra={"fields": self.calls.fields(session, turnId=turn_id, error=type(exc).__name__)})
-            # The finalized marker (a replayed turn/completed is not ingested
-            # twice) goes to the mirror while the next turn may already
-            # assemble: nothing there depends on it, and the worker trip
-            # (~0.4 ms) is not on the client's path. The release waits for it.
-            written = trio.Event()
-            session.marking.add(written)
-            self.proxy.spawn(self._mark_finalized, session, session.mirror, written, final_key, {"turnId": turn_id, "status": status, "ok": ok})
-            session.stats["lastFinalize"] = {"turnId": turn_id, "status": status, "ok": ok}  # busy until the marker is written
-            if state.client_id is not None:
-                before = session.held
-                holdings.turn_finalised(session, state, turn_id, fingerprints(session.sizes, snapshot[state.pre_prompt_count :], session.fingerprints))
-                self._record_ledger(session, turn_id, before, state.rebuilt)
-            self._inspect_record(session, state, turn_id, status)
-            if status == "completed" and ok:
-                if self.calls.background_maintenance:
-                    self.proxy.spawn(self.calls.maintain, session, "turn")  # the next turn need not wait
-                else:
-                    await self.calls.maintain(session, "turn")
-            else:
-                reason = "finalize failed" if not ok else f"turn {status}"
-                session.stats["lastMaintainTurn"] = f"skipped: {reason}"
-                log.info("codex context engine maintenance skipped", extra={"fields": self.calls.fields(session, turnId=turn_id, reason=reason)})
+            await self._carry_out(session, turn_id, handle(session, TurnIngested(state, turn_id, status, ok, snapshot)))
         finally:
-            session.end_turn(state)
-            self.spares.want_spare(session)
+            for action in handle(session, FinalizeEnded(state)):
+                if isinstance(action, WantSpare):
+                    self.spares.want_spare(session)
+
+    async def _carry_out(self, session: ThreadSession, turn_id: str, actions: list[ThreadAction]) -> None:
+        """What a finalised turn leaves: its marker, its ledger entry and
+        inspection record (small appends, on the loop, before the next turn
+        can plan), its maintenance."""
+        for action in actions:
+            match action:
+                case MarkFinalized(key, data) if session.mirror is not None:
+                    # The finalized marker (a replayed turn/completed is not
+                    # ingested twice) goes to the mirror while the next turn
+                    # may already assemble: nothing there depends on it, and
+                    # the worker trip (~0.4 ms) is not on the client's path.
+                    # The release waits for it.
+                    written = trio.Event()
+                    handle(session, MarkerPending(written))
+                    self.proxy.spawn(self._mark_finalized, session, session.mirror, written, key, data)
+                case WriteLedger() if session.ledger is not None:
+                    session.ledger.turn(action.turn_id, action.added, reset=action.reset, turns=action.turns, rebuilds=action.rebuilds,
+                                        force=action.force, epoch=action.epoch)
+                case WriteInspect(record, text) if session.inspect is not None:
+                    session.inspect.append(record)
+                    if text is not None:
+                        session.inspect.append_text(text)
+                case Maintain() if self.calls.background_maintenance:
+                    self.proxy.spawn(self.calls.maintain, session, "turn")  # the next turn need not wait
+                case Maintain():
+                    await self.calls.maintain(session, "turn")
+                case SkipMaintenance(reason):
+                    log.info("codex context engine maintenance skipped", extra={"fields": self.calls.fields(session, turnId=turn_id, reason=reason)})
 
     async def _mark_finalized(self, session: ThreadSession, mirror: Mirror, written: trio.Event, key: str, data: dict[str, Any]) -> None:
         try:
@@ -221,70 +247,8 @@ class Finalizer:
         except (MirrorError, OSError):
             pass
         finally:
-            session.marking.discard(written)
+            handle(session, MarkerWritten(written))
             written.set()
-
-    def _record_ledger(self, session: ThreadSession, turn_id: str, before: list[str] | None, rebuilt: bool) -> None:
-        """One small append (on the loop, before the next turn can plan):
-        what the turn added, or everything after a rebuild or when what the
-        thread held was not known."""
-        if session.ledger is None or session.held is None:
-            return
-        held = session.held
-        extends = not rebuilt and before is not None and len(held) >= len(before) and held[: len(before)] == before
-        added = held[len(before) :] if extends and before is not None else held
-        session.ledger.turn(
-            turn_id,
-            [(f, session.sizes.get(f, 0)) for f in added],
-            reset=not extends,
-            turns=session.turns_since_rebuild,
-            rebuilds=session.rebuilds,
-            force=session.force_rebuild,
-            epoch=session.projected_epoch,
-        )
-
-    def _inspect_record(self, session: ThreadSession, state: TurnState, turn_id: str, status: Any) -> None:
-        if session.inspect is None or state.client_id is None:
-            return
-        usage = session.last_usage
-        record = {
-            "turnId": turn_id,
-            "status": status,
-            "mode": state.mode,
-            "epoch": state.epoch,
-            "projectedEpoch": session.projected_epoch,
-            "projected": state.projected,
-            "fallback": state.fallback_reason,
-            "historyMessages": state.pre_prompt_count,
-            # The newest assembled messages (role and size): bounded, so a
-            # record costs the same at turn 1,000 as at turn 10.
-            "assembled": {
-                "count": state.assembled_count,
-                "estimatedTokens": state.estimated_tokens,
-                "messages": state.assembled_roles,
-                **({"omitted": (state.assembled_count or 0) - len(state.assembled_roles)} if (state.assembled_count or 0) > len(state.assembled_roles) else {}),
-            },
-            "injected": {"channels": state.channels, "contextChars": state.context_chars, "rendered": state.rendered, "dropped": state.dropped},
-            # The turn's contribution to model input, before and after projection.
-            "turnInputChars": {"original": state.original_chars, "sent": state.sent_chars or state.original_chars},
-            "codexInputTokens": (usage.input + usage.cache_read) if usage else None,
-            "cachedInputTokens": usage.cache_read if usage else None,
-            "rebuilt": state.rebuilt,
-            "staleHeld": state.stale,
-            "holdMs": state.hold_ms,
-            "revertMs": state.revert_ms,
-            "budget": state.budget,
-            **({"switched": True} if state.switched else {}),
-            **({"attempt": state.attempt} if state.attempt else {}),
-            **({"openclawContext": state.openclaw_context} if state.openclaw_context else {}),
-            "rebuilds": session.rebuilds,
-            "heldMessages": None if session.held is None else len(session.held),
-            "forceRebuild": session.force_rebuild,
-        }
-        session.inspect.append(record)
-        if state.sent_text or state.engine_tools:
-            text = {"sent": state.sent_text} if state.sent_text else {}
-            session.inspect.append_text({"turnId": turn_id, **text, **({"engineTools": state.engine_tools} if state.engine_tools else {})})
 
 
 def _archive_then_append(archive: TurnArchive, turn: dict[str, Any], mirror: Mirror, records: list[Any]) -> None:

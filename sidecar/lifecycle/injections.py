@@ -16,8 +16,23 @@ from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession
 from ..store.injected import InjectedItems, injected_path
-from ..thread import opening
+from ..thread.events import (
+    DropInjections,
+    InjectionReady,
+    InjectionsLoaded,
+    ItemsInjected,
+    JournalInjection,
+    RecordInjection,
+    ReplayAnswered,
+    ReplayMissed,
+    ReplayWanted,
+    SendInjections,
+    ThreadAction,
+    TurnsReverted,
+    WriteFraming,
+)
 from ..thread.files import Injection
+from ..thread.state import handle
 from .calls import EngineCalls
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -46,30 +61,29 @@ class Injections:
         session = self.sessions.get(thread_id)
         if session is None:
             return None
-        injection = Injection(None, items)
-        opening.injected(session, injection)
-        self.proxy.spawn(self._record, session, injection)
+        for action in handle(session, ItemsInjected(items)):
+            if isinstance(action, RecordInjection):
+                self.proxy.spawn(self._record, session, action.injection)
         return None
 
     async def _record(self, session: ThreadSession, injection: Injection) -> None:
         """Once the session is open (its newest turn known), on disk."""
         await session.ready.wait()
-        placed = Injection(session.last_turn, injection.items)
-        opening.injection_placed(session, injection, placed)
-        framing = None if session.injected_unsure else session.injected_framing
-        journal = self.journal(session)
-        def write() -> None:
-            journal.append(placed)
-            if framing is not None:  # an unsure count stays unsure until a rebuild settles it
-                journal.framing(framing)
+        for action in handle(session, InjectionReady(injection)):
+            if isinstance(action, JournalInjection):
+                await trio.to_thread.run_sync(self._write, self.journal(session), action.injection, action.framing)
 
-        await trio.to_thread.run_sync(write)
+    @staticmethod
+    def _write(journal: InjectedItems, placed: Injection, framing: int | None) -> None:
+        journal.append(placed)
+        if framing is not None:  # an unsure count stays unsure until a rebuild settles it
+            journal.framing(framing)
 
     async def load(self, session: ThreadSession, last_turn: str | None) -> None:
         """At the session's opening: the journal, then what came meanwhile."""
         journal = self.journal(session)
         loaded, framing, unsure = await trio.to_thread.run_sync(journal.load)
-        opening.injections_loaded(session, loaded, framing, unsure, last_turn)
+        handle(session, InjectionsLoaded(loaded, framing, unsure, last_turn))
 
     async def replay(self, session: ThreadSession, kept_framing: bool) -> None:
         """A rebuild moved the thread: the client's injected items go back in,
@@ -81,42 +95,32 @@ class Injections:
         is sent and settled after Codex's answer; cut in between, the next
         process loads the thread as unsure and the rebuilder moves it only
         onto a thread that holds none (``Rebuilder``), never in place."""
-        if kept_framing and session.injected_unsure:
-            return  # the rebuilder does not revert an unsure thread in place
-        kept = session.injected_framing if kept_framing else 0
-        items = [item for injection in session.injected[kept:] for item in injection.items]
-        journal = self.journal(session)
-        target = len(session.injected)
-        if not items:
-            if session.injected_unsure or session.injected_framing != kept:
-                opening.replay_settled(session, kept)
-                await trio.to_thread.run_sync(journal.framing, kept)
-            return
-        opening.replaying(session)
-        await trio.to_thread.run_sync(journal.replaying, target)
-        try:
-            await self.proxy.request("thread/inject_items", {"threadId": session.thread_id, "items": items}, timeout=self.options.engine_deadline)
-        except RpcError as exc:
-            # Refused: the thread holds what it held before.
-            opening.replay_settled(session, kept)
-            await trio.to_thread.run_sync(journal.framing, kept)
-            self._missed(session, exc)
-            return
-        except trio.TooSlowError as exc:
-            self._missed(session, exc)  # may yet have been applied: stays unsure
-            return
-        opening.replay_settled(session, target)
-        await trio.to_thread.run_sync(journal.framing, target)
+        await self._carry_out(session, handle(session, ReplayWanted(kept_framing)))
 
-    def _missed(self, session: ThreadSession, exc: Exception) -> None:
-        log.warning(
-            "items the client injected could not be put back after a rebuild; the model misses them",
-            extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
-        )
+    async def _carry_out(self, session: ThreadSession, actions: list[ThreadAction], error: str | None = None) -> None:
+        journal = self.journal(session)
+        for action in actions:
+            match action:
+                case WriteFraming(framing):
+                    await trio.to_thread.run_sync(journal.framing, framing)
+                case SendInjections(items, kept, target):
+                    await trio.to_thread.run_sync(journal.replaying, target)
+                    applied: bool | None = True
+                    try:
+                        await self.proxy.request("thread/inject_items", {"threadId": session.thread_id, "items": items}, timeout=self.options.engine_deadline)
+                    except RpcError as exc:
+                        applied, error = False, type(exc).__name__  # refused: the thread holds what it held before
+                    except trio.TooSlowError as exc:
+                        applied, error = None, type(exc).__name__  # may yet have been applied: stays unsure
+                    await self._carry_out(session, handle(session, ReplayAnswered(applied, kept, target)), error)
+                case ReplayMissed():
+                    log.warning(
+                        "items the client injected could not be put back after a rebuild; the model misses them",
+                        extra={"fields": self.calls.fields(session, error=error)},
+                    )
+                case DropInjections(turns):
+                    await trio.to_thread.run_sync(journal.drop_after, turns)
 
     async def forget_after(self, session: ThreadSession, gone: list[str]) -> None:
         """The client reverted these turns: what it injected after them goes too."""
-        dropped = set(gone)
-        if not opening.injections_dropped(session, dropped):
-            return
-        await trio.to_thread.run_sync(self.journal(session).drop_after, sorted(dropped))
+        await self._carry_out(session, handle(session, TurnsReverted(gone)))

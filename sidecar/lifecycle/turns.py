@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import trio
 
-from engines import AgentMessage, AssembleParams
+from engines import AssembleParams
 from protocol.codex import CodexDecodeError, TurnStartParams, TurnStartResult
 
 from ..history.archive import TurnArchive, archive_path
@@ -19,9 +19,47 @@ from ..rebuild.fresh import Spares
 from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session import continuity
 from ..session.context import LifecycleContext
-from ..session.state import AdditionSent, ThreadSession, TurnState, addition_digest
-from ..thread import holdings
-from ..thread.planner import Slack, ThreadHoldings, fingerprints, message_chars, plan_turn
+from ..session.state import ThreadSession, TurnState, addition_digest
+from ..thread.events import (
+    ApplyProjection,
+    Assemble,
+    ConfirmSpare,
+    ContextFound,
+    ContinuityFound,
+    ExpectRebuilds,
+    ForwardFailed,
+    ForwardOriginal,
+    ForwardParams,
+    Gate,
+    HistoryRead,
+    Hold,
+    Join,
+    JoinAnswered,
+    Learn,
+    OwnTurnStarted,
+    ProjectFrom,
+    ProjectionFailed,
+    ProjectTail,
+    ProjectWhole,
+    Rebuild,
+    RebuildUnavailable,
+    Rebuilt,
+    ThreadAction,
+    ThreadIdle,
+    TurnAccepted,
+    TurnAnswered,
+    TurnAssembled,
+    TurnFellBack,
+    TurnHeld,
+    TurnOverInCodex,
+    TurnProjected,
+    TurnReleased,
+    TurnRequested,
+    WaitReverts,
+    WarnDoubleProjection,
+)
+from ..thread.planner import Slack, message_chars
+from ..thread.state import handle
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
@@ -65,15 +103,14 @@ class Turns:
             except ValueError:
                 return None
             self.proxy.spawn(self.sessions_job.open, session, "turn/start", {}, {})
-        if session.joins_running_turn():
-            return self._join(session, msg)
-        # While this turn/start is held, the client's later requests on the
-        # thread (turn/interrupt, thread/revert, thread/read, ...) wait behind
-        # it. From now when the thread is idle or only finalising its last
-        # turn; from when the slot is free otherwise.
-        if gated := not session.busy or session.turn_over_in_codex():
-            self.proxy.router.gate(session.thread_id, id(msg))
-        self.proxy.spawn(self._prepare_turn, session, msg, params, gated)
+        for action in handle(session, TurnRequested()):
+            match action:
+                case Join():
+                    return self._join(session, msg)
+                case Gate():  # the client's later requests on the thread (turn/interrupt, thread/revert, ...) wait behind it
+                    self.proxy.router.gate(session.thread_id, id(msg))
+                case Hold(gated):
+                    self.proxy.spawn(self._prepare_turn, session, msg, params, gated)
         return HANDLED
 
     def _join(self, session: ThreadSession, msg: Message) -> Decision:
@@ -104,7 +141,7 @@ class Turns:
         if not isinstance(status, dict) or status.get("type") not in ("idle", "notLoaded", "systemError"):
             return None
         session = self.sessions.get(params["threadId"])
-        if session is not None and session.codex_idle():
+        if session is not None and TurnOverInCodex() in handle(session, ThreadIdle()):
             log.info("Codex says the thread is idle before its running turn completed; turn/starts no longer join it", extra={"fields": self.calls.fields(session)})
         return None
 
@@ -115,7 +152,6 @@ class Turns:
             self.proxy.router.ungate(session.thread_id, id(msg))
 
     async def _hold_turn_start(self, session: ThreadSession, msg: Message, params: dict[str, Any], gated: bool) -> None:
-        edited: dict[str, Any] | None = None
         # The typed view (on_turn_start made it) vouches for the input's shape; OpenClaw's heartbeat and cron runs say so.
         state = TurnState(client_id=msg.env.id, original_input=params.get("input"), trigger=turn_trigger(params), received=trio.current_time(), params=params)
         if session.ready.is_set() and session.slot.value:  # a steady turn: on at once, no trip through the scheduler
@@ -127,39 +163,36 @@ class Turns:
             if waited.cancelled_caught:
                 # The previous turn never finished (lost turn/completed): take over its slot.
                 log.warning("previous turn never finished; starting the next one anyway", extra={"fields": {"threadId": session.thread_id}})
-        session.take_slot(state)
         started = trio.current_time()
-        if not gated:  # from now: the slot is this turn's
-            self.proxy.router.gate(session.thread_id, id(msg))
+        edited: dict[str, Any] | None = None
         try:
-            if session.reverts_unanswered:
-                with trio.move_on_after(self.options.previous_turn_wait):
-                    await session.reverts_answered.wait()
-            await self.assembly.follow_revert(session)
-            edited = await self.assembly.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
+            for action in handle(session, TurnHeld(state, gated)):
+                match action:
+                    case Gate():  # from now: the slot is this turn's
+                        self.proxy.router.gate(session.thread_id, id(msg))
+                    case WaitReverts():
+                        with trio.move_on_after(self.options.previous_turn_wait):
+                            await session.reverts_answered.wait()
+                    case Assemble():
+                        await self.assembly.follow_revert(session)
+                        edited = await self.assembly.project(session, state, params, params.get("model") if isinstance(params.get("model"), str) else None)
         except Exception as exc:  # fail open, whatever happened
-            state.fell_back(type(exc).__name__)
+            handle(session, TurnFellBack(state, type(exc).__name__))
             log.warning(
                 "context engine assembly failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
                 exc_info=True,
             )
             edited = None
-        hold_ms = round((trio.current_time() - started) * 1000, 2)
-        session.turn_forwarded(state, hold_ms)  # from now, a turn/start on the thread joins this turn
+        # From now, a turn/start on the thread joins this turn.
+        actions = handle(session, TurnReleased(state, edited, round((trio.current_time() - started) * 1000, 2)))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("turn/start released", extra={"fields": self.calls.fields(session, holdMs=state.hold_ms, waitedMs=round((started - state.received) * 1000, 2))})
-        session.stats["lastTurn"] = {
-            "holdMs": state.hold_ms,
-            "projected": state.projected,
-            "assembledMessageCount": state.assembled_count,
-            "estimatedTokens": state.estimated_tokens,
-            "fallback": state.fallback_reason,
-        }
-        if edited is not None:
-            msg.set_params(edited)  # encoded once, as the request leaves for Codex
-        if not self.proxy.router.forward_client_request(msg):
-            session.end_turn(state)
+        for action in actions:  # the client's own params (ForwardOriginal) or new ones
+            if isinstance(action, ForwardParams):
+                msg.set_params(action.params)  # encoded once, as the request leaves for Codex
+            if not self.proxy.router.forward_client_request(msg):
+                handle(session, ForwardFailed(state))
 
     async def project_retry(self, session: ThreadSession, state: TurnState, params: dict[str, Any], model: str | None) -> dict[str, Any] | None:
         """An overflowed turn's retry (:mod:`sidecar.lifecycle.overflow`): :meth:`TurnAssembly.project_retry`."""
@@ -178,36 +211,22 @@ class Turns:
         # The request carries its thread (on_turn_start read its params): one
         # look-up, not a scan of every session.
         session = self.sessions.get(pending.thread_id) if pending.thread_id is not None else None
-        state = session.current if session is not None else None
-        if session is None or state is None or state.client_id != pending.client_id or state.turn_id is not None:
-            return None
-        turn_id = _started_turn_id(msg)
-        if turn_id is not None and pending.fell_back:
-            # Codex refused the projected turn/start and took the client's
-            # own: nothing of the projection reached the thread.
-            state.refused_by_codex()
-        if turn_id is not None:
-            self.accepted(session, state, turn_id)
-        else:  # refused: no turn will complete, the thread is free again
-            self.refused(session, state)
+        if session is not None:
+            self._carry_out(session, handle(session, TurnAnswered(pending.client_id, _started_turn_id(msg), pending.fell_back)))
         return None
 
     def accepted(self, session: ThreadSession, state: TurnState, turn_id: str) -> None:
         """Codex took the turn's ``turn/start`` (the client's, or the
         sidecar's own retry of it): the turn has its id."""
-        session.accept(state, turn_id)  # with what a turn a join began collected (_joined)
-        self.spares.confirm(session)
-        if state.addition_pending is not None:
-            self.calls.learn(session, AdditionSent(addition_digest(state.addition_pending)))
-        if state.epoch_pending is not None:
-            holdings.epoch_accepted(session, state.epoch_pending)
+        self._carry_out(session, handle(session, TurnAccepted(state, turn_id)))
 
-    @staticmethod
-    def refused(session: ThreadSession, state: TurnState) -> None:
-        """Codex refused the turn's ``turn/start``: no turn will complete."""
-        if state.rebuilt:  # the revert went through; the projection did not land
-            holdings.projection_lost(session)
-        session.end_turn(state)
+    def _carry_out(self, session: ThreadSession, actions: list[ThreadAction]) -> None:
+        for action in actions:
+            match action:
+                case ConfirmSpare():
+                    self.spares.confirm(session)
+                case Learn(event):
+                    self.calls.learn(session, event)
 
     def _joined(self, session: ThreadSession, msg: Message) -> None:
         """Codex's answer to a joining ``turn/start``. Normally the running
@@ -216,22 +235,16 @@ class Turns:
         unassembled (the client's request, with Codex's meaning). The session
         then tracks it as its running turn when the slot is free, so that
         later ``turn/start``s join it too, and it is mirrored with its input."""
-        turn_id = _started_turn_id(msg)
-        if turn_id is None:
-            return
-        current = session.current
-        if current is not None and current.turn_id in (None, turn_id):
-            return
         # The slot is free, or held by a turn whose turn/completed never came
         # (Codex ended it: the new turn takes the slot over, so that once it
         # completes the next turn/start is held and assembled again), or by
         # one finalising (the new turn is finalised after it, in order).
-        ended = current.turn_id if current is not None and current.turn_id not in session.completed_turns else None
-        _, running = session.started_by_join(turn_id)
-        log.info(
-            "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
-            extra={"fields": self.calls.fields(session, turnId=turn_id, endedTurnId=ended if running else None)},
-        )
+        for action in handle(session, JoinAnswered(_started_turn_id(msg))):
+            if isinstance(action, OwnTurnStarted):
+                log.info(
+                    "a joining turn/start started a turn of its own in Codex (the running turn had ended)",
+                    extra={"fields": self.calls.fields(session, turnId=action.turn_id, endedTurnId=action.ended)},
+                )
 
 
 class TurnAssembly:
@@ -282,7 +295,7 @@ class TurnAssembly:
         forward the client's request as it is). ``params`` is not modified."""
         items = state.original_input or []
         if session.mirror is None:
-            state.fell_back("no-mirror")
+            handle(session, TurnFellBack(state, "no-mirror"))
             return None
         stripped: list[Any] | None = None
         # A new thread's first turn may name its session (a continuity
@@ -290,37 +303,35 @@ class TurnAssembly:
         if session.fresh:
             await self.sessions_job.first_turn(session, items)
         if already_projected(items):
-            state.context_carried(await self._openclaw_context(session, items))
-            if state.openclaw_context == "engine":
-                state.fell_back("already-projected")
-                if session.warn_double_projection():
-                    log.warning(
-                        "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
-                        "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
-                        "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
-                        extra={"fields": self.calls.fields(session)},
-                    )
-                return None
+            for action in handle(session, ContextFound(state, await self._openclaw_context(session, items))):
+                match action:
+                    case WarnDoubleProjection():
+                        log.warning(
+                            "turn input already carries OpenClaw assembled context on consecutive turns: OpenClaw's own "
+                            "context engine projects every turn; not projecting again (set plugins.slots.contextEngine "
+                            "to \"legacy\" in OpenClaw's config, or remove it, when using the sidecar)",
+                            extra={"fields": self.calls.fields(session)},
+                        )
+                    case ForwardOriginal():
+                        return None
             # OpenClaw's continuity: its transcript rendered once into a new
             # (or stale) thread.
             stripped = continuity.strip_block(items)
         history = session.mirror.cached_messages()  # the file as the last turn left it: no worker thread
         if history is None:
             history = await trio.to_thread.run_sync(session.mirror.messages)
-        state.history_read(history)
+        handle(session, HistoryRead(state, history))
         if state.openclaw_context == "continuity":
-            if stripped is None or not history:
-                # Nothing of the session is known here (or the block cannot be
-                # cut): OpenClaw's rendering is the model's only copy of it.
-                state.fell_back("openclaw-continuity-kept")
-                log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
-                         extra={"fields": self.calls.fields(session, historyMessages=len(history))})
-                return None
-            # The engine assembles and projects in its place: the model must not get both.
-            items = stripped
-            params = state.continuity_cut(params, stripped)  # a retry starts from here: no continuity to classify again
-            log.info("OpenClaw's continuity projection replaced by the engine's assembly",
-                     extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+            for action in handle(session, ContinuityFound(state, params, stripped, history_empty=not history)):
+                match action:
+                    case ForwardOriginal():
+                        log.info("OpenClaw's continuity projection passed as it is: the sidecar knows nothing of the session",
+                                 extra={"fields": self.calls.fields(session, historyMessages=len(history))})
+                        return None
+                    case ProjectFrom(cut):  # a retry starts from here: no continuity to classify again
+                        items, params = cut["input"], cut
+                        log.info("OpenClaw's continuity projection replaced by the engine's assembly",
+                                 extra={"fields": self.calls.fields(session, historyMessages=len(history))})
         await self.calls.open_engine_session(session)
         runtime, budget, tools = self.calls.assemble_inputs(session, params)
         # The request itself: OpenClaw's runtime-context wrapper is context, not the prompt.
@@ -342,11 +353,11 @@ class TurnAssembly:
                 ),
             )
         except trio.TooSlowError:
-            state.fell_back("assemble-deadline")
+            handle(session, TurnFellBack(state, "assemble-deadline"))
             log.warning("context engine assemble exceeded its deadline; forwarding the original request", extra={"fields": self.calls.fields(session)})
             return None
         except Exception as exc:
-            state.fell_back("assemble-error")
+            handle(session, TurnFellBack(state, "assemble-error"))
             log.warning(
                 "context engine assemble failed; forwarding the original request",
                 extra={"fields": self.calls.fields(session, error=type(exc).__name__)},
@@ -356,18 +367,24 @@ class TurnAssembly:
         mode, epoch = self._mode_for(result)
         # The newest roles only: an inspection record costs the same late as early.
         roles = [[m.role, message_chars(m)] for m in result.messages[-INSPECT_MESSAGES:]]
-        state.note_assembly(count=len(result.messages), tokens=result.estimated_tokens, budget=budget, roles=roles, mode=mode, epoch=epoch)
+        cp = result.context_projection
+        assembled = TurnAssembled(state, result.messages, result.estimated_tokens, budget, roles, mode, epoch,
+                                  engine_epochs=cp is not None and getattr(cp, "epoch", None) is not None, history=history,
+                                  slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, budget))
         messages = result.messages
         placement: Literal["input", "additional_context"] = "input"
-        if mode in ("delta", "epoch"):
-            planned = await self._plan(session, state, result, history, mode, epoch)
-            if planned is None:
-                return None
-            messages, placement = planned, "additional_context"
-            if state.rebuilt:
-                self.calls.learn(session, AdditionSent(None))  # the revert took the turn that carried it
-        else:
-            holdings.untracked_projection(session)  # a per-turn projection sits in history untracked
+        for action in handle(session, assembled):
+            match action:
+                case ExpectRebuilds():  # the engine manages epochs, or dropped held content: rebuilds will come
+                    self.spares.engine_rebuilds = True
+                case ProjectWhole():  # per_turn: into the input, trimmed to the budget
+                    messages, placement = result.messages, "input"
+                case ProjectTail(start):
+                    messages, placement = result.messages[start:], "additional_context"
+                case Rebuild():
+                    if not await self._rebuild(session, state, mode, len(result.messages)):
+                        return None
+                    placement = "additional_context"
         addition = result.system_prompt_addition or None
         if addition is not None and addition_digest(addition) == self.calls.facts(session).addition:
             addition = None  # already in the thread's history, unchanged (sent by this process or an earlier one)
@@ -383,7 +400,7 @@ class TurnAssembly:
                 placement=placement,
             )
         except ProjectionError as exc:
-            state.projection_failed(f"projection-{exc.reason}")
+            handle(session, ProjectionFailed(state, f"projection-{exc.reason}"))
             log.warning("projection failed; forwarding the original request", extra={"fields": self.calls.fields(session, reason=exc.reason)})
             return None
         # What this turn adds to the model's input, wherever it travels: the
@@ -403,15 +420,12 @@ class TurnAssembly:
                 )
             },
         )
-        state.note_render(rendered=projection.messages_rendered, dropped=projection.messages_dropped, context_chars=len(projection.text or ""),
-                      original_chars=original, sent_chars=sent)
-        if not changed:
-            return None if stripped is None else params
-        channels = ["turn/start.input" if placement == "input" else "turn/start.additionalContext[openclaw_context]"] if projection.text else []
-        if addition is not None:
-            channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
-        state.note_projection(channels, result.system_prompt_addition if addition is not None else None, sent_text(projection))
-        return projection.apply(params)
+        projected = TurnProjected(state, projection.messages_rendered, projection.messages_dropped, len(projection.text or ""), original, sent,
+                                  changed=changed, placement=placement, has_context=bool(projection.text), addition=addition,
+                                  sent=sent_text(projection) if changed else None)
+        if ApplyProjection() in handle(session, projected):
+            return projection.apply(params)
+        return None if stripped is None else params
 
     async def _openclaw_context(self, session: ThreadSession, items: list[Any]) -> continuity.OpenClawContext:
         """Whose assembled context a turn input carries (continuity.classify);
@@ -444,46 +458,17 @@ class TurnAssembly:
             mode = "delta"  # no epoch to follow: project what the thread lacks
         return mode, epoch
 
-    async def _plan(
-        self, session: ThreadSession, state: TurnState, result: Any, history: list[AgentMessage], mode: str, epoch: str | None
-    ) -> list[AgentMessage] | None:
-        """What to project so that the model sees the engine's assembly
-        (delta and epoch modes): the planner decides, this carries it out.
-        Returns None to forward the original request (no rebuild possible)."""
-        fps = fingerprints(session.sizes, result.messages, session.fingerprints)
-        held = session.held if session.held is not None else fingerprints(session.sizes, history, session.fingerprints)
-        if result.context_projection is not None and getattr(result.context_projection, "epoch", None) is not None:
-            self.spares.engine_rebuilds = True  # it manages projection epochs: rebuilds will come
-        plan = plan_turn(
-            ThreadHoldings(
-                held=held,
-                sizes=session.sizes,
-                force_rebuild=session.force_rebuild,
-                projected_epoch=session.projected_epoch,
-                has_turns=bool(session.turns_since_rebuild),
-            ),
-            fps,
-            mode="epoch" if mode == "epoch" else "delta",
-            epoch=epoch,
-            estimated_tokens=result.estimated_tokens,
-            history_empty=not history,
-            slack=Slack(self.options.stale_slack, self.options.stale_floor_chars, state.budget),
-        )
-        state.note_plan(list(plan.held_after), plan.epoch_pending, plan.stale if plan.action == "tail" else None)
-        if plan.action == "tail":
-            if plan.drops_content:
-                self.spares.engine_rebuilds = True  # it drops content: a rebuild will come
-            return result.messages[plan.tail_from :]
-        if plan.action == "nothing":
-            return []
+    async def _rebuild(self, session: ThreadSession, state: TurnState, mode: str, count: int) -> bool:
+        """The plan said rebuild: the thread goes back to its framing (False: it could not)."""
         if not await self.rebuilder.rebuild(session):
-            state.rebuild_unavailable()
-            return None
-        state.mark_rebuilt()
-        holdings.rebuilt(session)
+            handle(session, RebuildUnavailable(state))
+            return False
+        for action in handle(session, Rebuilt(state)):
+            if isinstance(action, Learn):
+                self.calls.learn(session, action.event)  # the revert took the turn that carried the addition
         self.spares.engine_rebuilds = True
-        log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=len(fps))})
-        return result.messages
+        log.info("model-visible history rebuilt", extra={"fields": self.calls.fields(session, mode=mode, rebuilds=session.rebuilds, assembledMessageCount=count)})
+        return True
 
 
 def turn_trigger(params: dict[str, Any]) -> str | None:

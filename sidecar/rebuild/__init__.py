@@ -22,7 +22,8 @@ from ..history.reads import ArchivedTurns
 from ..relay import RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..thread import holdings
+from ..thread.events import FirstTurnLost, NothingMoved, RebuildAtFraming, ResetLedger
+from ..thread.state import handle
 from .inplace import FirstTurnGone, InPlace
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -65,7 +66,7 @@ class Rebuilder:
             log.warning("cannot list the thread's turns for a rebuild", extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__)})
             return False
         if first is None:
-            holdings.at_framing(session)
+            handle(session, RebuildAtFraming())
             return True  # nothing but framing yet
         # Persist before moving: a SIGKILL between the rebuild and the
         # turn/start that carries the projection must not leave a ledger
@@ -94,12 +95,13 @@ class Rebuilder:
                         return True
                 except FirstTurnGone:
                     # Ask Codex for the thread's first turn instead, once.
-                    holdings.first_turn_unknown(session)
+                    handle(session, FirstTurnLost())
                     self.archived.reverting.discard(session.thread_id)
                     return await self.rebuild(session)
-            if session.ledger is not None:
-                # Nothing moved: the ledger stands as it was before the marker.
-                await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
+            for action in handle(session, NothingMoved()):
+                if isinstance(action, ResetLedger) and session.ledger is not None:
+                    # Nothing moved: the ledger stands as it was before the marker.
+                    await trio.to_thread.run_sync(session.ledger.reset, action.holdings)
             return False
         finally:
             self.archived.reverting.discard(session.thread_id)

@@ -25,7 +25,8 @@ from ..history.reads import ArchivedTurns
 from ..relay import Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, log_fields
-from ..thread import holdings
+from ..thread.events import SwitchRolledBack, ThreadMoved
+from ..thread.state import handle
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -181,7 +182,7 @@ class Spares:
             self.backing.rolled_back.discard(alias.client)
             session = self.sessions.get(alias.client)
             if session is not None:
-                holdings.unknown(session)
+                handle(session, SwitchRolledBack())
             else:
                 self.backing.rolled_back.add(alias.client)  # for the session about to open
             changed = True
@@ -337,7 +338,7 @@ class Spares:
             log.warning("backing-thread switch not saved; reverting instead", extra={"fields": log_fields(session, self.engine_id)})
             return False
         self.proxy.spawn(self.archived.load, session.thread_id)
-        holdings.moved(session, round((trio.current_time() - started) * 1000, 1), switched=True)
+        handle(session, ThreadMoved(round((trio.current_time() - started) * 1000, 1), switched=True))
         # Let Codex unload the thread the client's thread left (its frames are dropped already).
         self.proxy.spawn(self.apply_to_retired, "thread/unsubscribe", [old])
         log.info("rebuilt on a fresh backing thread", extra={"fields": log_fields(session, self.engine_id, retired=len(alias.retired))})

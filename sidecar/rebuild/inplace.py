@@ -13,7 +13,8 @@ from ..history.reads import ArchivedTurns
 from ..relay import HANDLED, Decision, Message, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RevertNoise, ThreadSession, log_fields
-from ..thread import holdings
+from ..thread.events import RevertRefused, ThreadMoved
+from ..thread.state import handle
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -57,8 +58,7 @@ class InPlace:
                 # The ledger's first turn is gone (the client reverted the thread
                 # itself, or the sidecar died between a revert and its turn/start).
                 raise FirstTurnGone from exc
-            if "paginated" in message:
-                holdings.revert_unsupported(session)
+            handle(session, RevertRefused("paginated" in message))
             log.warning(
                 "rebuild impossible (thread/revert refused); forwarding the original request",
                 extra={"fields": log_fields(session, self.engine_id, error=type(exc).__name__, legacyHistory=session.revert_unsupported)},
@@ -69,7 +69,7 @@ class InPlace:
         self.archived.forget(session.thread_id)
         self.proxy.spawn(self.archived.load, session.thread_id)  # before a read needs it
         revert_ms = round((answered - started) * 1000, 1)
-        holdings.moved(session, revert_ms, switched=False)
+        handle(session, ThreadMoved(revert_ms, switched=False))
         # thread/reverted follows the response: it is swallowed when it comes,
         # but the turn need not wait for it (the status notifications, which
         # the turn has its own of, all came before the response).

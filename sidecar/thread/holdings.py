@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .planner import fingerprint
-from .state import ThreadSession, TurnState
 
 if TYPE_CHECKING:
     from .files import Recorded
+    from .state import ThreadSession, TurnState
 
 
 class Holdings(msgspec.Struct, frozen=True):

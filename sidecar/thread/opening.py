@@ -8,13 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from engines import PromptCacheInfo, Usage
 
-from .state import ThreadSession, Unfollowed
-
 if TYPE_CHECKING:
     import trio
 
     from .files import Injection, InspectFile, LedgerFile, Mirror
-    from .state import LearnedMachine
+    from .state import LearnedMachine, ThreadSession, Unfollowed
 
 
 def answered_open(session: ThreadSession, method: str, *, relay: str | None, cwd: Any, model: Any, framing_fork: bool) -> None:

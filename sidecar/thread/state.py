@@ -19,6 +19,7 @@ thread, in one module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +27,7 @@ import msgspec
 
 from engines import AgentMessage, PromptCacheInfo, Usage
 
+from . import events, holdings, machine
 from .learned import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_TOKEN_RESERVE,
@@ -44,7 +46,7 @@ from .learned import (
     ToolsGiven,
     WindowReported,
 )
-from .planner import FingerprintCache
+from .planner import FingerprintCache, ThreadHoldings, fingerprints, plan_turn
 
 if TYPE_CHECKING:
     import trio
@@ -468,6 +470,110 @@ class ThreadSession(msgspec.Struct):
             self.current = None
             if self.slot.value == 0:
                 self.slot.release()
+
+
+# -- the machine: one entry for every change (events in, actions out) -------
+
+
+def handle(session: ThreadSession, event: events.ThreadEvent) -> list[events.ThreadAction]:
+    """The thread's machine: ``event`` (:mod:`.events`) changes the thread's
+    records by its rule (:data:`RULES`), which returns what the job must do.
+    Pure: no I/O, no clock, no trio; a job builds the event, calls this and
+    carries the actions out in order."""
+    return RULES[type(event)](session, event)
+
+
+def turn_requested(session: ThreadSession, event: events.TurnRequested) -> list[events.ThreadAction]:
+    """A ``turn/start`` joins the running turn (Codex makes it part of it), or
+    is held while the engine assembles. While it is held, the client's later
+    requests on the thread wait behind it: from now when the thread is idle
+    or only finalising its last turn; from when the slot is free otherwise."""
+    if session.joins_running_turn():
+        return [events.Join()]
+    if not session.busy or session.turn_over_in_codex():
+        return [events.Gate(), events.Hold(True)]
+    return [events.Hold(False)]
+
+
+def turn_held(session: ThreadSession, event: events.TurnHeld) -> list[events.ThreadAction]:
+    """The held turn has the slot: it gates now if it did not, waits for the
+    client's unanswered reverts, then assembles."""
+    session.take_slot(event.turn)
+    actions: list[events.ThreadAction] = [] if event.gated else [events.Gate()]
+    if session.reverts_unanswered:
+        actions.append(events.WaitReverts())
+    actions.append(events.Assemble())
+    return actions
+
+
+def mirror_read(session: ThreadSession, event: events.HistoryRead) -> list[events.ThreadAction]:
+    event.turn.history_read(event.history)
+    return []
+
+
+def turn_assembled(session: ThreadSession, event: events.TurnAssembled) -> list[events.ThreadAction]:
+    """What of the engine's assembly the turn projects. ``per_turn``: all of
+    it, in the input (it then sits in the history untracked). ``delta`` and
+    ``epoch``: the planner decides from the ledger alone: the tail the
+    thread lacks, nothing, or a rebuild."""
+    state = event.turn
+    state.note_assembly(count=len(event.messages), tokens=event.estimated_tokens, budget=event.budget, roles=event.roles, mode=event.mode, epoch=event.epoch)
+    if event.mode not in ("delta", "epoch"):
+        holdings.untracked_projection(session)
+        return [events.ProjectWhole()]
+    fps = fingerprints(session.sizes, event.messages, session.fingerprints)
+    held = session.held if session.held is not None else fingerprints(session.sizes, event.history, session.fingerprints)
+    thread = ThreadHoldings(held=held, sizes=session.sizes, force_rebuild=session.force_rebuild,
+                            projected_epoch=session.projected_epoch, has_turns=bool(session.turns_since_rebuild))
+    plan = plan_turn(thread, fps, mode="epoch" if event.mode == "epoch" else "delta", epoch=event.epoch,
+                     estimated_tokens=event.estimated_tokens, history_empty=not event.history, slack=event.slack)
+    state.note_plan(list(plan.held_after), plan.epoch_pending, plan.stale if plan.action == "tail" else None)
+    actions: list[events.ThreadAction] = [events.ExpectRebuilds()] if event.engine_epochs or plan.drops_content else []
+    if plan.action == "rebuild":
+        return [*actions, events.Rebuild()]
+    return [*actions, events.ProjectTail(plan.tail_from if plan.action == "tail" else len(event.messages))]
+
+
+def turn_projected(session: ThreadSession, event: events.TurnProjected) -> list[events.ThreadAction]:
+    """The figures of what the turn sends; a projection that changed the
+    request goes in, through the channels it used."""
+    state = event.turn
+    state.note_render(rendered=event.rendered, dropped=event.dropped, context_chars=event.context_chars, original_chars=event.original_chars, sent_chars=event.sent_chars)
+    if not event.changed:
+        return []
+    channels = ["turn/start.input" if event.placement == "input" else "turn/start.additionalContext[openclaw_context]"] if event.has_context else []
+    if event.addition is not None:
+        channels.append("turn/start.additionalContext[openclaw_system_prompt_addition]")
+    state.note_projection(channels, event.addition, event.sent)
+    return [events.ApplyProjection()]
+
+
+def turn_released(session: ThreadSession, event: events.TurnReleased) -> list[events.ThreadAction]:
+    """The turn leaves for Codex, projected or as the client sent it: from
+    now a ``turn/start`` on the thread joins it."""
+    state = event.turn
+    session.turn_forwarded(state, event.hold_ms)
+    session.stats["lastTurn"] = {
+        "holdMs": state.hold_ms,
+        "projected": state.projected,
+        "assembledMessageCount": state.assembled_count,
+        "estimatedTokens": state.estimated_tokens,
+        "fallback": state.fallback_reason,
+    }
+    return [events.ForwardOriginal()] if event.edited is None else [events.ForwardParams(event.edited)]
+
+
+RULES: dict[type[events.ThreadEvent], Callable[[ThreadSession, Any], list[events.ThreadAction]]] = {
+    events.TurnRequested: turn_requested,
+    events.TurnHeld: turn_held,
+    events.HistoryRead: mirror_read,
+    events.TurnAssembled: turn_assembled,
+    events.TurnProjected: turn_projected,
+    events.TurnReleased: turn_released,
+    **machine.RULES,
+}
+"""Event type -> its rule: a turn's start here (on a steady ``turn/start``'s
+path, which then crosses no more modules), the rest :mod:`.machine`'s."""
 
 
 def log_fields(session: ThreadSession, engine_id: str, **more: Any) -> dict[str, Any]:

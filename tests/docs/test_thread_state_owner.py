@@ -46,8 +46,6 @@ MUTATORS = frozenset({
 CONTAINERS = frozenset({"dict", "list", "set", "frozenset", "tuple", "Mapping", "MutableMapping", "Sequence", "Iterable"})
 
 NOT_YET: dict[str, int] = {
-    "sidecar/lifecycle/finalize.py": 5,  # completed_turns.add, marking.add/discard, stats[...] x2
-    "sidecar/lifecycle/turns.py": 1,  # session.stats["lastTurn"]
     "sidecar/rebuild/inplace.py": 2,  # noise.tickets.remove/pop
 }
 """Writes the subscript and method counts found in modules another change
