@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import holdings, opening
+from . import holdings, opening, session_rules
 from .events import (
     AlreadyFinalized,
     CodexCompacted,
@@ -490,5 +490,6 @@ RULES: dict[type[ThreadEvent], Rule] = {
     ReplayWanted: replay_wanted,
     ReplayAnswered: replay_answered,
     TurnsReverted: turns_reverted,
+    **session_rules.RULES,
 }
-"""ThreadEvent type -> its rule (the rules of a turn's start are :mod:`.state`'s)."""
+"""ThreadEvent type -> its rule (the rules of a turn's start are :mod:`.state`'s, those of the session half :mod:`.session_rules`'s)."""

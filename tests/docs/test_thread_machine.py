@@ -1,6 +1,8 @@
 """The jobs the thread's machine serves change a thread only through it
 (issue 34): ``sidecar/lifecycle/turns.py``, ``finalize.py``,
-``injections.py`` and ``sidecar/rebuild/`` build events and call
+``injections.py``, the session half (``sessions.py``, ``release.py``,
+``reverts.py``, ``compaction.py``, ``overflow.py``) and ``sidecar/rebuild/``
+build events and call
 ``handle``; they call none of the package's transitions themselves (a
 function of ``sidecar/thread/holdings.py`` or ``opening.py``, or a method of
 ``ThreadSession`` or ``TurnState`` that changes the records).
@@ -21,6 +23,11 @@ SERVED = [
     "sidecar/lifecycle/turns.py",
     "sidecar/lifecycle/finalize.py",
     "sidecar/lifecycle/injections.py",
+    "sidecar/lifecycle/sessions.py",
+    "sidecar/lifecycle/release.py",
+    "sidecar/lifecycle/reverts.py",
+    "sidecar/lifecycle/compaction.py",
+    "sidecar/lifecycle/overflow.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "sidecar" / "rebuild").glob("*.py")),
 ]
 RECORDS = ("ThreadSession", "TurnState", "RevertNoise")

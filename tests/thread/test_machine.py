@@ -13,7 +13,7 @@ import pytest
 
 from engines import AssistantMessage, PromptCacheInfo, TextBlock, Usage, UserMessage
 from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
-from sidecar.thread import events
+from sidecar.thread import events, session_events
 from sidecar.thread.events import (
     AlreadyFinalized,
     ApplyProjection,
@@ -122,7 +122,7 @@ def holding(session: ThreadSession, state: TurnState) -> ThreadSession:
 
 
 def test_every_event_has_a_rule() -> None:
-    kinds = {c for _, c in inspect.getmembers(events, inspect.isclass) if issubclass(c, ThreadEvent) and c is not ThreadEvent}
+    kinds = {c for module in (events, session_events) for _, c in inspect.getmembers(module, inspect.isclass) if issubclass(c, ThreadEvent) and c is not ThreadEvent}
     assert kinds == set(RULES)
 
 
