@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import trio
 
     from .files import InspectFile, LedgerFile, Mirror, Recorded
-    from .state import TurnState, Unfollowed
+    from .state import LearnedMachine, TurnState, Unfollowed
 
 
 # ------------------------------------------------------------------ events: opening
@@ -66,6 +66,27 @@ class LedgerRestored(ThreadEvent, frozen=True):
 
     recorded: Recorded
     last_inspect: dict[str, Any] | None
+
+
+class HistoryImported(ThreadEvent, frozen=True):
+    """The thread's history was imported into the mirror (``some``: it held any)."""
+
+    some: bool
+
+
+class TurnsCaughtUp(ThreadEvent, frozen=True):
+    """Turns Codex holds natively that the mirror lacked were mirrored
+    (``per_turn``: the fingerprints of each, when what the thread holds is known)."""
+
+    added: list[str]
+    per_turn: list[list[str]]
+
+
+class LearnedRead(ThreadEvent, frozen=True):
+    """The thread's learned facts, as read from the journal under ``key``."""
+
+    machine: LearnedMachine
+    key: str
 
 
 class NewThreadOfHistory(ThreadEvent, frozen=True):

@@ -19,9 +19,11 @@ from .session_events import (
     FollowEnded,
     ForkedAtFraming,
     ForkOpened,
+    HistoryImported,
     HistoryKnown,
     HoldingsChanged,
     InheritAddition,
+    LearnedRead,
     LedgerAfterRead,
     LedgerRestored,
     MirrorOpened,
@@ -45,6 +47,7 @@ from .session_events import (
     SessionBound,
     ThreadClosed,
     ThreadOpened,
+    TurnsCaughtUp,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +87,22 @@ def on_files_opened(session: ThreadSession, event: FilesOpened) -> list[ThreadAc
 
 def on_ledger_restored(session: ThreadSession, event: LedgerRestored) -> list[ThreadAction]:
     holdings.restored(session, event.recorded, event.last_inspect)
+    return []
+
+
+def on_history_imported(session: ThreadSession, event: HistoryImported) -> list[ThreadAction]:
+    opening.history_imported(session, event.some)
+    return []
+
+
+def on_turns_caught_up(session: ThreadSession, event: TurnsCaughtUp) -> list[ThreadAction]:
+    """Recorded as finalisation would have; the ledger says so."""
+    holdings.caught_up(session, event.added, event.per_turn)
+    return [] if session.ledger is None else [ResetLedger(holdings.holdings(session))]
+
+
+def on_learned_read(session: ThreadSession, event: LearnedRead) -> list[ThreadAction]:
+    opening.learned_read(session, event.machine, event.key)
     return []
 
 
@@ -216,6 +235,9 @@ RULES: dict[type[ThreadEvent], Callable[[ThreadSession, Any], list[ThreadAction]
     HistoryKnown: on_history_known,
     FilesOpened: on_files_opened,
     LedgerRestored: on_ledger_restored,
+    HistoryImported: on_history_imported,
+    TurnsCaughtUp: on_turns_caught_up,
+    LearnedRead: on_learned_read,
     NewThreadOfHistory: on_new_thread_of_history,
     ForkedAtFraming: on_forked_at_framing,
     ForkOpened: on_fork_opened,

@@ -1,7 +1,8 @@
 """The jobs the thread's machine serves change a thread only through it
 (issue 34): ``sidecar/lifecycle/turns.py``, ``finalize.py``,
 ``injections.py``, the session half (``sessions.py``, ``release.py``,
-``reverts.py``, ``compaction.py``, ``overflow.py``) and ``sidecar/rebuild/``
+``reverts.py``, ``compaction.py``, ``overflow.py``, ``resets.py``,
+``imports.py``, ``calls.py``) and ``sidecar/rebuild/``
 build events and call
 ``handle``; they call none of the package's transitions themselves (a
 function of ``sidecar/thread/holdings.py`` or ``opening.py``, or a method of
@@ -28,6 +29,9 @@ SERVED = [
     "sidecar/lifecycle/reverts.py",
     "sidecar/lifecycle/compaction.py",
     "sidecar/lifecycle/overflow.py",
+    "sidecar/lifecycle/resets.py",
+    "sidecar/lifecycle/imports.py",
+    "sidecar/lifecycle/calls.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "sidecar" / "rebuild").glob("*.py")),
 ]
 RECORDS = ("ThreadSession", "TurnState", "RevertNoise")

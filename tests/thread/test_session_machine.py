@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
+from sidecar.session.state import LearnedMachine, ThreadSession, TurnState, Unfollowed, new_session
 from sidecar.thread.events import Learn, ResetLedger, SwitchRolledBack
 from sidecar.thread.holdings import Holdings
 from sidecar.thread.learned import AdditionSent
@@ -22,9 +22,11 @@ from sidecar.thread.session_events import (
     FollowEnded,
     ForkedAtFraming,
     ForkOpened,
+    HistoryImported,
     HistoryKnown,
     HoldingsChanged,
     InheritAddition,
+    LearnedRead,
     LedgerAfterRead,
     LedgerRestored,
     MirrorOpened,
@@ -48,6 +50,7 @@ from sidecar.thread.session_events import (
     SessionBound,
     ThreadClosed,
     ThreadOpened,
+    TurnsCaughtUp,
 )
 from sidecar.thread.state import handle
 
@@ -134,6 +137,29 @@ def test_a_whole_fork_inherits_its_parent_s_addition_and_one_cut_at_a_turn_does_
     assert handle(thread(), ForkOpened({"threadId": "parent"})) == [InheritAddition()]
     assert handle(thread(), ForkOpened({"threadId": "parent", "lastTurnId": "t3"})) == []
     assert handle(thread(), ForkOpened({"threadId": "parent", "beforeTurnId": "t3"})) == []
+
+
+def test_an_import_with_messages_gives_the_session_history_and_one_without_keeps_what_it_had() -> None:
+    session = thread()
+    handle(session, HistoryImported(False))
+    assert not session.had_history
+    handle(session, HistoryImported(True))
+    handle(session, HistoryImported(False))
+    assert session.had_history
+
+
+def test_turns_caught_up_are_held_as_finalisation_would_have_recorded_them_and_the_ledger_says_so() -> None:
+    session = thread(held=["a"], turns_since_rebuild=["t1"], live_turns=["t1"], ledger=Handle())
+    [reset] = handle(session, TurnsCaughtUp(["t2", "t3"], [["a"], ["b"]]))  # t2's recorded already (a write that failed)
+    assert (session.held, session.turns_since_rebuild, session.live_turns) == (["a", "b"], ["t1", "t2", "t3"], ["t1", "t2", "t3"])
+    assert isinstance(reset, ResetLedger) and reset.holdings.held == ["a", "b"]
+    assert handle(thread(), TurnsCaughtUp(["t1"], [])) == []  # no ledger: nothing written
+
+
+def test_the_learned_facts_read_are_the_thread_s_under_their_key() -> None:
+    session, machine = thread(), LearnedMachine("thr")
+    handle(session, LearnedRead(machine, "agent:k"))
+    assert (session.learned, session.learned_key) == (machine, "agent:k")
 
 
 # ------------------------------------------------------------------ release
