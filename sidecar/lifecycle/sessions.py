@@ -203,10 +203,6 @@ class Sessions:
         """The thread's session in this process (made, not opened, if new)."""
         return self.identity.session(thread_id)
 
-    async def first_turn(self, session: ThreadSession, items: list[Any]) -> None:
-        """What the first turn of a thread started here says of its session (:meth:`Identity.first_turn`)."""
-        await self.identity.first_turn(session, items)
-
     async def open(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
         """Open (fork, import) the mirror; a turn/start waits for this."""
         opened = False
