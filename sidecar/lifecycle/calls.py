@@ -16,7 +16,8 @@ from ..host.contain import contained, raise_contained
 from ..relay import Message, Slot
 from ..session.options import LifecycleOptions
 from ..session.state import BootstrapFailed, Bootstrapped, Learned, LearnedEvent, LearnedMachine, MaintainedOnOpening, ThreadSession, log_fields, token_budget
-from ..thread import opening
+from ..thread.session_events import LearnedRead, Reported
+from ..thread.state import handle
 from .learned import LearnedFacts
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -64,7 +65,7 @@ class EngineCalls:
         in between a turn reads them without touching the journal."""
         key = self.session_key(session)
         if session.learned is None or session.learned_key != key:
-            opening.learned_read(session, self.learned.machine(session.thread_id, key), key)
+            handle(session, LearnedRead(self.learned.machine(session.thread_id, key), key))
         assert session.learned is not None
         return session.learned
 
@@ -168,10 +169,10 @@ class EngineCalls:
             await self.call(
                 maintain(MaintainParams(session_id=session.session_id, session_key=session.session_key, session_file=str(session.path), reason=reason, runtime_context=self.runtime(session, {}))),
             )
-            opening.reported(session, f"lastMaintain{reason.title()}", "ok")
+            handle(session, Reported(f"lastMaintain{reason.title()}", "ok"))
             return True
         except Exception as exc:
-            opening.reported(session, f"lastMaintain{reason.title()}", type(exc).__name__)
+            handle(session, Reported(f"lastMaintain{reason.title()}", type(exc).__name__))
             log.warning("codex context engine maintenance failed", extra={"fields": self.fields(session, reason=reason, error=type(exc).__name__)})
             return False
 

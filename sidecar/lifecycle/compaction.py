@@ -15,7 +15,8 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError,
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
-from ..thread import opening
+from ..thread.session_events import CompactionRecorded, NativeCompactionAnswered, NativeCompactionSent, Reported
+from ..thread.state import handle
 from .calls import EngineCalls
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -53,15 +54,15 @@ class Compaction:
         # the client gets Codex's own answer; its outcome is recorded by
         # on_compact_response. Until Codex answers, the session is not released.
         msg.note(NATIVE_AFTER_ENGINE, (session, result))
-        opening.native_compaction_sent(session)
+        handle(session, NativeCompactionSent())
         if not self.proxy.router.forward_client_request(msg):
-            opening.native_compaction_answered(session)
+            handle(session, NativeCompactionAnswered())
 
     def on_compact_response(self, msg: Message, pending: PendingRequest) -> Decision:
         held = pending.noted(NATIVE_AFTER_ENGINE)
         if held is not None:
             session, result = held
-            opening.native_compaction_answered(session)
+            handle(session, NativeCompactionAnswered())
             error = msg.error()
             native: dict[str, Any] = {"ok": error is None}
             if isinstance(error, dict):
@@ -88,11 +89,11 @@ class Compaction:
         except Exception as exc:  # not retried as a prompt: reported
             result = CompactResult(ok=False, compacted=False, reason=f"engine compaction failed: {type(exc).__name__}")
             log.warning("context engine compaction failed", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
-        opening.reported(session, "lastEngineCompaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason})
+        handle(session, Reported("lastEngineCompaction", {"ok": result.ok, "compacted": result.compacted, "reason": result.reason}))
         return result
 
     async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:
-        opening.compacted(session)
+        handle(session, CompactionRecorded())
         mirror = session.mirror
         if mirror is None:
             return

@@ -112,7 +112,7 @@ class Lifecycle:
         """Codex's answers to the client's thread/start, resume and fork (which open the session)."""
         self.releases = Releases(ctx, self.calls, moves)
         """A session released once Codex unloads its thread."""
-        self.assembly = TurnAssembly(ctx, self.calls, moves, self.opening, self.reverts)
+        self.assembly = TurnAssembly(ctx, self.calls, moves, self.identity, self.reverts)
         self.turns = Turns(ctx, self.calls, self.spares, self.opening, self.assembly)
         self.finalizer = Finalizer(ctx, self.calls, self.spares)
         self.overflow = Overflow(ctx, self.calls, self.turns, self.finalizer, self.compaction)

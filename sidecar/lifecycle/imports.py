@@ -21,9 +21,11 @@ from ..session.context import LifecycleContext
 from ..session.state import ThreadSession
 from ..store import bindings
 from ..store.mirror import TranscriptMirror, now_ms, session_path
-from ..thread import holdings, opening
+from ..thread.events import ResetLedger
 from ..thread.files import Mirror
 from ..thread.planner import fingerprints
+from ..thread.session_events import HistoryImported, TurnsCaughtUp
+from ..thread.state import handle
 from ..translate import key_turn_id, messages_of, translate_turn, turn_key_prefix
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -106,9 +108,9 @@ class HistoryImport:
             # Codex holds these turns natively, as finalisation would have recorded.
             records = {t["id"]: r for t, r in per_turn}
             fps = [fingerprints(session.sizes, messages_of(records[tid])) for tid in added] if session.held is not None else []
-            holdings.caught_up(session, added, fps)
-            if session.ledger is not None:
-                await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
+            for action in handle(session, TurnsCaughtUp(list(added), fps)):
+                if isinstance(action, ResetLedger) and session.ledger is not None:
+                    await trio.to_thread.run_sync(session.ledger.reset, action.holdings)
             log.warning(
                 "mirrored turns the transcript lacked (killed before writing them, or run without the sidecar)",
                 extra={"fields": {"threadId": session.thread_id, "turns": len(added)}},
@@ -141,7 +143,7 @@ class HistoryImport:
         archive = TurnArchive(archive_path(self.state_dir, session.thread_id))
         known = [t for t in turns if isinstance(t, dict) and isinstance(t.get("id"), str)]
         added = await trio.to_thread.run_sync(_archive_many_then_append, archive, known, session.mirror, records)
-        opening.history_imported(session, bool(messages_of(records)))
+        handle(session, HistoryImported(bool(messages_of(records))))
         log.info("imported thread history into the mirror", extra={"fields": {"threadId": session.thread_id, "entries": added}})
 
 

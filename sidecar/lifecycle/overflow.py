@@ -36,7 +36,8 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError
 from ..session.context import LifecycleContext
 from ..session.overflow import TURN_CLIENT_REQUESTS, Verdict, after_compaction, client_sees, overflowed, verdict
 from ..session.state import ThreadSession, TurnState
-from ..thread import holdings, opening
+from ..thread.session_events import Reported, RetryAbandoned, RetryAccepted, RetryForwarded, RetryStarted
+from ..thread.state import handle
 from .calls import EngineCalls
 from .compaction import Compaction
 from .finalize import Finalizer
@@ -120,7 +121,7 @@ class Overflow:
                 self.proxy.spawn(self._retry, retry)
                 return HANDLED
             if retry.turn_id == turn.get("id") and overflowed(turn.get("error")):
-                opening.reported(retry.session, "lastOverflow", {"turnId": retry.first.turn_id, "retried": True, "retryTurnId": retry.turn_id, "reason": "retry-overflowed"})
+                handle(retry.session, Reported("lastOverflow", {"turnId": retry.first.turn_id, "retried": True, "retryTurnId": retry.turn_id, "reason": "retry-overflowed"}))
                 log.warning(
                     "the retried turn overflowed the context window too; Codex's error goes to the client",
                     extra={"fields": self.calls.fields(retry.session, turnId=retry.first.turn_id, retryTurnId=retry.turn_id)},
@@ -131,7 +132,7 @@ class Overflow:
         found, session, state = self._verdict(note.thread_id, turn.get("id"))
         if session is None:
             return None
-        opening.reported(session, "lastOverflow", {"turnId": turn.get("id"), "retried": False, "reason": found.reason})
+        handle(session, Reported("lastOverflow", {"turnId": turn.get("id"), "retried": False, "reason": found.reason}))
         if not found.retry or state is None:
             log.info(
                 "turn overflowed the context window; not retried, Codex's error goes to the client",
@@ -169,11 +170,11 @@ class Overflow:
             return found.reason
         assert first.params is not None  # the verdict needs them
         state = retry.state = first.retry()
-        holdings.retry_started(session, first, state)
+        handle(session, RetryStarted(first, state))
         edited = await self.turns.project_retry(session, state, first.params, first.params.get("model") if isinstance(first.params.get("model"), str) else None)
         if edited is None or not (state.projected or state.rebuilt):
             return "no-smaller-projection"
-        state.retry_forwarded(first)
+        handle(session, RetryForwarded(first, state))
         try:
             await self.proxy.request(
                 "turn/start", edited, timeout=self.options.engine_deadline, on_result=lambda answer: self._accepted(retry, answer)
@@ -192,11 +193,11 @@ class Overflow:
             return
         retry.turn_id = turn_id
         session = retry.session
-        session.retry_accepted(first)  # never finalised: the retry is the turn
+        handle(session, RetryAccepted(first))  # never finalised: the retry is the turn
         self.turns.accepted(session, state, turn_id)
         self.renamed[_quoted(turn_id)] = (_quoted(first.turn_id), retry)
         # Here, not after the request returns: the retry's turn/completed may come first.
-        opening.reported(session, "lastOverflow", {"turnId": first.turn_id, "retried": True, "retryTurnId": turn_id, "reason": "retry"})
+        handle(session, Reported("lastOverflow", {"turnId": first.turn_id, "retried": True, "retryTurnId": turn_id, "reason": "retry"}))
         log.info("turn retried after the engine made room", extra={"fields": self.calls.fields(session, turnId=first.turn_id, retryTurnId=turn_id)})
 
     def _abandon(self, retry: Retry, reason: str) -> None:
@@ -205,12 +206,12 @@ class Overflow:
         retry.abandoned = True
         session, first, state = retry.session, retry.first, retry.state
         self.retries.pop(session.thread_id, None)
-        opening.reported(session, "lastOverflow", {"turnId": first.turn_id, "retried": False, "reason": reason})
+        handle(session, Reported("lastOverflow", {"turnId": first.turn_id, "retried": False, "reason": reason}))
         log.warning(
             "turn overflowed the context window and could not be retried; Codex's error goes to the client",
             extra={"fields": self.calls.fields(session, turnId=first.turn_id, reason=reason)},
         )
-        holdings.retry_abandoned(session, first, state)
+        handle(session, RetryAbandoned(first, state))
         for msg in retry.withheld:
             if msg.method == "turn/completed":
                 self.finalizer.on_turn_completed(msg)

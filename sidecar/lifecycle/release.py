@@ -9,7 +9,8 @@ import logging
 from ..relay import Decision, Message
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession
-from ..thread import opening
+from ..thread.session_events import Release, ReleaseAsked, ThreadClosed
+from ..thread.state import handle
 from .calls import EngineCalls
 from .context import HistoryMoves
 
@@ -41,7 +42,7 @@ class Releases:
         thread_id = params.get("threadId") if isinstance(params, dict) else None
         session = self.sessions.get(thread_id) if isinstance(thread_id, str) else None
         if session is not None:
-            opening.closed(session)
+            handle(session, ThreadClosed())
             self.proxy.spawn(self._release, session)
         return None
 
@@ -73,14 +74,10 @@ class Releases:
         log.info("thread closed by codex; session released", extra={"fields": self.calls.fields(session)})
 
     def _releasable(self, session: ThreadSession) -> bool:
-        """Closed and idle (``opening.releasable``: no native compaction
-        unanswered either), still this thread's session, and no rebuild
-        revert of it under way."""
-        return (
-            opening.releasable(session)
-            and self.sessions.get(session.thread_id) is session
-            and session.thread_id not in self.inplace.reverting
-        )
+        """Closed and idle, still this thread's session, and no rebuild
+        revert of it under way (the machine's ``ReleaseAsked``)."""
+        ours = self.sessions.get(session.thread_id) is session
+        return Release() in handle(session, ReleaseAsked(ours, session.thread_id in self.inplace.reverting))
 
     async def _unloaded(self, thread_id: str) -> bool:
         """Codex's ``thread/loaded/list`` does not name the thread (a

@@ -33,8 +33,9 @@ from ..session.identity import reset_session
 from ..session.state import ThreadSession
 from ..store import bindings
 from ..store.mirror import MirrorError, TranscriptMirror, now_ms
-from ..thread import opening
 from ..thread.files import Mirror
+from ..thread.session_events import HistoryKnown, MirrorOpened
+from ..thread.state import handle
 
 if TYPE_CHECKING:
     from .sessions import Identity
@@ -66,7 +67,8 @@ async def begin(job: Identity, session: ThreadSession) -> bool:
         return False
     if session.relay is not None:
         await name_relay(job, session)
-    opening.mirror_opened(session, mirror, had_history=False)
+    handle(session, MirrorOpened(mirror))
+    handle(session, HistoryKnown(False))
     await trio.to_thread.run_sync(_record, old_mirror, mirror, old_id, new_id, session.thread_id)
     if old_mirror is not None:
         old_mirror.close()

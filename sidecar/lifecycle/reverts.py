@@ -5,6 +5,7 @@ forks at turns a rebuild took out of Codex (the client still sees them)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -13,9 +14,22 @@ import trio
 from ..history.archive import TurnArchive, archive_path
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError, Slot
 from ..session.context import LifecycleContext
-from ..session.state import AdditionSent, ThreadSession, Unfollowed
+from ..session.state import ThreadSession, Unfollowed
 from ..store.mirror import MirrorError
-from ..thread import holdings, opening
+from ..thread.events import Learn, ResetLedger
+from ..thread.session_events import (
+    FollowEnded,
+    HoldingsChanged,
+    LedgerAfterRead,
+    ReadLedgerAfter,
+    RevertAnswered,
+    RevertFollowed,
+    RevertSent,
+    RevertsSettled,
+    RevertTurnsGone,
+    RevertUnfollowed,
+)
+from ..thread.state import handle
 from ..translate import turn_key_prefix
 from .calls import EngineCalls
 from .context import HistoryMoves
@@ -50,7 +64,7 @@ class Unanswered:
         if not self.waiting:
             return
         self.waiting = False
-        if opening.revert_answered(self.session):
+        if RevertsSettled() in handle(self.session, RevertAnswered()):
             self.session.reverts_answered.set()
 
 
@@ -93,7 +107,7 @@ class ClientReverts:
             if session is not None:
                 # A turn/start already queued for the slot (not gated: a turn was
                 # running) must not assemble before Codex answered this revert.
-                opening.revert_sent(session, trio.Event())
+                handle(session, RevertSent(trio.Event()))
                 wait = Unanswered(session)
                 msg.note(UNANSWERED, wait)
             self.proxy.spawn(self._expire_gate, params["threadId"], holder, wait)  # never answered
@@ -194,7 +208,7 @@ class ClientReverts:
             wrapped = self.archived.wrap_revert_cursors(thread_id, before, session.live_turns, session.last_items, msg.result())
         if session is not None:
             # Set now: a turn/start already queued for the slot follows it first.
-            opening.unfollowed(session, Unfollowed(before, into_archive, frozenset(in_flight), holder))
+            handle(session, RevertUnfollowed(Unfollowed(before, into_archive, frozenset(in_flight), holder)))
         self.proxy.spawn(self._forget_turns, thread_id, archive, before, holder)
         if wrapped is not None:
             msg.set_result(wrapped)
@@ -244,7 +258,7 @@ class ClientReverts:
         await self.injections.forget_after(session, [before, *gone])
         self.archived.forget(thread_id)
         await self.archived.load(thread_id)
-        holdings.turns_gone(session, gone)
+        handle(session, RevertTurnsGone(list(gone)))
         followed = True
         mirror = session.mirror
         if mirror is not None:
@@ -262,19 +276,20 @@ class ClientReverts:
             except (MirrorError, OSError) as exc:
                 followed = False  # the intent stays: the next turn (or opening) tries again
                 log.warning("transcript mirror could not follow the client's revert", extra={"fields": self.calls.fields(session, error=type(exc).__name__)})
-        if holdings.revert_followed(session, before, into_archive=into_archive):
-            # What Codex holds is the ledger as it stood after the last turn
-            # kept, which that turn's record in the ledger's journal has.
-            kept = holdings.last_kept(session)
-            ledger = await self._ledger_after(session, kept) if kept is not None else None
-            holdings.ledger_found(session, ledger)
-            if ledger is not None:
-                self.calls.learn(session, AdditionSent(None))  # it may have come in a reverted turn: send it again
-        if session.ledger is not None:
-            # The ledger a restart restores.
-            now = holdings.holdings(session)
-            await trio.to_thread.run_sync(lambda: session.ledger.reset(now, clientRevert=before))  # type: ignore[union-attr]
-        opening.follow_ended(session, pending, followed)
+        for action in handle(session, RevertFollowed(before, into_archive)):
+            if isinstance(action, ReadLedgerAfter):
+                # What Codex holds is the ledger as it stood after the last turn
+                # kept, which that turn's record in the ledger's journal has.
+                kept = action.turn_id
+                ledger = await self._ledger_after(session, kept) if kept is not None else None
+                for learnt in handle(session, LedgerAfterRead(ledger)):
+                    if isinstance(learnt, Learn):
+                        self.calls.learn(session, learnt.event)  # it may have come in a reverted turn: send it again
+        for reset in handle(session, HoldingsChanged()):
+            if isinstance(reset, ResetLedger) and session.ledger is not None:
+                # The ledger a restart restores.
+                await trio.to_thread.run_sync(functools.partial(session.ledger.reset, reset.holdings, clientRevert=before))
+        handle(session, FollowEnded(pending, followed))
         self.proxy.router.ungate(thread_id, pending.holder)  # followed, or the next turn retries
         if followed and session.mirror is not None:
             await trio.to_thread.run_sync(archive.end_forget, before)

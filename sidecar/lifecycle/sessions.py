@@ -25,8 +25,21 @@ from ..store import bindings
 from ..store.inspect import InspectLog, inspect_path
 from ..store.ledger import Ledger, ledger_path
 from ..store.mirror import MirrorError, TranscriptMirror, session_path
-from ..thread import holdings, opening
+from ..thread.events import ResetLedger, SwitchRolledBack
 from ..thread.files import Mirror
+from ..thread.session_events import (
+    FilesOpened,
+    ForkedAtFraming,
+    ForkOpened,
+    HistoryKnown,
+    InheritAddition,
+    LedgerRestored,
+    MirrorOpened,
+    NewThreadOfHistory,
+    SessionBound,
+    ThreadOpened,
+)
+from ..thread.state import handle
 from . import resets
 from .calls import GIVEN_TOOLS, EngineCalls
 from .context import HistoryMoves
@@ -61,7 +74,7 @@ class Identity:
 
     def set_session(self, session: ThreadSession, session_id: str, via: str) -> None:
         path = session_path(self.state_dir, session_id)  # first: raises on an unusable id
-        opening.bound(session, session_id, session_key(self.options.session_key_template, session_id), path, via)
+        handle(session, SessionBound(session_id, session_key(self.options.session_key_template, session_id), path, via))
 
     async def bind(self, session: ThreadSession) -> None:
         """Find the thread's session before its mirror opens: the relay id it
@@ -98,9 +111,9 @@ class Identity:
         thread of a known session): the planner projects what the engine
         assembles, and the ledger says so before any turn (a kill before
         the first turn is finalised must not make it claim the history)."""
-        if session.ledger is None or not holdings.holds_nothing(session):
-            return
-        await trio.to_thread.run_sync(session.ledger.reset, holdings.holdings(session))
+        for action in handle(session, NewThreadOfHistory()):
+            if isinstance(action, ResetLedger) and session.ledger is not None:
+                await trio.to_thread.run_sync(session.ledger.reset, action.holdings)
 
     async def first_turn(self, session: ThreadSession, items: list[Any]) -> None:
         """The first turn of a thread started in this process, before it
@@ -147,9 +160,9 @@ class Identity:
             return False
         if session.relay is not None:
             await resets.name_relay(self, session)
-        opening.mirror_opened(session, mirror)
+        handle(session, MirrorOpened(mirror))
         await trio.to_thread.run_sync(_drop_if_empty, old)
-        opening.history_known(session, bool(await trio.to_thread.run_sync(mirror.messages)))
+        handle(session, HistoryKnown(bool(await trio.to_thread.run_sync(mirror.messages))))
         if session.had_history:
             await self.holds_nothing(session)
         log.info("thread bound to its session by its continuity projection", extra={"fields": self.calls.fields(session, via="continuity")})
@@ -190,10 +203,6 @@ class Sessions:
         """The thread's session in this process (made, not opened, if new)."""
         return self.identity.session(thread_id)
 
-    async def first_turn(self, session: ThreadSession, items: list[Any]) -> None:
-        """What the first turn of a thread started here says of its session (:meth:`Identity.first_turn`)."""
-        await self.identity.first_turn(session, items)
-
     async def open(self, session: ThreadSession, method: str, params: dict[str, Any], thread: dict[str, Any]) -> None:
         """Open (fork, import) the mirror; a turn/start waits for this."""
         opened = False
@@ -211,19 +220,19 @@ class Sessions:
                     mirror = await trio.to_thread.run_sync(self.history.fork_archive_then_mirror, parent_id, session, params)
                 else:
                     mirror = await trio.to_thread.run_sync(lambda: TranscriptMirror.open(session.path, session.thread_id, session.cwd))
-                opening.mirror_opened(session, mirror)
+                handle(session, MirrorOpened(mirror))
                 opened = True
                 # A fork's copy of its parent's mirror is its history (keyed by
                 # the parent's ids: importing Codex's copy too would store it twice).
-                opening.history_known(session, (mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages)))
+                handle(session, HistoryKnown((mirror.existed_before or forked) and bool(await trio.to_thread.run_sync(mirror.messages))))
             await self.archived.load(session.thread_id)
             if opened:
                 order = await trio.to_thread.run_sync(TurnArchive(archive_path(self.state_dir, session.thread_id)).turn_order)
                 await self.injections.load(session, order[-1] if order else None)
             if session.inspect is None:
-                opening.files_opened(session, inspect=InspectLog(inspect_path(self.state_dir, session.thread_id)))
+                handle(session, FilesOpened(inspect=InspectLog(inspect_path(self.state_dir, session.thread_id))))
             if session.ledger is None:
-                opening.files_opened(session, ledger=Ledger(ledger_path(self.state_dir, session.thread_id)))
+                handle(session, FilesOpened(ledger=Ledger(ledger_path(self.state_dir, session.thread_id))))
                 await trio.to_thread.run_sync(_restore_ledger, session)
             if method == "thread/start" and session.had_history:
                 # A new Codex thread of a session with history holds none of it.
@@ -242,10 +251,10 @@ class Sessions:
                 await self.reverts.settle_unanswered(session, archive)
             if self.spares.take_rolled_back(session.thread_id):
                 # Back from a switch Codex never accepted: what the thread holds is not known.
-                holdings.unknown(session)
+                handle(session, SwitchRolledBack())
             if session.framing_only:
                 # A fork of Codex's framing (the client forked at an archived turn).
-                holdings.framing_only(session)
+                handle(session, ForkedAtFraming())
             # Import only when the session is first seen: a thread started or
             # imported earlier in this run is mirrored turn by turn already, and
             # importing it again would bootstrap an engine that saw every turn.
@@ -258,7 +267,7 @@ class Sessions:
                 "transcript mirror unavailable; turns of this thread pass through",
                 extra={"fields": {"threadId": session.thread_id, "error": type(exc).__name__}},
             )
-            opening.mirror_opened(session, None)
+            handle(session, MirrorOpened(None))
         finally:
             session.ready.set()
 
@@ -306,7 +315,7 @@ class Openings:
             log.warning("thread id unusable as a session file name; lifecycle off for it")
             return None
         model = (result.get("model") if isinstance(result.get("model"), str) else None) or params.get("model")
-        opening.answered_open(session, pending.method, relay=relay_id(params), cwd=thread.get("cwd") or params.get("cwd"), model=model, framing_fork=framing_fork)
+        handle(session, ThreadOpened(pending.method, relay_id(params), thread.get("cwd") or params.get("cwd"), model, framing_fork))
         if pending.method == "thread/start":
             self.spares.client_started(thread_id, params)
         if given is None and isinstance(params.get("dynamicTools"), list):
@@ -330,9 +339,9 @@ class Openings:
         return None
 
     def _inherit_addition(self, session: ThreadSession, params: dict[str, Any]) -> None:
-        """A whole fork knows its parent's addition (``opening.fork_keeps_addition``);
+        """A whole fork knows its parent's addition (the machine's ``ForkInherits``);
         a parent is known only if it was opened here (like its tools)."""
-        if not opening.fork_keeps_addition(params):
+        if InheritAddition() not in handle(session, ForkOpened(params)):
             return
         parent = self.sessions.get(params["threadId"])
         if parent is None or self.calls.facts(session).addition is not None:
@@ -381,4 +390,4 @@ def _recent_sessions(state_dir: Path, skip: set[str]) -> dict[str, list[Any]]:
 def _restore_ledger(session: ThreadSession) -> None:
     """What the Codex thread holds, as the ledger's journal last recorded it."""
     assert session.ledger is not None and session.inspect is not None
-    holdings.restored(session, session.ledger.load(), session.inspect.last())
+    handle(session, LedgerRestored(session.ledger.load(), session.inspect.last()))

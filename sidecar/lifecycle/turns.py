@@ -63,7 +63,7 @@ from ..thread.state import handle
 from .calls import EngineCalls
 from .context import HistoryMoves
 from .reverts import ClientReverts
-from .sessions import Sessions
+from .sessions import Identity, Sessions
 
 log = logging.getLogger("codex_sidecar.lifecycle")
 
@@ -253,11 +253,11 @@ class TurnAssembly:
     engine's assembly planned and carried out (a rebuild when the plan says
     so) and projected into the params."""
 
-    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, sessions_job: Sessions, reverts: ClientReverts) -> None:
+    def __init__(self, ctx: LifecycleContext, calls: EngineCalls, moves: HistoryMoves, identity: Identity, reverts: ClientReverts) -> None:
         self.state_dir = ctx.state_dir
         self.options = ctx.options
         self.calls = calls
-        self.sessions_job = sessions_job
+        self.identity = identity
         self.reverts = reverts
         self.rebuilder = moves.rebuilder
         self.spares = moves.spares
@@ -301,7 +301,7 @@ class TurnAssembly:
         # A new thread's first turn may name its session (a continuity
         # projection) or begin a new one (OpenClaw's reset): before anything assembles.
         if session.fresh:
-            await self.sessions_job.first_turn(session, items)
+            await self.identity.first_turn(session, items)
         if already_projected(items):
             for action in handle(session, ContextFound(state, await self._openclaw_context(session, items))):
                 match action:

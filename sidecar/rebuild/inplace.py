@@ -13,7 +13,18 @@ from ..history.reads import ArchivedTurns
 from ..relay import HANDLED, Decision, Message, Proxy, RpcError
 from ..session.options import LifecycleOptions
 from ..session.state import RevertNoise, ThreadSession, log_fields
-from ..thread.events import RevertRefused, ThreadMoved
+from ..thread.events import (
+    NoiseSettled,
+    RebuildRevertAnswered,
+    RebuildRevertRefused,
+    RebuildRevertSent,
+    RevertedNoticeCame,
+    RevertedNoticeMissed,
+    RevertRefused,
+    SwallowNotice,
+    ThreadEvent,
+    ThreadMoved,
+)
 from ..thread.state import handle
 
 log = logging.getLogger("codex_sidecar.lifecycle")
@@ -33,22 +44,23 @@ class InPlace:
         self.archived = archived
         self.options = options
         self.engine_id = engine_id
-        self.reverting: dict[str, RevertNoise] = {}
-        """Threads with a rebuild revert whose noise is still being swallowed."""
+        self.reverting: dict[str, tuple[ThreadSession, RevertNoise]] = {}
+        """Threads with a rebuild revert whose noise is still being swallowed
+        (the thread's session and its record of that noise)."""
 
     async def rebuild(self, session: ThreadSession, archive: TurnArchive, first: str, marked: list[str]) -> bool:
         """Revert the thread before ``first``. False: Codex refused (the
         caller forwards the original request); :class:`FirstTurnGone` when
         the ledger's first turn is not Codex's any more."""
-        noise = self.reverting.setdefault(session.thread_id, RevertNoise())
+        entry = self.reverting.setdefault(session.thread_id, (session, RevertNoise()))
+        noise = entry[1]
         ticket = trio.Event()
-        noise.sent(ticket)
+        self._noise(session.thread_id, entry, RebuildRevertSent(noise, ticket))
         started = trio.current_time()
         try:
             await self.proxy.request("thread/revert", {"threadId": session.thread_id, "beforeTurnId": first}, timeout=self.options.engine_deadline)
         except (RpcError, trio.TooSlowError) as exc:
-            noise.refused(ticket)  # no thread/reverted for a refused revert
-            self._drop_noise(session.thread_id, noise)
+            self._noise(session.thread_id, entry, RebuildRevertRefused(noise, ticket))  # no thread/reverted for a refused revert
             if isinstance(exc, RpcError):
                 # Refused: Codex keeps the turns, so they are its to list again.
                 await trio.to_thread.run_sync(archive.mark_restored, marked)
@@ -65,7 +77,7 @@ class InPlace:
             )
             return False
         answered = trio.current_time()
-        noise.answered_now()
+        self._noise(session.thread_id, entry, RebuildRevertAnswered(noise))
         self.archived.forget(session.thread_id)
         self.proxy.spawn(self.archived.load, session.thread_id)  # before a read needs it
         revert_ms = round((answered - started) * 1000, 1)
@@ -73,16 +85,14 @@ class InPlace:
         # thread/reverted follows the response: it is swallowed when it comes,
         # but the turn need not wait for it (the status notifications, which
         # the turn has its own of, all came before the response).
-        self.proxy.spawn(self._expire_noise, session, noise, ticket, revert_ms)
+        self.proxy.spawn(self._expire_noise, session, entry, ticket, revert_ms)
         return True
 
-    async def _expire_noise(self, session: ThreadSession, noise: RevertNoise, ticket: trio.Event, revert_ms: float) -> None:
+    async def _expire_noise(self, session: ThreadSession, entry: tuple[ThreadSession, RevertNoise], ticket: trio.Event, revert_ms: float) -> None:
         answered = trio.current_time()
         with trio.move_on_after(REVERTED_NOTICE_WAIT):
             await ticket.wait()
-        if ticket in noise.tickets:
-            noise.tickets.remove(ticket)  # never came: stop waiting for it
-        self._drop_noise(session.thread_id, noise)
+        self._noise(session.thread_id, entry, RevertedNoticeMissed(entry[1], ticket))  # never came: stop waiting for it
         log.debug(
             "thread reverted to its framing",
             extra={
@@ -96,9 +106,17 @@ class InPlace:
             },
         )
 
-    def _drop_noise(self, thread_id: str, noise: RevertNoise) -> None:
-        if noise.answered and not noise.tickets and self.reverting.get(thread_id) is noise:
-            del self.reverting[thread_id]
+    def _noise(self, thread_id: str, entry: tuple[ThreadSession, RevertNoise], event: ThreadEvent) -> SwallowNotice | None:
+        """The machine's answer to ``event`` carried out: the thread stops
+        being watched once its noise settled; the notice to swallow, if any."""
+        swallow = None
+        for action in handle(entry[0], event):
+            if isinstance(action, SwallowNotice):
+                swallow = action
+                action.ticket.set()
+            elif isinstance(action, NoiseSettled) and self.reverting.get(thread_id) is entry:
+                del self.reverting[thread_id]
+        return swallow
 
     def swallow_noise(self, msg: Message) -> Decision:
         """Hook on the revert's notifications (``thread/status/changed``,
@@ -109,16 +127,14 @@ class InPlace:
         thread_id = params.get("threadId") if isinstance(params, dict) else None
         if not isinstance(thread_id, str):
             return None
-        noise = self.reverting.get(thread_id)
-        if noise is None:
+        entry = self.reverting.get(thread_id)
+        if entry is None:
             return None
         if msg.method == "thread/reverted":
-            if not noise.tickets:
+            if self._noise(thread_id, entry, RevertedNoticeCame(entry[1])) is None:
                 return None  # not one of the sidecar's reverts
-            noise.tickets.pop(0).set()
-            self._drop_noise(thread_id, noise)
             return HANDLED
-        if noise.answered:
+        if entry[1].answered:
             return None  # after the answer, status changes are the next turn's
         return HANDLED
 

@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
+    import trio
+
     from engines import AgentMessage, PromptCacheInfo, Usage
 
     from .files import Injection
     from .holdings import Holdings
     from .learned import LearnedEvent
     from .planner import Slack
-    from .state import TurnState
+    from .state import RevertNoise, TurnState
 
 
 class ThreadEvent(msgspec.Struct, frozen=True):
@@ -212,6 +214,41 @@ class SwitchRolledBack(ThreadEvent, frozen=True):
 
 class NothingMoved(ThreadEvent, frozen=True):
     """No rebuild strategy moved the thread: the ledger stands as before its marker."""
+
+
+class RebuildRevertSent(ThreadEvent, frozen=True):
+    """A rebuild's revert went to Codex: its noise (``noise``, the in-place
+    rebuild's record of the thread) is swallowed until it is answered, and
+    its ``thread/reverted`` (``ticket``) when it comes."""
+
+    noise: RevertNoise
+    ticket: trio.Event
+
+
+class RebuildRevertRefused(ThreadEvent, frozen=True):
+    """Codex refused (or never answered) the revert of ``ticket``: no ``thread/reverted`` comes."""
+
+    noise: RevertNoise
+    ticket: trio.Event
+
+
+class RebuildRevertAnswered(ThreadEvent, frozen=True):
+    """Codex answered a rebuild's revert: status notices are the next turn's again."""
+
+    noise: RevertNoise
+
+
+class RevertedNoticeMissed(ThreadEvent, frozen=True):
+    """The ``thread/reverted`` of ``ticket`` did not come in time: it is no longer waited for."""
+
+    noise: RevertNoise
+    ticket: trio.Event
+
+
+class RevertedNoticeCame(ThreadEvent, frozen=True):
+    """A ``thread/reverted`` of a thread whose rebuild reverts are being kept from the client."""
+
+    noise: RevertNoise
 
 
 class UsageReported(ThreadEvent, frozen=True):
@@ -498,6 +535,17 @@ class ResetLedger(ThreadAction, frozen=True):
     """Write the ledger's journal afresh with what the Codex thread holds."""
 
     holdings: Holdings
+
+
+class SwallowNotice(ThreadAction, frozen=True):
+    """The ``thread/reverted`` is the rebuild revert's of ``ticket``: keep it from the client and set the ticket."""
+
+    ticket: trio.Event
+
+
+class NoiseSettled(ThreadAction, frozen=True):
+    """Every rebuild revert of the thread is answered and its notice seen or
+    given up: stop keeping the thread's notifications from the client."""
 
 
 class RecordInjection(ThreadAction, frozen=True):

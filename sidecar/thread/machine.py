@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import holdings, opening
+from . import holdings, opening, session_rules
 from .events import (
     AlreadyFinalized,
     CodexCompacted,
@@ -43,11 +43,15 @@ from .events import (
     MarkerPending,
     MarkerWritten,
     MarkFinalized,
+    NoiseSettled,
     NothingMoved,
     OwnTurnStarted,
     ProjectFrom,
     ProjectionFailed,
     RebuildAtFraming,
+    RebuildRevertAnswered,
+    RebuildRevertRefused,
+    RebuildRevertSent,
     RebuildUnavailable,
     Rebuilt,
     RecordInjection,
@@ -55,9 +59,12 @@ from .events import (
     ReplayMissed,
     ReplayWanted,
     ResetLedger,
+    RevertedNoticeCame,
+    RevertedNoticeMissed,
     RevertRefused,
     SendInjections,
     SkipMaintenance,
+    SwallowNotice,
     SwitchRolledBack,
     ThreadIdle,
     ThreadMoved,
@@ -82,7 +89,7 @@ from .planner import fingerprints
 
 if TYPE_CHECKING:
     from .events import ThreadAction, ThreadEvent
-    from .state import ThreadSession, TurnState
+    from .state import RevertNoise, ThreadSession, TurnState
 
 Rule = Callable[["ThreadSession", Any], "list[ThreadAction]"]
 
@@ -247,6 +254,38 @@ def usage_known(session: ThreadSession, event: UsageReported) -> list[ThreadActi
     if event.last is not None:
         opening.usage_reported(session, *event.last)
     return [] if event.window is None else [Learn(WindowReported(event.window))]
+
+
+def settled(noise: RevertNoise) -> list[ThreadAction]:
+    return [NoiseSettled()] if noise.answered and not noise.tickets else []
+
+
+def rebuild_revert_sent(session: ThreadSession, event: RebuildRevertSent) -> list[ThreadAction]:
+    event.noise.sent(event.ticket)
+    return []
+
+
+def rebuild_revert_refused(session: ThreadSession, event: RebuildRevertRefused) -> list[ThreadAction]:
+    event.noise.refused(event.ticket)  # no thread/reverted for a refused revert
+    return settled(event.noise)
+
+
+def rebuild_revert_answered(session: ThreadSession, event: RebuildRevertAnswered) -> list[ThreadAction]:
+    event.noise.answered_now()
+    return []
+
+
+def reverted_notice_missed(session: ThreadSession, event: RevertedNoticeMissed) -> list[ThreadAction]:
+    if event.ticket in event.noise.tickets:
+        event.noise.tickets.remove(event.ticket)
+    return settled(event.noise)
+
+
+def reverted_notice_came(session: ThreadSession, event: RevertedNoticeCame) -> list[ThreadAction]:
+    """It takes the oldest revert's ticket; none waiting: not one of the sidecar's reverts."""
+    if not event.noise.tickets:
+        return []
+    return [SwallowNotice(event.noise.tickets.pop(0)), *settled(event.noise)]
 
 
 # ------------------------------------------------------------------ a turn's end
@@ -475,6 +514,11 @@ RULES: dict[type[ThreadEvent], Rule] = {
     ThreadMoved: thread_moved,
     SwitchRolledBack: switch_rolled_back,
     NothingMoved: nothing_moved,
+    RebuildRevertSent: rebuild_revert_sent,
+    RebuildRevertRefused: rebuild_revert_refused,
+    RebuildRevertAnswered: rebuild_revert_answered,
+    RevertedNoticeMissed: reverted_notice_missed,
+    RevertedNoticeCame: reverted_notice_came,
     ItemCompleted: item_completed,
     TurnCompleted: completed,
     FinalizeStarted: finalize_started,
@@ -490,5 +534,6 @@ RULES: dict[type[ThreadEvent], Rule] = {
     ReplayWanted: replay_wanted,
     ReplayAnswered: replay_answered,
     TurnsReverted: turns_reverted,
+    **session_rules.RULES,
 }
-"""ThreadEvent type -> its rule (the rules of a turn's start are :mod:`.state`'s)."""
+"""ThreadEvent type -> its rule (the rules of a turn's start are :mod:`.state`'s, those of the session half :mod:`.session_rules`'s)."""

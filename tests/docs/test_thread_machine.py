@@ -1,6 +1,7 @@
 """The jobs the thread's machine serves change a thread only through it
-(issue 34): ``sidecar/lifecycle/turns.py``, ``finalize.py``,
-``injections.py`` and ``sidecar/rebuild/`` build events and call
+(issue 34): every module of ``sidecar/lifecycle/`` (a turn, its
+finalisation, injections, and the session half: opening, release, client
+reverts, compaction, the overflow retry) and of ``sidecar/rebuild/`` build events and call
 ``handle``; they call none of the package's transitions themselves (a
 function of ``sidecar/thread/holdings.py`` or ``opening.py``, or a method of
 ``ThreadSession`` or ``TurnState`` that changes the records).
@@ -17,22 +18,15 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVED = [
-    "sidecar/lifecycle/turns.py",
-    "sidecar/lifecycle/finalize.py",
-    "sidecar/lifecycle/injections.py",
-    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "sidecar" / "rebuild").glob("*.py")),
-]
+SERVED = sorted(str(p.relative_to(ROOT)) for folder in ("lifecycle", "rebuild") for p in (ROOT / "sidecar" / folder).glob("*.py"))
+"""Every lifecycle job and rebuild strategy."""
 RECORDS = ("ThreadSession", "TurnState", "RevertNoise")
 READS = frozenset({"heartbeat", "retry", "busy", "settled", "joins_running_turn", "turn_over_in_codex", "__post_init__"})
 """Methods of the records that change nothing (``retry`` builds a new record)."""
 
-NOT_YET: dict[str, Counter[str]] = {
-    "sidecar/rebuild/inplace.py": Counter({"sent": 1, "answered_now": 1, "refused": 1}),
-}
-"""Transitions a served job still calls itself: the in-place rebuild's
-revert noise (a record the strategy keeps per thread, not on the thread's
-session; ``lifecycle/sessions.py`` and ``core.py`` read that table)."""
+NOT_YET: dict[str, Counter[str]] = {}
+"""Transitions a served job still calls itself, by module (none left: the
+in-place rebuild's revert noise goes through the machine too)."""
 
 
 def transitions() -> set[str]:

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from engines import AssistantMessage, PromptCacheInfo, TextBlock, Usage, UserMessage
-from sidecar.session.state import ThreadSession, TurnState, Unfollowed, new_session
-from sidecar.thread import events
+from sidecar.session.state import RevertNoise, ThreadSession, TurnState, Unfollowed, new_session
+from sidecar.thread import events, session_events
 from sidecar.thread.events import (
     AlreadyFinalized,
     ApplyProjection,
@@ -48,6 +49,7 @@ from sidecar.thread.events import (
     MarkerPending,
     MarkerWritten,
     MarkFinalized,
+    NoiseSettled,
     NothingMoved,
     OwnTurnStarted,
     ProjectFrom,
@@ -56,6 +58,9 @@ from sidecar.thread.events import (
     ProjectWhole,
     Rebuild,
     RebuildAtFraming,
+    RebuildRevertAnswered,
+    RebuildRevertRefused,
+    RebuildRevertSent,
     RebuildUnavailable,
     Rebuilt,
     RecordInjection,
@@ -63,9 +68,12 @@ from sidecar.thread.events import (
     ReplayMissed,
     ReplayWanted,
     ResetLedger,
+    RevertedNoticeCame,
+    RevertedNoticeMissed,
     RevertRefused,
     SendInjections,
     SkipMaintenance,
+    SwallowNotice,
     SwitchRolledBack,
     ThreadEvent,
     ThreadIdle,
@@ -122,7 +130,7 @@ def holding(session: ThreadSession, state: TurnState) -> ThreadSession:
 
 
 def test_every_event_has_a_rule() -> None:
-    kinds = {c for _, c in inspect.getmembers(events, inspect.isclass) if issubclass(c, ThreadEvent) and c is not ThreadEvent}
+    kinds = {c for module in (events, session_events) for _, c in inspect.getmembers(module, inspect.isclass) if issubclass(c, ThreadEvent) and c is not ThreadEvent}
     assert kinds == set(RULES)
 
 
@@ -581,3 +589,34 @@ def test_reverted_turns_drop_the_injections_that_followed_them() -> None:
     assert handle(session, TurnsReverted(["t2", "t9"])) == [DropInjections(["t2", "t9"])]
     assert session.injected == [Injection("t1", [{"a": 1}])]
     assert handle(session, TurnsReverted(["t5"])) == []
+
+
+# ------------------------------------------------------------------ a rebuild revert's noise
+
+
+def test_a_rebuild_revert_s_noise_is_kept_from_the_client_until_answered_and_its_reverted_notice_seen() -> None:
+    noise, ticket = RevertNoise(), trio.Event()
+    session = thread()
+    assert handle(session, RebuildRevertSent(noise, ticket)) == [] and not noise.answered
+    assert handle(session, RebuildRevertAnswered(noise)) == [] and noise.answered
+    assert handle(session, RevertedNoticeCame(noise)) == [SwallowNotice(ticket), NoiseSettled()]
+    assert handle(session, RevertedNoticeCame(noise)) == []  # no revert of the sidecar's waits for it
+
+
+def test_a_refused_rebuild_revert_waits_for_no_reverted_notice() -> None:
+    noise, ticket = RevertNoise(), trio.Event()
+    handle(thread(), RebuildRevertSent(noise, ticket))
+    assert handle(thread(), RebuildRevertRefused(noise, ticket)) == [NoiseSettled()]
+    assert noise.tickets == []
+
+
+def test_a_reverted_notice_that_never_came_is_given_up_and_a_later_revert_still_unanswered_keeps_the_noise() -> None:
+    noise, first, second = RevertNoise(), trio.Event(), trio.Event()
+    session = thread()
+    handle(session, RebuildRevertSent(noise, first))
+    handle(session, RebuildRevertAnswered(noise))
+    handle(session, RebuildRevertSent(noise, second))
+    assert handle(session, RevertedNoticeMissed(noise, first)) == []  # the second is unanswered
+    assert noise.tickets == [second]
+    handle(session, RebuildRevertAnswered(noise))
+    assert handle(session, RevertedNoticeMissed(noise, second)) == [NoiseSettled()]
