@@ -249,9 +249,12 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
             server.refresh()
         s0 = server.seconds()
         tokens += sum(len(str(m)) for m in new) // 4
+        # The sidecar's copy of its transcript (the mirror hands out a new
+        # list each turn) is the host's work, not the engine's: made before the clock starts.
+        asked = AssembleParams(session_id=SESSION, session_key=SESSION_KEY, messages=list(history), prompt=str(getattr(new[0], "content", "")))
         c0 = time.process_time()
         t0 = time.perf_counter()
-        await engine.assemble(AssembleParams(session_id=SESSION, session_key=SESSION_KEY, messages=list(history), prompt=str(getattr(new[0], "content", ""))))
+        await engine.assemble(asked)
         t1 = time.perf_counter()
         history.extend(new)
         await engine.after_turn(
