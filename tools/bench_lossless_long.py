@@ -239,6 +239,7 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
     maintain: list[float] = []
     tokens = 0
     started = time.monotonic()
+    loads: list[float] = []  # the 1-minute load average, every 100 turns and during the searches
     for n in range(1, turns + 1):
         new = turn_messages(n, rng, vocab)
         if EARLY[1] < n <= turns - WINDOW and n % stride:
@@ -247,6 +248,7 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
             continue
         if n % WINDOW == 1:
             server.refresh()
+            loads.append(os.getloadavg()[0])
         s0 = server.seconds()
         tokens += sum(len(str(m)) for m in new) // 4
         # The sidecar's copy of its transcript (the mirror hands out a new
@@ -277,6 +279,8 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
     grep_cpu_ms: list[float] = []
     server.refresh()
     kinds: dict[str, list[float]] = {}
+    cpu_kinds: dict[str, list[float]] = {}
+    turn_loads = list(loads)
     qrng = random.Random(seed + 1)
     queries = grep_queries(turns, qrng, vocab)
     # Each query 1 + GREP_RUNS times (the first warms the caches); a query's
@@ -294,10 +298,12 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
                 cpus.append((time.process_time() - c0 + server.seconds() - s0) * 1000)
             if result.is_error:
                 raise RuntimeError(f"lcm_grep {args}: {result.text}")
+        loads.append(os.getloadavg()[0])
         grep_ms.append(statistics.median(walls))
         grep_cpu_ms.append(statistics.median(cpus))
         kind = "regex" if args.get("regex") else ("agent" if args.get("scope") else "text")
         kinds.setdefault(kind, []).append(grep_ms[-1])
+        cpu_kinds.setdefault(kind, []).append(grep_cpu_ms[-1])
     status = engine.status(SESSION)
     size = store_bytes(engine, url, state)
     await engine.dispose()
@@ -324,8 +330,12 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         "grep_ms_p50": pct(grep_ms, 50),
         "grep_ms_p95": pct(grep_ms, 95),
         "grep_ms_max": max(grep_ms),
+        "grep_cpu_ms_p50": pct(grep_cpu_ms, 50),
         "grep_cpu_ms_p95": pct(grep_cpu_ms, 95),
         "grep_ms_p95_by_kind": {k: pct(v, 95) for k, v in kinds.items()},
+        "grep_cpu_ms_p95_by_kind": {k: pct(v, 95) for k, v in cpu_kinds.items()},
+        "load_turns": [min(turn_loads), statistics.median(turn_loads), max(turn_loads)],
+        "load_grep": [min(loads[len(turn_loads) :]), max(loads[len(turn_loads) :])],
         "store_mb": size / 2**20,
         "peak_rss_mb": peak_rss_mb(),
         "summaries": status.get("summaries"),
@@ -361,15 +371,20 @@ def report(results: list[dict[str, Any]]) -> str:
             f"{r['turn_ratio']:>6.2f} {r['maintain_ms_late']:>9.1f} {r['grep_ms_p50']:>9.1f} {r['grep_ms_p95']:>6.1f} {r['grep_ms_max']:>6.1f} {r['store_mb']:>9.1f} {r['peak_rss_mb']:>12.0f}"
         )
     for r in results:
-        by_kind = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["grep_ms_p95_by_kind"].items()))
+        by_kind = ", ".join(f"{k} {v:.1f} ({r['grep_cpu_ms_p95_by_kind'][k]:.1f})" for k, v in sorted(r["grep_ms_p95_by_kind"].items()))
         ok_turn = "ok" if r["turn_ratio"] <= 1.5 else "OVER 1.5x"
         ok_grep = "ok" if r["grep_ms_p95"] <= 100 else "OVER 100 ms"
-        cpu_grep = f"CPU p95 {r['grep_cpu_ms_p95']:.1f} ms"
+        lt, lg = r["load_turns"], r["load_grep"]
         lines.append(
             f"{r['backend']}: time per turn late/early {r['turn_ratio']:.2f}x wall ({ok_turn}), {r['turn_cpu_ratio']:.2f}x CPU "
-            f"({r['turn_cpu_ms_early']:.1f} -> {r['turn_cpu_ms_late']:.1f} ms: the engine process's CPU, and PostgreSQL's)"
+            f"({r['turn_cpu_ms_early']:.1f} -> {r['turn_cpu_ms_late']:.1f} ms: the engine process's CPU, and PostgreSQL's); "
+            f"load average during the turns {lt[0]:.1f}-{lt[2]:.1f} (median {lt[1]:.1f})"
         )
-        lines.append(f"{r['backend']}: lcm_grep p95 {r['grep_ms_p95']:.1f} ms ({ok_grep}; {cpu_grep}; p95 by kind: {by_kind}); {r['summary_calls']} summary calls, {r['wall_s']:.0f} s")
+        lines.append(
+            f"{r['backend']}: lcm_grep p95 {r['grep_ms_p95']:.1f} ms wall ({ok_grep}), {r['grep_cpu_ms_p95']:.1f} ms CPU "
+            f"(p50 {r['grep_ms_p50']:.1f} wall, {r['grep_cpu_ms_p50']:.1f} CPU; p95 by kind, wall (CPU): {by_kind}); "
+            f"load average during the searches {lg[0]:.1f}-{lg[1]:.1f}; {r['summary_calls']} summary calls, {r['wall_s']:.0f} s"
+        )
     return "\n".join(lines)
 
 
