@@ -335,6 +335,7 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         "grep_ms_p95_by_kind": {k: pct(v, 95) for k, v in kinds.items()},
         "grep_cpu_ms_p95_by_kind": {k: pct(v, 95) for k, v in cpu_kinds.items()},
         "load_turns": [min(turn_loads), statistics.median(turn_loads), max(turn_loads)],
+        "load_early_late": [turn_loads[EARLY[0] // WINDOW], turn_loads[-1]],  # when each timed window began
         "load_grep": [min(loads[len(turn_loads) :]), max(loads[len(turn_loads) :])],
         "store_mb": size / 2**20,
         "peak_rss_mb": peak_rss_mb(),
@@ -378,7 +379,7 @@ def report(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['backend']}: time per turn late/early {r['turn_ratio']:.2f}x wall ({ok_turn}), {r['turn_cpu_ratio']:.2f}x CPU "
             f"({r['turn_cpu_ms_early']:.1f} -> {r['turn_cpu_ms_late']:.1f} ms: the engine process's CPU, and PostgreSQL's); "
-            f"load average during the turns {lt[0]:.1f}-{lt[2]:.1f} (median {lt[1]:.1f})"
+            f"load average during the turns {lt[0]:.1f}-{lt[2]:.1f} (median {lt[1]:.1f}; {r['load_early_late'][0]:.1f} at turn 100, {r['load_early_late'][1]:.1f} at the last 100)"
         )
         lines.append(
             f"{r['backend']}: lcm_grep p95 {r['grep_ms_p95']:.1f} ms wall ({ok_grep}), {r['grep_cpu_ms_p95']:.1f} ms CPU "
