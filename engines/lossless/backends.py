@@ -291,6 +291,14 @@ class PostgresBackend:
             self.conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="codex-sidecar lossless")
         except self._psycopg.Error as exc:
             raise BackendError(f"cannot connect to the lossless store {self.where}: {_first_line(exc)}") from None
+        # psycopg prepares a statement on its 5th run, and PostgreSQL then may
+        # keep one generic plan for it for the connection's life: planned
+        # while the session's tables were a few rows (and not yet analysed),
+        # that plan scans them whole, and a turn's identity lookup grew from
+        # 1 ms to 15 ms of server CPU over 5,000 turns. Each run is planned
+        # for its own values and the tables as they are now (~0.1 ms).
+        with contextlib.suppress(self._psycopg.Error):  # PostgreSQL before 12 has no such setting
+            self.conn.execute("SET plan_cache_mode = force_custom_plan")
 
     def _live(self) -> Any:
         if not self._in_tx and (self.conn is None or self.conn.closed or self.conn.broken):

@@ -187,3 +187,22 @@ def test_a_refused_index_tidy_is_not_tried_again(pg_url):
         assert calls == []
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_statement_run_often_is_planned_for_the_table_as_it_is_now(pg_url):
+    from engines import UserMessage
+    from engines.lossless.messages import content_identity, identities
+    from engines.tokens import estimate_message_tokens
+
+    store = Store.connect(pg_url)
+    try:
+        batch = [UserMessage(content=f"message {n}", timestamp=n) for n in range(3)]
+        idents = identities(batch, [content_identity(m) for m in batch])
+        store.ingest(SESSION, SESSION, batch, idents, estimate_message_tokens)
+        for _ in range(12):  # psycopg prepares it on the 5th run
+            assert store.known_idents(SESSION, idents[:2]) == set(idents[:2])
+        rows = store.backend.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'SELECT ident FROM messages%'").fetchall()
+        assert rows and all(generic == 0 and custom > 0 for generic, custom in rows), rows  # no plan frozen while the table was small
+    finally:
+        store.close()
