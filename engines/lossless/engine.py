@@ -250,20 +250,13 @@ class LosslessEngine(BaseContextEngine):
                 set_agent(store, session_id, agent)
         return len(stored)
 
-    async def _ingest(
-        self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: tuple[int, str] | None = None, idents: Sequence[str] | None = None
-    ) -> int:
-        """Store what ``messages`` holds that is not stored yet; ``idents``:
-        their identities when the caller has them from this session's cache
-        already (``self._snapshots.of`` just before, no await between)."""
+    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: tuple[int, str] | None = None, idents: Sequence[str] | None = None) -> int:
+        """``idents``: the caller's ``self._snapshots.of(session_id, messages)``, if it has them."""
         if not messages:
             return 0
-        if idents is None:
-            idents = self._snapshots.of(session_id, messages)
+        idents = self._snapshots.of(session_id, messages) if idents is None else idents
         epoch = self._snapshots.epoch(session_id)
-        # The snapshot as it is, not a copy: the caller holds it unchanged
-        # until the call returns, and a copy takes a reference to every
-        # message of the session (~0.1 ms at 13,000 messages).
+        # The snapshot itself, held unchanged by the caller: a copy refers to every message (~0.1 ms at 13,000).
         return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, messages, idents, keep, epoch)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
