@@ -72,8 +72,9 @@ from engines import (
     ToolResultMessage,
     UserMessage,
 )
-from engines.api import CompleteParams, ToolCallParams
+from engines.api import CompleteParams, ToolCallParams, encode_openclaw
 from engines.lossless import LosslessEngine
+from engines.lossless.messages import content_identity
 from engines.testkit import FakeHost
 
 SESSION = "bench-long"
@@ -206,6 +207,19 @@ class ServerCpu:
         return (int(fields[11]) + int(fields[12])) / self.tick
 
 
+def yardstick(sample: list[AgentMessage]) -> tuple[float, float]:
+    """Wall and CPU seconds of a fixed piece of the engine's own kind of work
+    (identities and encodings of the same messages, every time), run after
+    each turn of the two timed windows: how fast the machine was then. On 2
+    shared cores another job on the sibling core slows every instruction,
+    CPU time included, so a turn ratio is read against this one."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    for m in sample * 3:  # ~0.5 ms
+        content_identity(m)
+        encode_openclaw(m)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -229,6 +243,8 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
     per_turn: list[float] = []
     cpu_turn: list[float] = []
     maintain: list[float] = []
+    sample = [m for k in range(1, 7) for m in turn_messages(k, random.Random(k), vocab)]
+    ruler: dict[str, list[tuple[float, float]]] = {"early": [], "late": []}
     tokens = 0
     started = time.monotonic()
     loads: list[float] = []  # the 1-minute load average, every 100 turns and during the searches
@@ -261,6 +277,8 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         t3 = time.perf_counter()
         per_turn.append((t1 - t0) + (t2 - t1))
         maintain.append(t3 - t2)
+        if EARLY[0] <= n < EARLY[1] or n > turns - WINDOW:
+            ruler["early" if n < EARLY[1] else "late"].append(yardstick(sample))
         if n % 250 == 0 or (stride > 1 and n % (250 * stride) == 0):
             progress(
                 f"{label}: turn {n}/{turns}, {len(history)} messages, last {WINDOW} turns {statistics.median(per_turn[-WINDOW:]) * 1000:.1f} ms/turn "
@@ -314,6 +332,9 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         "turn_cpu_ms_early": statistics.median(cpu_turn[EARLY[0] - 1 : EARLY[1] - 1]) * 1000,
         "turn_cpu_ms_late": statistics.median(cpu_turn[-WINDOW:]) * 1000,
         "turn_cpu_ratio": statistics.median(cpu_turn[-WINDOW:]) / statistics.median(cpu_turn[EARLY[0] - 1 : EARLY[1] - 1]),
+        # The machine's own speed, late against early (1.0: as fast; 1.3: 30% slower then).
+        "machine_ratio_wall": statistics.median(w for w, _ in ruler["late"]) / statistics.median(w for w, _ in ruler["early"]),
+        "machine_ratio_cpu": statistics.median(c for _, c in ruler["late"]) / statistics.median(c for _, c in ruler["early"]),
         "maintain_ms_early": statistics.median(maintain[: len(early)]) * 1000,
         "maintain_ms_late": statistics.median(maintain[-WINDOW:]) * 1000,
         "grep_queries": len(grep_ms),
@@ -370,6 +391,11 @@ def report(results: list[dict[str, Any]]) -> str:
             f"{r['backend']}: time per turn late/early {r['turn_ratio']:.2f}x wall ({ok_turn}), {r['turn_cpu_ratio']:.2f}x CPU "
             f"({r['turn_cpu_ms_early']:.1f} -> {r['turn_cpu_ms_late']:.1f} ms: the engine process's CPU, and its PostgreSQL backend's); "
             f"load average during the turns {lt[0]:.1f}-{lt[2]:.1f} (median {lt[1]:.1f}; {r['load_early_late'][0]:.1f} at turn 100, {r['load_early_late'][1]:.1f} at the last 100)"
+        )
+        lines.append(
+            f"{r['backend']}: the machine itself, by a fixed yardstick run after each timed turn: {r['machine_ratio_wall']:.2f}x wall, "
+            f"{r['machine_ratio_cpu']:.2f}x CPU late against early; the turn ratios read against it: "
+            f"{r['turn_ratio'] / r['machine_ratio_wall']:.2f}x wall, {r['turn_cpu_ratio'] / r['machine_ratio_cpu']:.2f}x CPU"
         )
         lines.append(
             f"{r['backend']}: lcm_grep p95 {r['grep_ms_p95']:.1f} ms wall ({ok_grep}), {r['grep_cpu_ms_p95']:.1f} ms CPU "
