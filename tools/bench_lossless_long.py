@@ -343,6 +343,7 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         "grep_ms_max": max(grep_ms),
         "grep_cpu_ms_p50": pct(grep_cpu_ms, 50),
         "grep_cpu_ms_p95": pct(grep_cpu_ms, 95),
+        "grep_by_query": [{"args": q, "ms": w, "cpu_ms": c} for q, w, c in zip(queries, grep_ms, grep_cpu_ms, strict=True)],
         "grep_ms_p95_by_kind": {k: pct(v, 95) for k, v in kinds.items()},
         "grep_cpu_ms_p95_by_kind": {k: pct(v, 95) for k, v in cpu_kinds.items()},
         "load_turns": [min(turn_loads), statistics.median(turn_loads), max(turn_loads)],
