@@ -280,13 +280,15 @@ def _snippets(store: Store, q: GrepQuery, wanted: Sequence[tuple[str, str, Any]]
     return out
 
 
-def _sqlite_hits(store: Store, q: GrepQuery, table: str, cols: tuple[str, str], where: str, params: list[Any], fetch: int) -> list[tuple[int, float]]:
+def _sqlite_hits(
+    store: Store, q: GrepQuery, table: str, cols: tuple[str, str], where: str, params: list[Any], fetch: int, candidates: int = FTS_CANDIDATES
+) -> list[tuple[int, float]]:
     """FTS5 hits of one table: ``(pk, score)``, best first. The
     index drives (``CROSS JOIN`` keeps the FTS5 table the outer loop: joined
     the other way, SQLite walks the session's rows and runs the match for
     each, seconds for a rare word in a long session), newest match first
-    (FTS5 reads its index backwards, no sort), and stops at
-    :data:`FTS_CANDIDATES` matches of the scope; only those are scored and
+    (FTS5 reads its index backwards, no sort), and stops at ``candidates``
+    (:data:`FTS_CANDIDATES`) matches of the scope; only those are scored and
     ordered (snippets are made for the hits shown only, :func:`_snippets`).
     ``cols``: the table's time and order columns."""
     fts = f"{table}_fts"
@@ -296,26 +298,33 @@ def _sqlite_hits(store: Store, q: GrepQuery, table: str, cols: tuple[str, str], 
         f"SELECT r, score FROM (SELECT {fts}.rowid AS r, -bm25({fts}) AS score, {alias}.{time_col} AS tm, {alias}.{seq_col} AS sq "
         f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.pk = {fts}.rowid WHERE {fts} MATCH ?{where} ORDER BY {fts}.rowid DESC LIMIT ?) "
         f"ORDER BY {_order(q, 'score', 'tm', 'sq')} LIMIT ?",
-        (q.match, *params, FTS_CANDIDATES, fetch),
+        (q.match, *params, candidates, fetch),
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
 
 
-def _pg_ranked(store: Store, q: GrepQuery, table: str, cols: str, times: tuple[str, str], where: str, params: list[Any], fetch: int) -> list[Any]:
+def _pg_ranked(
+    store: Store, q: GrepQuery, table: str, cols: str, times: tuple[str, str], where: str, params: list[Any], fetch: int, candidates: int = FTS_CANDIDATES
+) -> list[Any]:
     """PostgreSQL's hits of one table, as :func:`_sqlite_hits`: the newest
-    :data:`FTS_CANDIDATES` matches of the scope (by ``pk``) ranked by
-    ``ts_rank``, then the rows kept read whole. ``cols``: the columns
-    returned (alias ``x``), followed by the text and the rank."""
+    ``candidates`` (:data:`FTS_CANDIDATES`) matches of the scope (by ``pk``)
+    ranked by ``ts_rank``, the best ``fetch`` of them kept, and only those
+    read whole (joined before the choice, every candidate's text and body
+    were read and the table scanned: half of a 5,000-turn search's time).
+    ``cols``: the columns returned (alias ``x``), followed by the text and
+    the rank."""
     words, tsq = _tsquery(q.match)
     if not words:
         return []
     time_col, seq_col = times
     sql = (
-        f"SELECT {cols}, x.text, c.score FROM (SELECT x.pk, ts_rank(x.text_tsv, t.q) AS score, x.{time_col} AS tm, x.{seq_col} AS sq "
-        f"FROM {table} x, (SELECT {tsq}) AS t(q) WHERE x.text_tsv @@ t.q{where} ORDER BY x.pk DESC LIMIT ?) AS c "
-        f"JOIN {table} x ON x.pk = c.pk ORDER BY {_order(q, 'c.score', 'c.tm', 'c.sq')} LIMIT ?"
+        f"SELECT {cols}, x.text, c.score FROM (SELECT k.pk, k.score, k.tm, k.sq FROM "
+        f"(SELECT x.pk, ts_rank(x.text_tsv, t.q) AS score, x.{time_col} AS tm, x.{seq_col} AS sq "
+        f"FROM {table} x, (SELECT {tsq}) AS t(q) WHERE x.text_tsv @@ t.q{where} ORDER BY x.pk DESC LIMIT ?) AS k "
+        f"ORDER BY {_order(q, 'k.score', 'k.tm', 'k.sq')} LIMIT ?) AS c "
+        f"JOIN {table} x ON x.pk = c.pk ORDER BY {_order(q, 'c.score', 'c.tm', 'c.sq')}"
     )
-    return [(*r, words) for r in store.backend.execute(sql, (*words, *params, FTS_CANDIDATES, fetch))]
+    return [(*r, words) for r in store.backend.execute(sql, (*words, *params, candidates, fetch))]
 
 
 def _pk_range(store: Store, q: GrepQuery) -> tuple[int, int] | None:
@@ -329,6 +338,10 @@ def _pk_range(store: Store, q: GrepQuery) -> tuple[int, int] | None:
 
 def _fts_messages(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...]]:
     fetch = q.limit + 64  # room for the recall tools' own messages, left out after
+    # Newest first in one session: its newest ``fetch`` matches are the
+    # answer (a session's messages are stored in order: ``pk`` follows ``seq``),
+    # so only they are read and scored.
+    candidates = min(fetch, FTS_CANDIDATES) if q.sort == "newest" and q.agent is None else FTS_CANDIDATES
     span: tuple[int, ...] = ()
     if q.since is not None or q.before is not None:
         bounds = _pk_range(store, q)
@@ -340,7 +353,7 @@ def _fts_messages(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...]
         if span:
             where, params = where + " AND messages_fts.rowid BETWEEN ? AND ?", [*params, *span]
         cols = "m.id, m.session_id, m.role, m.turn, m.seq, m.timestamp, m.tool_name, m.body"
-        hits = _sqlite_hits(store, q, "messages", ("timestamp", "seq"), where, params, fetch)
+        hits = _sqlite_hits(store, q, "messages", ("timestamp", "seq"), where, params, fetch, candidates)
         if not hits:
             return []
         marks = ",".join("?" * len(hits))
@@ -350,7 +363,7 @@ def _fts_messages(store: Store, q: GrepQuery, kind: str) -> list[tuple[Any, ...]
     if span:
         where, params = where + " AND x.pk BETWEEN ? AND ?", [*params, *span]
     cols = "x.id, x.session_id, x.role, x.turn, x.seq, x.timestamp, x.tool_name, x.body"
-    rows = _pg_ranked(store, q, "messages", cols, ("timestamp", "seq"), where, params, fetch)
+    rows = _pg_ranked(store, q, "messages", cols, ("timestamp", "seq"), where, params, fetch, candidates)
     return [(*r[:8], (r[8], r[10]), r[9]) for r in rows]
 
 

@@ -26,6 +26,13 @@ class Upkeep(StoreCore):
         with self._lock:
             return self._conn.size_bytes()
 
+    def tidy_search_index(self) -> None:
+        """Fold the full-text index's pending entries into it
+        (:meth:`.backends.PostgresBackend.tidy_index`; nothing on SQLite).
+        The engine does it in ``maintain``, off the client's path."""
+        with self._lock:
+            self._conn.tidy_index()
+
     def prunable(self, limit: int = 200, after_pk: int = 0) -> list[tuple[int, str, str, int]]:
         """The messages the size limit may drop the raw text of, oldest stored
         first: ``(pk, session_id, leaf summary id, bytes)``. Only messages whose

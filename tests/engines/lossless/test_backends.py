@@ -143,3 +143,66 @@ def test_an_insert_or_ignore_runs_on_postgresql(pg_url):
         assert store.backend.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 1
     finally:
         store.close()
+
+
+def _pending_pages(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return int(conn.execute("SELECT gin_clean_pending_list('messages_text_tsv'::regclass)").fetchone()[0])
+
+
+@pytest.mark.postgres
+async def test_maintain_folds_the_turns_words_into_the_search_index(pg_url, tmp_path):
+    from engines.lossless import LosslessEngine
+    from engines.testkit import FakeHost
+
+    from .conftest import SMALL, conversation, run_turn
+
+    with FakeHost(tmp_path / "state") as host:
+        engine = LosslessEngine({**SMALL, "database_url": pg_url})
+        await engine.bind(host)
+        history: list = []
+        await run_turn(engine, history, conversation(3), maintain=False)
+        assert _pending_pages(pg_url) > 0  # PostgreSQL's default: new words wait in the GIN pending list, read by every search
+        await run_turn(engine, history, conversation(6)[len(history) :])
+        assert _pending_pages(pg_url) == 0
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_refused_index_tidy_is_not_tried_again(pg_url):
+    store = Store.connect(pg_url)
+    try:
+        conn = store.backend.conn
+        conn.execute("DO $$ BEGIN CREATE ROLE lossless_visitor; EXCEPTION WHEN duplicate_object THEN NULL; END $$")  # roles outlive a database
+        conn.execute("GRANT USAGE ON SCHEMA public TO lossless_visitor")
+        conn.execute("SET ROLE lossless_visitor")  # not the indexes' owner
+        store.tidy_search_index()  # refused: logged, not raised
+        conn.execute("RESET ROLE")
+        calls: list[str] = []
+        real = store.backend.conn.execute
+        store.backend.conn.execute = lambda sql, *a: (calls.append(sql), real(sql, *a))[1]
+        store.tidy_search_index()
+        assert calls == []
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_a_statement_run_often_is_planned_for_the_table_as_it_is_now(pg_url):
+    from engines import UserMessage
+    from engines.lossless.messages import content_identity, identities
+    from engines.tokens import estimate_message_tokens
+
+    store = Store.connect(pg_url)
+    try:
+        batch = [UserMessage(content=f"message {n}", timestamp=n) for n in range(3)]
+        idents = identities(batch, [content_identity(m) for m in batch])
+        store.ingest(SESSION, SESSION, batch, idents, estimate_message_tokens)
+        for _ in range(12):  # psycopg prepares it on the 5th run
+            assert store.known_idents(SESSION, idents[:2]) == set(idents[:2])
+        rows = store.backend.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'SELECT ident FROM messages%'").fetchall()
+        assert rows and all(generic == 0 and custom > 0 for generic, custom in rows), rows  # no plan frozen while the table was small
+    finally:
+        store.close()

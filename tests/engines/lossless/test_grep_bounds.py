@@ -6,6 +6,7 @@ stretch of the index read, a regex reads at most ``REGEX_SCAN_ROWS`` rows
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -75,3 +76,25 @@ async def test_a_regex_reads_a_bounded_number_of_rows_and_says_so(host, monkeypa
     assert "No match" in result.text and "5 older ones unread" in result.text, result.text
     near = await grep(engine, query=r"filler \d", regex=True, limit=3)
     assert len(_ids(near.text)) == 3 and "unread" not in near.text
+
+
+async def test_newest_first_in_one_session_reads_only_its_newest_matches(host, monkeypatch):
+    engine = await make_engine(host)
+    await _say(engine, "s-a", "agent:main:a", *[f"osprey {'osprey ' * (n % 5)}note {n}" for n in range(90)])
+    asked: list[int] = []
+    for name in ("_sqlite_hits", "_pg_ranked"):
+        real = getattr(search_module, name)
+
+        def spy(*args, _real=real, **kwargs):
+            bound = inspect.signature(_real).bind(*args, **kwargs)
+            if bound.arguments["table"] == "messages":
+                asked.append(bound.arguments.get("candidates", search_module.FTS_CANDIDATES))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(search_module, name, spy)
+    newest = await grep(engine, query="osprey", sort="newest", limit=5)
+    assert [int(n) for n in re.findall(r"note (\d+)", newest.text)] == [89, 88, 87, 86, 85], newest.text
+    assert asked == [5 + 64]  # the limit and the room for recall-tool messages, not FTS_CANDIDATES
+    asked.clear()
+    ranked = await grep(engine, query="osprey", limit=5)  # by relevance: the newest FTS_CANDIDATES are ranked
+    assert len(_ids(ranked.text)) == 5 and asked == [search_module.FTS_CANDIDATES]
