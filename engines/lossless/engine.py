@@ -408,14 +408,9 @@ class LosslessEngine(BaseContextEngine):
 
         self._next_retention = time.monotonic() + 3600
         store = self._store_now()
-        report = await trio.to_thread.run_sync(lambda: retention.prune(store, retention.policy(self.cfg), live=[live]))
+        report = await trio.to_thread.run_sync(retention.apply, store, self.cfg, live)
         for session_id in report.get("droppedSessions", []):
             self._known.pop(session_id, None)
-        if report.get("droppedSessions") or report.get("prunedMessages"):
-            log.info(
-                "lossless retention applied",
-                extra={"fields": {"droppedSessions": len(report["droppedSessions"]), "prunedMessages": sum(report["prunedMessages"].values())}},
-            )
 
     # ------------------------------------------------------------ compaction
 

@@ -38,6 +38,7 @@ changes nothing); :func:`prune` takes it. Both return a JSON-ready report.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -47,7 +48,9 @@ import msgspec
 from .config import LosslessConfig
 from .store import PRUNED_PREFIX, Store
 
-__all__ = ["DAY_MS", "Policy", "SessionAge", "expired", "plan", "policy", "prune"]
+__all__ = ["DAY_MS", "Policy", "SessionAge", "apply", "expired", "plan", "policy", "prune"]
+
+log = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
 
@@ -252,4 +255,17 @@ def prune(store: Store, pol: Policy, *, dry_run: bool = False, now_ms: int | Non
         for _, _, delete in ORPHANS:
             conn.execute(delete)
     report.update(droppedSessions=dropped, prunedMessages=pruned, sizeAfter=store.size_bytes())
+    return report
+
+
+def apply(store: Store, cfg: LosslessConfig, live: str) -> dict[str, Any]:
+    """The engine's hourly pass: the retention rules over the whole store,
+    ``live`` (the session being maintained) never dropped; logged when it
+    dropped or pruned anything (counts only)."""
+    report = prune(store, policy(cfg), live=[live])
+    if report.get("droppedSessions") or report.get("prunedMessages"):
+        log.info(
+            "lossless retention applied",
+            extra={"fields": {"droppedSessions": len(report["droppedSessions"]), "prunedMessages": sum(report["prunedMessages"].values())}},
+        )
     return report
