@@ -15,7 +15,7 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, RpcError,
 from ..session.options import LifecycleOptions
 from ..session.state import ThreadSession
 from ..store.mirror import MirrorError, now_ms
-from ..thread.session_events import CompactionRecorded, NativeCompactionAnswered, NativeCompactionSent, Reported
+from ..thread.session_events import NativeCompactionAnswered, NativeCompactionSent, Reported
 from ..thread.state import handle
 from .calls import EngineCalls
 
@@ -93,7 +93,6 @@ class Compaction:
         return result
 
     async def _record_compaction(self, session: ThreadSession, result: CompactResult, native: dict[str, Any]) -> None:
-        handle(session, CompactionRecorded())
         mirror = session.mirror
         if mirror is None:
             return

@@ -11,15 +11,11 @@ import trio
 
 from ..thread.learned import (
     DEFAULT_CONTEXT_WINDOW,
-    DEFAULT_TOKEN_RESERVE,
-    MIN_PROMPT_BUDGET_RATIO,
-    MIN_PROMPT_BUDGET_TOKENS,
     AdditionSent,
     BootstrapFailed,
     Bootstrapped,
     Journal,
     Learned,
-    LearnedEntry,
     LearnedEvent,
     MaintainedOnOpening,
     Restored,
@@ -34,15 +30,11 @@ from ..thread.state import LearnedMachine, RevertNoise, ThreadSession, TurnState
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
-    "DEFAULT_TOKEN_RESERVE",
-    "MIN_PROMPT_BUDGET_RATIO",
-    "MIN_PROMPT_BUDGET_TOKENS",
     "AdditionSent",
     "BootstrapFailed",
     "Bootstrapped",
     "Journal",
     "Learned",
-    "LearnedEntry",
     "LearnedEvent",
     "LearnedMachine",
     "MaintainedOnOpening",

@@ -6,13 +6,15 @@ turn slot's transitions as their methods, and the learned-facts machine,
 whose vocabulary is :mod:`.learned`), and only this package writes them:
 :mod:`.holdings` (what the Codex thread holds: the ledger's view, and the
 one place its record is built), :mod:`.opening` (identity, opening, release,
-learned facts, client reverts and injections). On a turn's path every
-change goes through the thread's machine, ``state.handle(session, event)``:
-frozen events in, action records out (:mod:`.events`), one rule per event
-(the rules of a turn's start in :mod:`.state`, the others in
-:mod:`.machine`). The lifecycle's jobs do the I/O (locks, files, engine
-calls, the relay): they build the events and carry the actions out, or,
-off a turn's path, call a transition; rules and transitions are pure,
+learned facts, client reverts and injections). Every change goes
+through the thread's machine, ``state.handle(session, event)``: frozen
+events in, action records out (:mod:`.events`, :mod:`.session_events`),
+one rule per event (the rules of a turn's start in :mod:`.state`, the
+others of a turn in :mod:`.machine`, the session half's in
+:mod:`.session_rules`). The lifecycle's jobs do the I/O (locks, files,
+engine calls, the relay): they build the events and carry the actions out
+(``sidecar/host`` keeps an engine tool's call record through a transition,
+``opening.engine_tool_called``, directly); rules and transitions are pure,
 tested without processes (``tests/thread/``). No trio and no relay at run time, and nothing
 of ``sidecar.store`` at all: the thread's trio primitives and open files are
 handles the lifecycle gives it, its files named by Protocols of its own

@@ -85,10 +85,6 @@ def engine_tool_called(session: ThreadSession, call: dict[str, Any], *, kept: in
         session.current.engine_tools.append(call)
 
 
-def compacted(session: ThreadSession) -> None:
-    session.compactions += 1
-
-
 def native_compaction_sent(session: ThreadSession) -> None:
     """The client's ``thread/compact/start`` went to Codex after the engine's compaction."""
     session.native_compactions += 1

@@ -187,10 +187,6 @@ class NativeCompactionAnswered(ThreadEvent, frozen=True):
     """Codex answered it (or it could not be sent)."""
 
 
-class CompactionRecorded(ThreadEvent, frozen=True):
-    """The engine compacted the thread's session."""
-
-
 class RetryStarted(ThreadEvent, frozen=True):
     """A turn overflowed Codex's window and is retried as ``retry``."""
 

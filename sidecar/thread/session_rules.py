@@ -14,7 +14,6 @@ from . import holdings, opening
 from .events import Learn, ResetLedger
 from .learned import AdditionSent
 from .session_events import (
-    CompactionRecorded,
     FilesOpened,
     FollowEnded,
     ForkedAtFraming,
@@ -203,11 +202,6 @@ def on_native_compaction_answered(session: ThreadSession, event: NativeCompactio
     return []
 
 
-def on_compaction_recorded(session: ThreadSession, event: CompactionRecorded) -> list[ThreadAction]:
-    opening.compacted(session)
-    return []
-
-
 def on_retry_started(session: ThreadSession, event: RetryStarted) -> list[ThreadAction]:
     holdings.retry_started(session, event.first, event.retry)
     return []
@@ -254,7 +248,6 @@ RULES: dict[type[ThreadEvent], Callable[[ThreadSession, Any], list[ThreadAction]
     Reported: on_reported,
     NativeCompactionSent: on_native_compaction_sent,
     NativeCompactionAnswered: on_native_compaction_answered,
-    CompactionRecorded: on_compaction_recorded,
     RetryStarted: on_retry_started,
     RetryForwarded: on_retry_forwarded,
     RetryAccepted: on_retry_accepted,

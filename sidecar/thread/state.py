@@ -270,7 +270,6 @@ class ThreadSession(msgspec.Struct):
     prompt_cache: PromptCacheInfo | None = None
     current_token_count: int | None = None
     warned_double_projection: bool = False
-    compactions: int = 0
     native_compactions: int = 0
     """Client ``thread/compact/start`` requests forwarded after the engine's
     compaction that Codex has not answered yet (the session is not released meanwhile)."""

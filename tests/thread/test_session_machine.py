@@ -17,7 +17,6 @@ from sidecar.thread.events import Learn, ResetLedger, SwitchRolledBack
 from sidecar.thread.holdings import Holdings
 from sidecar.thread.learned import AdditionSent
 from sidecar.thread.session_events import (
-    CompactionRecorded,
     FilesOpened,
     FollowEnded,
     ForkedAtFraming,
@@ -265,11 +264,10 @@ def test_what_the_thread_holds_after_a_revert_is_written_to_its_ledger_when_it_h
 # ------------------------------------------------------------------ compaction, overflow
 
 
-def test_what_the_sidecar_did_for_the_thread_is_reported_and_compactions_are_counted() -> None:
+def test_what_the_sidecar_did_for_the_thread_is_reported() -> None:
     session = thread()
     handle(session, Reported("lastOverflow", {"retried": False}))
-    handle(session, CompactionRecorded())
-    assert session.stats["lastOverflow"] == {"retried": False} and session.compactions == 1
+    assert session.stats["lastOverflow"] == {"retried": False}
 
 
 def test_an_overflowed_turn_retried_is_a_turn_the_thread_holds_and_the_next_assembly_rebuilds() -> None:

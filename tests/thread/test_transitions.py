@@ -329,7 +329,7 @@ def test_a_fork_cut_at_a_turn_sends_the_addition_again() -> None:
     assert not opening.fork_keeps_addition({"threadId": "p", "beforeTurnId": "t1"})
 
 
-def test_usage_learned_facts_and_compactions_are_the_threads() -> None:
+def test_usage_and_learned_facts_are_the_threads() -> None:
     from engines import PromptCacheInfo, Usage
     from sidecar.session.state import LearnedMachine
 
@@ -338,10 +338,7 @@ def test_usage_learned_facts_and_compactions_are_the_threads() -> None:
     opening.usage_reported(session, usage, cache, 1)
     machine = LearnedMachine("thr")
     opening.learned_read(session, machine, "key")
-    opening.compacted(session)
-    assert (session.last_usage, session.prompt_cache, session.current_token_count, session.learned, session.learned_key, session.compactions) == (
-        usage, cache, 1, machine, "key", 1
-    )
+    assert (session.last_usage, session.prompt_cache, session.current_token_count, session.learned, session.learned_key) == (usage, cache, 1, machine, "key")
 
 
 def test_a_turns_record_notes_what_the_assembly_and_the_projection_did() -> None:
