@@ -32,7 +32,8 @@ from ..relay import HANDLED, Decision, Message, PendingRequest, Slot
 from ..session.context import LifecycleContext
 from ..session.identity import session_key
 from ..session.state import ThreadSession
-from ..thread import opening
+from ..thread.session_events import EngineToolAnswered
+from ..thread.state import handle
 from .contain import contained, contained_sync
 from .offered import NONE, OfferedTools
 from .tools import call_arguments, engine_call, failed_answer, is_engine_item, mentions_tool_call, merge_tools, tool_answer, usable_specs, without_engine_items
@@ -187,7 +188,7 @@ class EngineTools:
         if session is not None:
             text = "".join(i.get("text") or "" for i in answer["contentItems"])
             call_record = {"tool": name, "arguments": arguments, "success": answer["success"], "result": text[:TOOL_TEXT_KEPT], "ms": took}
-            opening.engine_tool_called(session, call_record, kept=TOOL_CALLS_KEPT)
+            handle(session, EngineToolAnswered(call_record, kept=TOOL_CALLS_KEPT))
         if not answer["success"]:
             self.stats["errors"] += 1
         self._answered[request_id] = None

@@ -171,6 +171,14 @@ class FollowEnded(ThreadEvent, frozen=True):
 # ------------------------------------------------------------------ events: compaction, overflow
 
 
+class EngineToolAnswered(ThreadEvent, frozen=True):
+    """An engine tool the model called was answered: the turn's inspect
+    record keeps the call (its first ``kept`` calls; none outside a turn)."""
+
+    call: dict[str, Any]
+    kept: int
+
+
 class Reported(ThreadEvent, frozen=True):
     """The last ``name`` the sidecar did for the thread (``lastOverflow``,
     ``lastEngineCompaction``...), for ``sidecar/status``: diagnostics only."""

@@ -14,6 +14,7 @@ from . import holdings, opening
 from .events import Learn, ResetLedger
 from .learned import AdditionSent
 from .session_events import (
+    EngineToolAnswered,
     FilesOpened,
     FollowEnded,
     ForkedAtFraming,
@@ -187,6 +188,11 @@ def on_follow_ended(session: ThreadSession, event: FollowEnded) -> list[ThreadAc
 # ------------------------------------------------------------------ compaction, overflow
 
 
+def on_engine_tool_answered(session: ThreadSession, event: EngineToolAnswered) -> list[ThreadAction]:
+    opening.engine_tool_called(session, event.call, kept=event.kept)
+    return []
+
+
 def on_reported(session: ThreadSession, event: Reported) -> list[ThreadAction]:
     opening.reported(session, event.name, event.value)
     return []
@@ -245,6 +251,7 @@ RULES: dict[type[ThreadEvent], Callable[[ThreadSession, Any], list[ThreadAction]
     LedgerAfterRead: on_ledger_after_read,
     HoldingsChanged: on_holdings_changed,
     FollowEnded: on_follow_ended,
+    EngineToolAnswered: on_engine_tool_answered,
     Reported: on_reported,
     NativeCompactionSent: on_native_compaction_sent,
     NativeCompactionAnswered: on_native_compaction_answered,

@@ -1,7 +1,8 @@
 """The jobs the thread's machine serves change a thread only through it
 (issue 34): every module of ``sidecar/lifecycle/`` (a turn, its
 finalisation, injections, and the session half: opening, release, client
-reverts, compaction, the overflow retry) and of ``sidecar/rebuild/`` build events and call
+reverts, compaction, the overflow retry), of ``sidecar/rebuild/``, ``sidecar/host/``
+(the engine's tools) and ``sidecar/history/`` build events and call
 ``handle``; they call none of the package's transitions themselves (a
 function of ``sidecar/thread/holdings.py`` or ``opening.py``, or a method of
 ``ThreadSession`` or ``TurnState`` that changes the records).
@@ -18,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVED = sorted(str(p.relative_to(ROOT)) for folder in ("lifecycle", "rebuild") for p in (ROOT / "sidecar" / folder).glob("*.py"))
+SERVED = sorted(str(p.relative_to(ROOT)) for folder in ("lifecycle", "rebuild", "host", "history") for p in (ROOT / "sidecar" / folder).glob("*.py"))
 """Every lifecycle job and rebuild strategy."""
 RECORDS = ("ThreadSession", "TurnState", "RevertNoise")
 READS = frozenset({"heartbeat", "retry", "busy", "settled", "joins_running_turn", "turn_over_in_codex", "__post_init__"})

@@ -17,6 +17,7 @@ from sidecar.thread.events import Learn, ResetLedger, SwitchRolledBack
 from sidecar.thread.holdings import Holdings
 from sidecar.thread.learned import AdditionSent
 from sidecar.thread.session_events import (
+    EngineToolAnswered,
     FilesOpened,
     FollowEnded,
     ForkedAtFraming,
@@ -268,6 +269,16 @@ def test_what_the_sidecar_did_for_the_thread_is_reported() -> None:
     session = thread()
     handle(session, Reported("lastOverflow", {"retried": False}))
     assert session.stats["lastOverflow"] == {"retried": False}
+
+
+def test_a_turn_keeps_its_first_engine_tool_calls_and_none_are_kept_outside_a_turn() -> None:
+    idle = thread()
+    handle(idle, EngineToolAnswered({"tool": "lcm_grep"}, kept=2))
+    assert idle.current is None
+    session = thread(current=turn(turn_id="t1"))
+    for n in range(3):
+        handle(session, EngineToolAnswered({"tool": "lcm_grep", "n": n}, kept=2))
+    assert session.current is not None and session.current.engine_tools == [{"tool": "lcm_grep", "n": 0}, {"tool": "lcm_grep", "n": 1}]
 
 
 def test_an_overflowed_turn_retried_is_a_turn_the_thread_holds_and_the_next_assembly_rebuilds() -> None:
