@@ -113,6 +113,7 @@ def routing_ids(line: bytes) -> list[str]:
         out.append(thread["id"])
     return out
 
+
 #: ``turn/start`` params Codex keeps "for this turn and subsequent turns"
 #: (codex 0.169.0's TurnStartParams): replayed on a new backing thread's first turn.
 STICKY_TURN_KEYS = (
@@ -220,13 +221,13 @@ class BackingThreads:
 
     # ------------------------------------------------------------ the map
 
-
     @property
     def keys(self) -> ThreadKeys:
         """The thread-id members, read on first use."""
         if self._keys is None:
             self._keys = thread_keys(tuple(self._keys_of()))
         return self._keys
+
     def _load(self) -> None:
         try:
             names = sorted(os.listdir(self.dir))

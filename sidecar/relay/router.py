@@ -314,13 +314,7 @@ class Router:
         if method.startswith(CONTROL_PREFIX):
             self._control(line)
             return
-        if (
-            self.gates
-            or self.child_gone
-            or self.hooks.client_requests.get(method)
-            or _reserved(env.id)
-            or (self.negotiation.screens and experimental.gated(method))
-        ):
+        if self.gates or self.child_gone or self.hooks.client_requests.get(method) or _reserved(env.id) or (self.negotiation.screens and experimental.gated(method)):
             self._client_request(Message(env, line))
             return
         # Nobody reads it and nothing changes it: the relay's fast path, no Message.
