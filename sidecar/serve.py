@@ -188,7 +188,9 @@ def _serve_started(resolved: Resolved, argv: list[str], protocol_out: int, popen
     if (problem is None or problem.readable) and (wanted or os.path.isdir(state_dir)):
         from .history.backing import BackingThreads
 
-        edge = BackingThreads(state_dir, lambda: rows.thread_id_keys(methods.METHODS))  # the table (every job imported) on first use
+        # the table (every job imported) on first use; a client's thread list
+        # waits at most the engine deadline for the sidecar's own thread starts
+        edge = BackingThreads(state_dir, lambda: rows.thread_id_keys(methods.METHODS), list_wait=settings["engine_deadline"])
     in_effect = {**resolved.shown(), "codex_bin": {"value": argv[0], "source": child_from}, "state_dir": {"value": state_dir, "source": str(resolved.origins["state_dir"])}}
 
     async def serve() -> int:

@@ -16,7 +16,9 @@ maps them at the child edge, on bytes:
   thread are dropped (the client's own id names a retired Codex thread after
   the first switch); in everything else, backing ids become the client's;
 * ``thread/list`` and ``thread/loaded/list`` answers lose their retired and
-  spare entries before that.
+  spare entries before that; one Codex answers while a thread the sidecar
+  starts for itself is unanswered waits for that answer first
+  (:mod:`sidecar.history.starts`).
 
 Threads the sidecar runs for itself (the engine's model calls,
 ``sidecar.host.completion``) are hidden the same way (:meth:`BackingThreads.own`),
@@ -56,6 +58,7 @@ import msgspec
 from protocol import encode
 
 from ..store.private import private_dir
+from .starts import LIST_METHODS, OwnStarts
 
 log = logging.getLogger("codex_sidecar.backing")
 
@@ -110,6 +113,7 @@ def routing_ids(line: bytes) -> list[str]:
         out.append(thread["id"])
     return out
 
+
 #: ``turn/start`` params Codex keeps "for this turn and subsequent turns"
 #: (codex 0.169.0's TurnStartParams): replayed on a new backing thread's first turn.
 STICKY_TURN_KEYS = (
@@ -132,7 +136,6 @@ STICKY_TURN_KEYS = (
 #: Notifications a ``thread/start`` emits that name no thread.
 UNATTRIBUTED_START_NOTIFICATIONS = (b'"configWarning"', b'"remoteControl/status/changed"')
 
-LIST_METHODS = ("thread/list", "thread/loaded/list")
 THREAD_METHODS = ("thread/read", "thread/resume", "thread/unarchive")
 """Answers that show one thread (``result.thread``)."""
 ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
@@ -175,13 +178,19 @@ def _valid_id(thread_id: str) -> bool:
     return _UUID.fullmatch(b'"' + thread_id.encode() + b'"') is not None
 
 
+LIST_WAIT = 20.0
+"""Seconds a client's thread list waits at most for the sidecar's own
+thread starts (``serve`` gives the engine deadline, whose default this is)."""
+
+
 class BackingThreads:
-    def __init__(self, state_dir: str | os.PathLike[str], keys: Iterable[str] | Callable[[], Iterable[str]]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], keys: Iterable[str] | Callable[[], Iterable[str]], *, list_wait: float = LIST_WAIT) -> None:
         """``keys``: the members that carry thread ids (the method table's
         ``thread_keys`` column, ``sidecar.rows.thread_id_keys(METHODS)``), or
         what gives them on first use: the edge is asked only while some
         thread is switched, so a relay need not build the table (it imports
-        every job) before it starts."""
+        every job) before it starts. ``list_wait``: seconds a client's
+        thread list waits at most for the sidecar's own thread starts."""
         self.dir = Path(state_dir) / "backing"
         self._keys_of = keys if callable(keys) else (lambda given=tuple(keys): given)
         self._keys: ThreadKeys | None = None
@@ -199,6 +208,9 @@ class BackingThreads:
         self._owned: dict[str, Callable[[bytes], None]] = {}
         """Threads the sidecar runs for itself (``sidecar.host.completion``):
         hidden like a spare, and each frame about one goes to its listener."""
+        self.own_starts: OwnStarts[Any] = OwnStarts(list_wait)
+        """The sidecar's own thread starts unanswered, and the client's list
+        answers held for them (the relay holds the answers)."""
         self.dropped = 0
         self.rolled_back: set[str] = set()
         """Client threads moved back from a pending switch: their ledger is unknown."""
@@ -209,13 +221,13 @@ class BackingThreads:
 
     # ------------------------------------------------------------ the map
 
-
     @property
     def keys(self) -> ThreadKeys:
         """The thread-id members, read on first use."""
         if self._keys is None:
             self._keys = thread_keys(tuple(self._keys_of()))
         return self._keys
+
     def _load(self) -> None:
         try:
             names = sorted(os.listdir(self.dir))
@@ -399,6 +411,26 @@ class BackingThreads:
     @property
     def active(self) -> bool:
         return bool(self._to_codex or self._hidden or self.spare_starts)
+
+    def sidecar_request(self, call_id: str, method: str) -> None:
+        """The sidecar sent a request of its own (:meth:`OwnStarts.requested`)."""
+        self.own_starts.requested(call_id, method)
+
+    def sidecar_answered(self, call_id: str) -> list[Any]:
+        """Codex answered it, the answer read: the held answers that go on."""
+        return self.own_starts.answered(call_id)
+
+    def hold(self, method: str, answer: Any) -> float | None:
+        """Whether a client's answer to ``method`` waits (the seconds at most)."""
+        return self.own_starts.hold(method, answer)
+
+    def overdue(self, answer: Any) -> list[Any]:
+        """``answer`` waited long enough: it goes on, with any that waited as it did."""
+        return self.own_starts.overdue(answer)
+
+    def release_all(self) -> list[Any]:
+        """Codex is gone: every held answer goes on."""
+        return self.own_starts.release_all()
 
     def to_codex(self, line: bytes) -> bytes:
         if not self._to_codex:

@@ -41,6 +41,30 @@ class Edge(Protocol):
         or None when the client must not see it."""
         ...
 
+    def sidecar_request(self, call_id: str, method: str) -> None:
+        """The sidecar sent a request of its own (before it leaves)."""
+        ...
+
+    def sidecar_answered(self, call_id: str) -> list[Any]:
+        """Codex answered the sidecar's request ``call_id`` (its ``on_result``
+        has run): the held answers that go on now, in order."""
+        ...
+
+    def hold(self, method: str, answer: Any) -> float | None:
+        """Codex answered a client's request of ``method``: None to go on
+        now, or the seconds at most the relay holds ``answer`` (opaque to
+        the edge) until :meth:`sidecar_answered` or :meth:`overdue` hands
+        it back. Other frames go on meanwhile."""
+        ...
+
+    def overdue(self, answer: Any) -> list[Any]:
+        """``answer``'s seconds are over: the held answers that go on now."""
+        ...
+
+    def release_all(self) -> list[Any]:
+        """The child exited: every held answer."""
+        ...
+
     def fragment_to_codex(self, data: bytes) -> bytes:
         """A piece of a line too long to parse, on its way to Codex."""
         ...

@@ -7,6 +7,9 @@ same call: a rewrite decided while reading a chunk keeps its place in the
 stream. Routing decodes only the envelope; the original bytes go out unless
 a hook or the edge changed them.
 
+A client's answer the edge holds (:meth:`Edge.hold`: a thread list while the
+sidecar's own thread start is unanswered) waits while later frames go on.
+
 Hooks are synchronous and may hand slow work to ``spawn``; such a hook holds
 its message (returns ``HANDLED``) and later forwards, answers or drops it
 with :meth:`Router.forward_client_request`, :meth:`Router.answer_client_request`,
@@ -22,6 +25,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+import trio
 
 from protocol import (
     CHILD_EXITED,
@@ -257,6 +261,8 @@ class Router:
         if self.child_gone:
             raise RpcError(CHILD_EXITED, "codex app-server is not running")
         call = self.calls.open(method, on_result, notify)
+        if self.edge is not None:
+            self.edge.sidecar_request(call.id, method)
         self._to_child(encode_request(call.id, method, params), SIDECAR_TO_CODEX, through_edge=not raw)
         return call
 
@@ -275,6 +281,8 @@ class Router:
         for msg in self.gates.release_all():
             self._client_request(msg)  # the child is gone: answered -32001
         self.calls.fail_all(RpcError(CHILD_EXITED, exit_text(rc)))
+        if self.edge is not None:
+            self._release(self.edge.release_all())  # Codex's own answers: they go as they are
         return len(failed)
 
     def _fail_pending(self, pending: PendingRequest, rc: int | None = None) -> None:
@@ -306,13 +314,7 @@ class Router:
         if method.startswith(CONTROL_PREFIX):
             self._control(line)
             return
-        if (
-            self.gates
-            or self.child_gone
-            or self.hooks.client_requests.get(method)
-            or _reserved(env.id)
-            or (self.negotiation.screens and experimental.gated(method))
-        ):
+        if self.gates or self.child_gone or self.hooks.client_requests.get(method) or _reserved(env.id) or (self.negotiation.screens and experimental.gated(method)):
             self._client_request(Message(env, line))
             return
         # Nobody reads it and nothing changes it: the relay's fast path, no Message.
@@ -436,6 +438,8 @@ class Router:
         if type(wire_id) is str and wire_id.startswith(INTERNAL_PREFIX) and not self.pending.is_alias(wire_id):
             self._record(CODEX_TO_SIDECAR, line)
             self._answer_call(wire_id, env, line)
+            if self.edge is not None:  # after its on_result: what it made known filters the answers it releases
+                self._release(self.edge.sidecar_answered(wire_id))
             return
         if env.error:
             retry = self.pending.get(wire_id)  # type: ignore[arg-type]
@@ -443,6 +447,13 @@ class Router:
                 self._send_original(retry, env)
                 return
         pending = self.pending.close(wire_id)  # type: ignore[arg-type]
+        if self.edge is not None and pending is not None and (wait := self.edge.hold(pending.method, held := (env, line, pending))) is not None:
+            self.spawn(self._overdue, held, wait)  # the edge holds it; other frames go on meanwhile
+            return
+        self._deliver_response(env, line, pending)
+
+    def _deliver_response(self, env: Envelope, line: bytes, pending: PendingRequest | None) -> None:
+        """A client's answer, from the edge on: mapped, its id, its hooks, to the client."""
         if self.edge is not None:
             mapped = self.edge.response(line, pending.method if pending is not None else None)
             if mapped is not line:
@@ -511,6 +522,15 @@ class Router:
         else:
             self.calls.end(call)
             call.settle(result, error)
+
+    def _release(self, held: list[Any]) -> None:
+        for env, line, pending in held:
+            self._deliver_response(env, line, pending)
+
+    async def _overdue(self, held: Any, seconds: float) -> None:
+        """At most ``seconds`` after the edge held it, ``held`` goes on (with what is known)."""
+        await trio.sleep(seconds)
+        self._release(self.edge.overdue(held) if self.edge is not None else [])
 
     def from_child_fragment(self, ev: Oversized | Fragment) -> None:
         """A piece of a child line too long to parse, or its stream's torn tail (:mod:`.rawlines`)."""

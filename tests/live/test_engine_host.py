@@ -7,7 +7,8 @@ as a process.
   no server request, no item notification, nothing in its reads, before and
   after a restart. A name the client declares itself stays the client's.
 * ``host.complete`` from an engine's ``maintain`` runs on a Codex thread the
-  client never hears of (no frame names it, no listing shows it).
+  client never hears of (no frame names it, no listing shows it: not even
+  a ``thread/loaded/list`` the client keeps asking while the thread starts).
 * ``lossless``: with the summariser failing, compaction still happens
   (extractive summaries), and the model's ``lcm_grep`` finds a fact the
   assembly no longer holds verbatim.
@@ -307,13 +308,22 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
         model.script(*[reply] * 8)
         async with sidecar(env, work) as client:
             tid = await client.start_thread(cwd=str(work))
-            for n in range(2):
-                done = await client.run_turn(tid, f"turn {n}", timeout=TURN_TIMEOUT)
-                assert done["turn"]["status"] == "completed", done
-                await finalized(client, tid, done["turn"]["id"])
-            with trio.fail_after(TURN_TIMEOUT):
-                while not answers.exists() or len(answers.read_text().splitlines()) < 2:
-                    await trio.sleep(0.05)
+            polled: list[list[str]] = []  # the client's loaded threads, asked again and again while completions start
+
+            async def poll() -> None:
+                while True:
+                    polled.append((await client.request("thread/loaded/list", {}))["data"])
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poll)
+                for n in range(2):
+                    done = await client.run_turn(tid, f"turn {n}", timeout=TURN_TIMEOUT)
+                    assert done["turn"]["status"] == "completed", done
+                    await finalized(client, tid, done["turn"]["id"])
+                with trio.fail_after(TURN_TIMEOUT):
+                    while not answers.exists() or len(answers.read_text().splitlines()) < 2:
+                        await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
             await trio.sleep(0.5)  # anything trailing the last completion would have come by now
             listed = await client.request("thread/list", {})
             loaded = await client.request("thread/loaded/list", {})
@@ -347,6 +357,7 @@ async def test_host_complete_during_maintenance_is_invisible_to_the_client(tmp_p
         assert [t["id"] for t in listed["data"]] == [tid]
         assert [t["id"] for t in relisted["data"]] == [tid]
         assert loaded["data"] == [tid]
+        assert polled and all(data == [tid] for data in polled), [data for data in polled if data != [tid]][:3]
         # The client's thread holds its two turns and nothing of the completions.
         assert len(read_back[0]["thread"]["turns"]) == len(read_back[1]["data"]) == 2
         assert not [a for a in read_back if any(mark in json.dumps(a) for mark in ("COMPLETION-ANSWER", "PROMPT-MARK", "SYS-MARK"))]

@@ -277,7 +277,26 @@ def test_response_hooks_see_the_client_s_id_and_the_request_s_method(wire):
 # ------------------------------------------------------------ the edge
 
 
-class SwappingEdge:
+class NoHolds:
+    """An edge's answers that never hold one (``Edge.hold`` and the rest)."""
+
+    def sidecar_request(self, call_id: str, method: str) -> None:
+        pass
+
+    def sidecar_answered(self, call_id: str) -> list:
+        return []
+
+    def hold(self, method: str, answer: object) -> float | None:
+        return None
+
+    def overdue(self, answer: object) -> list:
+        return []
+
+    def release_all(self) -> list:
+        return []
+
+
+class SwappingEdge(NoHolds):
     """Calls the client's thread "front" and Codex's "back"; hides "ghost"."""
 
     active = True
@@ -349,6 +368,95 @@ def test_the_edge_maps_answers_to_the_sidecar_s_calls_and_oversized_pieces(wire)
     assert call.result == {"thread": {"id": "front"}} and edge.responses == ["thread/read"]
     w.router.from_client_fragment(Oversized(b'{"method":"x","params":{"threadId":"front","pad":"' + b"p" * 80 + b'"}}\n', True))
     assert b'"back"' in bytes(w.child.data) and b'"front"' not in bytes(w.child.data)
+
+
+class HoldingEdge(SwappingEdge):
+    """Holds a ``thread/loaded/list`` answer while the sidecar's own
+    ``thread/start`` is unanswered; once it is, "ghost" is owned and lists
+    lose it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: set[str] = set()
+        self.held: list = []
+        self.owned = False
+
+    def sidecar_request(self, call_id: str, method: str) -> None:
+        if method == "thread/start":
+            self.starts.add(call_id)
+
+    def sidecar_answered(self, call_id: str) -> list:
+        self.starts.discard(call_id)
+        if self.starts:
+            return []
+        out, self.held = self.held, []
+        return out
+
+    def hold(self, method: str, answer: object) -> float | None:
+        if method != "thread/loaded/list" or not self.starts:
+            return None
+        self.held.append(answer)
+        return 3.0
+
+    def release_all(self) -> list:
+        out, self.held = self.held, []
+        return out
+
+    def request_params(self, params):
+        return {**params, "threadId": "back"} if isinstance(params, dict) and params.get("threadId") == "front" else params
+
+    def response(self, line: bytes, method: str | None) -> bytes:
+        line = super().response(line, method)
+        return line.replace(b',"ghost"', b"") if self.owned and method == "thread/loaded/list" else line
+
+
+def test_a_held_answer_lets_later_frames_pass_and_goes_on_once_the_sidecars_start_is_answered(wire):
+    w = wire(edge=(edge := HoldingEdge()))
+    call = w.router.call("thread/start", {}, raw=True, on_result=lambda _r: setattr(edge, "owned", True))
+    w.router.from_client(b'{"id":1,"method":"thread/loaded/list","params":{}}')
+    w.router.from_client(b'{"id":2,"method":"thread/read","params":{"threadId":"front"}}')
+    w.child.take()
+    w.router.from_child(b'{"id":1,"result":{"data":["back","ghost"]}}')
+    assert w.client.take() == [] and w.router.pending.methods() == {"thread/read"}
+    [(overdue, (held, seconds))] = w.spawned
+    assert overdue == w.router._overdue and seconds == 3.0
+    w.router.from_child(b'{"method":"turn/started","params":{"threadId":"back"}}')
+    w.router.from_child(b'{"id":2,"result":{"thread":{"id":"back"}}}')
+    assert w.client.take() == [
+        b'{"method":"turn/started","params":{"threadId":"front"}}',
+        b'{"id":2,"result":{"thread":{"id":"front"}}}',
+    ], "nothing waits behind the held answer"
+    w.router.from_child(frame({"id": call.id, "result": {"thread": {"id": "ghost"}}}))
+    assert w.client.take() == [b'{"id":1,"result":{"data":["front"]}}'], "filtered with what the start's answer made known"
+    assert call.settled and edge.responses == ["thread/read", "thread/start", "thread/loaded/list"], "mapped once, as it goes on"
+
+
+def test_a_held_answer_keeps_the_client_s_id_and_its_hooks(wire):
+    w = wire(edge=HoldingEdge())
+    seen = []
+    w.router.hooks.on_response("thread/loaded/list", lambda msg, pending: seen.append(msg.result()))
+    call = w.router.call("thread/start", {}, raw=True)
+    w.router.from_client(b'{"id":"' + PREFIX.encode() + b'7","method":"thread/loaded/list","params":{}}')
+    [sent] = loads(w.child.take()[1:])
+    w.router.from_child(frame({"id": sent["id"], "result": {"data": ["back"]}}))
+    assert w.client.take() == [] and seen == []
+    w.router.from_child(frame({"id": call.id, "error": {"code": -32603, "message": "refused"}}))
+    assert loads(w.client.take()) == [{"id": PREFIX + "7", "result": {"data": ["front"]}}]
+    assert seen == [{"data": ["front"]}]
+    assert isinstance(call.error, RpcError)
+
+
+def test_answers_held_when_codex_exits_go_to_the_client_as_they_are(wire):
+    w = wire(edge=HoldingEdge())
+    w.router.call("thread/start", {}, raw=True)
+    w.router.from_client(b'{"id":1,"method":"thread/loaded/list","params":{}}')
+    w.router.from_client(b'{"id":2,"method":"thread/read","params":{"threadId":"front"}}')
+    w.router.from_child(b'{"id":1,"result":{"data":["back","ghost"]}}')
+    assert w.client.take() == []
+    w.router.child_exited(1)
+    answers = {m["id"]: m for m in loads(w.client.take())}
+    assert answers[1] == {"id": 1, "result": {"data": ["front", "ghost"]}}
+    assert answers[2]["error"]["code"] == -32603  # codex had it
 
 
 # ------------------------------------------------------- control methods
@@ -476,7 +584,7 @@ def test_an_oversized_request_cut_off_by_codex_s_death_is_answered_not_delivered
 # ------------------------------------------------- decoded once, encoded once
 
 
-class _MappingEdge:
+class _MappingEdge(NoHolds):
     """An edge that moves thread ``t1`` to ``t9``, counting byte-level maps."""
 
     active = False

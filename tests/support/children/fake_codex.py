@@ -92,6 +92,11 @@ Environment:
   refused with -32603) and ``threadStartSlowAfter`` (N: every
   ``thread/start`` after the first N takes ``threadStartDelay`` seconds,
   default 0.5, nothing else answered meanwhile) and
+  ``threadStartLate`` (a list, by the process's ``thread/start`` number
+  from 0, of false, true or ``"never"``: true makes that start's thread at
+  once, loaded, but sends its answer and ``thread/started`` only right
+  after the next ``thread/loaded/list`` answer, as Codex's answer to a list
+  can overtake a start's; ``"never"`` never sends them) and
   ``refuseAdditionalContext`` (N: the first N ``turn/start`` carrying
   ``additionalContext`` are refused with -32600, as a codex that will not
   take it would) and ``contextWindowChars``
@@ -159,8 +164,12 @@ def error(rid, code: int, message: str) -> None:
     send({"id": rid, "error": {"code": code, "message": message}})
 
 
+def notification(method: str, params: dict) -> dict:
+    return {"method": method, "params": params, "emittedAtMs": NOW_MS}
+
+
 def notify(method: str, params: dict) -> None:
-    send({"method": method, "params": params, "emittedAtMs": NOW_MS})
+    send(notification(method, params))
 
 
 def thread_obj(tid: str, *, with_turns: bool) -> dict:
@@ -436,6 +445,7 @@ def revert(rid, params: dict) -> None:
 
 
 late: list[list] = []  # [requests to wait, method, params]: notifications held back
+after_list: list[dict] = []  # frames sent right after the next thread/loaded/list answer
 
 
 def turns_list(rid, params: dict) -> None:
@@ -529,8 +539,14 @@ def handle(msg: dict) -> None:
             threads[tid]["historyMode"] = "legacy"
         save()
         loaded.add(tid)
-        result(rid, thread_result(tid, with_turns=False))
-        notify("thread/started", {"thread": thread_obj(tid, with_turns=False)})
+        frames = [{"id": rid, "result": thread_result(tid, with_turns=False)}, notification("thread/started", {"thread": thread_obj(tid, with_turns=False)})]
+        answered_late = script.get("threadStartLate") or []
+        if starts <= len(answered_late) and answered_late[starts - 1]:
+            if answered_late[starts - 1] != "never":
+                after_list.extend(frames)  # loaded already: the list names it
+            return
+        for one in frames:
+            send(one)
     elif method == "thread/resume":
         tid = params.get("threadId")
         if tid not in threads:
@@ -594,6 +610,9 @@ def handle(msg: dict) -> None:
             notify("thread/closed", {"threadId": tid})
     elif method == "thread/loaded/list":
         result(rid, {"data": sorted(loaded), "nextCursor": None})
+        for one in after_list:
+            send(one)
+        after_list.clear()
     elif method == "thread/inject_items":
         tid = params.get("threadId")
         if tid not in threads:
