@@ -45,9 +45,7 @@ def _exchange(kind: str, n: int) -> list:
     return [call, ToolResultMessage(tool_call_id=f"c{n}", tool_name="exec_command", content=[TextBlock(text="ok")], is_error=False, timestamp=n)]
 
 
-conversations = st.lists(st.sampled_from(["user", "reply", "tool"]), max_size=60).map(
-    lambda kinds: [m for n, kind in enumerate(kinds) for m in _exchange(kind, n)]
-)
+conversations = st.lists(st.sampled_from(["user", "reply", "tool"]), max_size=60).map(lambda kinds: [m for n, kind in enumerate(kinds) for m in _exchange(kind, n)])
 
 
 @settings(max_examples=200, deadline=None)
@@ -184,8 +182,7 @@ def test_py_spy_raw_stacks_are_summed_by_own_and_inclusive_samples():
 @pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
 def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_path, capsys):
     out, keep = tmp_path / "report.json", tmp_path / "run"
-    code = bs.main(["--turns", "6", "--block", "2", "--sample-every", "2", "--session-starts", "1",
-                    "--home", "empty", "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
+    code = bs.main(["--turns", "6", "--block", "2", "--sample-every", "2", "--session-starts", "1", "--home", "empty", "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert code == 0, {k: v["error"] for k, v in data["configs"].items()}
@@ -232,8 +229,8 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
 @pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
 def test_six_lossless_turns_give_its_store_in_the_state_dir_its_peak_rss_and_its_late_ratio(tmp_path, capsys):
     out, keep = tmp_path / "report.json", tmp_path / "run"
-    code = bs.main(["--configs", "native,lossless", "--turns", "6", "--block", "2", "--sample-every", "2", "--session-starts", "0",
-                    "--no-restart", "--home", "empty", "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
+    args = "--configs native,lossless --turns 6 --block 2 --sample-every 2 --session-starts 0 --no-restart --home empty".split()
+    code = bs.main([*args, "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert code == 0, {k: v["error"] for k, v in data["configs"].items()}
@@ -247,6 +244,7 @@ def test_six_lossless_turns_give_its_store_in_the_state_dir_its_peak_rss_and_its
     assert "summary_model" in (keep / "runs" / "lossless" / "sidecar.toml").read_text()
     last = c["samples"][-1]["files"]
     store = {k: v for k, v in last.items() if k.startswith("engines/lossless/lossless.sqlite3")}
-    assert store and all((state / k).exists() for k in store), "the engine's own store, in the run's state dir, is sampled"
+    assert "engines/lossless/lossless.sqlite3" in store, "the engine's own store, in the run's state dir, is sampled"
+    assert (state / "engines" / "lossless" / "lossless.sqlite3").is_file(), "(its WAL is folded in at close)"
     assert sum(v for k, v in last.items() if k.startswith("engines")) == sum(store.values())
     assert "\nlossless " in text and "lossless: state dir" in text
