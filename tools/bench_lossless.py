@@ -964,6 +964,23 @@ def tokens_per_turn(script: Sequence[Turn], native: SideResult) -> int | None:
     return round((turn_reqs[-1].tokens - turn_reqs[0].tokens) / span) if span else None
 
 
+def engine_table(engine_settings: Sequence[str] = ()) -> tuple[str, set[str]]:
+    """The sidecar config's ``[engines.lossless]`` table: each ``KEY=VALUE``
+    of ``engine_settings`` (TOML values), then :data:`BENCH_DEFAULTS` for the
+    keys they leave out; and the keys given. ``tools.bench_scale`` runs its
+    ``lossless`` configuration on the same table."""
+    table = ["[engines.lossless]"]
+    given: set[str] = set()
+    for item in engine_settings:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--engine-setting {item!r}: expected KEY=VALUE")
+        table.append(f"{key.strip()} = {value.strip()}")
+        given.add(key.strip())
+    table += [f"{key} = {value}" for key, value in BENCH_DEFAULTS.items() if key not in given]
+    return "\n".join(table) + "\n", given
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_lossless", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns of the conversation (default %(default)s; at least 4)")
@@ -989,16 +1006,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget < 1:
             ap.error("--budget must be a positive number of tokens")
         args.engine_setting.append(f"token_budget={args.budget}")
-    table = ["[engines.lossless]"]
-    given: set[str] = set()
-    for item in args.engine_setting:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            ap.error(f"--engine-setting {item!r}: expected KEY=VALUE")
-        table.append(f"{key.strip()} = {value.strip()}")
-        given.add(key.strip())
-    table += [f"{key} = {value}" for key, value in BENCH_DEFAULTS.items() if key not in given]
-    engine_config = "\n".join(table) + "\n"
+    try:
+        engine_config, given = engine_table(args.engine_setting)
+    except ValueError as exc:
+        ap.error(str(exc))
     settings: dict[str, str] = {}
     for item in args.sidecar_setting:
         key, eq, value = item.partition("=")

@@ -17,7 +17,15 @@ by side in one run:
   rebuilds whenever the dropped part exceeds its stale slack);
 * ``budget``: the sidecar with the built-in ``transcript-budget`` at the
   sidecar's default token budget (it counts the transcript with the o200k
-  tokenizer every turn; issue 34's late-turn check, 1.3x native).
+  tokenizer every turn; issue 34's late-turn check, 1.3x native);
+* ``lossless`` (only when ``--configs`` names it): the sidecar with the
+  built-in ``lossless`` engine, its store in the run's state dir, at its
+  defaults but for ``tools.bench_lossless``'s summary model and no hourly
+  summary cap (:func:`tools.bench_lossless.engine_table`); the fake model
+  answers its summary calls as ``make bench-lossless`` does
+  (:class:`tools.fake_model.Rules`). A hand-over also waits for its
+  background summary calls to be answered. Issue 35's late-turn check:
+  1.5x native.
 
 The sidecar runs its defaults (projection ``delta``, ``rebuild = "fresh"``).
 Codex runs with the machine's real ``HOME`` (``--home real``, the default):
@@ -87,16 +95,25 @@ from typing import Any
 import trio
 
 from engines.budget import TRANSCRIPT_BUDGET_ENGINE_ID
+from engines.lossless import LOSSLESS_ENGINE_ID
 from tools.bench_context import Router, Turn, process_cpu, reported_rebuilds
 from tools.client import AppServerClient, RpcError, ServerGone
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
 from tools.context_engines import DIST_NAME, IDENTITY_ID, WINDOW_ID, write_dist_info
-from tools.fake_model import FakeModel
+from tools.fake_model import FakeModel, Rules, request_prompt
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CONFIGS: dict[str, str | None] = {"native": None, "identity": IDENTITY_ID, "window": WINDOW_ID, "budget": TRANSCRIPT_BUDGET_ENGINE_ID}
+CONFIGS: dict[str, str | None] = {
+    "native": None,
+    "identity": IDENTITY_ID,
+    "window": WINDOW_ID,
+    "budget": TRANSCRIPT_BUDGET_ENGINE_ID,
+    "lossless": LOSSLESS_ENGINE_ID,
+}
 """Configuration name -> the sidecar's engine id (None: codex alone)."""
+DEFAULT_CONFIGS = ("native", "identity", "window", "budget")
+"""What runs without ``--configs`` (``make bench-scale``)."""
 
 DEFAULT_TURNS = 600
 DEFAULT_EDGE = 30
@@ -111,6 +128,8 @@ TURN_TIMEOUT = 120.0
 TARGET_IDENTITY = 1.10
 TARGET_WINDOW = 2.0
 TARGET_BUDGET = 1.3
+TARGET_LOSSLESS = 1.5
+"""Issue 35's bound on the engine's growth from turn 100 to turn 5,000."""
 AIM_WINDOW = 1.2
 TARGET_PEAK_RSS_MB = 100.0
 CONSTANT_BYTES = 1.25
@@ -148,6 +167,15 @@ def build_script(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED, tool_ever
     return script
 
 
+def lossless_table() -> str:
+    """The ``lossless`` configuration's ``[engines.lossless]`` table:
+    ``make bench-lossless``'s (its summary model, no hourly cap), the
+    engine's defaults otherwise."""
+    from tools.bench_lossless import engine_table  # it imports this module
+
+    return engine_table()[0]
+
+
 # ======================================================================
 # The fake model, keeping timings instead of bodies
 
@@ -159,6 +187,24 @@ class ModelRequest:
     items: int  # input items of the request
     arrived: float  # perf_counter when its HTTP request line was read
     done: float | None = None  # perf_counter when its response was written
+
+
+class ScaleRouter(Router):
+    """:class:`Router`, and a summary prompt (the ``lossless`` engine's
+    ``host.complete`` calls) answered as :class:`tools.fake_model.Rules`
+    answers it (the head of each block), as no turn's request (turn -1,
+    kind ``summary``)."""
+
+    _rules = Rules()
+
+    def __call__(self, body: dict) -> Any:
+        kind, step = self._rules.decide(body) if Rules.SUMMARISE.match(request_prompt(body)[0]) else (None, None)
+        if kind != "summary":
+            return super().__call__(body)
+        with self._lock:
+            self.request_turns.append(-1)
+            self.kinds.append("summary")
+        return step
 
 
 class ScaleModel(FakeModel):
@@ -183,8 +229,9 @@ class ScaleModel(FakeModel):
             index = next(self._counter)
             self._in_flight += 1
             self._lock.notify_all()
-        step = self.router(body)
-        record = ModelRequest(self.router.request_turns[-1], self.router.kinds[-1], len(body.get("input") or []), arrived)
+        with self._lock:  # one request at a time through the router, so its last turn and kind are this request's
+            step = self.router(body)
+            record = ModelRequest(self.router.request_turns[-1], self.router.kinds[-1], len(body.get("input") or []), arrived)
         with self._lock:
             self.log.append(record)
             self._by_index[index] = record
@@ -321,7 +368,7 @@ class Session:
         self.dir.mkdir(parents=True)
         self.state = self.dir / "state"
         self.work = root / "work"
-        self.router = Router(script)
+        self.router = ScaleRouter(script)
         self.model: ScaleModel | None = None
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
@@ -339,7 +386,7 @@ class Session:
         if not self.sidecar:
             return [self.codex_bin, "app-server", "--listen", "stdio://"], codex_env(codex_home, base)
         config = self.dir / "sidecar.toml"
-        config.write_text(f"[engines.{json.dumps(WINDOW_ID)}]\nwindow = {self.window}\n")
+        config.write_text(f"[engines.{json.dumps(WINDOW_ID)}]\nwindow = {self.window}\n" + (lossless_table() if self.result.engine == LOSSLESS_ENGINE_ID else ""))
         base.update(
             {
                 "CODEX_SIDECAR_CODEX_BIN": self.codex_bin,
@@ -415,13 +462,19 @@ class Session:
             self.client.notifications.clear()
 
     async def settle(self) -> None:
-        """Up to 5 s until the sidecar has finalised the last turn."""
-        if not self.sidecar or self.client is None:
+        """Up to 5 s (60 s while the engine's summary calls run) until the
+        sidecar has finalised the last turn and every completion call its
+        host started has been answered by the fake model."""
+        if not self.sidecar or self.client is None or self.model is None:
             return
-        for _ in range(50):
+        for tick in range(600):
             status = await self.client.request("sidecar/status")
-            threads = ((status or {}).get("lifecycle") or {}).get("threads") or {}
-            if not (threads.get(self.thread_id) or {}).get("busy"):
+            lc = (status or {}).get("lifecycle") or {}
+            busy = ((lc.get("threads") or {}).get(self.thread_id) or {}).get("busy")
+            calls = (lc.get("host") or {}).get("completions") or {}
+            started = int(calls.get("calls") or 0) - int(calls.get("failed") or 0)
+            answered = sum(1 for r in list(self.model.log) if r.kind == "summary" and r.done is not None)
+            if answered >= started and self.model.in_flight == 0 and (not busy or tick >= 50):
                 return
             await trio.sleep(0.1)
 
@@ -832,7 +885,7 @@ def checks_for(result: ConfigResult, native: ConfigResult | None, edge: int) -> 
     late = early_late(result.walls, edge)[1]
     native_late = early_late(native.walls, edge)[1] if native is not None and native.ok else None
     ratio = late / native_late if late and native_late else None
-    limit = {"identity": TARGET_IDENTITY, "budget": TARGET_BUDGET}.get(result.name, TARGET_WINDOW)
+    limit = {"identity": TARGET_IDENTITY, "budget": TARGET_BUDGET, "lossless": TARGET_LOSSLESS}.get(result.name, TARGET_WINDOW)
     aim = f" (aim {AIM_WINDOW:.1f}x)" if result.name == "window" else ""
     out.append(Check("late", f"late <= {limit:.1f}x native{aim}", None if ratio is None else ratio <= limit, "-" if ratio is None else f"{ratio:.2f}x"))
     hwm = max([s.sidecar_hwm_kb or 0 for s in result.samples] + [result.sidecar_hwm_kb or 0]) / 1024
@@ -1118,7 +1171,7 @@ def profile_text(results: Sequence[ConfigResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns a configuration (default %(default)s)")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, from: %(default)s")
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"comma-separated, from: {', '.join(CONFIGS)} (default %(default)s)")
     ap.add_argument("--edge", type=int, default=DEFAULT_EDGE, help="turns in the early and the late medians (default %(default)s)")
     ap.add_argument("--block", type=int, default=DEFAULT_BLOCK, help="turns a configuration runs back to back before the next takes over (default %(default)s)")
     ap.add_argument("--sample-every", type=int, default=DEFAULT_SAMPLE_EVERY, help="turns between state-dir and RSS samples (default %(default)s)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import tomllib
 
 import pytest
 from hypothesis import given, settings
@@ -20,9 +21,12 @@ from hypothesis import strategies as st
 
 from engines import AssistantMessage, TextBlock, UserMessage, load_engine
 from engines.api import AssembleParams, ToolCallBlock, ToolResultMessage
+from engines.lossless.summarize import Source, batch_prompt, parse_batch, summary_prompt
+from tools import bench_lossless
 from tools import bench_scale as bs
 from tools.codex_home import find_codex_bin
 from tools.context_engines import DIST_NAME, WINDOW_ID, WindowEngine, window_start, write_dist_info
+from tools.fake_model import Text
 
 CODEX_BIN = find_codex_bin()
 
@@ -41,9 +45,7 @@ def _exchange(kind: str, n: int) -> list:
     return [call, ToolResultMessage(tool_call_id=f"c{n}", tool_name="exec_command", content=[TextBlock(text="ok")], is_error=False, timestamp=n)]
 
 
-conversations = st.lists(st.sampled_from(["user", "reply", "tool"]), max_size=60).map(
-    lambda kinds: [m for n, kind in enumerate(kinds) for m in _exchange(kind, n)]
-)
+conversations = st.lists(st.sampled_from(["user", "reply", "tool"]), max_size=60).map(lambda kinds: [m for n, kind in enumerate(kinds) for m in _exchange(kind, n)])
 
 
 @settings(max_examples=200, deadline=None)
@@ -137,6 +139,34 @@ def test_checks_read_the_late_ratio_the_peak_rss_and_the_state_growth():
     assert not bs.checks_for(over, native, 5)[0].passed
 
 
+def test_the_lossless_configuration_is_held_to_1_5x_native_and_runs_only_when_named():
+    native = bs.ConfigResult("native", None, walls=[0.1] * 10)
+    flat = [_sample(0, {}, 50_000), _sample(5, {"s": 500}, 60_000), _sample(10, {"s": 1000}, 61_000)]
+    (late, *_) = bs.checks_for(bs.ConfigResult("lossless", "lossless", walls=[0.1] * 5 + [0.145] * 5, samples=flat), native, 5)
+    assert late.passed and late.target == "late <= 1.5x native"
+    assert not bs.checks_for(bs.ConfigResult("lossless", "lossless", walls=[0.1] * 5 + [0.155] * 5, samples=flat), native, 5)[0].passed
+    assert bs.CONFIGS["lossless"] == "lossless" and "lossless" not in bs.DEFAULT_CONFIGS
+    table = tomllib.loads(bs.lossless_table())["engines"]["lossless"]
+    assert table == {"summary_model": bench_lossless.SUMMARY_MODEL, "summary_max_calls_per_hour": 0}, "bench-lossless's table, the engine's defaults otherwise"
+
+
+def _user(text: str) -> dict:
+    return {"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]}
+
+
+def test_the_router_answers_the_engines_summary_calls_as_no_turns_request():
+    router = bs.ScaleRouter(bs.build_script(10))
+    router.begin(5)  # a turn with a shell call: a summary call arriving now must not get it
+    sources = [Source("msg_1", "user · turn 1", "Remember that the pool size is 12."), Source("msg_2", "assistant · turn 1", "Noted.")]
+    single = router(_user(summary_prompt(0, (1, 1), (0, 0), sources, 200)))
+    assert isinstance(single, Text) and "pool size is 12" in single.text
+    batch = router(_user(batch_prompt([(0, (1, 1), (0, 0), sources[:1], 100), (0, (2, 2), (0, 0), sources[1:], 100)])))
+    assert isinstance(batch, Text) and set(parse_batch(batch.text, 2)) == {1, 2}
+    assert router.kinds == ["summary", "summary"] and router.request_turns == [-1, -1]
+    turn = router(_user(bs.build_script(10)[5].prompt))
+    assert not isinstance(turn, Text) and router.kinds[-1] == "tool-call" and router.request_turns[-1] == 5
+
+
 def test_py_spy_raw_stacks_are_summed_by_own_and_inclusive_samples():
     raw = "main (a.py:1);run (a.py:5);work (b.py:9) 30\nmain (a.py:1);run (a.py:5) 10\nmain (a.py:1);idle (c.py:2) 60\n"
     total, own, incl = bs.summarize_raw(raw)
@@ -152,8 +182,7 @@ def test_py_spy_raw_stacks_are_summed_by_own_and_inclusive_samples():
 @pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
 def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_path, capsys):
     out, keep = tmp_path / "report.json", tmp_path / "run"
-    code = bs.main(["--turns", "6", "--block", "2", "--sample-every", "2", "--session-starts", "1",
-                    "--home", "empty", "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
+    code = bs.main(["--turns", "6", "--block", "2", "--sample-every", "2", "--session-starts", "1", "--home", "empty", "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert code == 0, {k: v["error"] for k, v in data["configs"].items()}
@@ -168,7 +197,7 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
         assert c["lateMs"] == pytest.approx(statistics.median(walls[-3:]) * 1000)
         assert c["lateOverNativeLate"] == pytest.approx(c["lateMs"] / native["lateMs"])
         # Each turn's parts come from the fake model's own clock readings and add up to the turn.
-        for w, a, b, d in zip(walls, c["preModelSeconds"], c["modelSeconds"], c["postModelSeconds"]):
+        for w, a, b, d in zip(walls, c["preModelSeconds"], c["modelSeconds"], c["postModelSeconds"], strict=True):
             assert a > 0 and b > 0 and a + b + d == pytest.approx(w)
         assert c["modelRequests"] == len(script) + sum(1 for t in script if t.command)
         assert c["codexRssEndKb"] > 10_000
@@ -194,3 +223,28 @@ def test_six_turns_of_each_configuration_give_a_report_read_from_the_run(tmp_pat
     assert real["home"] == "real" and empty["home"] == "empty"
     assert len(real["answer_ms"]) == len(empty["answer_ms"]) == 1 and empty["cpu_ms"]
     assert "Codex session start" in text and "late/native" in text
+
+
+@pytest.mark.codex
+@pytest.mark.skipif(CODEX_BIN is None, reason="real codex not installed: run `make setup`")
+def test_six_lossless_turns_give_its_store_in_the_state_dir_its_peak_rss_and_its_late_ratio(tmp_path, capsys):
+    out, keep = tmp_path / "report.json", tmp_path / "run"
+    args = "--configs native,lossless --turns 6 --block 2 --sample-every 2 --session-starts 0 --no-restart --home empty".split()
+    code = bs.main([*args, "--json", str(out), "--keep", str(keep), "--codex-bin", CODEX_BIN])
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert code == 0, {k: v["error"] for k, v in data["configs"].items()}
+    assert set(data["configs"]) == {"native", "lossless"}
+    c, native = data["configs"]["lossless"], data["configs"]["native"]
+    assert c["engine"] == "lossless" and len(c["turnWallSeconds"]) == 6
+    assert c["lateOverNativeLate"] == pytest.approx(c["lateMs"] / native["lateMs"])
+    assert c["sidecarPeakRssKb"] > 10_000 and len(c["holdMs"]) == 6
+    assert {ch["name"]: ch["target"] for ch in c["checks"]}["late"] == "late <= 1.5x native"
+    state = keep / "runs" / "lossless" / "state"
+    assert "summary_model" in (keep / "runs" / "lossless" / "sidecar.toml").read_text()
+    last = c["samples"][-1]["files"]
+    store = {k: v for k, v in last.items() if k.startswith("engines/lossless/lossless.sqlite3")}
+    assert "engines/lossless/lossless.sqlite3" in store, "the engine's own store, in the run's state dir, is sampled"
+    assert (state / "engines" / "lossless" / "lossless.sqlite3").is_file(), "(its WAL is folded in at close)"
+    assert sum(v for k, v in last.items() if k.startswith("engines")) == sum(store.values())
+    assert "\nlossless " in text and "lossless: state dir" in text
