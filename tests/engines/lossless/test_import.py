@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from engines import ToolCallParams
+from engines import IngestBatchParams, ToolCallParams
 from engines.lossless import Store
 from engines.lossless.importer import (
     codex_messages,
@@ -68,6 +68,12 @@ async def test_importing_real_rollouts_and_transcripts_twice_gives_the_same_stor
         assert _dump(store) == once
         oc_session = openclaw_session_id("main", OC_KEY)
         assert once["sessions"] == sorted([(THREAD, THREAD, None), (oc_session, OC_KEY, "main")])
+        # The sidecar handing the engine the same history stores nothing again.
+        for source in discover([FIXTURES]):
+            for transcript in read_source(source):
+                params = IngestBatchParams(session_id=transcript.session_id, session_key=transcript.session_key, messages=transcript.messages)
+                assert (await engine.ingest_batch(params)).ingested_count == 0
+        assert _dump(store) == once
 
         # The facts of each are found, in their own session and, for the
         # OpenClaw agent, from another of its sessions.
