@@ -183,3 +183,23 @@ def test_imported_history_keeps_no_credential_in_the_store(tmp_path):
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert secret.encode() not in raw
     assert b"kestrel" in raw
+
+
+def test_the_import_command_redacts_credentials_unless_redact_secrets_is_off(tmp_path):
+    """The command stores what the engine would: with ``redact_secrets``
+    (the default) a credential pasted into a rollout stays out of the
+    store; with it off, it is stored as it was."""
+    secret = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
+    (rollout,) = CODEX.rglob("rollout-*.jsonl")
+    pasted = tmp_path / "history" / rollout.name
+    pasted.parent.mkdir()
+    pasted.write_text(rollout.read_text().replace("lives on host pg-kestrel-07.", f"lives on host pg-kestrel-07, token {secret}."))
+    for redact, stored in ((None, False), ("false", True)):
+        home = tmp_path / f"run-{redact}"
+        home.mkdir()
+        config = home / "config.toml"
+        config.write_text(f'state_dir = "{home / "sidecar"}"\n' + (f"[engines.lossless]\nredact_secrets = {redact}\n" if redact else ""))
+        result = CliRunner().invoke(cli, ["--config-file", str(config), "engines", "lossless", "import", str(pasted)], catch_exceptions=False)
+        assert result.exit_code == 0 and result.stdout.startswith("imported 6 new message(s)"), result.output
+        raw = b"".join(p.read_bytes() for p in (home / "sidecar" / "engines" / "lossless").iterdir() if p.is_file())
+        assert b"pg-kestrel-07" in raw and (secret.encode() in raw) == stored, redact
