@@ -228,9 +228,11 @@ def spans(text: str) -> list[tuple[int, int]]:
             while end > start and text[end - 1] in _TRIM:
                 end -= 1
             # A rule that stops inside a token (fixed lengths, lazy ends)
-            # takes the rest of it too.
-            while end < len(text) and (text[end].isalnum() or text[end] in "_-"):
-                end += 1
+            # takes the rest of it too; one that ends on a separator (a
+            # URL's user:password@) ends there: the host name stays.
+            if end > start and (text[end - 1].isalnum() or text[end - 1] in "_-."):
+                while end < len(text) and (text[end].isalnum() or text[end] in "_-"):
+                    end += 1
             if end > start:
                 found.append((start, end))
     for (regex, group), gates in zip(EXTRA_RULES, extra, strict=True):
@@ -255,6 +257,10 @@ def spans(text: str) -> list[tuple[int, int]]:
         for regex, group in words:
             for m in regex.finditer(normal, lo, hi):
                 start, end = m.span(group)
+                # The rules were written for one line (their values run to
+                # anything but \v): a value ends with its line.
+                line_end = normal.find("\n", start, end)
+                end = end if line_end < 0 else line_end
                 if end > start:
                     found.append((start, end))
     found.sort()

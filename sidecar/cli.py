@@ -231,8 +231,10 @@ def lossless_cmd() -> None:
 @click.pass_context
 def lossless_status_cmd(ctx: click.Context, thread: str | None, as_json: bool) -> None:
     """Per session (THREAD: that one only): stored messages and tokens,
-    summaries per depth, extractive summaries pending, the last compaction
-    and what the last assembly held.
+    summaries per depth, extractive summaries pending, the last compaction,
+    what the last assembly held, the engine's own model calls (by model, and
+    those refused by summary_max_calls_per_hour) and the messages it left
+    out (heartbeats, cron turns, ignored sessions).
 
     Reads the store the config names: the PostgreSQL database of
     [engines.lossless] database_url, else the SQLite file under the state

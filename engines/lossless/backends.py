@@ -233,26 +233,33 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 def snippet(text: str, words: Sequence[str], size: int = 16) -> str:
     """About what FTS5's ``snippet(..., '', '', '…', 16)`` gives: the window of
     ``size`` word tokens holding the most query words (a token matches a word
-    it equals or shares a stem-like prefix with), cut at token boundaries,
-    with ``…`` where text was left out. (``ts_headline`` drops the tail of a
-    hyphenated identifier such as ``pg-kestrel-07`` at a fragment's end.)"""
+    it equals or, for a word of letters, shares a stem-like prefix with; a
+    window of equal words wins over one of prefixes), cut at token
+    boundaries, with ``…`` where text was left out. (``ts_headline`` drops
+    the tail of a hyphenated identifier such as ``pg-kestrel-07`` at a
+    fragment's end.) A word with digits (``pasted07``) is matched as it is,
+    as both indexes take it: no stem."""
     tokens = [(m.start(), m.end(), m.group().lower()) for m in _TOKEN.finditer(text)]
     if not tokens:
         return text[:200]
     wanted = [w.lower() for w in words]
 
-    def hit(token: str) -> int:
+    def hit(token: str) -> tuple[int, bool]:
         for i, w in enumerate(wanted):
-            if token == w or (len(w) >= 4 and len(token) >= 4 and token[: max(4, len(w) - 2)] == w[: max(4, len(w) - 2)]):
-                return i
-        return -1
+            if token == w:
+                return i, True
+        for i, w in enumerate(wanted):
+            if w.isalpha() and len(w) >= 4 and len(token) >= 4 and token[: max(4, len(w) - 2)] == w[: max(4, len(w) - 2)]:
+                return i, False
+        return -1, False
 
     found = [hit(t[2]) for t in tokens]
-    best, best_score = 0, -1
+    best, best_score = 0, (-1, -1)
     for start in range(len(tokens)):
-        if found[start] < 0:
+        if found[start][0] < 0:
             continue
-        score = len({f for f in found[start : start + size] if f >= 0})
+        window = found[start : start + size]
+        score = (len({f for f, _ in window if f >= 0}), len({f for f, exact in window if exact}))
         if score > best_score:
             best, best_score = start, score
     start = max(0, min(best - 2, len(tokens) - size))

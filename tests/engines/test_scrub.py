@@ -103,3 +103,17 @@ def test_keyword_rules_read_lines_a_value_on_the_next_line_included():
     assert scrub("database:\n  password:\n    hunter2\n  host: db") == f"database:\n  password:\n    {CREDENTIAL}\n  host: db"
     out = scrub('secret = "abc123def"\nnext line stays\n"and this one"')
     assert out.endswith('next line stays\n"and this one"') and "abc123def" not in out
+
+
+def test_an_unquoted_keyword_value_ends_with_its_line():
+    """The keyword rules' values run to anything but ``\\v`` (they were
+    written for one line): in a pasted file the next line stays."""
+    text = "export OPENAI_API_KEY=opaque42 && ./run\n# next step\nDB_PASSWORD=cmdpw ./migrate\nPATH=/usr/bin\nAccountKey=" + "A" * 88 + ";\nhost: db"
+    out = scrub(text)
+    assert "opaque42" not in out and "cmdpw" not in out and "AAAA" not in out
+    assert out.splitlines()[1::2] == ["# next step", "PATH=/usr/bin", "host: db"]
+
+
+def test_a_urls_password_goes_and_its_host_stays():
+    out = scrub("psql postgres://admin:hunter2pw@db.example.com/app")
+    assert "hunter2pw" not in out and out.endswith("db.example.com/app")

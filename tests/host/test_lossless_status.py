@@ -114,5 +114,5 @@ async def test_status_counts_the_engines_model_calls_and_the_heartbeat_messages_
     assert row["modelCalls"]["capped"] >= 1
     table = _run(SESSION).output
     assert "model calls   1 (1 on summariser-mini)" in table
-    assert "refused by the hourly cap" in table
+    assert f"{row['modelCalls']['capped']} refused by the hourly cap ({row['modelCalls']['cappedLastHour']} in the last hour)" in table
     assert "skipped       6 messages (heartbeat)" in table

@@ -108,6 +108,12 @@ def test_a_snippet_is_a_window_around_the_words_cut_at_token_boundaries():
     assert snippet("short text here", ["text"]) == "short text here"
 
 
+def test_a_snippet_shows_the_word_itself_before_a_word_that_only_shares_its_prefix():
+    text = " ".join(f"# pasted{k:02d} line {k} of the file with some words" for k in range(12))
+    assert "pasted07" in snippet(text, ["pasted07"])
+    assert "summaries" in snippet("the summary of it " * 6 + "and the summaries here " + "x " * 20, ["summaries"])
+
+
 @pytest.mark.postgres
 def test_a_dropped_connection_is_reopened_for_the_next_call(pg_url):
     from engines import UserMessage

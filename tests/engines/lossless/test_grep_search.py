@@ -15,7 +15,7 @@ from engines import AssistantMessage, IngestBatchParams, TextBlock, ToolCallPara
 from engines.lossless.search import agent_of, parse_time
 from engines.lossless.tools import MAX_GREP_CHARS
 
-from .conftest import T0, make_engine
+from .conftest import SESSION, SMALL, T0, make_engine, run_turn, turn
 
 DAY = 86_400_000
 
@@ -76,6 +76,22 @@ async def test_since_and_before_keep_hits_inside_the_range(host):
     assert sorted(re.findall(r"step (\d)", regex.text)) == ["3", "4"]
     nothing = await grep(engine, query="kestrel", before=iso(T0))
     assert nothing.text.startswith("No match") and "before" in nothing.text
+
+
+async def test_since_and_before_keep_summaries_that_overlap_the_range(host):
+    host.answer_with(lambda params: "the osprey work went on")  # only the summaries say osprey
+    engine = await make_engine(host, {**SMALL, "cache_ttl": 0.0})
+    history: list = []
+    for n in range(1, 15):
+        await run_turn(engine, history, turn(n))
+    summaries = engine.store.summaries(SESSION)
+    leaves = sorted((s for s in summaries if s.depth == 0), key=lambda s: s.time_lo)
+    since, before = leaves[1].time_hi, leaves[-2].time_lo
+    inside = {s.id for s in summaries if s.time_hi >= since and s.time_lo < before}
+    assert inside and inside != {s.id for s in summaries}
+    for arguments in ({"query": "osprey"}, {"query": "osp.ey", "regex": True}):
+        result = await grep(engine, session=SESSION, key=SESSION, since=iso(since), before=iso(before), limit=50, **arguments)
+        assert set(_ids(result.text)) == inside, arguments
 
 
 async def test_a_time_ago_is_counted_from_now(host):
@@ -154,6 +170,17 @@ async def test_full_text_hits_come_most_relevant_first_or_newest_first_when_aske
     assert "kestrel plan" in relevant.text.splitlines()[1]
     newest = await grep(engine, query="kestrel", sort="newest")
     assert "newest first" in newest.text.splitlines()[0] and "word" in newest.text.splitlines()[1]
+
+
+async def test_the_most_relevant_hit_is_found_among_more_matches_than_are_shown(host):
+    """The ranking chooses among every candidate, not among the newest the
+    answer has room for: the best match is the oldest of 150."""
+    engine = await make_engine(host)
+    filler = " ".join(f"word{i}" for i in range(60))
+    await _say(engine, "s-a", "agent:main:a", "kestrel kestrel: the kestrel cutover plan, kestrel owners", *[f"{filler} kestrel {filler} #{i}" for i in range(150)])
+    result = await grep(engine, query="kestrel", limit=5)
+    assert not result.is_error, result.text
+    assert len(_ids(result.text)) == 5 and "cutover plan" in result.text.splitlines()[1]
 
 
 async def test_the_answer_is_bounded(host):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from engines import ToolCallParams
+from engines import IngestBatchParams, ToolCallParams
 from engines.lossless import Store
 from engines.lossless.importer import (
     codex_messages,
@@ -68,6 +68,12 @@ async def test_importing_real_rollouts_and_transcripts_twice_gives_the_same_stor
         assert _dump(store) == once
         oc_session = openclaw_session_id("main", OC_KEY)
         assert once["sessions"] == sorted([(THREAD, THREAD, None), (oc_session, OC_KEY, "main")])
+        # The sidecar handing the engine the same history stores nothing again.
+        for source in discover([FIXTURES]):
+            for transcript in read_source(source):
+                params = IngestBatchParams(session_id=transcript.session_id, session_key=transcript.session_key, messages=transcript.messages)
+                assert (await engine.ingest_batch(params)).ingested_count == 0
+        assert _dump(store) == once
 
         # The facts of each are found, in their own session and, for the
         # OpenClaw agent, from another of its sessions.
@@ -177,3 +183,23 @@ def test_imported_history_keeps_no_credential_in_the_store(tmp_path):
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert secret.encode() not in raw
     assert b"kestrel" in raw
+
+
+def test_the_import_command_redacts_credentials_unless_redact_secrets_is_off(tmp_path):
+    """The command stores what the engine would: with ``redact_secrets``
+    (the default) a credential pasted into a rollout stays out of the
+    store; with it off, it is stored as it was."""
+    secret = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
+    (rollout,) = CODEX.rglob("rollout-*.jsonl")
+    pasted = tmp_path / "history" / rollout.name
+    pasted.parent.mkdir()
+    pasted.write_text(rollout.read_text().replace("lives on host pg-kestrel-07.", f"lives on host pg-kestrel-07, token {secret}."))
+    for redact, stored in ((None, False), ("false", True)):
+        home = tmp_path / f"run-{redact}"
+        home.mkdir()
+        config = home / "config.toml"
+        config.write_text(f'state_dir = "{home / "sidecar"}"\n' + (f"[engines.lossless]\nredact_secrets = {redact}\n" if redact else ""))
+        result = CliRunner().invoke(cli, ["--config-file", str(config), "engines", "lossless", "import", str(pasted)], catch_exceptions=False)
+        assert result.exit_code == 0 and result.stdout.startswith("imported 6 new message(s)"), result.output
+        raw = b"".join(p.read_bytes() for p in (home / "sidecar" / "engines" / "lossless").iterdir() if p.is_file())
+        assert b"pg-kestrel-07" in raw and (secret.encode() in raw) == stored, redact

@@ -105,6 +105,39 @@ async def test_prune_keeps_what_a_live_sessions_summaries_depend_on_and_drops_an
     assert not grep.is_error and "msg_" in grep.text
 
 
+async def test_prune_keeps_the_newest_messages_an_extractive_leafs_and_those_past_a_waiting_frame(host, backend):
+    """The states the first test's store does not reach: a condensed leaf
+    that is still extractive (written when the model failed, condensed before
+    its rewrite), a frame that waits while summaries beyond it are made (a
+    warm cache, ``summarized_seq > frame_seq``), and a message limit that
+    bites before the summaries' rule does."""
+    engine, history = await _store_with_a_live_and_an_expired_session(host)
+    store = engine.store
+    session = store.session(SESSION)
+    leaves = sorted((s for s in store.summaries(SESSION) if s.depth == 0 and s.parent_id is not None), key=lambda s: s.seq_lo)
+    extractive, waiting = leaves[1], leaves[-3]
+    store.backend.execute("UPDATE summaries SET fallback = 1 WHERE id = ?", (extractive.id,))
+    store.backend.execute("UPDATE sessions SET frame_seq = ? WHERE session_id = ?", (waiting.seq_lo - 1, SESSION))
+    assert store.session(SESSION).summarized_seq > store.session(SESSION).frame_seq
+    before = {r.seq: r.text for r in store.messages_between(SESSION, 1)}
+    needed = needed_texts(store, SESSION)
+    assert set(range(extractive.seq_lo, extractive.seq_hi + 1)) <= needed and set(range(waiting.seq_lo, session.frame_seq + 1)) <= needed
+    keep = max(before) - leaves[len(leaves) // 2].seq_lo  # the limit falls among prunable messages
+    report = prune(store, Policy(session_max_messages=keep))
+    after = {r.seq: r.text for r in store.messages_between(SESSION, 1)}
+    pruned = {seq for seq, text in after.items() if text.startswith(PRUNED_PREFIX)}
+    assert pruned and report["prunedMessages"] == {SESSION: len(pruned)}
+    assert all(after[seq] == before[seq] for seq in needed), "a text a summary or the assembly needs is kept"
+    assert max(pruned) <= max(before) - keep, "the newest session_max_messages keep their text"
+    spared = {seq for seq in before if seq not in needed and seq > max(before) - keep}
+    assert spared and not spared & pruned, "the limit, not only the summaries' rule, kept these"
+    # A limit of 4: only the summaries' rule keeps texts now.
+    prune(store, Policy(session_max_messages=4))
+    after = {r.seq: r.text for r in store.messages_between(SESSION, 1)}
+    assert spared <= {seq for seq, text in after.items() if text.startswith(PRUNED_PREFIX)}
+    assert all(after[seq] == before[seq] for seq in needed), "a text a summary or the assembly needs is kept"
+
+
 async def test_a_session_is_live_whatever_its_age_while_named_live_and_the_rules_off_drop_nothing(host, backend):
     engine, _ = await _store_with_a_live_and_an_expired_session(host)
     kept = prune(engine.store, Policy(retention_days=30), live=[OLD])

@@ -3,13 +3,16 @@
 misses included) planted in prompts, tool calls, tool outputs and a pasted
 file is found nowhere in the store (the SQLite file, the PostgreSQL tables),
 in any summary or in any request to the summary model, while the text
-around each credential can still be found with ``lcm_grep``; the assembly
-still hands the model the client's own copy of a raw message."""
+beside each credential (in the same prompt, command, output or arguments)
+can still be found with ``lcm_grep``; the assembly still hands the model the
+client's own copy of a raw message, and the client's messages are left whole."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import msgspec
 
 from engines import (
     AgentMessage,
@@ -32,9 +35,15 @@ def fact(k: int) -> str:
     return f"quokka{k:02d}"
 
 
+def near(k: int) -> str:
+    """A word in the very string (or arguments) that carries shape ``k``:
+    found only if the redaction took the credential and left its text."""
+    return f"wombat{k:02d}"
+
+
 def planted_turn(k: int, frame: dict) -> list[AgentMessage]:
     """One turn that carries shape ``k`` where its frame has it, with the
-    word :func:`fact` beside it."""
+    word :func:`near` beside it and :func:`fact` in the turn's other messages."""
     ts = T0 + k * 10_000
     method, params = frame.get("method"), frame.get("params", {})
     item = params.get("item", {})
@@ -42,15 +51,15 @@ def planted_turn(k: int, frame: dict) -> list[AgentMessage]:
     call = {"command": f"echo {fact(k)}"}
     output = f"ok {fact(k)}"
     if method == "turn/start":
-        prompt = f"{fact(k)} {params['input'][0]['text']}"
+        prompt = f"{near(k)} {params['input'][0]['text']}"
     elif method == "item/started":
-        call = {"command": f"{item['command']} # {fact(k)}"}
+        call = {"command": f"cd {near(k)} && {item['command']}"}  # (npm's rule takes the rest of its line)
     elif method == "rawResponseItem/completed":
-        call = {**json.loads(item["arguments"]), "note": fact(k)}
+        call = {**json.loads(item["arguments"]), "note": near(k)}
     elif method == "command/exec":
-        call = {"command": params["command"], "env": params["env"], "note": fact(k)}
+        call = {"command": params["command"], "env": params["env"], "note": near(k)}
     elif method == "item/completed":
-        output = f"{item['aggregatedOutput']}\n{fact(k)}"
+        output = f"{item['aggregatedOutput']}\n{near(k)}"
     else:
         raise AssertionError(f"no place for {method}")
     cid = f"call_{k}"
@@ -87,12 +96,14 @@ def sqlite_bytes(state_dir: str) -> bytes:
 
 
 def postgres_text(url: str) -> str:
-    """Every value of every row of the store's tables, as text, lower-cased."""
+    """Every value of every row of every table of the store, as text, lower-cased."""
     import psycopg
 
     out: list[str] = []
     with psycopg.connect(url) as conn:
-        for table in ("messages", "summaries", "summary_sources", "sessions", "large_outputs"):
+        tables = [t for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        assert {"messages", "summaries", "sessions", "large_outputs", "model_calls", "skipped_messages"} <= set(tables)
+        for table in tables:
             for row in conn.execute(f"SELECT * FROM {table}"):
                 out.extend(bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else str(v) for v in row)
     return "\n".join(out).lower()
@@ -117,7 +128,10 @@ async def _planted_conversation(host, config: dict | None = None):
 
 async def test_no_planted_credential_reaches_the_store_its_summaries_or_the_summary_model(host, backend):
     assert len(SHAPES) >= 36
-    engine, history, paste = await _planted_conversation(host)
+    # The pasted file is large enough to be kept out of line (its stand-in's summary in large_outputs).
+    engine, history, paste = await _planted_conversation(host, {**SMALL, "large_output_tokens": 400, "large_output_summary_tokens": 100})
+    await assemble(engine, history)
+    assert engine.store.large_outputs(SESSION, 1), "the pasted file went out of line"
     summaries = engine.store.summaries(SESSION)
     assert len(summaries) >= 5 and any(s.depth >= 1 for s in summaries), "the conversation was summarised"
     requests = "\n".join(f"{c.system}\n{c.prompt}" for c in host.calls).lower()
@@ -134,13 +148,28 @@ async def test_no_planted_credential_reaches_the_store_its_summaries_or_the_summ
     assert leaks == {}
 
 
+async def hits(engine, query: str) -> list[str]:
+    """lcm_grep's hit lines for ``query`` (not its header, which repeats the query)."""
+    result = await engine.call_tool(ToolCallParams(session_id=SESSION, session_key=SESSION, call_id="g", name="lcm_grep", arguments={"query": query}))
+    assert not result.is_error, result.text
+    return [line for line in result.text.splitlines()[1:] if query in line]
+
+
 async def test_the_text_around_a_credential_is_still_found(host, backend):
     engine, history, paste = await _planted_conversation(host)
+    rows = [r.text for r in engine.store.messages_between(SESSION, 1)]
     for k in range(len(SHAPES)):
-        result = await engine.call_tool(ToolCallParams(session_id=SESSION, session_key=SESSION, call_id="g", name="lcm_grep", arguments={"query": fact(k)}))
-        assert not result.is_error and fact(k) in result.text, (k, result.text)
-    pasted = await engine.call_tool(ToolCallParams(session_id=SESSION, session_key=SESSION, call_id="g", name="lcm_grep", arguments={"query": "pasted07 review"}))
-    assert "pasted07" in pasted.text or "review" in pasted.text
+        # The word in the credential's own string is stored beside the
+        # redacted credential and found; so are the turn's other messages.
+        assert [t for t in rows if near(k) in t and CREDENTIAL in t], k
+        assert await hits(engine, near(k)), k
+        assert await hits(engine, fact(k)), k
+    for k in (0, 7, len(SHAPES) - 1):
+        assert await hits(engine, f"pasted{k:02d}"), k
+    # The pasted file keeps every line but the credentials.
+    stored = [m for m in engine.store.decode(engine.store.messages_between(SESSION, 1)) if isinstance(m, UserMessage) and not isinstance(m.content, str)]
+    text = stored[-1].content[1].text
+    assert [f"# pasted{k:02d}" in text for k in range(len(SHAPES))] == [True] * len(SHAPES)
 
 
 async def test_the_assembly_hands_the_model_the_clients_own_copy(host, backend):
@@ -149,6 +178,14 @@ async def test_the_assembly_hands_the_model_the_clients_own_copy(host, backend):
     assert any(m is paste for m in result.messages), "the raw tail holds the client's message, credentials and all"
     stored = [m for m in engine.store.decode(engine.store.messages_between(SESSION, 1)) if isinstance(m, UserMessage) and not isinstance(m.content, str)]
     assert stored and CREDENTIAL in stored[-1].content[1].text  # while the store holds it redacted
+
+
+async def test_the_clients_messages_are_left_whole(host, backend):
+    """Redaction makes new messages: what the client handed over (its
+    transcript's messages) still holds every credential."""
+    engine, history, paste = await _planted_conversation(host)
+    given = msgspec.json.encode(history).decode()
+    assert [core for core in cores() if core not in given] == []
 
 
 async def test_redact_secrets_false_stores_messages_as_they_are(host, backend):
