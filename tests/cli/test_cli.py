@@ -255,9 +255,9 @@ def test_codex_starts_before_the_engine_loads_and_gets_a_signal_sent_meanwhile(t
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-start\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[openclaw.context_engines]\nslow-start = slow_start_engine:make\n")
-    loading, mark = tmp_path / "loading", tmp_path / "mark"
+    loading, mark, ready = tmp_path / "loading", tmp_path / "mark", tmp_path / "ready"
     config = tmp_path / "sidecar.toml"
-    config.write_text(f'[engines."slow-start"]\nloading = {json.dumps(str(loading))}\nseconds = 2\n')
+    config.write_text(f'[engines."slow-start"]\nloading = {json.dumps(str(loading))}\nseconds = 5\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_SIDECAR_")}
     env.update(
         {
@@ -265,6 +265,7 @@ def test_codex_starts_before_the_engine_loads_and_gets_a_signal_sent_meanwhile(t
             "CODEX_SIDECAR_ENGINE": "slow-start",
             "CODEX_SIDECAR_CONFIG": str(config),
             "CODEX_SIDECAR_STATE_DIR": str(tmp_path / "state"),
+            "STUBBORN_READY": str(ready),
         }
     )
     proc = subprocess.Popen(
@@ -282,14 +283,15 @@ def test_codex_starts_before_the_engine_loads_and_gets_a_signal_sent_meanwhile(t
         while not loading.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert loading.exists(), proc.stderr.read1(4096) if proc.poll() is not None else "engine never loaded"
-        time.sleep(0.3)  # the child is running (it was started before the engine's import)
+        while not ready.exists() and time.monotonic() < deadline:  # the child's handlers are in (it started before the engine's import)
+            time.sleep(0.02)
+        assert ready.exists(), "the child never got ready"
         proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20
         while not mark.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert mark.read_text() == f"signal {signal.SIGTERM}\n"  # forwarded while the engine was still loading
-        assert proc.poll() is None  # the sidecar itself did not die of it
-        assert proc.wait(timeout=20) == 7
+        assert proc.wait(timeout=20) == 7  # codex's status: the sidecar did not die of the signal (that is -15)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,4 +1,6 @@
-"""Test child: ignores stdin EOF; on SIGTERM records it and exits, unless told to ignore it too."""
+"""Test child: ignores stdin EOF; on SIGTERM records it and exits, unless told to ignore it too.
+
+Once its handlers are in it says so on stdout, and in the file ``$STUBBORN_READY`` names if set."""
 import os
 import signal
 import sys
@@ -21,6 +23,8 @@ def on_term(signum, frame):
 
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, on_term)
+if os.environ.get("STUBBORN_READY"):  # a file for a test that cannot read the child's stdout
+    open(os.environ["STUBBORN_READY"], "w").close()
 sys.stdout.buffer.write(b'{"method":"child/ready","params":{}}\n')
 sys.stdout.buffer.flush()
 while True:
