@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -64,6 +64,7 @@ from .compaction import (
     turn_room,
 )
 from .config import LosslessConfig, knobs, parse_config
+from .intake import Intake
 from .messages import valid_cuts
 from .outofline import out_of_line_view
 from .reset import carry_summaries
@@ -130,13 +131,7 @@ class LosslessEngine(BaseContextEngine):
         self._host: EngineHost | None = None
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
-        self._known: dict[str, set[str]] = {}
-        #: Sessions this process knows to hold stored messages (read or written here).
-        self._has_rows: set[str] = set()
-        #: Per session: the budget this process noted last (not written again unchanged).
-        self._noted_budget: dict[str, int] = {}
-        #: Per session: (snapshot epoch, the ``_known`` set then, how many leading messages are settled).
-        self._settled: dict[str, tuple[int, set[str], int]] = {}
+        self._intake = Intake(self.cfg)
         # session -> time.monotonic() of its last assembly (the last request
         # the provider's prompt cache saw).
         self._last_request: dict[str, float] = {}
@@ -225,79 +220,14 @@ class LosslessEngine(BaseContextEngine):
         epoch: int = 0,
         budget: int | None = None,
     ) -> int:
-        """Store the messages not stored yet; those from ``keep`` on (a
-        heartbeat turn's) and every message of an ignored session are noted
-        as skipped instead (:mod:`.skipping`). The messages an earlier
-        snapshot of the same ``epoch`` (:meth:`.SnapshotIdentities.epoch`)
-        already settled are not looked at again: a turn's cost does not grow
-        with the session. ``budget``: noted with the messages (or alone when
-        it changed and there are none)."""
+        """:meth:`.Intake.take` (what is stored or skipped), then the
+        session's agent, once, when it has stored messages."""
         store = self._store_now()
-        known = self._known.get(session_id)
-        if known is None:
-            known = self._load_known(store, session_id)
-        settled = self._settled.get(session_id)
-        start = settled[2] if settled is not None and epoch and settled[0] == epoch and settled[1] is known else 0
-        start = min(start, len(messages))
-        if skipping.ignored_session(self.cfg, session_key):
-            keep_n, reason = 0, skipping.PATTERN
-        else:
-            keep_n, reason = (len(messages), skipping.HEARTBEAT) if keep is None else keep
-        skipped = [i for i in idents[max(keep_n, start) :] if i not in known]
-        if skipped:
-            skipping.mark_skipped(store, session_id, skipped, reason)
-            known.update(skipped)
-        todo = [(m, i) for m, i in zip(messages[start:keep_n], idents[start:keep_n], strict=True) if i not in known]
-        stored: list[str] | None = []
-        if todo:
-            stored = self._store_batch(store, session_id, session_key, todo, budget, expect_stored=session_id in self._has_rows)
-            if stored is None:
-                # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
-                known = self._load_known(store, session_id)
-                todo = [(m, i) for m, i in zip(messages[:keep_n], idents[:keep_n], strict=True) if i not in known]
-                stored = self._store_batch(store, session_id, session_key, todo, budget) if todo else []
-            known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
-        elif budget is not None and budget != self._noted_budget.get(session_id):
-            store.note(session_id, budget=budget)
-        if budget is not None:
-            self._noted_budget[session_id] = budget
-        self._settled[session_id] = (epoch, known, len(messages))
+        stored = self._intake.take(store, session_id, session_key, messages, idents, keep, epoch, budget)
         if stored and session_id not in self._agents:
             agent = self._agents[session_id] = agent_of(session_key, self._codex_home)
             if agent is not None:
                 set_agent(store, session_id, agent)
-        return len(stored or ())
-
-    def _load_known(self, store: Store, session_id: str) -> set[str]:
-        """The identities the store holds for the session, stored or skipped
-        (read once per session and process; kept up to date by this process)."""
-        stored = store.known_idents(session_id)
-        if stored:
-            self._has_rows.add(session_id)
-        else:
-            self._has_rows.discard(session_id)
-        known = self._known[session_id] = stored | skipping.skipped_idents(store, session_id)
-        return known
-
-    def _store_batch(
-        self,
-        store: Store,
-        session_id: str,
-        session_key: str | None,
-        todo: Sequence[tuple[AgentMessage, str]],
-        budget: int | None,
-        *,
-        expect_stored: bool = False,
-    ) -> list[str] | None:
-        batch: list[AgentMessage] = [m for m, _ in todo]
-        count: Callable[[AgentMessage], int] = estimate_message_tokens
-        if self.cfg.redact_secrets:
-            from .redact import redact_batch  # the scanner loads on first use (~0.15 s)
-
-            batch, count = redact_batch(batch, estimate_message_tokens)
-        stored = store.ingest(session_id, session_key, batch, [i for _, i in todo], count, budget=budget, expect_stored=expect_stored)
-        if stored:
-            self._has_rows.add(session_id)
         return stored
 
     async def _ingest(
@@ -452,8 +382,7 @@ class LosslessEngine(BaseContextEngine):
         store = self._store_now()
         report = await trio.to_thread.run_sync(retention.apply, store, self.cfg, live)
         for session_id in report.get("droppedSessions", []):
-            self._known.pop(session_id, None)
-            self._has_rows.discard(session_id)
+            self._intake.forget(session_id)
 
     # ------------------------------------------------------------ compaction
 
