@@ -22,7 +22,7 @@
 #   make bench-lossless 300 turns, native codex against the lossless engine: input, cache-weighted
 #                       input, the largest request, recall of planted facts (ARGS="--turns 40" for a quick run)
 #   make bench-lossless-long  months of use: one lossless session grown to 5,000 turns in process, SQLite and
-#                       PostgreSQL: time per turn early/late, lcm_grep p50/p95, store size, peak RSS (ARGS="--turns N")
+#                       PostgreSQL: time per turn early/late, lcm_grep p50/p95, store size, peak RSS (ARGS="--turns N --sessions N")
 #   make bench-startup  spawn -> initialize and thread/start answered: the sidecar (legacy, lossless) minus codex alone,
 #                       paired and interleaved in one run, p50, with peak RSS (ARGS="--rounds 40")
 #   make bench-view     codex-sidecar view of a 1,000-turn session: generation, and opening in headless Chromium

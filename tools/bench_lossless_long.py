@@ -1,7 +1,7 @@
 """Months of use: one lossless session grown to thousands of turns, in process.
 
     python -m tools.bench_lossless_long [--turns 5000] [--backend sqlite|postgres|both]
-                                        [--json FILE]   (what `make bench-lossless-long` runs)
+                                        [--sessions N] [--json FILE]   (what `make bench-lossless-long` runs)
 
 The engine is driven directly, as the sidecar drives it around every turn
 (``assemble`` before the turn, ``after_turn`` with the whole transcript
@@ -16,7 +16,9 @@ Each turn is about 1,000 tokens (a prompt of ~150 words, a reply of ~250,
 every third turn a shell call whose output is ~400 words), so 5,000 turns
 hold about five million tokens of history. Words come from a 2,000-word
 vocabulary (so common words match thousands of messages) plus one planted
-fact every 50 turns (rare words).
+fact every 50 turns (rare words). ``--sessions N``: the turns go to N sessions
+of one agent in one store in turn (turn n to session n mod N), as a user
+keeps many conversations; the searches are the first session's.
 
 Reported, per backend:
 
@@ -79,6 +81,12 @@ from engines.testkit import FakeHost
 
 SESSION = "bench-long"
 SESSION_KEY = "agent:main:bench-long"
+
+
+def session_of(k: int) -> tuple[str, str]:
+    """Session ``k``'s id and key (one agent, ``main``)."""
+    sid = SESSION if k == 0 else f"{SESSION}-{k}"
+    return sid, f"agent:main:{sid}"
 T0 = 1_780_000_000_000
 TURN_MS = 15 * 60_000  # a turn every quarter of an hour: 5,000 turns ~ 52 days
 EARLY = (100, 200)
@@ -227,7 +235,7 @@ def peak_rss_mb() -> float:
 # ---------------------------------------------------------------- one run
 
 
-async def run_backend(turns: int, seed: int, url: str | None, label: str, stride: int = 1) -> dict[str, Any]:
+async def run_backend(turns: int, seed: int, url: str | None, label: str, stride: int = 1, sessions: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     vocab = vocabulary(rng)
     state = tempfile.mkdtemp(prefix="bench-long-")
@@ -239,7 +247,7 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
     engine = LosslessEngine(config)
     await engine.bind(host)
     server = ServerCpu(engine if url is not None else None)
-    history: list[AgentMessage] = []
+    histories: list[list[AgentMessage]] = [[] for _ in range(sessions)]
     per_turn: list[float] = []
     cpu_turn: list[float] = []
     maintain: list[float] = []
@@ -250,6 +258,8 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
     loads: list[float] = []  # the 1-minute load average, every 100 turns and during the searches
     for n in range(1, turns + 1):
         new = turn_messages(n, rng, vocab)
+        history = histories[(n - 1) % sessions]
+        sid, key = session_of((n - 1) % sessions)
         if EARLY[1] < n <= turns - WINDOW and n % stride:
             history.extend(new)  # a filler turn: reaches the engine with the next one (--fill-stride)
             tokens += sum(len(str(m)) for m in new) // 4
@@ -260,20 +270,18 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         tokens += sum(len(str(m)) for m in new) // 4
         # The sidecar's copy of its transcript (the mirror hands out a new
         # list each turn) is the host's work, not the engine's: made before the clock starts.
-        asked = AssembleParams(session_id=SESSION, session_key=SESSION_KEY, messages=list(history), prompt=str(getattr(new[0], "content", "")))
+        asked = AssembleParams(session_id=sid, session_key=key, messages=list(history), prompt=str(getattr(new[0], "content", "")))
         c0 = time.process_time()
         t0 = time.perf_counter()
         await engine.assemble(asked)
         t1 = time.perf_counter()
         history.extend(new)
         await engine.after_turn(
-            AfterTurnParams(
-                session_id=SESSION, session_key=SESSION_KEY, session_file="", messages=history, pre_prompt_message_count=len(history) - len(new)
-            )
+            AfterTurnParams(session_id=sid, session_key=key, session_file="", messages=history, pre_prompt_message_count=len(history) - len(new))
         )
         t2 = time.perf_counter()
         cpu_turn.append(time.process_time() - c0 + server.seconds() - s0)
-        await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION_KEY, session_file="", reason="turn"))
+        await engine.maintain(MaintainParams(session_id=sid, session_key=key, session_file="", reason="turn"))
         t3 = time.perf_counter()
         per_turn.append((t1 - t0) + (t2 - t1))
         maintain.append(t3 - t2)
@@ -281,7 +289,7 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
             ruler["early" if n < EARLY[1] else "late"].append(yardstick(sample))
         if n % 250 == 0 or (stride > 1 and n % (250 * stride) == 0):
             progress(
-                f"{label}: turn {n}/{turns}, {len(history)} messages, last {WINDOW} turns {statistics.median(per_turn[-WINDOW:]) * 1000:.1f} ms/turn "
+                f"{label}: turn {n}/{turns}, {sum(map(len, histories))} messages, last {WINDOW} turns {statistics.median(per_turn[-WINDOW:]) * 1000:.1f} ms/turn "
                 f"({statistics.median(cpu_turn[-WINDOW:]) * 1000:.1f} ms CPU), {time.monotonic() - started:.0f} s"
             )
     grep_ms: list[float] = []
@@ -323,7 +331,8 @@ async def run_backend(turns: int, seed: int, url: str | None, label: str, stride
         "backend": label,
         "turns": turns,
         "fill_stride": stride,
-        "messages": len(history),
+        "sessions": sessions,
+        "messages": sum(map(len, histories)),
         "history_tokens_approx": tokens,
         "turn_ms_early": statistics.median(early) * 1000,
         "turn_ms_late": statistics.median(late) * 1000,
@@ -376,11 +385,11 @@ def postgres_url() -> Generator[str, None, None]:
 
 def report(results: list[dict[str, Any]]) -> str:
     lines = []
-    head = f"{'backend':<9} {'turns':>6} {'msgs':>7} {'~tokens':>9} {'turn ms 100-199':>16} {'last 100':>9} {'ratio':>6} {'maint ms':>9} {'grep p50':>9} {'p95':>6} {'max':>6} {'store MB':>9} {'peak RSS MB':>12}"
+    head = f"{'backend':<9} {'sess':>4} {'turns':>6} {'msgs':>7} {'~tokens':>9} {'turn ms 100-199':>16} {'last 100':>9} {'ratio':>6} {'maint ms':>9} {'grep p50':>9} {'p95':>6} {'max':>6} {'store MB':>9} {'peak RSS MB':>12}"
     lines.append(head)
     for r in results:
         lines.append(
-            f"{r['backend']:<9} {r['turns']:>6} {r['messages']:>7} {r['history_tokens_approx']:>9} {r['turn_ms_early']:>16.1f} {r['turn_ms_late']:>9.1f} "
+            f"{r['backend']:<9} {r.get('sessions', 1):>4} {r['turns']:>6} {r['messages']:>7} {r['history_tokens_approx']:>9} {r['turn_ms_early']:>16.1f} {r['turn_ms_late']:>9.1f} "
             f"{r['turn_ratio']:>6.2f} {r['maintain_ms_late']:>9.1f} {r['grep_ms_p50']:>9.1f} {r['grep_ms_p95']:>6.1f} {r['grep_ms_max']:>6.1f} {r['store_mb']:>9.1f} {r['peak_rss_mb']:>12.0f}"
         )
     for r in results:
@@ -413,6 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
     ap.add_argument(
+        "--sessions",
+        type=int,
+        default=1,
+        metavar="N",
+        help="hand the turns to N sessions of one agent in one store, in turn (default %(default)s); --turns counts them all",
+    )
+    ap.add_argument(
         "--fill-stride",
         type=int,
         default=1,
@@ -423,14 +439,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.turns < 200:
         ap.error("--turns must be at least 200 (the early window is turns 100-199)")
+    if args.sessions < 1:
+        ap.error("--sessions must be at least 1")
     results: list[dict[str, Any]] = []
     if args.backend in ("sqlite", "both"):
-        results.append(trio.run(run_backend, args.turns, args.seed, None, "sqlite", args.fill_stride))
+        results.append(trio.run(run_backend, args.turns, args.seed, None, "sqlite", args.fill_stride, args.sessions))
     if args.backend in ("postgres", "both"):
         gen = postgres_url()
         url = next(gen)
         try:
-            results.append(trio.run(run_backend, args.turns, args.seed, url, "postgres", args.fill_stride))
+            results.append(trio.run(run_backend, args.turns, args.seed, url, "postgres", args.fill_stride, args.sessions))
         finally:
             gen.close()
     load = os.getloadavg()

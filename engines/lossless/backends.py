@@ -290,6 +290,7 @@ class PostgresBackend:
         self._psycopg = _import_psycopg()
         self.conn: Any = None
         self._in_tx = False
+        self._pipeline: Any = None
         self._tidy = True
         self._connect()
 
@@ -321,7 +322,8 @@ class PostgresBackend:
         return out
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
-        return self._live().execute(self._sql(sql), tuple(params))  # type: ignore[no-any-return,unused-ignore]
+        cursor = self._live().execute(self._sql(sql), tuple(params))
+        return cursor if self._pipeline is None else _PipelinedCursor(cursor, self._pipeline)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         with self._live().cursor() as cur:
@@ -329,14 +331,31 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def transaction(self, lock: str) -> Iterator[None]:
+        """In pipeline mode: ``BEGIN``, the advisory lock and the statements
+        up to the first read reach the server together, and the writes after
+        the last read go with the ``COMMIT`` (a turn's ingestion is two round
+        trips, not one per statement). The statements still run in order and
+        the transaction is still all or nothing: on any error the pipeline is
+        synced (the server skips what follows a failed statement) and the
+        transaction rolled back."""
         conn = self._live()
-        with conn.transaction():
-            self._in_tx = True
-            try:
+        self._in_tx = True
+        try:
+            with conn.pipeline() as pipeline:
+                self._pipeline = pipeline
+                conn.execute("BEGIN")
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
                 yield
-            finally:
-                self._in_tx = False
+                conn.execute("COMMIT")
+        except BaseException:
+            self._pipeline = None
+            if not conn.closed and conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(self._psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_tx = False
+            self._pipeline = None
 
     def version(self) -> int:
         row = self.conn.execute(
@@ -444,6 +463,30 @@ class PostgresBackend:
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+
+
+class _PipelinedCursor:
+    """A cursor of a statement sent in pipeline mode: reading its rows waits
+    for them (psycopg does that itself); so does its ``rowcount``."""
+
+    def __init__(self, cursor: Any, pipeline: Any) -> None:
+        self._cursor = cursor
+        self._pipeline = pipeline
+
+    @property
+    def rowcount(self) -> int:
+        if not self._cursor.pgresult:
+            self._pipeline.sync()
+        return int(self._cursor.rowcount)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return list(self._cursor.fetchall())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
 
 
 def _import_psycopg() -> Any:

@@ -319,8 +319,8 @@ class StepContext:
         out-of-line message with its stand-in's tokens and text."""
 
         def run() -> list[MessageRow]:
-            rows = self.store.messages_between(session_id, lo, hi)
-            return out_of_line_view(self.store, self.cfg, session_id, rows, self.count_text, self.estimate)[0]
+            rows, recorded = self.store.messages_with_outputs(session_id, lo, hi)
+            return out_of_line_view(self.store, self.cfg, session_id, rows, self.count_text, self.estimate, recorded)[0]
 
         return await trio.to_thread.run_sync(run)
 
@@ -589,8 +589,8 @@ def install_frame(
     ``report`` with what changed; it is stored as the last compaction."""
     session = store.session(session_id)
     active = store.summaries(session_id, active_only=True)
-    rows = store.messages_between(session_id, session.summarized_seq + 1)
-    tail = out_of_line_view(store, cfg, session_id, rows, count_text, estimate)[0]
+    rows, recorded = store.messages_with_outputs(session_id, session.summarized_seq + 1)
+    tail = out_of_line_view(store, cfg, session_id, rows, count_text, estimate, recorded)[0]
     tail_tokens = sum(r.tokens for r in tail)
     room = frame_room(cfg, budget, tail_tokens)
     chosen, rendered, frame_tokens = select_frame(active, room, estimate)

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -64,6 +64,7 @@ from .compaction import (
     turn_room,
 )
 from .config import LosslessConfig, knobs, parse_config
+from .intake import Intake
 from .messages import valid_cuts
 from .outofline import out_of_line_view
 from .reset import carry_summaries
@@ -130,9 +131,7 @@ class LosslessEngine(BaseContextEngine):
         self._host: EngineHost | None = None
         self._store: Store | None = None
         self._step_locks: dict[str, trio.Lock] = {}
-        self._known: dict[str, set[str]] = {}
-        #: Per session: (snapshot epoch, the ``_known`` set then, how many leading messages are settled).
-        self._settled: dict[str, tuple[int, set[str], int]] = {}
+        self._intake = Intake(self.cfg)
         # session -> time.monotonic() of its last assembly (the last request
         # the provider's prompt cache saw).
         self._last_request: dict[str, float] = {}
@@ -219,59 +218,36 @@ class LosslessEngine(BaseContextEngine):
         idents: Sequence[str],
         keep: tuple[int, str] | None = None,
         epoch: int = 0,
+        budget: int | None = None,
     ) -> int:
-        """Store the messages not stored yet; those from ``keep`` on (a
-        heartbeat turn's) and every message of an ignored session are noted
-        as skipped instead (:mod:`.skipping`). The messages an earlier
-        snapshot of the same ``epoch`` (:meth:`.SnapshotIdentities.epoch`)
-        already settled are not looked at again: a turn's cost does not grow
-        with the session."""
+        """:meth:`.Intake.take` (what is stored or skipped), then the
+        session's agent, once, when it has stored messages."""
         store = self._store_now()
-        known = self._known.get(session_id)
-        if known is None:
-            known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
-        settled = self._settled.get(session_id)
-        start = settled[2] if settled is not None and epoch and settled[0] == epoch and settled[1] is known else 0
-        start = min(start, len(messages))
-        if skipping.ignored_session(self.cfg, session_key):
-            keep_n, reason = 0, skipping.PATTERN
-        else:
-            keep_n, reason = (len(messages), skipping.HEARTBEAT) if keep is None else keep
-        skipped = [i for i in idents[max(keep_n, start) :] if i not in known]
-        if skipped:
-            skipping.mark_skipped(store, session_id, skipped, reason)
-            known.update(skipped)
-        todo = [(m, i) for m, i in zip(messages[start:keep_n], idents[start:keep_n], strict=True) if i not in known]
-        if todo and known and not store.messages_between(session_id, 1, 1):
-            # Pruned as expired meanwhile (engines lossless prune): stored anew from the whole snapshot.
-            known = self._known[session_id] = store.known_idents(session_id) | skipping.skipped_idents(store, session_id)
-            todo = [(m, i) for m, i in zip(messages[:keep_n], idents[:keep_n], strict=True) if i not in known]
-        if not todo:
-            self._settled[session_id] = (epoch, known, len(messages))
-            return 0
-        batch: list[AgentMessage] = [m for m, _ in todo]
-        count: Callable[[AgentMessage], int] = estimate_message_tokens
-        if self.cfg.redact_secrets:
-            from .redact import redact_batch  # the scanner loads on first use (~0.15 s)
-
-            batch, count = redact_batch(batch, estimate_message_tokens)
-        stored = store.ingest(session_id, session_key, batch, [i for _, i in todo], count)
-        known.update(i for _, i in todo)  # stored now, by this call or an earlier writer
-        self._settled[session_id] = (epoch, known, len(messages))
-        if session_id not in self._agents:
+        stored = self._intake.take(store, session_id, session_key, messages, idents, keep, epoch, budget)
+        if stored and session_id not in self._agents:
             agent = self._agents[session_id] = agent_of(session_key, self._codex_home)
             if agent is not None:
                 set_agent(store, session_id, agent)
-        return len(stored)
+        return stored
 
-    async def _ingest(self, session_id: str, session_key: str | None, messages: Sequence[AgentMessage], keep: tuple[int, str] | None = None, idents: Sequence[str] | None = None) -> int:
+    async def _ingest(
+        self,
+        session_id: str,
+        session_key: str | None,
+        messages: Sequence[AgentMessage],
+        keep: tuple[int, str] | None = None,
+        idents: Sequence[str] | None = None,
+        budget: int | None = None,
+    ) -> int:
         """``idents``: the caller's ``self._snapshots.of(session_id, messages)``, if it has them."""
         if not messages:
+            if budget is not None:
+                await self._db("note", session_id, budget=budget)
             return 0
         idents = self._snapshots.of(session_id, messages) if idents is None else idents
         epoch = self._snapshots.epoch(session_id)
         # The snapshot itself, held unchanged by the caller: a copy refers to every message (~0.1 ms at 13,000).
-        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, messages, idents, keep, epoch)
+        return await trio.to_thread.run_sync(self._ingest_sync, session_id, session_key, messages, idents, keep, epoch, budget)
 
     async def ingest(self, params: IngestParams) -> IngestResult:
         keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, 1, 0)
@@ -288,11 +264,8 @@ class LosslessEngine(BaseContextEngine):
         messages (``skip_heartbeats``, ``skip_cron_turns``); remember the
         budget for maintenance."""
         keep = skipping.turn_split(self.cfg, params.is_heartbeat, params.turn_trigger, len(params.messages), params.pre_prompt_message_count)
-        await self._ingest(params.session_id, params.session_key, params.messages, keep)
-        if skipping.ignored_session(self.cfg, params.session_key):
-            return
-        if params.token_budget:
-            await self._db("note", params.session_id, budget=params.token_budget)
+        ignored = skipping.ignored_session(self.cfg, params.session_key)
+        await self._ingest(params.session_id, params.session_key, params.messages, keep, budget=None if ignored else params.token_budget or None)
 
     async def bootstrap(self, params: BootstrapParams) -> BootstrapResult:
         """Import the session file's messages (OpenClaw JSONL) not stored yet."""
@@ -334,9 +307,8 @@ class LosslessEngine(BaseContextEngine):
             session = store.session(session_id)
         frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
         frame_tokens = [estimate_message_tokens(m) for m in frame]
-        rows, stubs = out_of_line_view(
-            store, self.cfg, session_id, store.messages_between(session_id, session.frame_seq + 1), count_tokens, estimate_message_tokens
-        )
+        stored, recorded = store.messages_with_outputs(session_id, session.frame_seq + 1)
+        rows, stubs = out_of_line_view(store, self.cfg, session_id, stored, count_tokens, estimate_message_tokens, recorded)
         tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
         if self.cfg.redact_secrets:  # the raw messages as the client has them (and codex holds them)
             theirs = originals(session_id, snapshot, {r.id for r in rows if r.id not in stubs})
@@ -410,7 +382,7 @@ class LosslessEngine(BaseContextEngine):
         store = self._store_now()
         report = await trio.to_thread.run_sync(retention.apply, store, self.cfg, live)
         for session_id in report.get("droppedSessions", []):
-            self._known.pop(session_id, None)
+            self._intake.forget(session_id)
 
     # ------------------------------------------------------------ compaction
 
@@ -439,7 +411,8 @@ class LosslessEngine(BaseContextEngine):
 
     def _view_sync(self, session_id: str, lo: int) -> list[MessageRow]:
         store = self._store_now()
-        rows, _ = out_of_line_view(store, self.cfg, session_id, store.messages_between(session_id, lo), count_tokens, estimate_message_tokens)
+        stored, recorded = store.messages_with_outputs(session_id, lo)
+        rows, _ = out_of_line_view(store, self.cfg, session_id, stored, count_tokens, estimate_message_tokens, recorded)
         return rows
 
     async def maintain(self, params: MaintainParams) -> MaintainResult:
@@ -572,8 +545,8 @@ def _turn_room(
     decisions read them), never at the cost of the frame and the fresh tail."""
     back: list[MessageRow] = []
     if frame_seq >= 1 and len({r.turn for r in rows}) <= RECENT_TURNS:  # else the newest turns are all in the tail
-        older = store.messages_between(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
-        back = out_of_line_view(store, cfg, session_id, older, count_tokens, estimate_message_tokens)[0]
+        older, recorded = store.messages_with_outputs(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
+        back = out_of_line_view(store, cfg, session_id, older, count_tokens, estimate_message_tokens, recorded)[0]
     recent = recent_turn_tokens([*back, *rows])
     tail_tokens = [r.tokens for r in rows]
     if frame_tokens + sum(tail_tokens) + recent <= budget - reserved:

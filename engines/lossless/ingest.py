@@ -4,11 +4,15 @@ order and once each, and reading them back (rows and decoded messages)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from engines.api import AgentMessage, CompactionSummaryMessage, ToolResultMessage, UserMessage, decode_openclaw, encode_openclaw
 
 from .messages import message_id, message_text
-from .rows import _CHUNK, _MESSAGE_COLUMNS, MessageRow, StoreCore, _message_row
+from .rows import _CHUNK, _MESSAGE_COLUMNS, LargeOutputRow, MessageRow, StoreCore, _message_row
+
+#: Messages of one ingestion kept decoded in the cache (the newest).
+_SEEDED = 256
 
 
 class MessageRows(StoreCore):
@@ -38,58 +42,90 @@ class MessageRows(StoreCore):
         messages: Sequence[AgentMessage],
         idents: Sequence[str],
         count_tokens: Callable[[AgentMessage], int],
-    ) -> list[str]:
+        *,
+        budget: int | None = None,
+        expect_stored: bool = False,
+    ) -> list[str] | None:
         """Store the messages whose identity is new, in order, in one
-        transaction; return the ids of those stored.
+        transaction; return the ids of those stored. ``budget``: the token
+        budget last seen, noted in the same transaction.
+
+        ``expect_stored``: the caller knows the session to hold messages;
+        when it holds none (its messages were dropped meanwhile, ``engines
+        lossless prune``), nothing is written and None is returned, so that
+        the caller can store the whole history again, oldest first.
 
         A ``compactionSummary`` message is stored only while the session has
         no message yet (history from before the engine knew the session):
         otherwise it stands for messages the store already holds verbatim.
+
+        One read (the session's last message and which identities it holds)
+        and one batch of writes: on PostgreSQL, two round trips.
         """
         if len(messages) != len(idents):
             raise ValueError("one identity per message is needed")
-        present = self.known_idents(session_id, idents)
-        todo = [(m, i) for m, i in zip(messages, idents, strict=True) if i not in present]
-        if not todo:
+        if not messages:
             return []
-        prepared = [(m, i, count_tokens(m), message_text(m), encode_openclaw(m)) for m, i in todo]
-        stored: list[str] = []
+        wanted = list(dict.fromkeys(idents))
         with self._tx(session_id) as conn:
-            row = conn.execute(
-                "SELECT seq, turn FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
-            ).fetchone()
+            last = conn.execute("SELECT seq, turn FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,))
+            found = []
+            for i in range(0, len(wanted), _CHUNK):
+                part = wanted[i : i + _CHUNK]
+                marks = ",".join("?" * len(part))
+                found.append(conn.execute(f"SELECT ident FROM messages WHERE session_id = ? AND ident IN ({marks})", (session_id, *part)))
+            row = last.fetchone()
+            if expect_stored and row is None:
+                return None
             seq, turn = (row[0], row[1]) if row else (0, 0)
-            conn.execute(
-                "INSERT INTO sessions (session_id, session_key) VALUES (?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET session_key = COALESCE(excluded.session_key, sessions.session_key)",
-                (session_id, session_key),
-            )
-            for message, ident, tokens, text, body in prepared:
-                if isinstance(message, CompactionSummaryMessage) and seq > 0:
+            present = {r[0] for cursor in found for r in cursor}
+            rows: list[tuple[Any, ...]] = []
+            stored: list[str] = []
+            bodies: list[tuple[str, bytes]] = []
+            for message, ident in zip(messages, idents, strict=True):
+                if ident in present or (isinstance(message, CompactionSummaryMessage) and seq > 0):
                     continue
-                next_turn = turn + 1 if isinstance(message, UserMessage) else turn
+                present.add(ident)  # twice in one batch: stored once
+                turn = turn + 1 if isinstance(message, UserMessage) else turn
+                seq += 1
                 mid = message_id(session_id, ident)
-                cursor = conn.execute(
-                    "INSERT INTO messages (id, session_id, ident, seq, turn, role, tool_name, timestamp, "
-                    "tokens, text, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                body = encode_openclaw(message)
+                rows.append(
                     (
                         mid,
                         session_id,
                         ident,
-                        seq + 1,
-                        max(next_turn, 1),
+                        seq,
+                        max(turn, 1),
                         message.role,
                         message.tool_name if isinstance(message, ToolResultMessage) else None,
                         int(getattr(message, "timestamp", 0) or 0),
-                        tokens,
-                        text,
+                        count_tokens(message),
+                        message_text(message),
                         body,
-                    ),
+                    )
                 )
-                if cursor.rowcount:
-                    seq += 1
-                    turn = next_turn
-                    stored.append(mid)
+                stored.append(mid)
+                bodies.append((mid, body))
+            if rows or budget is not None:
+                conn.execute(
+                    "INSERT INTO sessions (session_id, session_key, budget) VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+                    "session_key = COALESCE(excluded.session_key, sessions.session_key), budget = COALESCE(excluded.budget, sessions.budget)",
+                    (session_id, session_key, budget),
+                )
+            if rows:
+                # The identities were read under the session's lock: no row conflicts.
+                conn.executemany(
+                    "INSERT INTO messages (id, session_id, ident, seq, turn, role, tool_name, timestamp, tokens, text, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+        # What this process wrote, decoded once for the assemblies to come
+        # (the newest of a large batch: the ones a tail reads), not read back.
+        for mid, body in bodies[-_SEEDED:]:
+            self._decoded[mid] = decode_openclaw(body)
+        while len(self._decoded) > self._decoded_max:
+            self._decoded.popitem(last=False)
         return stored
 
     def messages_between(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:
@@ -106,6 +142,24 @@ class MessageRows(StoreCore):
                     (session_id, lo, hi),
                 )
             return [_message_row(r) for r in rows]
+
+    def messages_with_outputs(self, session_id: str, lo: int, hi: int | None = None) -> tuple[list[MessageRow], dict[str, LargeOutputRow]]:
+        """:meth:`messages_between` and the out-of-line records of those
+        messages (:meth:`.SessionRows.large_outputs`), in one statement."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, o.message_id, o.seq, o.tokens, o.stub_tokens, o.summary "
+                "FROM messages m LEFT JOIN large_outputs o ON o.message_id = m.id "
+                "WHERE m.session_id = ? AND m.seq >= ? AND m.seq <= ? ORDER BY m.seq",
+                (session_id, lo, hi if hi is not None else 2**62),
+            )
+            out: list[MessageRow] = []
+            recorded: dict[str, LargeOutputRow] = {}
+            for r in rows:
+                out.append(_message_row(r))
+                if r[8] is not None:
+                    recorded[r[8]] = LargeOutputRow(message_id=r[8], seq=r[9], tokens=r[10], stub_tokens=r[11], summary=r[12])
+            return out, recorded
 
     def message(self, session_id: str, mid: str) -> MessageRow | None:
         with self._lock:

@@ -119,14 +119,17 @@ def out_of_line_view(
     rows: Sequence[MessageRow],
     count_text: Callable[[str], int],
     estimate: Callable[[AgentMessage], int],
+    recorded: Mapping[str, LargeOutputRow] | None = None,
 ) -> tuple[list[MessageRow], dict[str, AgentMessage]]:
     """``rows`` as the assembly sees them (an out-of-line message with its
     stand-in's tokens and text) and the stand-in messages by id. Records the
-    messages newly over the threshold first."""
+    messages newly over the threshold first. ``recorded``: the records of
+    ``rows`` when read with them (:meth:`.Store.messages_with_outputs`)."""
     if not rows:
         return list(rows), {}
     lo, hi = rows[0].seq, rows[-1].seq
-    recorded = store.large_outputs(session_id, lo, hi)
+    if recorded is None:
+        recorded = store.large_outputs(session_id, lo, hi)
     new = needs_record(rows, recorded, cfg.large_output_tokens)
     if new:
         records = []

@@ -53,16 +53,16 @@ class SessionRows(StoreCore):
             return bool(cursor.rowcount)
 
     def note(self, session_id: str, *, budget: int | None = None, last_assembly: dict[str, Any] | None = None) -> None:
-        """Remember the budget last seen and/or what the last assembly held."""
-        with self._tx(session_id) as conn:
-            conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT DO NOTHING", (session_id,))
-            if budget is not None:
-                conn.execute("UPDATE sessions SET budget = ? WHERE session_id = ?", (budget, session_id))
-            if last_assembly is not None:
-                conn.execute(
-                    "UPDATE sessions SET last_assembly = ? WHERE session_id = ?",
-                    (json.dumps(last_assembly, sort_keys=True), session_id),
-                )
+        """Remember the budget last seen and/or what the last assembly held:
+        one statement (it reads nothing, so it needs no session lock)."""
+        if budget is None and last_assembly is None:
+            return
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO sessions (session_id, budget, last_assembly) VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+                "budget = COALESCE(excluded.budget, sessions.budget), last_assembly = COALESCE(excluded.last_assembly, sessions.last_assembly)",
+                (session_id, budget, None if last_assembly is None else json.dumps(last_assembly, sort_keys=True)),
+            )
 
     def session_ids(self) -> list[str]:
         with self._lock:

@@ -106,10 +106,9 @@ class SummaryRows(StoreCore):
             if free != len(summary.source_ids) or conn.execute("SELECT 1 FROM summaries WHERE id = ?", (summary.id,)).fetchone():
                 return False
             self._insert_summary(conn, session_id, summary)
-            conn.execute(
-                f"UPDATE summaries SET parent_id = ? WHERE session_id = ? AND id IN ({marks})",
-                (summary.id, session_id, *summary.source_ids),
-            )
+            # By id alone (unique; just counted as this session's, under its lock): with
+            # ``session_id = ?`` SQLite read every summary of the session (1.3 ms at 5,000 turns).
+            conn.execute(f"UPDATE summaries SET parent_id = ? WHERE id IN ({marks})", (summary.id, *summary.source_ids))
             return True
 
     def replace_summary_text(self, session_id: str, sid: str, text: str, tokens: int, fallback: bool) -> None:
