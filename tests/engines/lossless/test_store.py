@@ -6,12 +6,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from engines import AssembleParams, IngestBatchParams, load_engine
 from engines.lossless import DB_NAME, SCHEMA_VERSION, LosslessEngine, LosslessNotReady, Store, StoreError, parse_config, status
+from engines.lossless.backends import enter_wal
 from engines.lossless.store import MIGRATIONS
 from engines.testkit import FakeHost
 
@@ -86,6 +88,51 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
 def test_the_store_file_is_private(tmp_path):
     Store.open(tmp_path / "state").close()
     assert (tmp_path / "state" / DB_NAME).stat().st_mode & 0o077 == 0
+
+
+class _MidSwitch(sqlite3.Connection):
+    """A connection whose first WAL switches find another connection mid-switch
+    of the same new file: SQLite then answers ``database is locked`` at once
+    (SQLITE_BUSY without its busy handler; 1 open in a few hundred when two
+    processes open a new store together under load)."""
+
+    busy = 0
+    error = sqlite3.SQLITE_BUSY
+
+    def execute(self, sql, *args):
+        if sql.startswith("PRAGMA journal_mode") and self.busy:
+            self.busy -= 1
+            exc = sqlite3.OperationalError("database is locked" if self.error == sqlite3.SQLITE_BUSY else "disk I/O error")
+            exc.sqlite_errorcode = self.error
+            raise exc
+        return super().execute(sql, *args)
+
+
+def _mid_switch(path: Path, busy: int, error: int = sqlite3.SQLITE_BUSY) -> _MidSwitch:
+    conn = sqlite3.connect(path, isolation_level=None, factory=_MidSwitch)
+    conn.busy, conn.error = busy, error
+    return conn
+
+
+def test_a_store_opened_while_another_switches_it_to_wal_waits_for_it(tmp_path):
+    conn = _mid_switch(tmp_path / DB_NAME, busy=3)
+    try:
+        enter_wal(conn, time.monotonic() + 30)
+        assert conn.busy == 0
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+def test_opening_a_store_still_fails_on_other_errors_and_past_the_busy_timeout(tmp_path):
+    conn = _mid_switch(tmp_path / DB_NAME, busy=1, error=sqlite3.SQLITE_IOERR)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        enter_wal(conn, time.monotonic() + 30)
+    conn.close()
+    conn = _mid_switch(tmp_path / DB_NAME, busy=1_000_000)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        enter_wal(conn, time.monotonic())
+    conn.close()
 
 
 _CHILD = """

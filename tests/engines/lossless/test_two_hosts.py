@@ -141,13 +141,15 @@ async def test_two_sidecars_compacting_one_session_at_once_lose_and_double_no_su
 
     def summariser(me: int):
         async def summary(params):
-            # Each sidecar's first summary call waits for the other's: both
-            # are mid-summary of the session at once, at least once.
-            if not asked[me].is_set():
+            # Each sidecar's summary calls wait for the other's first one
+            # until they have met: both are mid-summary of the session at
+            # once, at least once. The engine's summary_timeout cuts a wait
+            # short (the stand-in is stored, and the next call waits again):
+            # under load the other may take longer than that to get there.
+            if not met[me]:
                 asked[me].set()
-                with trio.move_on_after(30):
-                    await asked[1 - me].wait()
-                    met[me] = True
+                await asked[1 - me].wait()
+                met[me] = True
             await trio.sleep(0.005)
             return f"summary of {len(params.prompt)} chars"
 
@@ -201,16 +203,16 @@ ME, OTHER, MEET = {me!r}, {other!r}, {meet!r}
 met = False
 
 async def summary(params):
-    # The first summary call waits (up to 60 s) until the other sidecar is
-    # inside one too: both hold a summary of the same session at once.
+    # Until the sidecars have met, each summary call waits until the other
+    # sidecar is inside one too: both hold a summary of the same session at
+    # once. The engine's summary_timeout cuts a wait short; the next call
+    # waits again.
     global met
     if not met:
         open(os.path.join(MEET, ME), "w").close()
-        for _ in range(6000):
-            if os.path.exists(os.path.join(MEET, OTHER)):
-                met = True
-                break
+        while not os.path.exists(os.path.join(MEET, OTHER)):
             await trio.sleep(0.01)
+        met = True
     return "a model summary"
 
 async def main():
@@ -222,7 +224,9 @@ async def main():
     engine = LosslessEngine(config)
     await engine.bind(host)
     open(os.path.join(MEET, ME + ".ready"), "w").close()
-    with trio.fail_after(120):  # start together (the other may have failed to start: then give up)
+    # Start together. If the other fails, the test kills this one (the bound
+    # only matters if the test itself is gone).
+    with trio.fail_after({deadline!r}):
         while not os.path.exists(os.path.join(MEET, OTHER + ".ready")):
             await trio.sleep(0.01)
     history = conversation(30)
@@ -238,28 +242,66 @@ trio.run(main)
 """
 
 
+SIDECARS_DEADLINE = 300.0
+"""Seconds the sidecar processes get: about a second each on a quiet
+machine; a bound for a test that hangs, not a wait for a slow one."""
+
+
+def watch(children: list[subprocess.Popen], timeout: float) -> list[int | None]:
+    """Wait until every child has exited, or one has failed, or ``timeout``
+    passed; their exit codes (None: still running). Every child is polled
+    each time round: one that failed while another still ran was missed
+    (``any(c.poll() is None ...)`` stops at the first running child, so the
+    second's ``returncode`` was never read), and the test waited for the
+    first instead, which waited for the second to start."""
+    deadline = time.monotonic() + timeout
+    while True:
+        codes = [c.poll() for c in children]
+        if all(code is not None for code in codes) or any(codes) or time.monotonic() >= deadline:
+            return codes
+        time.sleep(0.05)
+
+
+def children_problem(codes: list[int | None], stderrs: list[str], timeout: float) -> str | None:
+    """What went wrong with the sidecar processes, from their exit codes when
+    :func:`watch` returned and their error output; None when both succeeded.
+    A child that failed on its own comes first (the other was then killed
+    by the test, and its output says nothing)."""
+    failed = [n for n, code in enumerate(codes) if code]
+    if failed:
+        n = failed[0]
+        return f"sidecar {'ab'[n]} exited with {codes[n]}:\n{stderrs[n][-3000:]}"
+    running = [n for n, code in enumerate(codes) if code is None]
+    if running:
+        tails = "\n".join(f"sidecar {'ab'[n]}:\n{stderrs[n][-1500:]}" for n in running)
+        return f"sidecar(s) {', '.join('ab'[n] for n in running)} still running after {timeout:.0f} s (killed); their error output:\n{tails}"
+    return None
+
+
+def test_the_sidecar_that_failed_on_its_own_is_reported_not_the_one_killed_after_it():
+    # b failed at start while a waited for it (the test then kills a).
+    problem = children_problem([None, 1], ["", "StoreError: database is locked"], SIDECARS_DEADLINE)
+    assert problem == "sidecar b exited with 1:\nStoreError: database is locked"
+    assert children_problem([0, 0], ["", ""], SIDECARS_DEADLINE) is None
+    assert "a still running after 300 s" in str(children_problem([None, 0], ["waiting", ""], SIDECARS_DEADLINE))
+
+
 def test_two_sidecar_processes_serving_one_session_lose_and_double_nothing(backend, tmp_path):
     state, meet = tmp_path / "state", tmp_path / "meet"
     meet.mkdir()
     codes = [
-        _SIDECAR.format(repo=str(REPO), state=str(state), url=backend or "", me=me, other=other, meet=str(meet))
+        _SIDECAR.format(repo=str(REPO), state=str(state), url=backend or "", me=me, other=other, meet=str(meet), deadline=SIDECARS_DEADLINE)
         for me, other in (("a", "b"), ("b", "a"))
     ]
     logs = [(open(tmp_path / f"{n}.out", "w+"), open(tmp_path / f"{n}.err", "w+")) for n in range(2)]  # noqa: SIM115 - closed below
     children = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=out, stderr=err) for code, (out, err) in zip(codes, logs, strict=True)]
-    reports = []
     try:
-        deadline = time.monotonic() + 300
-        while any(c.poll() is None for c in children) and not any(c.returncode for c in children) and time.monotonic() < deadline:
-            time.sleep(0.05)  # until both are done, or one failed
-        for child, (out, err) in zip(children, logs, strict=True):
-            if child.poll() is None:
-                child.kill()
-            child.wait()
+        codes_now = watch(children, SIDECARS_DEADLINE)
+        outputs = []
+        for out, err in logs:
             out.seek(0)
             err.seek(0)
-            assert child.returncode == 0, err.read()[-3000:]
-            reports.append(json.loads(out.read().strip().splitlines()[-1]))
+            outputs.append((out.read(), err.read()))
     finally:
         for child in children:  # one failed: the other is not left behind
             if child.poll() is None:
@@ -268,6 +310,9 @@ def test_two_sidecar_processes_serving_one_session_lose_and_double_nothing(backe
         for out, err in logs:
             out.close()
             err.close()
+    problem = children_problem(codes_now, [err for _, err in outputs], SIDECARS_DEADLINE)
+    assert problem is None, problem
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     # Both sidecars were asking the model for a summary of the session at the same time.
     assert all(r["met"] for r in reports), reports
     store = _open(backend, state)
