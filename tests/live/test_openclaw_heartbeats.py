@@ -17,7 +17,7 @@ The lossless store keeps the ordinary turn and leaves the heartbeat's
 messages out, counted as skipped (`engines lossless status`); the sidecar's
 transcript mirror, the client's history, keeps both turns.
 
-Slow (a gateway start and two OpenClaw turns: 1.5-2 minutes on a loaded
+Slow (a gateway start and two OpenClaw turns: 1-2 minutes on a loaded
 2-core machine): run alone with
 `make test-openclaw PYTEST_ARGS=tests/live/test_openclaw_heartbeats.py`.
 """
