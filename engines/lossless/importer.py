@@ -477,7 +477,7 @@ def import_transcript(
     stored = store.ingest(transcript.session_id, transcript.session_key, to_store, identities(messages), count) if messages else []
     if transcript.agent is not None and messages:
         set_agent(store, transcript.session_id, transcript.agent)
-    return ImportResult(session_id=transcript.session_id, messages=len(messages), new=len(stored))
+    return ImportResult(session_id=transcript.session_id, messages=len(messages), new=len(stored or ()))  # None only with expect_stored
 
 
 def default_paths(env: dict[str, str], home: Path) -> list[Path]:
