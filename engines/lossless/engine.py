@@ -40,14 +40,13 @@ from engines.api import (
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
-    decode_openclaw,
 )
 from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
 from engines.tokens import count_tokens, estimate_message_tokens
 
 from . import expand_query, skipping
-from .assemble import fit_budget
+from .assemble import Frames, fit_budget
 from .calls_budget import BudgetedHost
 from .compaction import (
     LOOKBACK_MESSAGES,
@@ -136,11 +135,7 @@ class LosslessEngine(BaseContextEngine):
         # session -> time.monotonic() of its last assembly (the last request
         # the provider's prompt cache saw).
         self._last_request: dict[str, float] = {}
-        # session -> (frame bytes, decoded frame, its token estimates): the
-        # frame changes once a compaction, so assemblies between hand the
-        # same message objects back (the host's identity caches then hold one
-        # copy, not a fresh one a turn) and skip the decode.
-        self._frames: dict[str, tuple[bytes, tuple[AgentMessage, ...], tuple[int, ...]]] = {}
+        self._frames = Frames(estimate_message_tokens)
         # id(message) -> (message, content identity): the sidecar hands over
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
@@ -337,7 +332,7 @@ class LosslessEngine(BaseContextEngine):
             report = {"reason": "cache-cold", "tokensBefore": before}
             install_frame(store, self.cfg, session_id, budget, count_tokens, estimate_message_tokens, report, before)
             session = store.session(session_id)
-        frame, frame_tokens = self._frame_of(session_id, session.frame)
+        frame, frame_tokens = self._frames.of(session_id, session.frame)
         rows, stubs = out_of_line_view(
             store, self.cfg, session_id, store.messages_between(session_id, session.frame_seq + 1), count_tokens, estimate_message_tokens
         )
@@ -364,18 +359,6 @@ class LosslessEngine(BaseContextEngine):
         }
         store.note(session_id, budget=None, last_assembly=held)
         return messages, tokens, held
-
-    def _frame_of(self, session_id: str, data: bytes) -> tuple[tuple[AgentMessage, ...], tuple[int, ...]]:
-        """The session's frame (``data``, its stored bytes) decoded, with
-        each message's token estimate: the same objects while the bytes are
-        the same."""
-        cached = self._frames.get(session_id)
-        if cached is not None and cached[0] == data:
-            return cached[1], cached[2]
-        frame = tuple(decode_openclaw(data, type=list[AgentMessage]))
-        tokens = tuple(estimate_message_tokens(m) for m in frame)
-        self._frames[session_id] = (data, frame, tokens)
-        return frame, tokens
 
     async def assemble(self, params: AssembleParams) -> AssembleResult:
         """The frame's summaries, then every raw message after them, within
@@ -427,7 +410,7 @@ class LosslessEngine(BaseContextEngine):
         report = await trio.to_thread.run_sync(retention.apply, store, self.cfg, live)
         for session_id in report.get("droppedSessions", []):
             self._known.pop(session_id, None)
-            self._frames.pop(session_id, None)
+            self._frames.forget(session_id)
 
     # ------------------------------------------------------------ compaction
 
