@@ -30,7 +30,10 @@ single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
 line, which reading skips and the next append terminates. Archiving is best effort: a failed write costs
 the client those turns in later reads, never the turn itself. Each line is
 an :class:`ArchiveRecord`, read by a typed decoder (``sidecar.store.records``):
-one that does not decode is reported by file and line and skipped.
+one that does not decode is reported by file and line and skipped. The
+file only grows, so a thread's hidden turns are held as their ids and the
+places of their records (:class:`HiddenTurns`), read back when an answer
+splices them in.
 """
 
 from __future__ import annotations
