@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engines.api import AgentMessage, CompactionSummaryMessage
+from engines.api import AgentMessage, CompactionSummaryMessage, decode_openclaw
 
 from .messages import iso_minute, valid_cuts
 from .store import SummaryRow
@@ -102,3 +102,28 @@ def fit_budget(
     kept = list(tail[start:])
     tokens = sum(tail_tokens[start:])
     return kept, tokens, {"overflow": True, "droppedSummaries": f, "droppedMessages": start}
+
+
+class Frames:
+    """Each session's frame decoded, with each message's token estimate,
+    kept while its stored bytes stay the same: a frame changes once a
+    compaction, so the assemblies between hand back the same message
+    objects (the host's identity caches then hold one copy, not a fresh one
+    a turn) and skip the decode."""
+
+    def __init__(self, estimate: Callable[[AgentMessage], int]) -> None:
+        self._estimate = estimate
+        self._by_session: dict[str, tuple[bytes, tuple[AgentMessage, ...], tuple[int, ...]]] = {}
+
+    def of(self, session_id: str, data: bytes) -> tuple[tuple[AgentMessage, ...], tuple[int, ...]]:
+        """The frame whose stored bytes are ``data``, and its token estimates."""
+        cached = self._by_session.get(session_id)
+        if cached is not None and cached[0] == data:
+            return cached[1], cached[2]
+        frame = tuple(decode_openclaw(data, type=list[AgentMessage]))
+        tokens = tuple(self._estimate(m) for m in frame)
+        self._by_session[session_id] = (data, frame, tokens)
+        return frame, tokens
+
+    def forget(self, session_id: str) -> None:
+        self._by_session.pop(session_id, None)

@@ -40,14 +40,13 @@ from engines.api import (
     ToolCallParams,
     ToolCallResult,
     ToolSpec,
-    decode_openclaw,
 )
 from engines.engine import BaseContextEngine
 from engines.legacy import _builtin_version
 from engines.tokens import count_tokens, estimate_message_tokens
 
 from . import expand_query, skipping
-from .assemble import fit_budget
+from .assemble import Frames, fit_budget
 from .calls_budget import BudgetedHost
 from .compaction import (
     LOOKBACK_MESSAGES,
@@ -135,6 +134,7 @@ class LosslessEngine(BaseContextEngine):
         # session -> time.monotonic() of its last assembly (the last request
         # the provider's prompt cache saw).
         self._last_request: dict[str, float] = {}
+        self._frames = Frames(estimate_message_tokens)
         # id(message) -> (message, content identity): the sidecar hands over
         # the same message objects turn after turn; holding the object keeps
         # its id from being reused.
@@ -305,8 +305,7 @@ class LosslessEngine(BaseContextEngine):
             report = {"reason": "cache-cold", "tokensBefore": before}
             install_frame(store, self.cfg, session_id, budget, count_tokens, estimate_message_tokens, report, before)
             session = store.session(session_id)
-        frame: list[AgentMessage] = decode_openclaw(session.frame, type=list[AgentMessage])
-        frame_tokens = [estimate_message_tokens(m) for m in frame]
+        frame, frame_tokens = self._frames.of(session_id, session.frame)
         stored, recorded = store.messages_with_outputs(session_id, session.frame_seq + 1)
         rows, stubs = out_of_line_view(store, self.cfg, session_id, stored, count_tokens, estimate_message_tokens, recorded)
         tail = [stubs.get(r.id, m) for r, m in zip(rows, store.decode(rows), strict=True)]
@@ -383,6 +382,7 @@ class LosslessEngine(BaseContextEngine):
         report = await trio.to_thread.run_sync(retention.apply, store, self.cfg, live)
         for session_id in report.get("droppedSessions", []):
             self._intake.forget(session_id)
+            self._frames.forget(session_id)
 
     # ------------------------------------------------------------ compaction
 

@@ -123,9 +123,8 @@ class MessageRows(StoreCore):
         # What this process wrote, decoded once for the assemblies to come
         # (the newest of a large batch: the ones a tail reads), not read back.
         for mid, body in bodies[-_SEEDED:]:
-            self._decoded[mid] = decode_openclaw(body)
-        while len(self._decoded) > self._decoded_max:
-            self._decoded.popitem(last=False)
+            self._decoded.put(mid, decode_openclaw(body), len(body))
+        self._decoded.trim()
         return stored
 
     def messages_between(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:
@@ -176,12 +175,5 @@ class MessageRows(StoreCore):
                 part = missing[i : i + _CHUNK]
                 marks = ",".join("?" * len(part))
                 for mid, body in self._conn.execute(f"SELECT id, body FROM messages WHERE id IN ({marks})", part):
-                    self._decoded[mid] = decode_openclaw(body)
-            out = []
-            for r in rows:
-                message = self._decoded[r.id]
-                self._decoded.move_to_end(r.id)
-                out.append(message)
-            while len(self._decoded) > self._decoded_max:
-                self._decoded.popitem(last=False)
-            return out
+                    self._decoded.put(mid, decode_openclaw(body), len(body))
+            return self._decoded.use([r.id for r in rows])

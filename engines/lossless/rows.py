@@ -127,6 +127,58 @@ def _summary_row(row: Sequence[Any]) -> SummaryRow:
     )
 
 
+class DecodedMessages:
+    """Decoded messages by id, least recently used first out, within
+    ``max_count`` messages and ``max_bytes`` of their stored bodies: what
+    assembly reads again every turn (the tail after the frame) stays, what
+    compaction has put behind the frame goes. The messages of the newest
+    :meth:`use` stay even past the bounds (a tail larger than the cache is
+    decoded once, not every turn). Rows never change in place; a pruned
+    message is :meth:`drop`-ped."""
+
+    def __init__(self, max_count: int = 4_096, max_bytes: int = 8 << 20) -> None:
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, tuple[AgentMessage, int]] = OrderedDict()
+        #: The stored body bytes of the cached messages.
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, mid: object) -> bool:
+        return mid in self._items
+
+    def put(self, mid: str, message: AgentMessage, size: int) -> None:
+        """Cache ``message`` (its stored body ``size`` bytes) under ``mid``."""
+        self.drop(mid)
+        self._items[mid] = (message, size)
+        self.bytes += size
+
+    def drop(self, mid: str) -> None:
+        old = self._items.pop(mid, None)
+        if old is not None:
+            self.bytes -= old[1]
+
+    def use(self, ids: Sequence[str]) -> list[AgentMessage]:
+        """The cached messages of ``ids`` (each must be cached), now the most
+        recently used; then the oldest others go until the bounds hold."""
+        items = self._items
+        out = []
+        for mid in ids:
+            out.append(items[mid][0])
+            items.move_to_end(mid)
+        self.trim(keep=len(set(ids)))
+        return out
+
+    def trim(self, keep: int = 0) -> None:
+        """The oldest go until the bounds hold, but for the newest ``keep``."""
+        items = self._items
+        while len(items) > keep and (len(items) > self.max_count or self.bytes > self.max_bytes):
+            _, (_, size) = items.popitem(last=False)
+            self.bytes -= size
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -142,8 +194,7 @@ class StoreCore:
         self.path = path
         self.where = backend.where
         self._lock = threading.RLock()
-        self._decoded: OrderedDict[str, AgentMessage] = OrderedDict()
-        self._decoded_max = 20_000
+        self._decoded = DecodedMessages()
 
     def close(self) -> None:
         with self._lock:

@@ -61,7 +61,7 @@ class Upkeep(StoreCore):
             new_body = _pruned_body(body, text)
             conn.execute("UPDATE messages SET text = ?, body = ? WHERE pk = ?", (text, new_body, pk))
             conn.reindex_message(pk, old_text, text)
-            self._decoded.pop(mid, None)
+            self._decoded.drop(mid)
             return max(0, len(old_text.encode()) + len(body) - len(text.encode()) - len(new_body))
 
     def enforce_size_limit(self, max_bytes: int) -> dict[str, Any]:

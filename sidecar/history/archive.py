@@ -30,23 +30,30 @@ single writes on an ``O_APPEND`` file, so a kill leaves at most a torn last
 line, which reading skips and the next append terminates. Archiving is best effort: a failed write costs
 the client those turns in later reads, never the turn itself. Each line is
 an :class:`ArchiveRecord`, read by a typed decoder (``sidecar.store.records``):
-one that does not decode is reported by file and line and skipped.
+one that does not decode is reported by file and line and skipped. The
+file only grows, so a thread's hidden turns are held as their ids and the
+places of their records (:class:`HiddenTurns`), read back when an answer
+splices them in.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
+from collections.abc import Container, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from ..store.inspect import append_record
 from ..store.mirror import session_path
-from ..store.records import decode_lines
+from ..store.records import decode_lines, skipped
+
+log = logging.getLogger("codex_sidecar.history")
 
 ARCHIVED_DIR = f"{os.sep}archived_sessions{os.sep}"
 """Where Codex keeps an archived thread's rollout (under its home)."""
@@ -89,6 +96,90 @@ class ArchiveRecord(msgspec.Struct, frozen=True):
 
 
 _decoder = msgspec.json.Decoder(ArchiveRecord)
+
+
+class _TurnHead(msgspec.Struct):
+    id: Any = None
+
+
+class _RecordHead(msgspec.Struct):
+    """A record as :meth:`TurnArchive.hidden` scans it: the turn's id, not its items."""
+
+    turn: _TurnHead | UnsetType = UNSET
+    dropped: list[str] | UnsetType = UNSET
+    restored: list[str] | UnsetType = UNSET
+    forgotten: list[str] | UnsetType = UNSET
+
+
+_head_decoder = msgspec.json.Decoder(_RecordHead)
+
+
+class HiddenTurns(Sequence[dict[str, Any]]):
+    """Archived turns (oldest first) held as their ids and where their
+    records sit in the archive file, which only ever grows: a turn is read
+    and decoded when asked for, so a thread's hidden turns cost the sidecar
+    their ids in memory however many turns and items they hold. A record
+    that no longer reads (the file gone) is left out and logged."""
+
+    def __init__(self, path: Path, spans: Sequence[tuple[str, int, int]] = ()) -> None:
+        self.path = path
+        self._spans = list(spans)  # (turn id, offset, length) of each turn's record
+
+    @property
+    def ids(self) -> list[str]:
+        return [span[0] for span in self._spans]
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> HiddenTurns: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | HiddenTurns:
+        if isinstance(index, slice):
+            return HiddenTurns(self.path, self._spans[index])
+        turns = self._read([self._spans[index]])
+        if not turns:
+            raise IndexError(f"archived turn {index} no longer reads")
+        return turns[0]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._read(self._spans))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HiddenTurns):
+            return self.path == other.path and self._spans == other._spans
+        return isinstance(other, list) and list(self) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def without(self, ids: Container[Any]) -> HiddenTurns:
+        return HiddenTurns(self.path, [span for span in self._spans if span[0] not in ids])
+
+    def _read(self, spans: Sequence[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not spans:
+            return out
+        try:
+            with open(self.path, "rb") as f:
+                for _, offset, length in spans:
+                    f.seek(offset)
+                    try:
+                        turn = _decoder.decode(f.read(length)).turn
+                    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                        skipped(self.path, 0, exc)
+                        continue
+                    if isinstance(turn, dict):
+                        out.append(turn)
+        except OSError as exc:
+            log.warning("archived turns unreadable", extra={"fields": {"path": str(self.path), "errno": exc.errno}})
+        return out
+
+
+def turn_ids(hidden: Sequence[dict[str, Any]]) -> list[Any]:
+    """The ids of ``hidden`` (archived turns), without reading them back."""
+    return hidden.ids if isinstance(hidden, HiddenTurns) else [t.get("id") for t in hidden]
 
 
 def archive_path(state_dir: str | os.PathLike[str], thread_id: str) -> Path:
@@ -250,17 +341,38 @@ class TurnArchive:
         for record in records:
             self._append(record)
 
-    def hidden(self) -> list[dict[str, Any]]:
-        """The archived turns marked dropped, oldest first."""
+    def hidden(self) -> HiddenTurns:
+        """The archived turns marked dropped, oldest first (read back from
+        the file when asked for: see :class:`HiddenTurns`)."""
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
         except OSError:
-            return []
+            return HiddenTurns(self.path)
         if b'"dropped"' not in data:
-            return []  # no rebuild yet: skip parsing every turn (the caller may be the event loop)
-        turns, dropped, forgotten = self._parse(data, self.path)
-        return [turn for tid, turn in turns.items() if tid in dropped and tid not in forgotten]
+            return HiddenTurns(self.path)  # no rebuild yet: skip parsing every turn (the caller may be the event loop)
+        spans: dict[str, tuple[int, int]] = {}
+        dropped: set[str] = set()
+        forgotten: set[str] = set()
+        offset = 0
+        for number, raw in enumerate(data.split(b"\n"), 1):
+            start, offset = offset, offset + len(raw) + 1
+            if not raw.strip():
+                continue
+            try:
+                record = _head_decoder.decode(raw)
+            except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                skipped(self.path, number, exc)
+                continue
+            if not isinstance(record.turn, UnsetType) and isinstance(record.turn.id, str):
+                spans.setdefault(record.turn.id, (start, len(raw)))  # a replayed turn keeps its first copy
+            if not isinstance(record.dropped, UnsetType):
+                dropped.update(record.dropped)
+            if not isinstance(record.forgotten, UnsetType):
+                forgotten.update(record.forgotten)
+            if not isinstance(record.restored, UnsetType):  # in file order: a later revert may drop them again
+                dropped.difference_update(record.restored)
+        return HiddenTurns(self.path, [(tid, *span) for tid, span in spans.items() if tid in dropped and tid not in forgotten])
 
     def _records_with(self, marker: bytes) -> list[ArchiveRecord] | None:
         """The file's records, or None when it is missing or never mentions
@@ -299,10 +411,10 @@ class TurnArchive:
         return turns, dropped, forgotten
 
 
-def cut_for_fork(hidden: list[dict[str, Any]], before: Any, last: Any) -> list[dict[str, Any]]:
+def cut_for_fork(hidden: Sequence[dict[str, Any]], before: Any, last: Any) -> Sequence[dict[str, Any]]:
     """The hidden turns a fork keeps (``thread/fork`` with ``beforeTurnId``
     or ``lastTurnId``)."""
-    ids = [t.get("id") for t in hidden]
+    ids = turn_ids(hidden)
     if before in ids:
         return hidden[: ids.index(before)]
     if last in ids:
@@ -310,11 +422,13 @@ def cut_for_fork(hidden: list[dict[str, Any]], before: Any, last: Any) -> list[d
     return hidden
 
 
-def splice_turns(hidden: list[dict[str, Any]], turns: list[Any]) -> list[Any] | None:
+def splice_turns(hidden: Sequence[dict[str, Any]], turns: list[Any]) -> list[Any] | None:
     """``turns`` (Codex's) with the hidden turns it no longer has in front;
     None when there is nothing to add."""
     present = {t.get("id") for t in turns if isinstance(t, dict)}
-    missing = [t for t in hidden if t.get("id") not in present]
+    if all(tid in present for tid in turn_ids(hidden)):
+        return None
+    missing = list(hidden.without(present)) if isinstance(hidden, HiddenTurns) else [t for t in hidden if t.get("id") not in present]
     return [*missing, *turns] if missing else None
 
 

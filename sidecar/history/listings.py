@@ -12,7 +12,7 @@ class's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from protocol import encode_response
@@ -57,7 +57,7 @@ class ArchivedListings:
     visible: Visible | None
     codex_version: Callable[[], str | None]
 
-    def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
+    def hidden_for(self, thread_id: str) -> Sequence[dict[str, Any]]:
         raise NotImplementedError
 
     def on_turns_list(self, msg: Message) -> Decision:

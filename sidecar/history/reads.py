@@ -35,7 +35,7 @@ process has not opened.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -45,6 +45,7 @@ from .archive import (
     ARCHIVED_DIR,
     CURSOR_PREFIX,
     UNKNOWN,
+    HiddenTurns,
     TurnArchive,
     archive_path,
     backwards_cursor,
@@ -52,6 +53,7 @@ from .archive import (
     hidden_page,
     item_entries,
     splice_turns,
+    turn_ids,
     wrap_cursor,
 )
 from .listings import ArchivedListings, Visible
@@ -67,7 +69,7 @@ class ArchivedTurns(ArchivedListings):
         anchor, to survive rebuilds. ``visible``: what the client may see (None: all)."""
         self.proxy = proxy
         self.state_dir = state_dir
-        self._cache: dict[str, list[dict[str, Any]]] = {}
+        self._cache: dict[str, Sequence[dict[str, Any]]] = {}
         self._generation: dict[str, int] = {}
         self.reverting: set[str] = set()
         """Threads whose rebuild revert is under way (set by the lifecycle)."""
@@ -130,7 +132,7 @@ class ArchivedTurns(ArchivedListings):
         elif isinstance(first, dict) and first.get("type") == "turn":
             recorded = self._recorded_of(thread_id)["unread"]
             if isinstance(recorded, dict) and recorded.get("type") == "turn" and recorded != first:
-                if any(t.get("id") == recorded.get("turnId") for t in self.hidden_for(thread_id)):
+                if recorded.get("turnId") in turn_ids(self.hidden_for(thread_id)):
                     shown = recorded
         self.shown_unread[thread_id] = shown
         return shown
@@ -223,7 +225,7 @@ class ArchivedTurns(ArchivedListings):
                 shown = {**shown, "thread": {**thread, "turns": spliced}}
         return None if shown is result else msg.set_result(shown)
 
-    def hidden_for(self, thread_id: str) -> list[dict[str, Any]]:
+    def hidden_for(self, thread_id: str) -> Sequence[dict[str, Any]]:
         hidden = self._cache.get(thread_id)
         if hidden is None:
             try:
@@ -246,10 +248,10 @@ class ArchivedTurns(ArchivedListings):
             return
         hidden = self.hidden_for(thread_id)
         present = {t.get("id") for t in turns if isinstance(t, dict)}
-        restored = [t["id"] for t in hidden if t.get("id") in present]
+        restored = [tid for tid in turn_ids(hidden) if tid in present]
         if not restored:
             return
-        self._cache[thread_id] = [t for t in hidden if t.get("id") not in present]
+        self._cache[thread_id] = hidden.without(present) if isinstance(hidden, HiddenTurns) else [t for t in hidden if t.get("id") not in present]
         try:
             archive = TurnArchive(archive_path(self.state_dir, thread_id))
         except ValueError:

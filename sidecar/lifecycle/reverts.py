@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from ..history.archive import TurnArchive, archive_path
+from ..history.archive import TurnArchive, archive_path, turn_ids
 from ..relay import HANDLED, Decision, Message, PendingRequest, RpcError, Slot
 from ..session.context import LifecycleContext
 from ..session.state import ThreadSession, Unfollowed
@@ -147,7 +147,7 @@ class ClientReverts:
         cut = next((params[k] for k in keys if isinstance(params.get(k), str)), None)
         if not isinstance(thread_id, str) or cut is None:
             return None
-        if not any(t.get("id") == cut for t in self.archived.hidden_for(thread_id)):
+        if cut not in turn_ids(self.archived.hidden_for(thread_id)):
             return None
         self.proxy.router.gate(thread_id, id(msg))  # the client's later requests stay behind it
         self.proxy.spawn(self._into_archive, msg, thread_id)

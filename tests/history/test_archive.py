@@ -231,3 +231,39 @@ def test_a_rebuild_records_what_the_client_saw_and_a_later_mark_read_clears_the_
     assert a.shown()["unread"] == first
     a.mark_read()
     assert a.shown() == {"unread": None, "path": "/h/rollout-thr.jsonl"}
+
+
+def test_hidden_turns_hold_their_ids_not_their_items_and_read_back_whole(tmp_path):
+    import tracemalloc
+
+    a = TurnArchive(archive_path(tmp_path, "thr"))
+    big = [{**turn(f"t{n}"), "items": [{"type": "agentMessage", "id": f"m{n}", "text": f"{n} " + "x" * 10_000}]} for n in range(200)]
+    for t in big:
+        a.append_turn(t)
+    a.mark_dropped([t["id"] for t in big[:150]])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        hidden = a.hidden()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 150 * 400  # ids and places: 1.5 MB of items stay on disk
+    a.append_turn(turn("later"))  # the file grows: what was hidden reads the same
+    a.append_turn({"id": "t3", "status": "replayed"})
+    assert hidden.ids == [f"t{n}" for n in range(150)] and len(hidden) == 150
+    assert list(hidden) == big[:150] and hidden == big[:150]
+    assert hidden[3] == big[3] and list(hidden[140:]) == big[140:150]
+    assert splice_turns(hidden, big[149:]) == big
+    assert splice_turns(hidden, big[:150]) is None
+    assert list(hidden.without({"t0", "t1"})) == big[2:150]
+
+
+def test_hidden_turns_whose_file_went_read_back_as_none(tmp_path):
+    a = TurnArchive(archive_path(tmp_path, "thr"))
+    a.append_turn(turn("t1"))
+    a.mark_dropped(["t1"])
+    hidden = a.hidden()
+    a.path.unlink()
+    assert hidden.ids == ["t1"] and list(hidden) == []
+    assert splice_turns(hidden, [turn("t2")]) is None  # nothing to put back: Codex's answer as it is

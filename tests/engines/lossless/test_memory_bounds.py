@@ -1,0 +1,75 @@
+"""What the engine keeps in memory stays bounded however long a session runs."""
+
+from __future__ import annotations
+
+from engines import AssistantMessage, CompactionSummaryMessage, IngestBatchParams, TextBlock, UserMessage
+from engines.lossless.rows import DecodedMessages
+
+from .conftest import SESSION, T0, assemble, make_engine, run_turn, turn
+
+
+def _message(n: int, size: int) -> UserMessage:
+    return UserMessage(content=f"{n} " + "x" * size, timestamp=T0 + n)
+
+
+def test_the_decoded_cache_holds_no_more_than_its_bytes_and_count_allow():
+    cache = DecodedMessages(max_count=50, max_bytes=10_000)
+    for n in range(0, 1_000, 4):
+        ids = [f"m{i}" for i in range(n, n + 4)]
+        for i, mid in enumerate(ids):
+            cache.put(mid, _message(n + i, 600), 600)
+        assert [m.content.split()[0] for m in cache.use(ids)] == [str(i) for i in range(n, n + 4)]
+        assert cache.bytes <= 10_000 and len(cache) <= 50
+    assert cache.bytes == sum(size for _, size in cache._items.values())
+    # Many small messages: the count bounds it.
+    small = DecodedMessages(max_count=50, max_bytes=10_000)
+    for n in range(500):
+        small.put(f"s{n}", _message(n, 1), 10)
+        small.use([f"s{n}"])
+    assert len(small) == 50 and small.bytes == 500
+
+
+def test_one_read_larger_than_the_decoded_cache_stays_whole_and_then_gives_way():
+    cache = DecodedMessages(max_count=10, max_bytes=1_000)
+    tail = [f"t{i}" for i in range(30)]
+    for i, mid in enumerate(tail):
+        cache.put(mid, _message(i, 100), 100)
+    assert len(cache.use(tail)) == 30
+    assert all(mid in cache for mid in tail)  # read again next turn without a decode
+    cache.put("new", _message(99, 100), 100)
+    cache.use(["new"])
+    assert len(cache) == 10 and "new" in cache and "t0" not in cache and "t29" in cache
+    cache.drop("t29")
+    assert "t29" not in cache and cache.bytes == 900
+
+
+async def test_the_store_s_decoded_messages_stay_within_the_byte_bound_over_a_long_session(host):
+    engine = await make_engine(host)
+    history = [_message(n, 2_000) if n % 2 == 0 else AssistantMessage(content=[TextBlock(text="y" * 2_000)], timestamp=T0 + n) for n in range(400)]
+    await engine.ingest_batch(IngestBatchParams(session_id=SESSION, session_key=SESSION, messages=history))
+    store = engine.store
+    rows = store.messages_between(SESSION, 1)
+    assert len(rows) == 400
+    bound = store._decoded.max_bytes = 64 << 10
+    for i in range(0, len(rows), 8):
+        got = store.decode(rows[i : i + 8])
+        assert [getattr(m, "timestamp", None) for m in got] == [T0 + n for n in range(i, i + 8)]
+        assert store._decoded.bytes <= bound
+    assert 0 < len(store._decoded) < 40  # 400 messages of ~2 KB went through it
+
+
+async def test_assemblies_under_one_frame_hand_back_the_same_summary_objects(host):
+    engine = await make_engine(host)
+    history: list = []
+    for n in range(1, 12):
+        await run_turn(engine, history, turn(n))
+    first = (await assemble(engine, history)).messages
+    again = (await assemble(engine, history)).messages
+    summaries = [m for m in first if isinstance(m, CompactionSummaryMessage)]
+    assert summaries, "no frame after 11 turns"
+    assert [id(m) for m in again[: len(summaries)]] == [id(m) for m in summaries]
+    # A new frame is decoded anew.
+    for n in range(12, 20):
+        await run_turn(engine, history, turn(n))
+    later = [m for m in (await assemble(engine, history)).messages if isinstance(m, CompactionSummaryMessage)]
+    assert later != summaries and not any(m is s for m in later for s in summaries)
