@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.normalise import Normaliser
-from tests.support.openclaw import CODEX_BIN, MARKS, MISSING, OPENCLAW
+from tests.support.openclaw import CODEX_BIN, MARKS, TIMED_OUT, require_tools
 from tools.fake_model import FakeModel, ShellCall, Text, input_texts
 from tools.openclaw_home import (
     FAKE_API_KEY,
@@ -125,15 +125,6 @@ class Run:
     sidecar_state: Path | None  # the sidecar's (its transcript mirror), sidecar runs
 
 
-def _require_tools() -> tuple[str, Path]:
-    if MISSING is not None:
-        pytest.fail(MISSING, pytrace=False)
-    assert OPENCLAW is not None
-    if CODEX_BIN is None:
-        pytest.fail("the OpenClaw tests need the real codex too: run `make setup`")
-    return OPENCLAW
-
-
 def _install_engines(site: Path) -> None:
     site.mkdir(parents=True, exist_ok=True)
     (site / "live_openclaw_engines.py").write_text(ENGINE_MODULE)
@@ -190,7 +181,6 @@ def _injected_texts(recording: Path) -> list[str]:
 #: OpenClaw gives some of its app-server operations a fixed 60 s deadline
 #: (start-up included) that a loaded 2-core machine can miss before the turn
 #: reaches the model; such an attempt is repeated, only then.
-TIMED_OUT = "codex app-server request timed out"
 ATTEMPTS = 3
 
 
@@ -320,7 +310,7 @@ def runs(tmp_path_factory):
 
     def get(kind: str, engine: str | None) -> Run:
         if not cache:
-            cache.update(_run_all(base, _require_tools()))
+            cache.update(_run_all(base, require_tools()[:2]))
         got = cache[(kind, engine)]
         if isinstance(got, BaseException):
             pytest.fail(f"the {kind} run ({engine or 'straight to codex'}) failed: {got}", pytrace=False)

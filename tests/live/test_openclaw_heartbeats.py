@@ -33,12 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from engines.lossless import DB_NAME, Store
 from engines.lossless.skipping import skipped_figures
 from sidecar.record import read_recording
-from tests.support.openclaw import CODEX_BIN, MARKS, MISSING, OPENCLAW
+from tests.support.openclaw import CODEX_BIN, MARKS, SETTLED, TIMED_OUT, UNREACHABLE, require_tools
 from tools.fake_model import FakeModel, Text, input_texts
 from tools.openclaw_home import AgentFailed, OpenClawHome, make_openclaw_home, message_text, sidecar_command, transcript_user_texts
 
@@ -56,20 +54,10 @@ HEARTBEAT_REPLY = "HEARTBEAT_OK"
 HEARTBEAT_WORDS = "heartbeat_respond"
 #: What OpenClaw's own transcript keeps of the heartbeat's prompt.
 HEARTBEAT_POLL = "[OpenClaw heartbeat poll]"
-#: The gateway's log line once its start-up work is done (a turn sent
-#: earlier on a loaded machine timed out connecting: test_openclaw_resets).
-SETTLED = "startup outcomes:"
-TIMED_OUT = "codex app-server request timed out"
-UNREACHABLE = "Gateway not reachable"
 
 
 def _home(root: Path, model: FakeModel) -> OpenClawHome:
-    if MISSING is not None:
-        pytest.fail(MISSING, pytrace=False)
-    assert OPENCLAW is not None
-    if CODEX_BIN is None:
-        pytest.fail("the OpenClaw tests need the real codex too: run `make setup`")
-    openclaw_bin, template = OPENCLAW
+    openclaw_bin, template, _ = require_tools()
     root.mkdir(parents=True, exist_ok=True)
     (root / "sidecar.toml").write_text("")  # never the developer's own config file: lossless's defaults
     env = {

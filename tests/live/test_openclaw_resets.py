@@ -31,13 +31,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from engines.lossless import DB_NAME, Store
 from sidecar.lifecycle.resets import RESET_ENTRY
 from sidecar.store import bindings
 from sidecar.store.mirror import session_path
-from tests.support.openclaw import CODEX_BIN, MARKS, MISSING, OPENCLAW
+from tests.support.openclaw import CODEX_BIN, MARKS, SETTLED, TIMED_OUT, UNREACHABLE, require_tools
 from tools.fake_model import FakeModel, Rules, Step, Text, tool_names, tool_outputs
 from tools.openclaw_home import AgentFailed, OpenClawHome, make_openclaw_home, sidecar_command, transcript_user_texts
 
@@ -103,20 +101,10 @@ A_GATEWAY = "Which code did I give you?"
 A_AFTER = ["What is 3+3?", "Use lcm_grep to find locker."]
 A_LOCAL = "Thanks, that is all."
 B_GATEWAY = "Which code did I give you?"
-TIMED_OUT = "codex app-server request timed out"
-UNREACHABLE = "Gateway not reachable"
-#: The gateway's log line once its start-up work is done (seen: a turn sent
-#: before it, on a loaded machine, timed out connecting).
-SETTLED = "startup outcomes:"
 
 
 def _home(root: Path, model: FakeModel) -> OpenClawHome:
-    if MISSING is not None:
-        pytest.fail(MISSING, pytrace=False)
-    assert OPENCLAW is not None
-    if CODEX_BIN is None:
-        pytest.fail("the OpenClaw tests need the real codex too: run `make setup`")
-    openclaw_bin, template = OPENCLAW
+    openclaw_bin, template, _ = require_tools()
     root.mkdir(parents=True, exist_ok=True)
     site = root / "site"
     site.mkdir()

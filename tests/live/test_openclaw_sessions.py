@@ -36,13 +36,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from engines.lossless import DB_NAME, Store
 from sidecar.projection import CONTEXT_CLOSE, CONTEXT_HEADER, CONTEXT_OPEN, RUNTIME_HEADER
 from sidecar.store import bindings
 from sidecar.store.mirror import session_path
-from tests.support.openclaw import CODEX_BIN, MARKS, MISSING, OPENCLAW
+from tests.support.openclaw import CODEX_BIN, MARKS, TIMED_OUT, require_tools
 from tools.fake_model import FakeModel, Rules, Step, Text, input_texts, tool_names, tool_outputs
 from tools.openclaw_home import AgentFailed, OpenClawHome, make_openclaw_home, sidecar_command
 
@@ -95,14 +93,10 @@ GREP = "Use lcm_grep to find heron."
 A_AFTER = ["Which word did I ask you to remember?", GREP]
 B = ["Remember the word otter."]
 GATEWAY = ["Thanks, that is all."]
-TIMED_OUT = "codex app-server request timed out"
 
 
 def _home(root: Path, model: FakeModel) -> OpenClawHome:
-    if MISSING is not None:
-        pytest.fail(MISSING, pytrace=False)
-    assert OPENCLAW is not None and CODEX_BIN is not None
-    openclaw_bin, template = OPENCLAW
+    openclaw_bin, template, _ = require_tools()
     root.mkdir(parents=True, exist_ok=True)
     site = root / "site"
     site.mkdir()
