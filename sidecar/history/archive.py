@@ -177,6 +177,16 @@ class HiddenTurns(Sequence[dict[str, Any]]):
         return out
 
 
+def _marks(record: ArchiveRecord | _RecordHead, dropped: set[str], forgotten: set[str]) -> None:
+    """A record's marks, in file order: a later revert may drop again what was restored."""
+    if not isinstance(record.dropped, UnsetType):
+        dropped.update(record.dropped)
+    if not isinstance(record.forgotten, UnsetType):
+        forgotten.update(record.forgotten)
+    if not isinstance(record.restored, UnsetType):
+        dropped.difference_update(record.restored)
+
+
 def turn_ids(hidden: Sequence[dict[str, Any]]) -> list[Any]:
     """The ids of ``hidden`` (archived turns), without reading them back."""
     return hidden.ids if isinstance(hidden, HiddenTurns) else [t.get("id") for t in hidden]
@@ -366,12 +376,7 @@ class TurnArchive:
                 continue
             if not isinstance(record.turn, UnsetType) and isinstance(record.turn.id, str):
                 spans.setdefault(record.turn.id, (start, len(raw)))  # a replayed turn keeps its first copy
-            if not isinstance(record.dropped, UnsetType):
-                dropped.update(record.dropped)
-            if not isinstance(record.forgotten, UnsetType):
-                forgotten.update(record.forgotten)
-            if not isinstance(record.restored, UnsetType):  # in file order: a later revert may drop them again
-                dropped.difference_update(record.restored)
+            _marks(record, dropped, forgotten)
         return HiddenTurns(self.path, [(tid, *span) for tid, span in spans.items() if tid in dropped and tid not in forgotten])
 
     def _records_with(self, marker: bytes) -> list[ArchiveRecord] | None:
@@ -402,12 +407,7 @@ class TurnArchive:
             turn = record.turn
             if not isinstance(turn, UnsetType) and isinstance(turn.get("id"), str):
                 turns.setdefault(turn["id"], turn)  # a replayed turn keeps its first copy
-            if not isinstance(record.dropped, UnsetType):
-                dropped.update(record.dropped)
-            if not isinstance(record.forgotten, UnsetType):
-                forgotten.update(record.forgotten)
-            if not isinstance(record.restored, UnsetType):  # in file order: a later revert may drop them again
-                dropped.difference_update(record.restored)
+            _marks(record, dropped, forgotten)
         return turns, dropped, forgotten
 
 
