@@ -121,10 +121,13 @@ class MessageRows(StoreCore):
                     rows,
                 )
         # What this process wrote, decoded once for the assemblies to come
-        # (the newest of a large batch: the ones a tail reads), not read back.
-        for mid, body in bodies[-_SEEDED:]:
-            self._decoded.put(mid, decode_openclaw(body), len(body))
-        self._decoded.trim()
+        # (the newest of a large batch: the ones a tail reads), not read back;
+        # under the lock, as every use of the cache (a decode in another
+        # thread hands back what it found cached).
+        with self._lock:
+            for mid, body in bodies[-_SEEDED:]:
+                self._decoded.put(mid, decode_openclaw(body), len(body))
+            self._decoded.trim()
         return stored
 
     def messages_between(self, session_id: str, lo: int, hi: int | None = None) -> list[MessageRow]:

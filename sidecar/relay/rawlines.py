@@ -115,6 +115,8 @@ class RawLines:
                 router.calls.end(call)
                 call.settle(error=RpcError(-32603, f"response longer than the sidecar's max line ({router.max_line} bytes)"))
             log.warning("oversized response to a sidecar request dropped", extra={"fields": {"maxLine": router.max_line}})
+            if router.edge is not None:  # answered all the same: what waited for it goes on
+                router._release(router.edge.sidecar_answered(wire_id))
             return data, "drop"
         pending = router.pending.close(wire_id)
         if pending is None:

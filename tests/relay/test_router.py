@@ -459,6 +459,19 @@ def test_answers_held_when_codex_exits_go_to_the_client_as_they_are(wire):
     assert answers[2]["error"]["code"] == -32603  # codex had it
 
 
+def test_a_held_answer_goes_on_once_the_sidecars_start_is_answered_too_long_to_parse(wire):
+    w = wire(edge=HoldingEdge(), max_line=200)
+    call = w.router.call("thread/start", {}, raw=True)
+    w.router.from_client(b'{"id":1,"method":"thread/loaded/list","params":{}}')
+    w.router.from_child(b'{"id":1,"result":{"data":["back"]}}')
+    assert w.client.take() == []
+    answer = frame({"id": call.id, "result": {"thread": {"id": "ghost", "pad": "y" * 400}}}) + b"\n"
+    w.router.from_child_fragment(Oversized(answer[:100], False))
+    w.router.from_child_fragment(Oversized(answer[100:], True))
+    assert call.error is not None
+    assert loads(w.client.take()) == [{"id": 1, "result": {"data": ["front"]}}], "not left to its wait"
+
+
 # ------------------------------------------------------- control methods
 
 

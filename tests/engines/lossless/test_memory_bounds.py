@@ -73,3 +73,54 @@ async def test_assemblies_under_one_frame_hand_back_the_same_summary_objects(hos
         await run_turn(engine, history, turn(n))
     later = [m for m in (await assemble(engine, history)).messages if isinstance(m, CompactionSummaryMessage)]
     assert later != summaries and not any(m is s for m in later for s in summaries)
+
+
+def test_what_an_ingestion_seeds_never_evicts_a_message_another_thread_is_decoding(tmp_path, monkeypatch):
+    """The decoded cache is shared by every thread of the store: an
+    ingestion seeds it under the store's lock, so it cannot evict the
+    messages a decode in another thread found cached and is about to hand
+    back (that decode failed with a KeyError: the assembly fell open)."""
+    import threading
+
+    from engines.lossless import Store, ingest
+
+    store = Store.open(tmp_path)
+    count = lambda m: 1  # noqa: E731
+    store.ingest("a", "a", [_message(n, 10) for n in range(4)], [f"a{n}" for n in range(4)], count)
+    rows = store.messages_between("a", 1)
+    store.decode(rows[:3])
+    store._decoded.drop(rows[3].id)  # the one the reader below decodes
+    store._decoded.max_count = 4
+    real = ingest.decode_openclaw
+    seeding, seed, decoding, decode = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    got: list = []
+    writer = threading.Thread(target=store.ingest, args=("b", "b", [_message(n, 10) for n in range(10, 14)], [f"b{n}" for n in range(4)], count))
+    reader = threading.Thread(target=lambda: got.append(_outcome(store.decode, rows)))
+
+    def paused(*args, **kwargs):
+        if threading.current_thread() is writer and not seeding.is_set():
+            seeding.set()
+            seed.wait(10)
+        elif threading.current_thread() is reader:
+            decoding.set()
+            decode.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ingest, "decode_openclaw", paused)
+    writer.start()
+    assert seeding.wait(10)
+    reader.start()
+    decoding.wait(2)  # reached at once without the store's lock; with it, only once the writer is done
+    seed.set()
+    writer.join(10)
+    decode.set()
+    reader.join(10)
+    store.close()
+    assert [getattr(m, "timestamp", m) for m in got[0]] == [T0 + n for n in range(4)]
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # the reader's failure, shown by the assertion
+        return [exc]
