@@ -9,7 +9,8 @@ thread a little earlier: a ``thread/loaded/list`` (or ``thread/list``) it
 answers in between names a thread the sidecar does not know yet is its own.
 So a client's answer to one of :data:`LIST_METHODS` read while any of the
 sidecar's own :data:`OPENING_METHODS` is unanswered waits for those starts
-(never for one sent after it: Codex wrote the answer before it had them),
+(those unanswered when the answer is read, a start sent before the list
+request included; never one sent after the answer: Codex wrote it first),
 and goes on once they are answered, filtered with what they made known.
 
 Nothing is hidden because it is unknown: a client's own ``thread/start`` in
