@@ -429,7 +429,7 @@ class LosslessEngine(BaseContextEngine):
                 retried = await retry_fallbacks(
                     self._context(params.session_id, self._budget(params.runtime_context.token_budget or session.budget)), params.session_id, self.cfg.retries_per_maintain, start + self.cfg.step_deadline
                 )
-        if self._store_now().backend.kind == "postgres":  # searches stay fast: the turn's words into the index
+        if self._store_now().backend.kind == "postgres":  # searches stay fast: the waiting words into the index, every 32 KB of text
             await self._db("tidy_search_index")
         if self.cfg.max_store_mb:
             await self._db("enforce_size_limit", int(self.cfg.max_store_mb * 2**20))

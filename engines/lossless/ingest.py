@@ -120,6 +120,7 @@ class MessageRows(StoreCore):
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                self._unfolded_chars += sum(len(r[9]) for r in rows)  # their words wait in the index's pending list
         # What this process wrote, decoded once for the assemblies to come
         # (the newest of a large batch: the ones a tail reads), not read back;
         # under the lock, as every use of the cache (a decode in another

@@ -195,6 +195,9 @@ class StoreCore:
         self.where = backend.where
         self._lock = threading.RLock()
         self._decoded = DecodedMessages()
+        #: Characters of text this store wrote since it last folded the
+        #: search index's pending entries (:meth:`.Upkeep.tidy_search_index`).
+        self._unfolded_chars = 0
 
     def close(self) -> None:
         with self._lock:

@@ -79,6 +79,7 @@ class SummaryRows(StoreCore):
             "INSERT INTO summary_sources (summary_id, ord, source_id) VALUES (?, ?, ?)",
             [(s.id, i, source) for i, source in enumerate(s.source_ids)],
         )
+        self._unfolded_chars += len(s.text)
 
     def add_leaf(self, session_id: str, summary: NewSummary) -> bool:
         """Store a leaf summary over messages ``seq_lo..seq_hi`` and advance the
@@ -119,6 +120,7 @@ class SummaryRows(StoreCore):
                 "WHERE session_id = ? AND id = ?",
                 (text, tokens, int(fallback), session_id, sid),
             )
+        self._unfolded_chars += len(text)
 
     def count_attempt(self, session_id: str, sid: str) -> None:
         with self._tx(session_id) as conn:

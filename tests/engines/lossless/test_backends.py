@@ -159,8 +159,8 @@ def _pending_pages(url: str) -> int:
 
 
 @pytest.mark.postgres
-async def test_maintain_folds_the_turns_words_into_the_search_index(pg_url, tmp_path):
-    from engines.lossless import LosslessEngine
+async def test_maintain_folds_the_words_into_the_search_index_once_enough_text_waits(pg_url, tmp_path, monkeypatch):
+    from engines.lossless import LosslessEngine, upkeep
     from engines.testkit import FakeHost
 
     from .conftest import SMALL, conversation, run_turn
@@ -169,11 +169,43 @@ async def test_maintain_folds_the_turns_words_into_the_search_index(pg_url, tmp_
         engine = LosslessEngine({**SMALL, "database_url": pg_url})
         await engine.bind(host)
         history: list = []
+        folds: list[int] = []
         await run_turn(engine, history, conversation(3), maintain=False)
-        assert _pending_pages(pg_url) > 0  # PostgreSQL's default: new words wait in the GIN pending list, read by every search
+        real = engine.store.backend.tidy_index
+        monkeypatch.setattr(engine.store.backend, "tidy_index", lambda: (folds.append(len(history)), real())[1])
         await run_turn(engine, history, conversation(6)[len(history) :])
-        assert _pending_pages(pg_url) == 0
+        assert folds == []  # a turn's words wait in PostgreSQL's GIN pending list (read by every search) for more
+        assert _pending_pages(pg_url) > 0  # (this folds them itself)
+        monkeypatch.setattr(upkeep, "FOLD_CHARS", 1)
+        await run_turn(engine, history, conversation(9)[len(history) :])
+        assert len(folds) == 1 and _pending_pages(pg_url) == 0
         await engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_search_index_is_folded_once_per_fold_chars_of_stored_text(kind, request, tmp_path, monkeypatch):
+    from engines import UserMessage
+    from engines.lossless import upkeep
+    from engines.lossless.messages import content_identity, identities
+    from engines.tokens import estimate_message_tokens
+
+    url = request.getfixturevalue("pg_url") if kind == "postgres" else None
+    store = Store.connect(url) if url else Store.open(tmp_path)
+    monkeypatch.setattr(upkeep, "FOLD_CHARS", 1000)
+    try:
+        folded_at = []
+        for n in range(50):  # 100 characters of text a message: 5,000 in all
+            batch = [UserMessage(content=f"{n:03d} " + " ".join(f"w{n}x{k}" for k in range(40))[:96], timestamp=n)]
+            store.ingest(SESSION, SESSION, batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
+            if url and n == 4:
+                assert _pending_pages(url) > 0  # the words wait (this check folds them itself)
+            if store.tidy_search_index():
+                folded_at.append(n + 1)
+                if url:
+                    assert _pending_pages(url) == 0  # the store folded them
+        assert folded_at == [10, 20, 30, 40, 50]
+    finally:
+        store.close()
 
 
 @pytest.mark.postgres
@@ -184,12 +216,12 @@ def test_a_refused_index_tidy_is_not_tried_again(pg_url):
         conn.execute("DO $$ BEGIN CREATE ROLE lossless_visitor; EXCEPTION WHEN duplicate_object THEN NULL; END $$")  # roles outlive a database
         conn.execute("GRANT USAGE ON SCHEMA public TO lossless_visitor")
         conn.execute("SET ROLE lossless_visitor")  # not the indexes' owner
-        store.tidy_search_index()  # refused: logged, not raised
+        store.backend.tidy_index()  # refused: logged, not raised
         conn.execute("RESET ROLE")
         calls: list[str] = []
         real = store.backend.conn.execute
         store.backend.conn.execute = lambda sql, *a: (calls.append(sql), real(sql, *a))[1]
-        store.tidy_search_index()
+        store.backend.tidy_index()
         assert calls == []
     finally:
         store.close()
