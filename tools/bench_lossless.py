@@ -100,6 +100,7 @@ from tools.bench_scale import drive, read_inspect
 from tools.client import AppServerClient, RpcError
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
 from tools.fake_model import Rules, Text, input_texts, request_prompt
+from tools.lossless_table import BENCH_DEFAULTS, engine_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,13 +116,6 @@ TARGET_CACHE_RATIO = 0.5
 TARGET_DEFAULT_RATIO = 0.30
 """The default run (300 turns at the default budget) is held to this (issue 27)."""
 TARGET_REBUILDS_PER_10 = 1.0
-SUMMARY_MODEL = "bench-summary-mini"
-"""The bench's ``summary_model`` unless ``--engine-setting`` sets one: the
-fake model logs each request's model, so the report checks that every
-summary call asked for it and no turn request did."""
-BENCH_DEFAULTS = {"summary_model": f'"{SUMMARY_MODEL}"', "summary_max_calls_per_hour": "0"}
-"""Engine settings the bench adds unless ``--engine-setting`` gives them: its
-summary model, and no hourly cap (the bench runs hours of turns in minutes)."""
 RECALL_TOOL = "lcm_grep"
 QUERY_TOOL = "lcm_expand_query"
 """One recall question asks with this tool instead (see :func:`plan`)."""
@@ -962,23 +956,6 @@ def tokens_per_turn(script: Sequence[Turn], native: SideResult) -> int | None:
         turn_reqs = before or turn_reqs
     span = turn_reqs[-1].turn - turn_reqs[0].turn
     return round((turn_reqs[-1].tokens - turn_reqs[0].tokens) / span) if span else None
-
-
-def engine_table(engine_settings: Sequence[str] = ()) -> tuple[str, set[str]]:
-    """The sidecar config's ``[engines.lossless]`` table: each ``KEY=VALUE``
-    of ``engine_settings`` (TOML values), then :data:`BENCH_DEFAULTS` for the
-    keys they leave out; and the keys given. ``tools.bench_scale`` runs its
-    ``lossless`` configuration on the same table."""
-    table = ["[engines.lossless]"]
-    given: set[str] = set()
-    for item in engine_settings:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"--engine-setting {item!r}: expected KEY=VALUE")
-        table.append(f"{key.strip()} = {value.strip()}")
-        given.add(key.strip())
-    table += [f"{key} = {value}" for key, value in BENCH_DEFAULTS.items() if key not in given]
-    return "\n".join(table) + "\n", given
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ by side in one run:
 * ``lossless`` (only when ``--configs`` names it): the sidecar with the
   built-in ``lossless`` engine, its store in the run's state dir, at its
   defaults but for ``tools.bench_lossless``'s summary model and no hourly
-  summary cap (:func:`tools.bench_lossless.engine_table`); the fake model
+  summary cap (:func:`tools.lossless_table.engine_table`); the fake model
   answers its summary calls as ``make bench-lossless`` does
   (:class:`tools.fake_model.Rules`). A hand-over also waits for its
   background summary calls to be answered. Issue 35's late-turn check:
@@ -101,6 +101,7 @@ from tools.client import AppServerClient, RpcError, ServerGone
 from tools.codex_home import codex_env, find_codex_bin, make_codex_home
 from tools.context_engines import DIST_NAME, IDENTITY_ID, WINDOW_ID, write_dist_info
 from tools.fake_model import FakeModel, Rules, request_prompt
+from tools.lossless_table import engine_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,8 +172,6 @@ def lossless_table() -> str:
     """The ``lossless`` configuration's ``[engines.lossless]`` table:
     ``make bench-lossless``'s (its summary model, no hourly cap), the
     engine's defaults otherwise."""
-    from tools.bench_lossless import engine_table  # it imports this module
-
     return engine_table()[0]
 
 

@@ -19,6 +19,7 @@ import pytest
 from tools import bench_lossless as bl
 from tools.codex_home import find_codex_bin
 from tools.fake_model import FunctionCall, Rules, ShellCall, Text, request_prompt
+from tools.lossless_table import SUMMARY_MODEL
 
 CODEX_BIN = find_codex_bin()
 
@@ -220,7 +221,7 @@ def test_a_short_run_reports_figures_taken_from_the_run(tmp_path, capsys):
     assert data["largestBound"] == 5000 + data["framingTokens"]  # no slack
     # Every summary call asked for the bench's summary_model, no turn request did.
     assert data["checks"]["summaryCallsOnSummaryModel"] is True
-    assert set(lossless["models"]["summary"]) == {bl.SUMMARY_MODEL} and bl.SUMMARY_MODEL not in lossless["models"]["reply"]
+    assert set(lossless["models"]["summary"]) == {SUMMARY_MODEL} and SUMMARY_MODEL not in lossless["models"]["reply"]
     assert data["rebuildsPer10Turns"] == lossless["rebuilds"] * 10 / 10
     assert data["largestTurnRequest"] == max(r["tokens"] for r in lossless["requests"] if r["kind"] not in ("summary", "compaction"))
     assert data["cacheWeightedRatio"] == pytest.approx(lossless["all"]["cacheWeightedInput"] / native["all"]["cacheWeightedInput"])

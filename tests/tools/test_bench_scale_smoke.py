@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from engines import AssistantMessage, TextBlock, UserMessage, load_engine
 from engines.api import AssembleParams, ToolCallBlock, ToolResultMessage
 from engines.lossless.summarize import Source, batch_prompt, parse_batch, summary_prompt
-from tools import bench_lossless
 from tools import bench_scale as bs
 from tools.codex_home import find_codex_bin
 from tools.context_engines import DIST_NAME, WINDOW_ID, WindowEngine, window_start, write_dist_info
 from tools.fake_model import Text
+from tools.lossless_table import SUMMARY_MODEL
 
 CODEX_BIN = find_codex_bin()
 
@@ -147,7 +147,7 @@ def test_the_lossless_configuration_is_held_to_1_5x_native_and_runs_only_when_na
     assert not bs.checks_for(bs.ConfigResult("lossless", "lossless", walls=[0.1] * 5 + [0.155] * 5, samples=flat), native, 5)[0].passed
     assert bs.CONFIGS["lossless"] == "lossless" and "lossless" not in bs.DEFAULT_CONFIGS
     table = tomllib.loads(bs.lossless_table())["engines"]["lossless"]
-    assert table == {"summary_model": bench_lossless.SUMMARY_MODEL, "summary_max_calls_per_hour": 0}, "bench-lossless's table, the engine's defaults otherwise"
+    assert table == {"summary_model": SUMMARY_MODEL, "summary_max_calls_per_hour": 0}, "bench-lossless's table, the engine's defaults otherwise"
 
 
 def _user(text: str) -> dict:
