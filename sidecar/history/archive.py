@@ -535,27 +535,75 @@ def in_view(turn: dict[str, Any], items_view: Any) -> dict[str, Any]:
     return {**turn, "items": summary_items(turn.get("items") or []), "itemsView": "summary"}
 
 
+class TurnsInView(Sequence[dict[str, Any]]):
+    """Archived turns as ``thread/turns/list`` shows them in ``items_view``
+    (:func:`in_view`), read back and shaped only as far as asked: their
+    count and ids cost nothing, a slice is another view, and a page of a
+    long archive reads its own turns alone (one open of the file)."""
+
+    def __init__(self, turns: Sequence[dict[str, Any]], items_view: Any) -> None:
+        self.turns = turns
+        self.items_view = items_view
+
+    @property
+    def ids(self) -> list[Any]:
+        return turn_ids(self.turns)
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> TurnsInView: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | TurnsInView:
+        if isinstance(index, slice):
+            return TurnsInView(self.turns[index], self.items_view)
+        return in_view(self.turns[index], self.items_view)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (in_view(turn, self.items_view) for turn in self.turns)
+
+    def without(self, ids: Container[Any]) -> TurnsInView:
+        turns = self.turns
+        kept = turns.without(ids) if isinstance(turns, HiddenTurns) else [t for t in turns if t.get("id") not in ids]
+        return TurnsInView(kept, self.items_view)
+
+
+def find_turn(hidden: Sequence[dict[str, Any]], turn_id: Any) -> dict[str, Any] | None:
+    """The archived turn ``turn_id`` (None: not archived, or it no longer
+    reads), reading back that turn alone."""
+    ids = turn_ids(hidden)
+    if turn_id not in ids:
+        return None
+    try:
+        return hidden[ids.index(turn_id)]
+    except IndexError:
+        return None
+
+
 def hidden_page(
-    hidden: list[dict[str, Any]], kind: str, position: int, limit: Any, *, space: str = "turns", handover: bool = True
+    hidden: Sequence[dict[str, Any]], kind: str, position: int, limit: Any, *, space: str = "turns", handover: bool = True
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of archived turns (or items) from a sidecar cursor (``kind``
     asc or desc at ``position``) and the cursor after it. asc ends by handing
     over to Codex's own from their start (unless ``handover`` is false: the
-    items of one archived turn); desc ends the listing."""
+    items of one archived turn); desc ends the listing. Only the page's own
+    units are read (``hidden`` may be a :class:`TurnsInView`)."""
     size = limit if isinstance(limit, int) and limit > 0 else len(hidden)
     position = max(0, min(position, len(hidden)))
     if kind == _DESC:
         start = max(0, position - size)
-        page = hidden[start:position][::-1]
+        page = list(hidden[start:position])[::-1]
         return page, encode_cursor(_DESC, start, space) if start > 0 else None
     end = min(len(hidden), position + size)
-    page = hidden[position:end]
+    page = list(hidden[position:end])
     if end < len(hidden):
         return page, encode_cursor(_ASC, end, space)
     return page, encode_cursor(_CODEX, 0, space) if handover else None
 
 
-def backwards_cursor(count: int, kind: str, position: int, page: list[Any], space: str = "turns") -> str | None:
+def backwards_cursor(count: int, kind: str, position: int, page: Sequence[Any], space: str = "turns") -> str | None:
     """The ``backwardsCursor`` of a page :func:`hidden_page` made from
     ``count`` units: the other direction, starting with (including) the
     page's first unit, as Codex's own backwards cursors do."""

@@ -20,14 +20,15 @@ from protocol import encode_response
 from ..relay import HANDLED, Decision, Message, PendingRequest, Proxy, Slot
 from .archive import (
     CURSOR_PREFIX,
+    TurnsInView,
     anchored_position,
     backwards_cursor,
     codex_cursor_from_start,
     decode_cursor,
     encode_cursor,
     entry_times,
+    find_turn,
     hidden_page,
-    in_view,
     item_entries,
     unwrap_cursor,
     wrap_cursor,
@@ -106,14 +107,14 @@ class ArchivedListings:
             return None
         if direction == "asc":
             # A unit marked dropped whose revert failed is Codex's: listed once.
-            keys = {_unit_key(space, u) for u in units}
+            keys = set(_keys(space, units))
             own = [u for u in data if not (isinstance(u, dict) and _unit_key(space, u) in keys)]
             # Backwards from the first (archived) unit: it alone, newest first.
             return {**page, "data": [*units, *own], "backwardsCursor": backwards_cursor(len(units), "asc", 0, units, space)}
         if page.get("nextCursor") is not None:
             return None  # Codex has more of its own first
         listed = {_unit_key(space, u) for u in data if isinstance(u, dict)}
-        units = [u for u in units if _unit_key(space, u) not in listed]  # Codex's own, listed once
+        units = _without(space, units, listed)  # Codex's own, listed once
         if not units:
             return None
         room = limit - len(data) if isinstance(limit, int) and limit > 0 else len(units)
@@ -123,11 +124,15 @@ class ArchivedListings:
         return {**page, "data": [*data, *rows], "nextCursor": after}
 
 
-    def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The archived turns (in the items view asked for) or item entries, oldest first."""
+    def _units(self, space: str, thread_id: str, params: dict[str, Any]) -> Sequence[dict[str, Any]]:
+        """The archived turns (in the items view asked for) or item entries,
+        oldest first. Turns are read back as a page takes them (their ids
+        and count are known: :class:`TurnsInView`); item entries are every
+        archived turn's, read back here (a turn's count of items is not known
+        until it is read)."""
         hidden = self.hidden_for(thread_id)
         if space == "turns":
-            return [in_view(t, params.get("itemsView")) for t in hidden]
+            return TurnsInView(hidden, params.get("itemsView"))
         times = entry_times(self.codex_version())
         return [entry for t in hidden for entry in item_entries(t, times)]
 
@@ -145,12 +150,13 @@ class ArchivedListings:
             # direction asked for (Codex's cursors carry none).
             codex_cursor, anchor, inclusive = wrapped
             one_turn = space == "items" and params.get("turnId") is not None
+            units: Sequence[dict[str, Any]]
             if one_turn:
-                turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
+                turn = find_turn(self.hidden_for(thread_id), params["turnId"])
                 units = item_entries(turn, entry_times(self.codex_version())) if turn is not None else []
             else:
                 units = self._units(space, thread_id, params)
-            keys = [_unit_key(space, u) for u in units]
+            keys = _keys(space, units)
             if anchor in keys:
                 position = anchored_position(keys.index(anchor), direction, inclusive)
                 if direction == "asc" and position >= len(units) and not one_turn:
@@ -206,7 +212,7 @@ class ArchivedListings:
     def _archived_turn_items(self, msg: Message, thread_id: str, params: dict[str, Any], direction: str) -> Decision:
         """thread/items/list of one turn: an archived turn is the sidecar's to
         page (Codex no longer knows it); any other goes to Codex."""
-        turn = next((t for t in self.hidden_for(thread_id) if t.get("id") == params["turnId"]), None)
+        turn = find_turn(self.hidden_for(thread_id), params["turnId"])
         if turn is None:
             return None
         entries = item_entries(turn, entry_times(self.codex_version()))
@@ -231,6 +237,16 @@ class ArchivedListings:
         if self.visible is not None and isinstance(params, dict) and isinstance(params.get("threadId"), str):
             result = self.visible.visible_page(params["threadId"], result)
         self.proxy.router.answer_client_request(msg.id, encode_response(msg.id, result))
+
+
+def _keys(space: str, units: Sequence[dict[str, Any]]) -> list[Any]:
+    """The units' keys, in order (turns' ids without reading them back)."""
+    return units.ids if isinstance(units, TurnsInView) else [_unit_key(space, u) for u in units]
+
+
+def _without(space: str, units: Sequence[dict[str, Any]], keys: set[Any]) -> Sequence[dict[str, Any]]:
+    """The units whose keys are not in ``keys`` (turns not read back)."""
+    return units.without(keys) if isinstance(units, TurnsInView) else [u for u in units if _unit_key(space, u) not in keys]
 
 
 def _unit_key(space: str, unit: dict[str, Any]) -> Any:

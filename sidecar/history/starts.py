@@ -18,7 +18,9 @@ flight names a thread the client will be told of, and it stays in the list.
 
 A start not answered within the wait (seconds, the engine deadline in
 ``serve``) is given up: the answers waiting for it go on as they are
-(logged), and later answers no longer wait for it.
+(logged), and later answers no longer wait for it. :attr:`OwnStarts.held`
+and :attr:`OwnStarts.overdue_count` count the answers held and those that
+went on so (``sidecar/status``: ``backingThreads``).
 
 The relay holds the answers (:class:`sidecar.relay.Edge`): this module only
 decides which wait and when each goes, and never looks into one.
@@ -94,14 +96,15 @@ class OwnStarts(Generic[A]):
         that waited only for the starts it waited for (given up on)."""
         for one in self.waiting:
             if one.answer is answer:
-                self.overdue_count += 1
-                log.warning(
-                    "a thread list answered before the sidecar's own thread start; forwarded as it is",
-                    extra={"fields": {"method": one.method, "unanswered": len(one.starts), "waitSeconds": self.wait}},
-                )
                 lost = set(one.starts)
                 self.starts -= lost
-                return self._settle(lost)
+                out = self._settle(lost)
+                self.overdue_count += len(out)
+                log.warning(
+                    "a thread list answered before the sidecar's own thread start; forwarded as it is",
+                    extra={"fields": {"method": one.method, "unanswered": len(lost), "answers": len(out), "waitSeconds": self.wait}},
+                )
+                return out
         return []
 
     def release_all(self) -> list[A]:

@@ -104,7 +104,8 @@ class Spares:
             self.proxy.spawn(self.save_alias, self.backing.aliases[session.thread_id])
 
     def status(self) -> dict[str, Any]:
-        if not (self.fresh or self.backing.aliases):
+        lists = self.backing.own_starts
+        if not (self.fresh or self.backing.aliases or lists.held):
             return {}
         aliases = self.backing.aliases.values()
         return {
@@ -112,6 +113,10 @@ class Spares:
                 "switched": sum(1 for a in aliases if a.retired),
                 "spares": sum(1 for a in aliases if a.spare),
                 "framesDropped": self.backing.dropped,
+                # client thread lists held for the sidecar's own thread starts, and
+                # those the deadline let go unfiltered (sidecar.history.starts)
+                "listsHeld": lists.held,
+                "listsOverdue": lists.overdue_count,
             }
         }
 

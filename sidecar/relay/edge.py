@@ -9,7 +9,14 @@ relay can tell "unchanged" by identity and skip a parse (or an encode).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+if TYPE_CHECKING:
+    from protocol import Envelope
+
+    from .messages import PendingRequest
 
 
 class Edge(Protocol):
@@ -72,3 +79,16 @@ class Edge(Protocol):
     def fragment_to_client(self, data: bytes) -> bytes:
         """The same on its way to the client (never dropped: it cannot be taken back)."""
         ...
+
+
+class Held:
+    """A client's answer the edge holds (opaque to it), and the cancel scope
+    of the task that bounds its wait: cancelled when the answer goes on."""
+
+    __slots__ = ("env", "line", "pending", "timer")
+
+    def __init__(self, env: Envelope, line: bytes, pending: PendingRequest) -> None:
+        self.env = env
+        self.line = line
+        self.pending = pending
+        self.timer = trio.CancelScope()

@@ -8,7 +8,8 @@ stream. Routing decodes only the envelope; the original bytes go out unless
 a hook or the edge changed them.
 
 A client's answer the edge holds (:meth:`Edge.hold`: a thread list while the
-sidecar's own thread start is unanswered) waits while later frames go on.
+sidecar's own thread start is unanswered) waits while later frames go on; a
+timer task bounds the wait and ends as soon as the answer goes on.
 
 Hooks are synchronous and may hand slow work to ``spawn``; such a hook holds
 its message (returns ``HANDLED``) and later forwards, answers or drops it
@@ -46,7 +47,7 @@ from protocol.jsonrpc import PREFIX as INTERNAL_PREFIX
 from ..rows import ITEMS, THREAD, Part, Phase, Row, Sender, install
 from .calls import InternalCall, InternalCalls
 from .control import ControlMethods, Later
-from .edge import Edge
+from .edge import Edge, Held
 from .messages import HANDLED, Hooks, Message, PendingRequest, RpcError, dead_child_error, exit_text
 from .negotiation import Negotiation
 from .observe import Observed
@@ -447,7 +448,7 @@ class Router:
                 self._send_original(retry, env)
                 return
         pending = self.pending.close(wire_id)  # type: ignore[arg-type]
-        if self.edge is not None and pending is not None and (wait := self.edge.hold(pending.method, held := (env, line, pending))) is not None:
+        if self.edge is not None and pending is not None and (wait := self.edge.hold(pending.method, held := Held(env, line, pending))) is not None:
             self.spawn(self._overdue, held, wait)  # the edge holds it; other frames go on meanwhile
             return
         self._deliver_response(env, line, pending)
@@ -523,14 +524,19 @@ class Router:
             self.calls.end(call)
             call.settle(result, error)
 
-    def _release(self, held: list[Any]) -> None:
-        for env, line, pending in held:
-            self._deliver_response(env, line, pending)
+    def _release(self, held: list[Held]) -> None:
+        for one in held:
+            one.timer.cancel()  # its timer task ends now, not at the deadline
+            self._deliver_response(one.env, one.line, one.pending)
 
-    async def _overdue(self, held: Any, seconds: float) -> None:
-        """At most ``seconds`` after the edge held it, ``held`` goes on (with what is known)."""
-        await trio.sleep(seconds)
-        self._release(self.edge.overdue(held) if self.edge is not None else [])
+    async def _overdue(self, held: Held, seconds: float) -> None:
+        """At most ``seconds`` after the edge held it, ``held`` goes on (with
+        what is known); the task ends at once when it went on before that
+        (its timer cancelled, even before the task began)."""
+        with held.timer:
+            await trio.sleep(seconds)
+        if not held.timer.cancel_called:
+            self._release(self.edge.overdue(held) if self.edge is not None else [])
 
     def from_child_fragment(self, ev: Oversized | Fragment) -> None:
         """A piece of a child line too long to parse, or its stream's torn tail (:mod:`.rawlines`)."""

@@ -13,9 +13,10 @@ import trio
 
 from engines import CompleteParams
 from sidecar.host import Completions
+from sidecar.lifecycle import LifecycleOptions
 from tests.support.fresh import FIRST_THREAD, SCRIPT, fresh
 from tests.support.lifecycle import frame, records_with, sidecar, wait_until
-from tests.support.modes import modes_sidecar, summarising
+from tests.support.modes import identity, modes_sidecar, summarising
 
 OWNED = "01a20000-0000-7000-8000-000000000002"  # the fake's second thread: the sidecar's
 CLIENTS_SECOND = "01a20000-0000-7000-8000-000000000003"
@@ -67,17 +68,21 @@ async def test_a_spare_codex_lists_before_answering_its_start_never_reaches_the_
         loaded = await run.request("thread/loaded/list", {})
         spare = run.lifecycle.backing.aliases[tid].spare
         frames = run.frames()
+        status = await run.status()
     assert spare == OWNED
     assert loaded["result"]["data"] == [tid]
     assert named(frames, OWNED) == []
+    assert status["backingThreads"]["listsHeld"] == 1 and status["backingThreads"]["listsOverdue"] == 0
 
 
 async def test_a_list_waits_no_longer_than_its_deadline_for_a_start_codex_never_answers(tmp_path, logs):
     """Fail open: the answer goes on as it is (the sidecar does not know the
-    thread is its own), logged, and later lists wait for that start no more."""
+    thread is its own), logged and counted in ``sidecar/status`` (with an
+    engine, ``rebuild`` not ``fresh``), and later lists wait for that start no more."""
     script = {**SCRIPT, "threadStartLate": [False, "never"]}
-    async with sidecar(tmp_path, None, script=script) as run:
+    async with modes_sidecar(tmp_path, identity(), options=LifecycleOptions(engine_deadline=5.0, rebuild="revert"), script=script) as run:
         tid = await run.start_thread()
+        assert "backingThreads" not in await run.status(), "nothing to show before a list was held"
         edge = run.client.proxy.router.edge
         edge.own_starts.wait = 0.2
         async with trio.open_nursery() as nursery:
@@ -86,7 +91,8 @@ async def test_a_list_waits_no_longer_than_its_deadline_for_a_start_codex_never_
             first = await run.request("thread/loaded/list", {})
             assert edge.own_starts.starts == set()
             second = await run.request("thread/loaded/list", {})
+            status = await run.status()
             nursery.cancel_scope.cancel()
     assert first["result"]["data"] == second["result"]["data"] == [tid, OWNED]
-    assert edge.own_starts.held == 1 and edge.own_starts.overdue_count == 1
+    assert status["backingThreads"] == {"switched": 0, "spares": 0, "framesDropped": 0, "listsHeld": 1, "listsOverdue": 1}
     assert len(records_with(logs, "thread list answered before the sidecar's own thread start")) == 1

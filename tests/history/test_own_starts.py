@@ -113,10 +113,10 @@ def test_an_overdue_answer_goes_on_as_it_is_and_its_start_is_given_up(logs):
     assert s.overdue("first") == []  # gone already: nothing
     assert s.answered("s1") == []  # a late answer to a start given up
     assert s.answered("s2") == ["third", "fourth"]
-    assert s.overdue_count == 1
+    assert s.held == 4 and s.overdue_count == 2, "both answers that went on unfiltered count, not just the one whose wait ran out"
     [record] = [r for r in logs.records if "thread list answered before" in r.getMessage()]
     assert record.levelname == "WARNING"
-    assert record.fields == {"method": "thread/loaded/list", "unanswered": 1, "waitSeconds": 5.0}
+    assert record.fields == {"method": "thread/loaded/list", "unanswered": 1, "answers": 2, "waitSeconds": 5.0}
 
 
 def test_codex_gone_releases_every_held_answer_in_order():
