@@ -216,15 +216,28 @@ async def test_sigkill_at_any_point_loses_and_duplicates_nothing(tmp_path, lines
 
 
 def test_config_refuses_unknown_keys_and_bad_values():
-    with pytest.raises(ValueError, match="unknown field `token_limit`"):
+    with pytest.raises(ValueError, match="unknown key 'token_limit'"):
         parse_config({"token_limit": 5})
     with pytest.raises(ValueError, match="condense_fanout must be at least 2"):
         parse_config({"condense_fanout": 1})
     with pytest.raises(ValueError, match="compact_target < compact_threshold"):
         parse_config({"compact_threshold": 0.4, "compact_target": 0.5})
-    with pytest.raises(ValueError, match="Expected `int`"):
+    with pytest.raises(ValueError, match="token_budget: expected `int`, got `str`"):
         parse_config({"token_budget": "big"})
     assert parse_config({}).token_budget == 32_000
+
+
+def test_a_mistyped_config_key_names_the_key_it_meant_and_the_valid_ones():
+    """A typo in [engines.lossless] reads as one in the sidecar's own
+    settings does: the key, a suggestion, the keys there are."""
+    with pytest.raises(ValueError) as typo:
+        parse_config({"retention_day": 30})
+    message = str(typo.value)
+    assert message.startswith("invalid [engines.lossless] config: unknown key 'retention_day' (did you mean 'retention_days'?); valid keys: ")
+    assert "session_max_messages" in message.split("valid keys: ", 1)[1]
+    with pytest.raises(ValueError) as far:
+        parse_config({"colour": "blue"})
+    assert "did you mean" not in str(far.value) and "unknown key 'colour'; valid keys: " in str(far.value)
 
 
 def test_the_loader_builds_the_engine_from_its_config_table(tmp_path):
