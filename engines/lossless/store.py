@@ -52,6 +52,11 @@ __all__ = [
 DB_NAME = "lossless.sqlite3"
 
 
+# What to do about an SQLite file the engine cannot read (not a database,
+# damaged): the sidecar runs legacy until it is dealt with.
+_UNUSABLE_FIX = "; fix: put back a copy made by `codex-sidecar engines lossless backup`, or move the file aside (the engine then starts an empty store)"
+
+
 class Store(MessageRows, SummaryRows, SessionRows, FullText, Upkeep):
     """One store (an SQLite file or a PostgreSQL database); see the module
     documentation. Its operations live with their tables: messages
@@ -72,7 +77,7 @@ class Store(MessageRows, SummaryRows, SessionRows, FullText, Upkeep):
             os.close(fd)
             backend = SqliteBackend.open(path)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"the lossless store {path} is unusable: {exc}") from exc
+            raise StoreError(f"the lossless store {path} is unusable: {exc}{_UNUSABLE_FIX}") from exc
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the lossless store {path}: {exc}") from exc
         return cls._ready(backend, path)
@@ -102,7 +107,7 @@ class Store(MessageRows, SummaryRows, SessionRows, FullText, Upkeep):
             raise StoreError(str(exc)) from None
         except Exception as exc:  # sqlite3.DatabaseError, psycopg.Error: not a usable store
             backend.close()
-            raise StoreError(f"the lossless store {backend.where} is unusable: {exc}") from exc
+            raise StoreError(f"the lossless store {backend.where} is unusable: {exc}{_UNUSABLE_FIX if path is not None else ''}") from exc
         return store
 
     # ------------------------------------------------------------ status

@@ -121,7 +121,17 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "inspect-not-a-thread": lambda t, m: sidecar(["inspect", "../etc", "--state-dir", str(t)]),
     "lossless-no-store": lambda t, m: sidecar(["engines", "lossless", "status", "--state-dir", str(t)]),
     "lossless-import-nothing": lambda t, m: sidecar(["engines", "lossless", "import", str(t), "--state-dir", str(t)]),
+    "lossless-store-unusable": lambda t, m: _damaged_store(t),
+    "lossless-config-invalid": lambda t, m: check_engine("lossless", None, {"retention_day": 30}).message,
 }
+
+
+def _damaged_store(tmp: Path) -> str:
+    """A file in the store's place that is no SQLite database."""
+    store = tmp / "engines" / "lossless"
+    store.mkdir(parents=True)
+    (store / "lossless.sqlite3").write_text("not a database\n")
+    return sidecar(["engines", "lossless", "status", "--state-dir", str(tmp)])
 
 
 def _loader_log(engine_id: str) -> str:
