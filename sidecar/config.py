@@ -47,7 +47,10 @@ class Choice:
             return value
         import click
 
-        return click.Choice(self.choices).convert(value, None, None)
+        try:  # what click accepts (a case-folded match, ...), it converts; what it rejects, said without its "."
+            return click.Choice(self.choices).convert(value, None, None)
+        except click.BadParameter:
+            raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, self.choices))}") from None
 
 
 def _range_words(lo: float | None, hi: float | None) -> str:
@@ -119,7 +122,10 @@ def _to_bool(value: Any) -> Any:
         return value.strip().lower() in _TRUE
     import click
 
-    return click.BOOL.convert(value, None, None)
+    try:
+        return click.BOOL.convert(value, None, None)
+    except click.BadParameter:  # click lists "" first among its words: ", 0, 1, f, ..."
+        raise click.BadParameter(f"{value!r} is not true or false (expected true, false, yes, no, on, off, 1 or 0)") from None
 
 
 class NameList:
