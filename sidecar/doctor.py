@@ -63,6 +63,9 @@ def check_codex(
         text = run_version(path)
     except (OSError, subprocess.SubprocessError) as exc:
         return Finding("codex", False, f"{path}: cannot run --version: {exc}"), path
+    if text.strip().startswith("codex-sidecar"):  # a wrapper script around the sidecar (on PATH, or named)
+        fix = f"point {origin} at the real codex" if origin.kind != "default" else "set codex_bin (or CODEX_SIDECAR_CODEX_BIN) to the real codex"
+        return Finding("codex", False, f"{path} is the sidecar itself, not the codex binary (its --version prints {text.strip()!r}); {fix}{demo_codex_hint()}"), path
     version = parse_codex_version(text)
     if version is None:
         return Finding("codex", False, f"{path}: --version printed no version ({text.strip()[:80]!r})"), path

@@ -90,6 +90,21 @@ def test_codex_older_than_the_sidecar_serves_fails(tmp_path):
     assert "0.150.0" in finding.message and "0.151.0" in finding.message
 
 
+def test_a_codex_that_is_a_wrapper_around_the_sidecar_is_named_the_sidecar_not_an_old_codex(tmp_path, monkeypatch):
+    """A ``codex`` script on PATH that starts ``codex-sidecar`` answers
+    ``--version`` with the sidecar's version: that is the sidecar loop the
+    sidecar stops on at start, not a codex older than 0.151.0."""
+    from sidecar.config import Origin
+
+    wrapper = fake_codex(tmp_path, "codex-sidecar 0.1.0")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    finding, _ = check_codex(None)
+    assert not finding.ok and "needs at least" not in finding.message
+    assert f"{wrapper} is the sidecar itself, not the codex binary (its --version prints 'codex-sidecar 0.1.0'); set codex_bin" in finding.message
+    named, _ = check_codex(wrapper, origin=Origin("env", "CODEX_SIDECAR_CODEX_BIN"))
+    assert "is the sidecar itself" in named.message and "; point CODEX_SIDECAR_CODEX_BIN at the real codex" in named.message
+
+
 def test_codex_missing_fails(tmp_path):
     finding, path = check_codex(str(tmp_path / "nowhere" / "codex"))
     assert not finding.ok and path is None
