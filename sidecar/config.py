@@ -140,6 +140,27 @@ class NameList:
         return tuple(v.strip() for v in str(value).split(",") if v.strip())
 
 
+class KeyTemplate:
+    """The ``session_key`` template: a string naming only ``{session_id}``
+    and ``{thread_id}`` (a typo such as ``{sesion_id}`` is refused here,
+    rather than giving every engine the bare session id)."""
+
+    name = "template"
+
+    def convert(self, value: Any) -> str:
+        import click
+
+        if not isinstance(value, str):
+            raise click.BadParameter(f"expected a string, got {type(value).__name__}")
+        try:
+            value.format_map({"thread_id": "", "session_id": ""})
+        except KeyError as exc:
+            raise click.BadParameter(f"{value!r} names {{{exc.args[0]}}}; a session key template may name only {{session_id}} and {{thread_id}}") from None
+        except (ValueError, IndexError, AttributeError, TypeError) as exc:
+            raise click.BadParameter(f"{value!r} is not a template ({exc}); write {{session_id}} for the session id, {{{{ and }}}} for a brace") from None
+        return value
+
+
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "codex-sidecar"
@@ -209,7 +230,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "citations_mode passed to the engine's assemble: OpenClaw's memory.citations (auto, on, off); unset passes none, as OpenClaw does.",
     ),
-    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
+    Setting("session_key", KeyTemplate(), "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
     Setting(
         "stale_slack",
         FloatRange(min=0.0, max=1.0),
