@@ -148,17 +148,19 @@ class KeyTemplate:
     name = "template"
 
     def convert(self, value: Any) -> str:
-        import click
-
         if not isinstance(value, str):
-            raise click.BadParameter(f"expected a string, got {type(value).__name__}")
-        try:
-            value.format_map({"thread_id": "", "session_id": ""})
-        except KeyError as exc:
-            raise click.BadParameter(f"{value!r} names {{{exc.args[0]}}}; a session key template may name only {{session_id}} and {{thread_id}}") from None
-        except (ValueError, IndexError, AttributeError, TypeError) as exc:
-            raise click.BadParameter(f"{value!r} is not a template ({exc}); write {{session_id}} for the session id, {{{{ and }}}} for a brace") from None
-        return value
+            problem = f"expected a string, got {type(value).__name__}"
+        else:
+            try:
+                value.format_map({"thread_id": "", "session_id": ""})
+                return value
+            except KeyError as exc:
+                problem = f"{value!r} names {{{exc.args[0]}}}; a session key template may name only {{session_id}} and {{thread_id}}"
+            except (ValueError, IndexError, AttributeError, TypeError) as exc:
+                problem = f"{value!r} is not a template ({exc}); write {{session_id}} for the session id, {{{{ and }}}} for a brace"
+        import click  # only for a bad value (click costs a session's start-up ~16 ms)
+
+        raise click.BadParameter(problem)
 
 
 def default_state_dir() -> Path:
