@@ -329,6 +329,24 @@ def test_doctor_exits_non_zero_on_each_broken_setting(tmp_path):
     assert "plugins:" in p.stdout, "the snippet is printed even when something is wrong"
 
 
+def test_a_recording_the_sidecar_could_not_open_fails_the_doctor_and_a_good_one_is_not_created(tmp_path):
+    """Serving stops on a ``record`` it cannot open ("cannot open
+    recording"): doctor says so too, with the setting to change, and
+    checking a good path leaves no file behind (doctor may run as root)."""
+    from sidecar.config import Origin
+    from sidecar.doctor import check_record
+
+    env = Origin("env", "CODEX_SIDECAR_RECORD")
+    (missing,) = check_record(str(tmp_path / "no" / "such" / "r.jsonl"), env)
+    assert not missing.ok
+    assert missing.message == f"cannot open recording {tmp_path / 'no' / 'such' / 'r.jsonl'}: No such file or directory (set by CODEX_SIDECAR_RECORD; change or unset CODEX_SIDECAR_RECORD)"
+    (folder,) = check_record(str(tmp_path), env)
+    assert not folder.ok and "Is a directory" in folder.message
+    (good,) = check_record(str(tmp_path / "r.jsonl"), env)
+    assert good.ok and not (tmp_path / "r.jsonl").exists()
+    assert check_record(None) == []
+
+
 def test_the_state_dir_an_engine_creates_passes_the_doctor(tmp_path):
     """The first turn with an engine creates the state dir (binding the
     engine's folder): it must be 0700, or doctor fails from then on."""
