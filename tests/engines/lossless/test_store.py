@@ -263,3 +263,41 @@ async def test_an_unbound_engine_with_a_state_dir_works_with_extractive_summarie
     assert report["fallbackPending"] >= 1
     assert report["lastCompaction"]["summaryOutcomes"] == {"unbound": report["lastCompaction"]["leafSummaries"] + report["lastCompaction"]["condensedSummaries"]}
     assert status(tmp_path)[0]["sessionId"] == SESSION
+
+
+def test_a_store_that_cannot_be_opened_says_what_would_fix_it(tmp_path, monkeypatch):
+    """A damaged file: restore a backup or move it aside. A store of
+    another user: run as that user. An error of the moment (locked,
+    read-only) keeps its own words, never the advice to replace the file."""
+    import errno
+    import os
+
+    from engines.lossless import store as store_module
+
+    (tmp_path / DB_NAME).write_text("not a database\n")
+    with pytest.raises(StoreError) as damaged:
+        Store.open(tmp_path)
+    assert "is unusable: file is not a database; fix: put back a copy made by `codex-sidecar engines lossless backup`, or move the file aside" in str(damaged.value)
+
+    def locked(path):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(store_module.SqliteBackend, "open", staticmethod(locked))
+    with pytest.raises(StoreError) as busy:
+        Store.open(tmp_path / "other")
+    assert str(busy.value).endswith("is unusable: database is locked") and "fix" not in str(busy.value)
+
+    real_open = os.open
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(DB_NAME):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.os, "open", refused)
+    with pytest.raises(StoreError) as theirs:
+        Store.open(tmp_path / "theirs")
+    assert str(theirs.value) == (
+        f"cannot open the lossless store {tmp_path / 'theirs' / DB_NAME}: Permission denied; "
+        "fix: run this as the user the sidecar runs as (the file's owner), or give the state dir to that user (chown -R)"
+    )
