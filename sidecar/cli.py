@@ -364,14 +364,16 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
     from pathlib import Path
 
     from engines.lossless import DB_NAME, Store, StoreError
-    from engines.lossless.importer import default_paths, discover, import_transcript, progress_text, read_source
+    from engines.lossless.importer import default_paths, default_places, discover, import_transcript, progress_text, read_source
 
     from .store.lossless_view import store_dir
 
     given = [Path(p) for p in paths] or default_paths(dict(os.environ), Path.home())
     sources = discover(given)
     if not sources:
-        raise click.ClickException(f"no Codex rollout or OpenClaw transcript under {', '.join(map(str, given)) or '~/.codex or ~/.openclaw'}")
+        looked = given or default_places(dict(os.environ), Path.home())
+        hint = "" if paths else " (none given: pass the folders or files that hold them)"
+        raise click.ClickException(f"no Codex rollout or OpenClaw transcript under {' or '.join(map(str, looked))}{hint}")
     cfg = _lossless_config(ctx)
     state_dir = _settings(ctx, ("state_dir",)).get("state_dir") or str(default_state_dir())
     folder = store_dir(state_dir)

@@ -47,7 +47,10 @@ class Choice:
             return value
         import click
 
-        return click.Choice(self.choices).convert(value, None, None)
+        try:  # what click accepts (a case-folded match, ...), it converts; what it rejects, said without its "."
+            return click.Choice(self.choices).convert(value, None, None)
+        except click.BadParameter:
+            raise click.BadParameter(f"{value!r} is not one of {', '.join(map(repr, self.choices))}") from None
 
 
 def _range_words(lo: float | None, hi: float | None) -> str:
@@ -119,7 +122,10 @@ def _to_bool(value: Any) -> Any:
         return value.strip().lower() in _TRUE
     import click
 
-    return click.BOOL.convert(value, None, None)
+    try:
+        return click.BOOL.convert(value, None, None)
+    except click.BadParameter:  # click lists "" first among its words: ", 0, 1, f, ..."
+        raise click.BadParameter(f"{value!r} is not true or false (expected true, false, yes, no, on, off, 1 or 0)") from None
 
 
 class NameList:
@@ -132,6 +138,29 @@ class NameList:
         if isinstance(value, (list, tuple)):
             return tuple(str(v).strip() for v in value if str(v).strip())
         return tuple(v.strip() for v in str(value).split(",") if v.strip())
+
+
+class KeyTemplate:
+    """The ``session_key`` template: a string naming only ``{session_id}``
+    and ``{thread_id}`` (a typo such as ``{sesion_id}`` is refused here,
+    rather than giving every engine the bare session id)."""
+
+    name = "template"
+
+    def convert(self, value: Any) -> str:
+        if not isinstance(value, str):
+            problem = f"expected a string, got {type(value).__name__}"
+        else:
+            try:
+                value.format_map({"thread_id": "", "session_id": ""})
+                return value
+            except KeyError as exc:
+                problem = f"{value!r} names {{{exc.args[0]}}}; a session key template may name only {{session_id}} and {{thread_id}}"
+            except (ValueError, IndexError, AttributeError, TypeError) as exc:
+                problem = f"{value!r} is not a template ({exc}); write {{session_id}} for the session id, {{{{ and }}}} for a brace"
+        import click  # only for a bad value (click costs a session's start-up ~16 ms)
+
+        raise click.BadParameter(problem)
 
 
 def default_state_dir() -> Path:
@@ -203,7 +232,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "citations_mode passed to the engine's assemble: OpenClaw's memory.citations (auto, on, off); unset passes none, as OpenClaw does.",
     ),
-    Setting("session_key", str, "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
+    Setting("session_key", KeyTemplate(), "{thread_id}", "Session key template for engines; {thread_id} (or {session_id}) is replaced by the session id.", "TEMPLATE"),
     Setting(
         "stale_slack",
         FloatRange(min=0.0, max=1.0),

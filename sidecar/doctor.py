@@ -9,6 +9,7 @@ snippet for the paths found, and exits non-zero on any problem.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -63,6 +64,9 @@ def check_codex(
         text = run_version(path)
     except (OSError, subprocess.SubprocessError) as exc:
         return Finding("codex", False, f"{path}: cannot run --version: {exc}"), path
+    if text.strip().startswith("codex-sidecar"):  # a wrapper script around the sidecar (on PATH, or named)
+        fix = f"point {origin} at the real codex" if origin.kind != "default" else "set codex_bin (or CODEX_SIDECAR_CODEX_BIN) to the real codex"
+        return Finding("codex", False, f"{path} is the sidecar itself, not the codex binary (its --version prints {text.strip()!r}); {fix}{demo_codex_hint()}"), path
     version = parse_codex_version(text)
     if version is None:
         return Finding("codex", False, f"{path}: --version printed no version ({text.strip()[:80]!r})"), path
@@ -295,6 +299,26 @@ def openclaw_snippet(sidecar: str, codex: str | None, engine_id: str, state_dir:
     return "\n".join(lines)
 
 
+def check_record(path: str | None, origin: Origin = DEFAULT) -> list[Finding]:
+    """The recording file ``record`` names can be opened, as serving opens
+    it (appending, created 0600): the check creates nothing, so that a
+    doctor run as another user leaves no file the sidecar cannot write."""
+    if not path:
+        return []
+    p = Path(path)
+    if p.is_dir():
+        why = os.strerror(errno.EISDIR)
+    elif p.exists():
+        why = "" if os.access(p, os.W_OK) else os.strerror(errno.EACCES)
+    elif not p.parent.is_dir():
+        why = os.strerror(errno.ENOENT)
+    else:
+        why = "" if can_write(p.parent) else os.strerror(errno.EACCES)
+    if why:
+        return [Finding("record", False, f"cannot open recording {path}: {why} (set by {origin}; {origin.fix()})")]
+    return [Finding("record", True, f"{path} (appended to, 0600)")]
+
+
 def check_settings(resolved: Resolved) -> list[Finding]:
     """The config file (read, only known keys), then each value that could
     not be used (each names its flag, variable or file key)."""
@@ -331,6 +355,7 @@ def run_checks(
         check_state_dir(state_dir),
         check_engine(engine_id, settings.get("engine_allowlist"), resolved.engines.get(engine_id, {})),
         check_tokenizer(),
+        *check_record(settings.get("record"), resolved.origins.get("record", DEFAULT)),
         *check_settings(resolved),
     ]
     return findings, codex_path

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import msgspec
@@ -274,7 +275,30 @@ def knobs(cfg: LosslessConfig, budget: int) -> Knobs:
 def parse_config(config: Mapping[str, Any] | None) -> LosslessConfig:
     """Build the config from the engine's table; a clear ``ValueError`` on an
     unknown key, a wrong type or an out-of-range value."""
+    table = dict(config or {})
+    keys = LosslessConfig.__struct_fields__
+    unknown = sorted(k for k in table if k not in keys)
+    if unknown:
+        raise ValueError(f"invalid [engines.lossless] config: {_unknown_key(unknown[0], keys)}")
     try:
-        return msgspec.convert(dict(config or {}), LosslessConfig)
+        return msgspec.convert(table, LosslessConfig)
     except msgspec.ValidationError as exc:
-        raise ValueError(f"invalid [engines.lossless] config: {exc}") from None
+        raise ValueError(f"invalid [engines.lossless] config: {_readable(str(exc))}") from None
+
+
+def _unknown_key(key: str, keys: Collection[str]) -> str:
+    """``unknown key 'retention_day' (did you mean 'retention_days'?); valid
+    keys: ...``: a typo in the table names the key it meant, as a typo in
+    the sidecar's own settings does."""
+    import difflib
+
+    close = difflib.get_close_matches(key.replace("-", "_").lower(), sorted(keys), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key {key!r}{hint}; valid keys: {', '.join(sorted(keys))}"
+
+
+def _readable(message: str) -> str:
+    """msgspec's ``Expected `int`, got `str` - at `$.token_budget``` as
+    ``token_budget: expected `int`, got `str```: the key first."""
+    m = re.fullmatch(r"(.*) - at `\$\.([A-Za-z0-9_]+)`", message)
+    return f"{m[2]}: {m[1][:1].lower()}{m[1][1:]}" if m else message

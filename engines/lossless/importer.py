@@ -20,8 +20,10 @@ Sources
   OpenClaw continues through the sidecar finds its history already there.
 
 Every message gets the identity the engine gives it (:func:`.messages.identities`),
-so an import run twice, or after the sidecar stored the same messages,
-stores nothing twice. Sessions get their agent (``sessions.agent_id``:
+so an import run twice stores nothing twice. A rollout of a thread the
+sidecar ran is not the sidecar's record of it (Codex's timestamps, not the
+transcript mirror's; a rebuilt thread's later Codex threads are rollouts of
+their own): importing it stores that conversation again. Sessions get their agent (``sessions.agent_id``:
 OpenClaw's agent, or the agent whose ``codex-home`` holds a rollout).
 
 Reading is pure (:func:`codex_messages`, :func:`openclaw_messages` over lines
@@ -480,13 +482,18 @@ def import_transcript(
     return ImportResult(session_id=transcript.session_id, messages=len(messages), new=len(stored or ()))  # None only with expect_stored
 
 
-def default_paths(env: dict[str, str], home: Path) -> list[Path]:
-    """Where history is when no path is given: Codex's sessions
+def default_places(env: dict[str, str], home: Path) -> list[Path]:
+    """Where history is looked for when no path is given: Codex's sessions
     (``$CODEX_HOME/sessions``, else ``~/.codex/sessions``) and OpenClaw's
-    state dir (``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``), those that exist."""
+    state dir (``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``)."""
     codex = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
     openclaw = Path(env["OPENCLAW_STATE_DIR"]) if env.get("OPENCLAW_STATE_DIR") else home / ".openclaw"
-    return [p for p in (codex / "sessions", openclaw) if p.is_dir()]
+    return [codex / "sessions", openclaw]
+
+
+def default_paths(env: dict[str, str], home: Path) -> list[Path]:
+    """Those of :func:`default_places` that exist."""
+    return [p for p in default_places(env, home) if p.is_dir()]
 
 
 def progress_text(done: int, total: int, sessions: int, new: int, width: int = 24) -> str:

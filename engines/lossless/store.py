@@ -52,6 +52,19 @@ __all__ = [
 DB_NAME = "lossless.sqlite3"
 
 
+# What to do about an SQLite file the engine cannot read (not a database,
+# damaged): the sidecar runs legacy until it is dealt with.
+_UNUSABLE_FIX = "; fix: put back a copy made by `codex-sidecar engines lossless backup`, or move the file aside (the engine then starts an empty store)"
+_PERMISSION_FIX = "; fix: run this as the user the sidecar runs as (the file's owner), or give the state dir to that user (chown -R)"
+
+
+def _unusable_fix(exc: BaseException) -> str:
+    """The fix for a damaged file (not a database, malformed); none for an
+    error of the moment (locked, read-only, cannot open), whose own words
+    say what is wrong and which no restore would mend."""
+    return "" if isinstance(exc, sqlite3.OperationalError) else _UNUSABLE_FIX
+
+
 class Store(MessageRows, SummaryRows, SessionRows, FullText, Upkeep):
     """One store (an SQLite file or a PostgreSQL database); see the module
     documentation. Its operations live with their tables: messages
@@ -71,8 +84,10 @@ class Store(MessageRows, SummaryRows, SessionRows, FullText, Upkeep):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # 0600 from the start: it holds prompts
             os.close(fd)
             backend = SqliteBackend.open(path)
+        except PermissionError as exc:
+            raise StoreError(f"cannot open the lossless store {path}: {exc.strerror}{_PERMISSION_FIX}") from exc
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"the lossless store {path} is unusable: {exc}") from exc
+            raise StoreError(f"the lossless store {path} is unusable: {exc}{_unusable_fix(exc)}") from exc
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the lossless store {path}: {exc}") from exc
         return cls._ready(backend, path)
@@ -102,7 +117,7 @@ class Store(MessageRows, SummaryRows, SessionRows, FullText, Upkeep):
             raise StoreError(str(exc)) from None
         except Exception as exc:  # sqlite3.DatabaseError, psycopg.Error: not a usable store
             backend.close()
-            raise StoreError(f"the lossless store {backend.where} is unusable: {exc}") from exc
+            raise StoreError(f"the lossless store {backend.where} is unusable: {exc}{_unusable_fix(exc) if path is not None else ''}") from exc
         return store
 
     # ------------------------------------------------------------ status

@@ -90,6 +90,21 @@ def test_codex_older_than_the_sidecar_serves_fails(tmp_path):
     assert "0.150.0" in finding.message and "0.151.0" in finding.message
 
 
+def test_a_codex_that_is_a_wrapper_around_the_sidecar_is_named_the_sidecar_not_an_old_codex(tmp_path, monkeypatch):
+    """A ``codex`` script on PATH that starts ``codex-sidecar`` answers
+    ``--version`` with the sidecar's version: that is the sidecar loop the
+    sidecar stops on at start, not a codex older than 0.151.0."""
+    from sidecar.config import Origin
+
+    wrapper = fake_codex(tmp_path, "codex-sidecar 0.1.0")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    finding, _ = check_codex(None)
+    assert not finding.ok and "needs at least" not in finding.message
+    assert f"{wrapper} is the sidecar itself, not the codex binary (its --version prints 'codex-sidecar 0.1.0'); set codex_bin" in finding.message
+    named, _ = check_codex(wrapper, origin=Origin("env", "CODEX_SIDECAR_CODEX_BIN"))
+    assert "is the sidecar itself" in named.message and "; point CODEX_SIDECAR_CODEX_BIN at the real codex" in named.message
+
+
 def test_codex_missing_fails(tmp_path):
     finding, path = check_codex(str(tmp_path / "nowhere" / "codex"))
     assert not finding.ok and path is None
@@ -312,6 +327,24 @@ def test_doctor_exits_non_zero_on_each_broken_setting(tmp_path):
     assert p.returncode == 1
     assert _failed(p.stdout) == {"codex", "state", "engine", "config"}, p.stdout
     assert "plugins:" in p.stdout, "the snippet is printed even when something is wrong"
+
+
+def test_a_recording_the_sidecar_could_not_open_fails_the_doctor_and_a_good_one_is_not_created(tmp_path):
+    """Serving stops on a ``record`` it cannot open ("cannot open
+    recording"): doctor says so too, with the setting to change, and
+    checking a good path leaves no file behind (doctor may run as root)."""
+    from sidecar.config import Origin
+    from sidecar.doctor import check_record
+
+    env = Origin("env", "CODEX_SIDECAR_RECORD")
+    (missing,) = check_record(str(tmp_path / "no" / "such" / "r.jsonl"), env)
+    assert not missing.ok
+    assert missing.message == f"cannot open recording {tmp_path / 'no' / 'such' / 'r.jsonl'}: No such file or directory (set by CODEX_SIDECAR_RECORD; change or unset CODEX_SIDECAR_RECORD)"
+    (folder,) = check_record(str(tmp_path), env)
+    assert not folder.ok and "Is a directory" in folder.message
+    (good,) = check_record(str(tmp_path / "r.jsonl"), env)
+    assert good.ok and not (tmp_path / "r.jsonl").exists()
+    assert check_record(None) == []
 
 
 def test_the_state_dir_an_engine_creates_passes_the_doctor(tmp_path):

@@ -121,7 +121,34 @@ TRIGGERS: dict[str, Callable[[Path, pytest.MonkeyPatch], str]] = {
     "inspect-not-a-thread": lambda t, m: sidecar(["inspect", "../etc", "--state-dir", str(t)]),
     "lossless-no-store": lambda t, m: sidecar(["engines", "lossless", "status", "--state-dir", str(t)]),
     "lossless-import-nothing": lambda t, m: sidecar(["engines", "lossless", "import", str(t), "--state-dir", str(t)]),
+    "lossless-store-unusable": lambda t, m: _damaged_store(t),
+    "lossless-store-permission": lambda t, m: _store_of_another_user(t, m),
+    "lossless-config-invalid": lambda t, m: check_engine("lossless", None, {"retention_day": 30}).message,
 }
+
+
+def _store_of_another_user(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The store's file refused to this user (the tests may run as root, whom
+    permission bits do not stop: the refusal is the one ``os.open`` gives)."""
+    from engines.lossless import store
+
+    real_open = os.open
+
+    def refused(path: object, *args: object, **kwargs: object) -> int:
+        if str(path).endswith("lossless.sqlite3"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.os, "open", refused)
+    return raised(lambda: store.Store.open(tmp))
+
+
+def _damaged_store(tmp: Path) -> str:
+    """A file in the store's place that is no SQLite database."""
+    store = tmp / "engines" / "lossless"
+    store.mkdir(parents=True)
+    (store / "lossless.sqlite3").write_text("not a database\n")
+    return sidecar(["engines", "lossless", "status", "--state-dir", str(tmp)])
 
 
 def _loader_log(engine_id: str) -> str:

@@ -166,6 +166,16 @@ def test_the_import_command_says_when_it_finds_nothing(tmp_path):
     assert result.exit_code == 1 and "no Codex rollout or OpenClaw transcript" in result.stderr
 
 
+def test_with_no_paths_finding_nothing_names_the_folders_it_looked_in(tmp_path, monkeypatch):
+    """Not ``~/.codex``: the folders of this environment, ``$CODEX_HOME``'s
+    included, and that paths may be given."""
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "openclaw-state"))
+    result = _cli(tmp_path)
+    assert result.exit_code == 1
+    assert f"under {tmp_path / 'codex-home' / 'sessions'} or {tmp_path / 'openclaw-state'} (none given: pass the folders or files" in result.stderr
+
+
 def test_imported_history_keeps_no_credential_in_the_store(tmp_path):
     """An import stores what the engine would store of the same turns: the
     credentials a pasted conversation held are redacted (redact_secrets)."""

@@ -216,15 +216,28 @@ async def test_sigkill_at_any_point_loses_and_duplicates_nothing(tmp_path, lines
 
 
 def test_config_refuses_unknown_keys_and_bad_values():
-    with pytest.raises(ValueError, match="unknown field `token_limit`"):
+    with pytest.raises(ValueError, match="unknown key 'token_limit'"):
         parse_config({"token_limit": 5})
     with pytest.raises(ValueError, match="condense_fanout must be at least 2"):
         parse_config({"condense_fanout": 1})
     with pytest.raises(ValueError, match="compact_target < compact_threshold"):
         parse_config({"compact_threshold": 0.4, "compact_target": 0.5})
-    with pytest.raises(ValueError, match="Expected `int`"):
+    with pytest.raises(ValueError, match="token_budget: expected `int`, got `str`"):
         parse_config({"token_budget": "big"})
     assert parse_config({}).token_budget == 32_000
+
+
+def test_a_mistyped_config_key_names_the_key_it_meant_and_the_valid_ones():
+    """A typo in [engines.lossless] reads as one in the sidecar's own
+    settings does: the key, a suggestion, the keys there are."""
+    with pytest.raises(ValueError) as typo:
+        parse_config({"retention_day": 30})
+    message = str(typo.value)
+    assert message.startswith("invalid [engines.lossless] config: unknown key 'retention_day' (did you mean 'retention_days'?); valid keys: ")
+    assert "session_max_messages" in message.split("valid keys: ", 1)[1]
+    with pytest.raises(ValueError) as far:
+        parse_config({"colour": "blue"})
+    assert "did you mean" not in str(far.value) and "unknown key 'colour'; valid keys: " in str(far.value)
 
 
 def test_the_loader_builds_the_engine_from_its_config_table(tmp_path):
@@ -250,3 +263,41 @@ async def test_an_unbound_engine_with_a_state_dir_works_with_extractive_summarie
     assert report["fallbackPending"] >= 1
     assert report["lastCompaction"]["summaryOutcomes"] == {"unbound": report["lastCompaction"]["leafSummaries"] + report["lastCompaction"]["condensedSummaries"]}
     assert status(tmp_path)[0]["sessionId"] == SESSION
+
+
+def test_a_store_that_cannot_be_opened_says_what_would_fix_it(tmp_path, monkeypatch):
+    """A damaged file: restore a backup or move it aside. A store of
+    another user: run as that user. An error of the moment (locked,
+    read-only) keeps its own words, never the advice to replace the file."""
+    import errno
+    import os
+
+    from engines.lossless import store as store_module
+
+    (tmp_path / DB_NAME).write_text("not a database\n")
+    with pytest.raises(StoreError) as damaged:
+        Store.open(tmp_path)
+    assert "is unusable: file is not a database; fix: put back a copy made by `codex-sidecar engines lossless backup`, or move the file aside" in str(damaged.value)
+
+    def locked(path):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(store_module.SqliteBackend, "open", staticmethod(locked))
+    with pytest.raises(StoreError) as busy:
+        Store.open(tmp_path / "other")
+    assert str(busy.value).endswith("is unusable: database is locked") and "fix" not in str(busy.value)
+
+    real_open = os.open
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(DB_NAME):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.os, "open", refused)
+    with pytest.raises(StoreError) as theirs:
+        Store.open(tmp_path / "theirs")
+    assert str(theirs.value) == (
+        f"cannot open the lossless store {tmp_path / 'theirs' / DB_NAME}: Permission denied; "
+        "fix: run this as the user the sidecar runs as (the file's owner), or give the state dir to that user (chown -R)"
+    )
