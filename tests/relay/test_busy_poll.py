@@ -119,18 +119,26 @@ def test_it_polls_within_the_window_only_and_sleeps_when_idle():
 def test_notifications_do_not_start_a_window():
     """A stream of notifications (what codex sends during a turn) expects no
     answer: the sidecar must not poll after it and take CPU from codex."""
-    s = Sidecar("--busy-poll-us", "100000")
+    polling, sleeping = Sidecar("--busy-poll-us", "100000"), Sidecar("--busy-poll-us", "0")
+    spent: dict[str, float] = {}
     try:
-        s.call("bench/echo", {"x": 1})
+        for s in (polling, sleeping):
+            s.call("bench/echo", {"x": 1})
         time.sleep(1.0)
-        assert s.proc.stdin
-        c0 = s.cpu()
-        for i in range(5):  # five bursts, each of which would start a 100 ms window
-            s.proc.stdin.write(b'{"method":"bench/note","params":{"i":%d}}\n' % i)
-            s.proc.stdin.flush()
-            time.sleep(0.12)
-        spent = s.cpu() - c0
-        assert s.call("bench/echo", {"x": 2})["result"] == {"x": 2}  # still relaying
+        for name, s in (("polling", polling), ("sleeping", sleeping)):
+            assert s.proc.stdin
+            c0 = s.cpu()
+            for i in range(5):  # five bursts, each of which would start a 100 ms window
+                s.proc.stdin.write(b'{"method":"bench/note","params":{"i":%d}}\n' % i)
+                s.proc.stdin.flush()
+                time.sleep(0.12)
+            spent[name] = s.cpu() - c0
+            assert s.call("bench/echo", {"x": 2})["result"] == {"x": 2}  # still relaying
     finally:
-        s.close()
-    assert spent <= 0.03 + TICK, spent  # five windows of polling would be ~0.5 s
+        polling.close()
+        sleeping.close()
+    # Five windows of polling would be ~0.5 s of CPU on a quiet machine.
+    # Relaying the notifications costs the same with or without a window, so
+    # the sidecar that has one is compared with the one that has none (the
+    # cost of relaying swings with the machine's load; the difference does not).
+    assert spent["polling"] <= spent["sleeping"] + 0.1, spent
