@@ -426,9 +426,12 @@ class SessionFile:
         return self._keys.get(key)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every entry in file order, as OpenClaw JSON objects (copies)."""
+        """Every entry in file order, as OpenClaw JSON objects, read from the
+        file (the index may hold entries without what a subclass derived
+        from them: the mirror keeps a decoded message, not its JSON)."""
         self.refresh()
-        return [dict(e) for e in self._entries]
+        with self._read_only(self.path) as file:
+            return file._entries
 
     def _path_to_leaf(self) -> list[dict[str, Any]]:
         """The entries from the root to the leaf, following ``parentId``."""
