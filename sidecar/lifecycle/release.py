@@ -64,7 +64,7 @@ class Releases:
         if not self._releasable(session):  # opened again while Codex was asked
             return
         del self.sessions[session.thread_id]
-        self.spares.drop_spare(session.thread_id)
+        self.spares.released(session.thread_id)
         self.released["threads"] += 1
         self.released["rebuilds"] += session.rebuilds
         self.archived.forget(session.thread_id)
