@@ -426,9 +426,8 @@ class SessionFile:
         return self._keys.get(key)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every entry in file order, as OpenClaw JSON objects, read from the
-        file (the index may hold entries without what a subclass derived
-        from them: the mirror keeps a decoded message, not its JSON)."""
+        """Every entry in file order, as OpenClaw JSON objects read from the file
+        (the index may lack what a subclass keeps decoded: the mirror's messages)."""
         self.refresh()
         with self._read_only(self.path) as file:
             return file._entries
@@ -564,7 +563,6 @@ class SessionFile:
         self._keys[key] = entry_id
         self._leaf_id = entry_id
         return True
-
 
     def _copy(self, entry: Mapping[str, Any]) -> int:
         """Append a copy of another file's entry unless it (or its key) is here."""
