@@ -87,9 +87,12 @@ class ThreadsSession(Session):
             env[SNAPSHOT_ENV] = str(self.snapshots)
         return argv, env
 
+    tools: list[dict[str, Any]] = []
+
     async def new_thread(self) -> None:
         assert self.client is not None
-        self.thread_id = await self.client.start_thread(cwd=str(self.work), config=UNLOAD)
+        extra = {"dynamicTools": self.tools} if self.tools else {}
+        self.thread_id = await self.client.start_thread(cwd=str(self.work), config=UNLOAD, **extra)
 
     async def close_thread(self, keep_open: bool) -> None:
         assert self.client is not None and self.thread_id is not None
@@ -147,6 +150,12 @@ async def run(sessions: list[ThreadsSession], threads: int, turns: int, mark: in
                 progress(f"thread {t + 1}/{threads}")
 
 
+def dynamic_tool(n: int) -> dict[str, Any]:
+    """A client tool of about 2 KB of JSON, shaped as OpenClaw's are."""
+    props = {f"arg{i}": {"type": "string", "description": f"Argument {i} of tool {n}: " + "what it means and when to use it. " * 3} for i in range(8)}
+    return {"type": "function", "name": f"tool_{n}", "description": f"Tool {n}. " + "Does one thing for the agent. " * 8, "inputSchema": {"type": "object", "properties": props, "required": ["arg0"]}}
+
+
 def growth(first: str, last: str, top: int = 12) -> list[str]:
     a = tracemalloc.Snapshot.load(first).filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
     b = tracemalloc.Snapshot.load(last).filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
@@ -164,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=3, help="turns a thread (default %(default)s)")
     ap.add_argument("--mark", type=int, default=50, help="the thread of the first reading (default %(default)s)")
     ap.add_argument("--configs", default="identity,budget,lossless", help=f"comma-separated, from: {', '.join(CONFIGS)}")
+    ap.add_argument("--tools", type=int, default=0, help="dynamic tools in each thread/start, ~2 KB of JSON each (OpenClaw's: ~60, 118 KB)")
     ap.add_argument("--keep-open", action="store_true", help="never unsubscribe: every thread stays loaded")
     ap.add_argument("--tracemalloc", action="store_true", help="run the sidecars under tracemalloc and print what grew")
     ap.add_argument("--repo", default=None, help="run the sidecar's code from this checkout (default: this one)")
@@ -188,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         (work / "README.md").write_text("# notes\n")
         script = build_script(args.threads * args.turns, tool_every=0)
         opts = Options(restart=False, turns=len(script))
+        ThreadsSession.tools = [dynamic_tool(n) for n in range(args.tools)]
         sessions = []
         for n in names:
             snaps = root / "snapshots" / n if args.tracemalloc else None
@@ -198,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         drive(sessions, lambda: run(sessions, args.threads, args.turns, args.mark, args.keep_open))
         print(
-            f"bench-threads: {args.threads} threads x {args.turns} turns, {'kept open' if args.keep_open else 'unsubscribed'}, "
+            f"bench-threads: {args.threads} threads x {args.turns} turns, {args.tools} tools, {'kept open' if args.keep_open else 'unsubscribed'}, "
             f"repo {repo}, load {load} -> {' '.join(f'{x:.1f}' for x in os.getloadavg())}, {time.monotonic() - started:.0f} s"
         )
         for s in sessions:
