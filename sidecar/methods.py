@@ -135,6 +135,9 @@ def _base() -> tuple[Row, ...]:
         Row(method="thread/tokenUsage/updated", source=N, request=Finalizer.on_token_usage, part=ENGINE, thread_keys=ID),
         Row(method="turn/completed", source=N, request=Finalizer.on_turn_completed, part=ENGINE, thread_keys=ID + ITEMS),
         Row(method="thread/closed", source=N, request=Releases.on_thread_closed, part=ENGINE, thread_keys=ID),
+        # an archive or a delete unloads the thread too, saying only these (codex 0.169.0)
+        Row(method="thread/archived", source=N, request=Releases.on_thread_closed, part=ENGINE, thread_keys=ID),
+        Row(method="thread/deleted", source=N, request=Releases.on_thread_closed, part=ENGINE, thread_keys=ID),
         # a rebuild's revert: its notifications never reach the client (before the archive's read state)
         Row(method="thread/status/changed", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT, thread_keys=ID),
         Row(method="thread/readState/changed", source=N, request=InPlace.swallow_noise, part=ENGINE, phase=FRONT),

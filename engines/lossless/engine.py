@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -105,6 +106,13 @@ def assembly_budget(cfg: LosslessConfig, given: int | None) -> int:
     return max(1, ceiling - own_tokens(cfg))
 
 
+SESSIONS_HELD = 64
+"""Sessions whose snapshot identities, decoded frame and stored identities
+the engine keeps in memory: beyond these, the least recently used one's
+are forgotten, and read from the store again if it comes back (OpenClaw's
+gateway keeps one sidecar for days across many sessions)."""
+
+
 class LosslessEngine(BaseContextEngine):
     """Keeps every message, summarises in a hierarchy, recalls with tools.
 
@@ -144,6 +152,7 @@ class LosslessEngine(BaseContextEngine):
         self._codex_home = os.environ.get("CODEX_HOME")
         self._agents: dict[str, str | None] = {}
         self._next_retention = 0.0  # time.monotonic() of the next retention pass
+        self._held: OrderedDict[str, None] = OrderedDict()  # sessions, least recently used first
 
     # ------------------------------------------------------------ store
 
@@ -199,6 +208,25 @@ class LosslessEngine(BaseContextEngine):
             return None
         return self.cfg.cache_ttl > 0 and time.monotonic() - last < self.cfg.cache_ttl
 
+    def _use(self, session_id: str) -> None:
+        """The session is used now: the least recently used beyond
+        :data:`SESSIONS_HELD` are forgotten (:meth:`_forget`)."""
+        self._held.pop(session_id, None)
+        self._held[session_id] = None
+        while len(self._held) > SESSIONS_HELD:
+            self._forget(self._held.popitem(last=False)[0])
+
+    def _forget(self, session_id: str) -> None:
+        """What this process keeps of a session: all read or computed again
+        when it is next used."""
+        self._intake.forget(session_id)
+        self._frames.forget(session_id)
+        self._snapshots.forget(session_id)
+        self._agents.pop(session_id, None)
+        lock = self._step_locks.get(session_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._step_locks[session_id]
+
     def _lock(self, session_id: str) -> trio.Lock:
         lock = self._step_locks.get(session_id)
         if lock is None:
@@ -240,6 +268,7 @@ class LosslessEngine(BaseContextEngine):
         budget: int | None = None,
     ) -> int:
         """``idents``: the caller's ``self._snapshots.of(session_id, messages)``, if it has them."""
+        self._use(session_id)
         if not messages:
             if budget is not None:
                 await self._db("note", session_id, budget=budget)
@@ -336,6 +365,7 @@ class LosslessEngine(BaseContextEngine):
         """The frame's summaries, then every raw message after them, within
         the budget; the history handed over is stored first if it is not."""
         # The identities once a call: each look at the cache compares the whole snapshot.
+        self._use(params.session_id)
         idents: Sequence[str] = self._snapshots.of(params.session_id, params.messages) if params.messages else ()
         await self._ingest(params.session_id, params.session_key, params.messages, idents=idents)
         if skipping.ignored_session(self.cfg, params.session_key):
@@ -381,12 +411,13 @@ class LosslessEngine(BaseContextEngine):
         store = self._store_now()
         report = await trio.to_thread.run_sync(retention.apply, store, self.cfg, live)
         for session_id in report.get("droppedSessions", []):
-            self._intake.forget(session_id)
-            self._frames.forget(session_id)
+            self._held.pop(session_id, None)
+            self._forget(session_id)
 
     # ------------------------------------------------------------ compaction
 
     async def _step(self, session_id: str, *, force: bool, reason: str, budget: int | None, instructions: str | None = None) -> dict[str, Any]:
+        self._use(session_id)
         async with self._lock(session_id):
             session = await self._db("session", session_id)
             effective = self._budget(budget or session.budget)

@@ -34,9 +34,13 @@ class Intake:
         self._settled: dict[str, tuple[int, set[str], int]] = {}
 
     def forget(self, session_id: str) -> None:
-        """The session was dropped from the store (retention)."""
+        """Nothing remembered of the session: it was dropped from the store
+        (retention), or it is not among the sessions the engine keeps in
+        memory (the next snapshot reads the store again)."""
         self._known.pop(session_id, None)
         self._has_rows.discard(session_id)
+        self._settled.pop(session_id, None)
+        self._noted_budget.pop(session_id, None)
 
     def take(
         self,

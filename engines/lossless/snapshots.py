@@ -147,7 +147,16 @@ class SnapshotIdentities:
         return 0 if last is None else last.epoch
 
     def forget(self, session_id: str) -> None:
-        self._last.pop(session_id, None)
+        """Nothing kept of the session: its last snapshot, and the content
+        hashes of its messages (held by object, they would keep every
+        message of it alive)."""
+        last = self._last.pop(session_id, None)
+        if last is None:
+            return
+        for m in last.messages:
+            hit = self._content.get(id(m))
+            if hit is not None and hit[0] is m:
+                del self._content[id(m)]
 
 
 def originals(session_id: str, snapshot: tuple[Sequence[AgentMessage], Sequence[str]], wanted: set[str]) -> dict[str, AgentMessage]:

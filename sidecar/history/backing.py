@@ -174,6 +174,12 @@ class Alias(msgspec.Struct):
         }
 
 
+def _unswitched(alias: Alias) -> bool:
+    """The alias maps and hides no id: the client thread is its own backing
+    thread, with no retired thread, spare or pending switch."""
+    return alias.current in ("", alias.client) and not alias.retired and alias.spare is None and not alias.pending
+
+
 def _valid_id(thread_id: str) -> bool:
     return _UUID.fullmatch(b'"' + thread_id.encode() + b'"') is not None
 
@@ -234,33 +240,63 @@ class BackingThreads:
         except FileNotFoundError:
             return
         for name in names:
-            if not name.endswith(".json"):
-                continue
-            try:
-                data = json.loads((self.dir / name).read_text())
-                alias = Alias(
-                    client=data["client"],
-                    start=data.get("start") or {},
-                    current=data.get("current") or data["client"],
-                    retired=list(data.get("retired") or []),
-                    spare=data.get("spare"),
-                    sticky=data.get("sticky") or {},
-                    name=data.get("name"),
-                    listed=data.get("listed") or {},
-                    pending=bool(data.get("pending")),
-                )
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("unreadable backing-thread map entry skipped", extra={"fields": {"file": name, "error": type(exc).__name__}})
-                continue
-            spare, alias.spare = alias.spare, None
-            self.aliases[alias.client] = alias
+            if name.endswith(".json"):
+                alias = self._read(name)
+                if alias is not None and not _unswitched(alias):
+                    self.aliases[alias.client] = alias  # its ids route
+
+    def _read(self, name: str) -> Alias | None:
+        """The alias a map file holds, indexed (a spare an earlier process
+        started is retired: not loaded in this one's Codex), not kept."""
+        try:
+            data = json.loads((self.dir / name).read_text())
+            alias = Alias(
+                client=data["client"],
+                start=data.get("start") or {},
+                current=data.get("current") or data["client"],
+                retired=list(data.get("retired") or []),
+                spare=data.get("spare"),
+                sticky=data.get("sticky") or {},
+                name=data.get("name"),
+                listed=data.get("listed") or {},
+                pending=bool(data.get("pending")),
+            )
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("unreadable backing-thread map entry skipped", extra={"fields": {"file": name, "error": type(exc).__name__}})
+            return None
+        spare, alias.spare = alias.spare, None
+        self.aliases[alias.client] = alias  # rollback and _index find it here
+        self._index(alias)
+        if alias.pending:
+            self.rollback(alias.client)  # before the spare joins the retired list
+        if spare:
+            alias.retired.append(spare)
             self._index(alias)
-            if alias.pending:
-                self.rollback(alias.client)  # before the spare joins the retired list
-            if spare:
-                # Started by an earlier process: not loaded in this one's Codex.
-                alias.retired.append(spare)
-                self._index(alias)
+        del self.aliases[alias.client]
+        return alias
+
+    def alias(self, client: str) -> Alias | None:
+        """The client thread's alias: held, or read back from its map file
+        (a thread never switched is not held while Codex has it unloaded,
+        :meth:`park`) and held again (the thread is being resumed)."""
+        held = self.aliases.get(client)
+        if held is not None or not _valid_id(client):
+            return held
+        alias = self._read(f"{client}.json")
+        if alias is not None:
+            self.aliases[client] = alias
+        return alias
+
+    def park(self, client: str) -> None:
+        """Codex unloaded the client's thread: a thread never switched maps
+        and hides nothing, so its alias (the client's ``thread/start``
+        params: OpenClaw's are ~120 KB of tools) is not held until
+        :meth:`alias` reads it back for a resume. Its map file keeps it."""
+        alias = self.aliases.get(client)
+        if alias is not None and _unswitched(alias):
+            del self.aliases[client]
 
     def _index(self, alias: Alias) -> None:
         client = alias.client.encode()

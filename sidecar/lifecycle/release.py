@@ -1,4 +1,5 @@
-"""Releasing a thread's session once Codex unloads the thread: its open
+"""Releasing a thread's session once Codex unloads the thread (closed,
+archived or deleted): its open
 mirror and in-memory state go, so a long-running sidecar holds what Codex
 holds and no more (a ``thread/resume`` opens it again from disk)."""
 
@@ -33,8 +34,9 @@ class Releases:
         """Sessions released after Codex closed their thread, and their rebuilds."""
 
     def on_thread_closed(self, msg: Message) -> Decision:
-        """Codex unloaded a thread (after ``thread/unsubscribe`` and its unload
-        delay): release the session's open mirror and in-memory state, so a
+        """Codex unloaded a thread (``thread/closed`` after ``thread/unsubscribe``
+        and its unload delay; ``thread/archived`` or ``thread/deleted``, which
+        Codex 0.169.0 sends instead when an archive or a delete unloads it): release the session's open mirror and in-memory state, so a
         long-running sidecar holds what Codex holds and no more. The client
         gets the notification unchanged; a ``thread/resume`` opens the session
         again from disk, as after a restart."""
@@ -64,7 +66,7 @@ class Releases:
         if not self._releasable(session):  # opened again while Codex was asked
             return
         del self.sessions[session.thread_id]
-        self.spares.drop_spare(session.thread_id)
+        self.spares.released(session.thread_id)
         self.released["threads"] += 1
         self.released["rebuilds"] += session.rebuilds
         self.archived.forget(session.thread_id)

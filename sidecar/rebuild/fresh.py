@@ -146,12 +146,15 @@ class Spares:
 
     def on_name_set(self, msg: Message) -> Decision:
         params = msg.params()
-        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        thread_id = params.get("threadId") if isinstance(params, dict) else None
+        alias = self.backing.alias(thread_id) if isinstance(thread_id, str) else None
         if alias is not None and isinstance(params.get("name"), str):
             alias.name = params["name"]
             self.proxy.spawn(self.save_alias, alias)
             if alias.spare:
                 self.proxy.spawn(self.name_spare, alias.spare, alias.name)
+            if alias.client not in self.sessions:  # renamed while unloaded: saved, not held
+                self.backing.park(alias.client)
         return None
 
     async def name_spare(self, spare: str, name: str) -> None:
@@ -168,7 +171,8 @@ class Spares:
         never accepted a turn for goes back to the thread before it (the new
         one has no rollout to resume), and the resume's overrides are what
         later spares start with."""
-        alias = self.backing.aliases.get(params.get("threadId")) if isinstance(params, dict) else None  # type: ignore[arg-type]
+        thread_id = params.get("threadId") if isinstance(params, dict) else None
+        alias = self.backing.alias(thread_id) if isinstance(thread_id, str) else None
         if alias is None:
             return
         overrides = {k: v for k, v in params.items() if k not in RESUME_ONLY_KEYS and v is not None}
@@ -205,6 +209,13 @@ class Spares:
             if alias.retired:
                 self.proxy.spawn(self.apply_to_retired, pending.method, list(alias.retired))
         return None
+
+    def released(self, thread_id: str) -> None:
+        """Codex unloaded the thread and its session was released: its
+        spare is unloaded, and its alias not held unless it routes ids
+        (``BackingThreads.park``; a resume reads it back)."""
+        self.drop_spare(thread_id)
+        self.backing.park(thread_id)
 
     def drop_spare(self, thread_id: str) -> None:
         """The thread is gone (closed, deleted, archived): unload its spare."""

@@ -134,11 +134,16 @@ class TranscriptMirror(SessionFile):
     # the context view
 
     def _entry_message(self, entry: dict[str, Any]) -> AgentMessage | None:
+        """The entry's message, decoded once: the decoded message is kept
+        and the entry's JSON body (and timestamp) dropped from the index, so
+        a mirror holds each message once (:meth:`entries` and a fork read
+        whole entries from the file)."""
         entry_id = entry["id"]
         if entry_id in self._messages:
             return self._messages[entry_id]
         message: AgentMessage | None = None
-        raw = entry.get("message")
+        raw = entry.pop("message", None)
+        entry.pop("timestamp", None)  # the message's own is what the view uses
         role = raw.get("role") if isinstance(raw, dict) else None
         if role in AGENT_MESSAGE_ROLES:
             try:

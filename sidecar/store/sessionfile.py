@@ -426,9 +426,11 @@ class SessionFile:
         return self._keys.get(key)
 
     def entries(self) -> list[dict[str, Any]]:
-        """Every entry in file order, as OpenClaw JSON objects (copies)."""
+        """Every entry in file order, as OpenClaw JSON objects read from the file
+        (the index may lack what a subclass keeps decoded: the mirror's messages)."""
         self.refresh()
-        return [dict(e) for e in self._entries]
+        with self._read_only(self.path) as file:
+            return file._entries
 
     def _path_to_leaf(self) -> list[dict[str, Any]]:
         """The entries from the root to the leaf, following ``parentId``."""
@@ -561,7 +563,6 @@ class SessionFile:
         self._keys[key] = entry_id
         self._leaf_id = entry_id
         return True
-
 
     def _copy(self, entry: Mapping[str, Any]) -> int:
         """Append a copy of another file's entry unless it (or its key) is here."""

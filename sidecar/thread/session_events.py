@@ -107,7 +107,7 @@ class ForkOpened(ThreadEvent, frozen=True):
 
 
 class ThreadClosed(ThreadEvent, frozen=True):
-    """Codex unloaded the thread (``thread/closed``)."""
+    """Codex unloaded the thread (``thread/closed``, ``thread/archived``, ``thread/deleted``)."""
 
 
 class ReleaseAsked(ThreadEvent, frozen=True):

@@ -119,6 +119,29 @@ def test_the_map_survives_a_restart_and_a_spare_from_before_it_is_retired(tmp_pa
     assert again.notification(line({"method": "thread/started", "params": {"thread": {"id": B2}}})) is None
 
 
+def test_an_unloaded_thread_never_switched_is_not_held_and_a_resume_reads_it_back(tmp_path):
+    b = switched(tmp_path)  # X is switched: its ids route
+    start = {"cwd": "/o", "dynamicTools": [{"name": "t", "description": "d" * 1000}]}
+    other = b.remember_start(OTHER, start)
+    other.name = "named"
+    b.save(other)
+    b.park(OTHER)
+    b.park(X)
+    assert OTHER not in b.aliases  # nothing of it held (its file keeps it)
+    assert b.aliases[X].current == B1  # a switched one stays: frames about it still map
+    assert json.loads(b.to_codex(line({"params": {"threadId": X}})))["params"]["threadId"] == B1
+    frame = line({"method": "turn/started", "params": {"threadId": OTHER}})
+    assert b.to_codex(frame) is frame and b.notification(frame) is frame
+    again = b.alias(OTHER)  # the thread is resumed
+    assert again is not None and again.start == start and again.name == "named"
+    assert b.aliases[OTHER] is again
+    # A new process holds only what routes, and reads the rest on demand.
+    fresh = BackingThreads(tmp_path, thread_id_keys(METHODS))
+    assert set(fresh.aliases) == {X}
+    assert fresh.alias(OTHER).start == start
+    assert fresh.alias("01a20000-0000-7000-8000-0000000000ee") is None  # no file: a thread started elsewhere
+
+
 def test_an_unreadable_map_file_is_skipped(tmp_path):
     switched(tmp_path)
     (tmp_path / "backing" / f"{OTHER}.json").write_text('{"client": "torn')

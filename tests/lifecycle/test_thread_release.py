@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import trio
 
 from sidecar.store.mirror import session_path
@@ -143,3 +144,29 @@ async def test_many_threads_opened_and_closed_hold_no_file_open(tmp_path):
         assert len(open_paths()) <= before
         assert (await run.status())["releasedThreads"] == 30
     assert len(list(Path(run.state_dir, "sessions").glob("*.jsonl"))) == 30
+
+
+@pytest.mark.parametrize("method", ["thread/archive", "thread/delete"])
+async def test_an_archived_or_deleted_thread_is_released_though_codex_sends_no_thread_closed(tmp_path, method):
+    from tests.support.fresh import SCRIPT, fresh
+
+    start = {"developerInstructions": "D" * 2_000}
+    engine = identity()
+    async with modes_sidecar(tmp_path, engine, options=fresh(), script=SCRIPT) as run:
+        tid = await run.start_thread(**start)
+        await run.turn_ok(tid, "A1")
+        await wait_until(lambda: run.lifecycle.backing.aliases.get(tid) is not None, what="the thread's alias")
+        assert str(session_path(run.state_dir, tid)) in open_paths()
+        resp = await run.request(method, {"threadId": tid})
+        assert "error" not in resp
+        await run.wait_frame(lambda f: f.get("method") == method.replace("archive", "archived").replace("delete", "deleted"))
+        await _released(run, tid)
+        assert str(session_path(run.state_dir, tid)) not in open_paths()
+        assert tid not in run.lifecycle.backing.aliases  # never switched: its start params not held
+        assert (await run.status())["releasedThreads"] == 1
+        if method == "thread/archive":
+            # Opened again from disk (the fake resumes an archived thread as Codex does after thread/unarchive).
+            await run.resume_thread(tid)
+            assert run.lifecycle.backing.alias(tid).start["developerInstructions"] == start["developerInstructions"]
+            await run.turn_ok(tid, "A2")
+            assert user_texts(engine.calls_to("assemble")[-1].params.messages) == ["A1"]

@@ -793,6 +793,34 @@ async def test_a_thread_codex_unloads_is_released_then_resumed_from_disk(live):
     assert roles == ["user", "assistant"] * 3
 
 
+async def test_a_thread_codex_archives_is_released_though_it_says_no_thread_closed(live):
+    """Real codex unloads an archived thread and says only ``thread/archived``
+    (no ``thread/closed``): the sidecar releases it all the same; after
+    ``thread/unarchive`` a resume opens it from disk."""
+    live.model.script(Text("Noted KIWI."), Text("KIWI."))
+    mirror = str(live.state / "sessions")
+    async with live.sidecar() as client:
+        thread_id = await client.start_thread(cwd=str(live.work))
+        await client.run_turn(thread_id, "Remember KIWI.", timeout=TURN_TIMEOUT)
+        await live.wait_calls("maintain", 1, client=client)
+        fd_dir = Path(f"/proc/{client.process.pid}/fd")
+        assert any(os.readlink(fd).startswith(mirror) for fd in fd_dir.iterdir() if fd.is_symlink())
+        await client.request("thread/archive", {"threadId": thread_id})
+        await client.wait_notification("thread/archived", lambda p: p.get("threadId") == thread_id, timeout=TURN_TIMEOUT)
+        with trio.fail_after(TURN_TIMEOUT):
+            while thread_id in (status := await client.request("sidecar/status"))["lifecycle"]["threads"]:
+                await trio.sleep(0.05)
+        assert status["lifecycle"]["releasedThreads"] == 1
+        assert not any(os.readlink(fd).startswith(mirror) for fd in fd_dir.iterdir() if fd.is_symlink())
+        assert not [n for n in client.notifications if n.get("method") == "thread/closed"]
+        await client.request("thread/unarchive", {"threadId": thread_id})
+        await client.request("thread/resume", {"threadId": thread_id, "cwd": str(live.work)})
+        done = await client.run_turn(thread_id, "Which word?", timeout=TURN_TIMEOUT)
+        assert done["turn"]["status"] == "completed"
+    assembled = [c for c in live.calls() if c["method"] == "assemble"][-1]
+    assert texts(assembled["messages"], "user") == ["Remember KIWI."]
+
+
 LEARNED_RESERVE = 25_000
 LEARNED_TOOLS = [
     {"type": "function", "name": "message", "description": "Send a message.", "inputSchema": {"type": "object", "properties": {}}},

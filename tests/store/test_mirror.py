@@ -8,6 +8,7 @@ lines, write errors (a failing writer seam and the kernel's own ENOSPC from
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import msgspec
@@ -713,6 +715,45 @@ def test_messages_extends_its_last_answer_with_the_turn_just_appended(path):
         second = m.messages()
         assert second == [*first, assistant("A1")]
         assert second[0] is first[0]  # the same objects, not parsed again
+
+
+def _held(root: object) -> list[object]:
+    """The containers and structs reachable from ``root`` (not through
+    types, modules or functions): what an object keeps alive."""
+    seen: set[int] = set()
+    out: list[object] = []
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        todo.extend(gc.get_referents(obj))
+    return out
+
+
+def test_a_mirror_holds_each_message_once_decoded_and_entries_still_read_whole(tmp_path, path):
+    with TranscriptMirror.open(path, "T") as m:
+        m.append_message(user("U1"), "k1")
+        m.append_message(assistant("A1"), "k2")
+        m.append_custom("note", {"n": 1}, "c1")
+        view = m.messages()
+        m.append_message(user("U2"), "k3")  # followed into the view
+        view = m.messages()
+        held = _held(m)
+        # The decoded messages, and no JSON body of them (a dict with a role).
+        assert [x for x in held if isinstance(x, dict) and "role" in x] == []
+        assert all(any(x is message for x in held) for message in view)
+        # What the file says is still there to read, whole.
+        assert m.entries() == parsed(path)[1:]
+        assert [e["message"]["role"] for e in m.entries() if e["type"] == "message"] == ["user", "assistant", "user"]
+        # A fork of it copies whole entries, and reads the same view.
+        with TranscriptMirror.fork(path, session_path(tmp_path, "C"), "C") as child:
+            assert child.entries() == m.entries()
+            assert child.messages() == view
+    with TranscriptMirror.open(path, "T") as again:
+        assert again.messages() == view
 
 
 # --------------------------------------------------------------------------

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from engines import AssistantMessage, CompactionSummaryMessage, IngestBatchParams, TextBlock, UserMessage
+import gc
+import types
+
+from engines import AssembleParams, AssistantMessage, CompactionSummaryMessage, IngestBatchParams, TextBlock, UserMessage
+from engines.lossless.engine import SESSIONS_HELD
 from engines.lossless.rows import DecodedMessages
 
 from .conftest import SESSION, T0, assemble, make_engine, run_turn, turn
@@ -124,3 +128,40 @@ def _outcome(fn, *args):
         return fn(*args)
     except Exception as exc:  # the reader's failure, shown by the assertion
         return [exc]
+
+
+def _reaches(root: object, targets: list[object]) -> bool:
+    """Whether any of ``targets`` is reachable from ``root`` (not through
+    types, modules or functions)."""
+    wanted = {id(t) for t in targets}
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+            continue
+        if id(obj) in wanted:
+            return True
+        seen.add(id(obj))
+        todo.extend(gc.get_referents(obj))
+    return False
+
+
+async def test_a_session_out_of_the_recently_used_ones_is_not_held_and_assembles_the_same_when_back(host):
+    engine = await make_engine(host)
+    history: list = []
+    for n in range(1, 12):
+        await run_turn(engine, history, turn(n))
+    before = (await assemble(engine, history)).messages
+    assert _reaches(engine, history)  # the session is in use: its snapshot is kept
+    for k in range(SESSIONS_HELD - 1):
+        other = f"other-{k}"
+        await engine.assemble(AssembleParams(session_id=other, session_key=other, messages=[_message(k, 10)]))
+    assert _reaches(engine, history)  # still among the most recently used
+    await engine.assemble(AssembleParams(session_id="one-more", session_key="one-more", messages=[_message(0, 10)]))
+    assert not _reaches(engine, history)  # the client's messages are not held for it any more
+    assert SESSION not in engine._intake._settled and SESSION not in engine._frames._by_session
+    again = (await assemble(engine, history)).messages  # read back from the store
+    assert again == before
+    assert (await engine.assemble(AssembleParams(session_id=SESSION, session_key=SESSION, messages=list(history)))).messages == before
+    assert len(engine.store.messages_between(SESSION, 1)) == len(history)  # nothing stored twice

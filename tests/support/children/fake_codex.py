@@ -45,6 +45,9 @@ methods the lifecycle cares about, and nothing else:
   notLoaded and ``thread/closed {threadId}``; the thread leaves the loaded
   list (unless the script's ``closedButLoaded`` is true: the close is
   spurious and the thread stays loaded);
+* ``thread/archive`` and ``thread/delete {threadId}`` -> ``{}``, then, as
+  Codex 0.169.0 does, the thread leaves the loaded list and
+  ``thread/archived`` (``thread/deleted``) ``{threadId}``, no ``thread/closed``;
 * ``thread/loaded/list`` -> ``{data: [thread id...], nextCursor: null}``:
   the threads started, resumed or forked by this process and not closed;
 * ``thread/inject_items {threadId, items}`` -> ``{}``; the items join the
@@ -608,6 +611,14 @@ def handle(msg: dict) -> None:
                 loaded.discard(tid)
             notify("thread/status/changed", {"threadId": tid, "status": {"type": "notLoaded"}})
             notify("thread/closed", {"threadId": tid})
+    elif method in ("thread/archive", "thread/delete"):
+        tid = params.get("threadId")
+        if tid not in threads:
+            error(rid, -32600, f"thread not found: {tid}")
+            return
+        result(rid, {})
+        loaded.discard(tid)
+        notify("thread/archived" if method == "thread/archive" else "thread/deleted", {"threadId": tid})
     elif method == "thread/loaded/list":
         result(rid, {"data": sorted(loaded), "nextCursor": None})
         for one in after_list:
