@@ -81,6 +81,7 @@ __all__ = [
     "run_step",
     "step_needed",
     "summaries_wait",
+    "turn_growth",
     "turn_room",
 ]
 
@@ -223,15 +224,32 @@ LOOKBACK_MESSAGES = 48
 """Stored messages (before the frame too) those turns are read from."""
 
 
+def turn_growth(rows: Sequence[MessageRow]) -> int:
+    """What one turn's messages (``rows``, in order) added to the requests
+    of that turn: all of them but its final reply. The assembly is made
+    before the turn, and each request of the turn is the assembly plus the
+    turn's messages so far (the prompt, tool calls and their outputs); the
+    model's last answer ends the turn and is read by no request of it (the
+    next turn's assembly holds it, and the frame decisions count it there).
+    A turn that ends on anything but the assistant's message (cut short) counts whole."""
+    total = sum(r.tokens for r in rows)
+    if rows and rows[-1].role == "assistant":
+        total -= rows[-1].tokens
+    return total
+
+
 def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = RECENT_TURNS) -> int:
-    """The largest of the newest ``turns`` turns among ``rows``, in tokens
-    (turns differ: a turn with a tool output is larger than one without)."""
-    sizes: dict[int, int] = {}
+    """The room the next turn needs beside the assembly: the largest
+    :func:`turn_growth` of the newest ``turns`` turns among ``rows`` (turns
+    differ: a turn with a tool output is larger than one without). Its
+    final reply is not counted: with it, at 8k with ~920-token turns, every
+    frame kept a ~550-token reply's room empty that no request ever used."""
+    by_turn: dict[int, list[MessageRow]] = {}
     for r in reversed(rows):
-        if r.turn not in sizes and len(sizes) == turns:
+        if r.turn not in by_turn and len(by_turn) == turns:
             break
-        sizes[r.turn] = sizes.get(r.turn, 0) + r.tokens
-    return max(sizes.values(), default=0)
+        by_turn.setdefault(r.turn, []).append(r)
+    return max((turn_growth(part[::-1]) for part in by_turn.values()), default=0)
 
 
 def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False) -> bool:

@@ -200,9 +200,10 @@ async def test_a_request_stays_within_the_budget_when_maintenance_finishes_a_tur
     for n in range(1, 60):
         new = turn(n, tool=n % 3 == 0, size=150 if n % 3 == 0 else 40)
         result = await assemble(engine, history)
-        # The request of turn n: its assembly, then the turn's own messages
-        # (the prompt, the tool call and its output, the reply).
-        worst = max(worst, result.estimated_tokens + sum(estimate_message_tokens(m) for m in new))
+        # The largest request of turn n: its assembly, then the turn's own
+        # messages up to its reply (the prompt, the tool call and its
+        # output); the reply ends the turn and is in no request of it.
+        worst = max(worst, result.estimated_tokens + sum(estimate_message_tokens(m) for m in new[:-1]))
         if n > 1:  # the step after turn n-1 ends only now
             await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
         history.extend(new)
