@@ -251,6 +251,10 @@ def test_summaries_wait_for_the_step_of_a_frame_due_within_two_turns():
     assert not summaries_wait(7_300, 400, 8_000, cfg, warm=True)  # due now: the step installs
     assert not summaries_wait(25_700, 900, 32_000, cfg, warm=True)  # 32k: the window spans turns
     assert not summaries_wait(6_600, 400, 8_000, cfg, warm=False)  # a cold cache frames at once
+    # The assembly grows by whole turns (replies included); the look-ahead
+    # room is a turn's growth (its reply left out).
+    assert summaries_wait(6_200, 350, 8_000, cfg, warm=True, turn=550)  # 6,200 + 2 x 550 passes 7,200
+    assert not summaries_wait(6_200, 350, 8_000, cfg, warm=True)  # by growth alone it would not
 
 
 async def test_a_frame_due_within_two_turns_costs_one_summary_call(host):

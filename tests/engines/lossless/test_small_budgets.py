@@ -6,7 +6,7 @@ summaries."""
 
 from __future__ import annotations
 
-from engines.lossless.compaction import frame_room, recent_turn_tokens, turn_growth
+from engines.lossless.compaction import frame_room, recent_turn_growth, recent_turn_tokens, turn_growth
 from engines.lossless.config import parse_config
 from engines.lossless.store import MessageRow
 
@@ -26,9 +26,10 @@ def test_a_turn_grows_its_requests_by_everything_but_its_final_reply():
     assert turn_growth([]) == 0
     # The next turn's room: the largest growth of the recent turns, not the largest turn.
     rows = [*shell, _row(7, 3, 600), _row(8, 3, 200, "assistant")]
-    assert recent_turn_tokens(rows) == 600
-    assert recent_turn_tokens(rows, turns=1) == 600
-    assert recent_turn_tokens(shell) == 480
+    assert recent_turn_growth(rows) == 600
+    assert recent_turn_growth(rows, turns=1) == 600
+    assert recent_turn_growth(shell) == 480
+    assert recent_turn_tokens(rows) == 930  # what a turn adds to the next assembly: the shell turn, reply and all
 
 
 def test_the_look_ahead_sees_a_large_turn_behind_several_small_ones():
@@ -96,15 +97,13 @@ async def test_a_late_frame_still_leaves_the_next_turn_its_room(host):
     one turn ahead; the assembly then leaves the turn its room itself (the
     oldest raw messages wait outside it for their summaries). Here no step
     ever runs: every assembly leaves room for a turn like the recent ones."""
-    from engines.lossless.compaction import recent_turn_tokens
-
     budget = 3_000
     engine = await make_engine(host, {**SMALL, "token_budget": budget, "cache_ttl": 3_600.0})
     history: list = []
     dropped = False
     for n in range(1, 40):
         result = await run_turn(engine, history, turn(n), maintain=False)
-        recent = recent_turn_tokens(engine.store.messages_between(SESSION, 1))
+        recent = recent_turn_growth(engine.store.messages_between(SESSION, 1))
         assert result.estimated_tokens + recent <= budget, (n, result.estimated_tokens, recent)
         dropped |= bool(engine.status(SESSION)["lastAssembly"].get("overflow"))
     assert dropped  # the conversation outgrew the budget: the oldest raw messages waited outside
