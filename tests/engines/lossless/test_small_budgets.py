@@ -129,8 +129,6 @@ async def test_every_request_of_a_turn_fits_beside_the_room_its_growth_leaves(ho
         if n > 1:  # the step after turn n-1 ends only now
             await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
         history.extend(new)
-        await engine.after_turn(
-            AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=list(history), pre_prompt_message_count=len(history) - len(new))
-        )
+        await engine.after_turn(AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=list(history), pre_prompt_message_count=len(history) - len(new)))
     assert engine.status(SESSION)["compactionSteps"] >= 2
     assert worst <= budget
