@@ -358,14 +358,18 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
     agents/*/agent/openclaw-agent.sqlite). PATHS are files or folders;
     without any, $CODEX_HOME/sessions (~/.codex/sessions) and
     $OPENCLAW_STATE_DIR (~/.openclaw). Messages the store holds already are
-    skipped, so importing again adds nothing. Creates the store if needed.
+    skipped, so importing again adds nothing; so are the rollouts and
+    transcripts of the threads and sessions the sidecar served (its state
+    dir's), which it stored itself. Creates the store if needed.
     """
     import sqlite3
     from pathlib import Path
 
     from engines.lossless import DB_NAME, Store, StoreError
-    from engines.lossless.importer import default_paths, default_places, discover, import_transcript, progress_text, read_source
+    from engines.lossless.importer import SKIP_REASONS, default_paths, default_places, discover, import_transcript, progress_text, read_source, sidecar_copy, skipped_text
 
+    from .history.backing import backing_ids
+    from .store.bindings import served
     from .store.lossless_view import store_dir
 
     given = [Path(p) for p in paths] or default_paths(dict(os.environ), Path.home())
@@ -377,6 +381,8 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
     cfg = _lossless_config(ctx)
     state_dir = _settings(ctx, ("state_dir",)).get("state_dir") or str(default_state_dir())
     folder = store_dir(state_dir)
+    # The sidecar's own threads and sessions: their rollouts and transcripts are second copies.
+    known = {thread: "backing" for thread in backing_ids(state_dir)} | {k: "served" if why == "session" else why for k, why in served(state_dir).items()}
     store: Any = None
     where = _redacted(cfg.database_url) if cfg.database_url else str(folder / DB_NAME)
     if not dry_run or cfg.database_url or (folder / DB_NAME).is_file():  # a dry run creates no SQLite file
@@ -388,6 +394,7 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
     bar = sys.stderr.isatty() if progress is None else progress
     tty = sys.stderr.isatty()
     sessions = new = unreadable = 0
+    skipped: dict[str, int] = {}
     seen: dict[str, set[str]] = {}
     try:
         for done, source in enumerate(sources, 1):
@@ -397,6 +404,14 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
                 click.echo(f"skipped {source.path}: {exc}", err=True)
                 transcripts = []
             for t in transcripts:
+                why = sidecar_copy(t, known)
+                if why is not None:
+                    skipped[why] = skipped.get(why, 0) + 1
+                    if as_json:
+                        click.echo(json.dumps({"source": t.source, "kind": t.kind, "sessionId": t.session_id, "sessionKey": t.session_key, "agent": t.agent, "messages": len(t.messages), "new": 0, "skipped": why}))
+                    elif dry_run:
+                        click.echo(f"skip {t.source}: {SKIP_REASONS[why]} ({t.session_id})")
+                    continue
                 result = import_transcript(store, t, dry_run=dry_run, seen=seen, redact=cfg.redact_secrets)
                 sessions += 1
                 new += result.new
@@ -413,11 +428,11 @@ def lossless_import_cmd(ctx: click.Context, paths: tuple[str, ...], dry_run: boo
         if store is not None:
             store.close()
     verb = "would import" if dry_run else "imported"
-    summary = {"files": len(sources), "sessions": sessions, "newMessages": new, "unreadableEntries": unreadable, "dryRun": dry_run, "store": where}
+    summary = {"files": len(sources), "sessions": sessions, "newMessages": new, "skipped": dict(sorted(skipped.items())), "unreadableEntries": unreadable, "dryRun": dry_run, "store": where}
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        click.echo(f"{verb} {new} new message(s) from {sessions} session(s) in {len(sources)} file(s) into {where}")
+        click.echo(f"{verb} {new} new message(s) from {sessions} session(s) in {len(sources)} file(s) into {where}{skipped_text(skipped)}")
     if unreadable:
         click.echo(f"{unreadable} entr{'y' if unreadable == 1 else 'ies'} could not be read and were left out", err=True)
 @lossless_cmd.command("prune")

@@ -21,10 +21,12 @@ Sources
 
 Every message gets the identity the engine gives it (:func:`.messages.identities`),
 so an import run twice stores nothing twice. A rollout of a thread the
-sidecar ran is not the sidecar's record of it (Codex's timestamps, not the
-transcript mirror's; a rebuilt thread's later Codex threads are rollouts of
-their own): importing it stores that conversation again. Sessions get their agent (``sessions.agent_id``:
-OpenClaw's agent, or the agent whose ``codex-home`` holds a rollout).
+sidecar served is not the sidecar's record of it (Codex's timestamps, not
+the transcript mirror's; a rebuilt thread's later Codex threads are rollouts
+of their own), nor is OpenClaw's transcript of a session it served: the
+command leaves those out (:func:`sidecar_copy`). Sessions get their agent
+(``sessions.agent_id``: OpenClaw's agent, or the agent whose ``codex-home``
+holds a rollout).
 
 Reading is pure (:func:`codex_messages`, :func:`openclaw_messages` over lines
 and entries); :func:`discover` finds files, :func:`read_source` reads one,
@@ -60,6 +62,7 @@ __all__ = [
     "openclaw_messages",
     "openclaw_session_id",
     "read_source",
+    "sidecar_copy",
 ]
 
 SourceKind = Literal["codex", "openclaw-jsonl", "openclaw-sqlite"]
@@ -480,6 +483,36 @@ def import_transcript(
     if transcript.agent is not None and messages:
         set_agent(store, transcript.session_id, transcript.agent)
     return ImportResult(session_id=transcript.session_id, messages=len(messages), new=len(stored or ()))  # None only with expect_stored
+
+
+#: Why a session is left out: the sidecar served it, so the store holds it
+#: from the sidecar's own transcript mirror (the engine's ``bootstrap``
+#: reads it, if not stored yet, when the session resumes); the rollout or
+#: transcript is a second record of it, with other timestamps, hence other
+#: identities.
+SKIP_REASONS = {
+    "served": "a thread or OpenClaw session the sidecar served",
+    "bound": "a Codex thread bound to a session the sidecar served",
+    "backing": "a Codex thread a rebuild moved a served thread onto",
+}
+
+
+def sidecar_copy(transcript: Transcript, known: dict[str, str]) -> str | None:
+    """Why ``transcript`` is one the sidecar holds already (a key of
+    :data:`SKIP_REASONS`), else None. ``known``: id -> reason, the
+    sidecar's threads and sessions (its state dir's ``sessions/``,
+    ``bindings/``, ``relays/`` and ``backing/``). A rollout is known by its
+    thread id, an OpenClaw transcript by the session the sidecar gives it."""
+    return known.get(transcript.session_id)
+
+
+def skipped_text(skipped: dict[str, int]) -> str:
+    """The summary line's part for the sessions left out, '' for none."""
+    total = sum(skipped.values())
+    if not total:
+        return ""
+    parts = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+    return f"; skipped {total} session(s) the sidecar already stored ({parts})"
 
 
 def default_places(env: dict[str, str], home: Path) -> list[Path]:

@@ -180,6 +180,35 @@ def _unswitched(alias: Alias) -> bool:
     return alias.current in ("", alias.client) and not alias.retired and alias.spare is None and not alias.pending
 
 
+def backing_ids(state_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """Every Codex thread behind a client's thread, from the map on disk
+    (``backing/``): backing id (current, retired, spare) -> the client's
+    thread id. For ``engines lossless import``: such a thread's rollout
+    is a second copy of the client thread's conversation. An unreadable
+    entry is left out."""
+    out: dict[str, str] = {}
+    folder = Path(state_dir) / "backing"
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            data = json.loads((folder / name).read_text())
+            client = data["client"]
+            ids = [data.get("current"), *(data.get("retired") or []), data.get("spare")]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not isinstance(client, str):
+            continue
+        for thread in ids:
+            if isinstance(thread, str) and thread != client:
+                out[thread] = client
+    return out
+
+
 def _valid_id(thread_id: str) -> bool:
     return _UUID.fullmatch(b'"' + thread_id.encode() + b'"') is not None
 

@@ -107,6 +107,37 @@ def threads_of(state_dir: str | os.PathLike[str], session_id: str) -> list[Bindi
     return out
 
 
+def served(state_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """What the sidecar has served, for ``engines lossless import``: id ->
+    ``"session"`` for each session it keeps a transcript mirror of
+    (``sessions/<session>.jsonl``: a thread that is its own session, or an
+    OpenClaw session by its relay id), each session a binding names and each
+    relay id it recorded; ``"bound"`` for each thread bound to a session
+    (``bindings/``). An unreadable binding is left out."""
+    out: dict[str, str] = {}
+    state = Path(state_dir)
+    with contextlib.suppress(OSError):
+        for entry in (state / "sessions").iterdir():
+            if entry.suffix == ".jsonl":
+                out[entry.stem] = "session"
+    with contextlib.suppress(OSError):
+        for entry in (state / "relays").iterdir():
+            if entry.suffix == ".json":
+                out[entry.stem] = "session"
+    with contextlib.suppress(OSError):
+        for entry in sorted(bindings_dir(state).iterdir()):
+            if entry.suffix != ".json":
+                continue
+            try:
+                binding = decode_file(entry.read_bytes(), _binding, entry)
+            except OSError:
+                continue
+            if binding is not None and entry.stem == binding.thread:
+                out[binding.session] = "session"
+                out.setdefault(binding.thread, "bound")
+    return out
+
+
 def session_threads(state_dir: str | os.PathLike[str], name: str) -> tuple[str, list[Binding]]:
     """The session ``name`` stands for (a thread's bound session, else
     ``name`` itself) and its Codex threads, oldest binding first: the

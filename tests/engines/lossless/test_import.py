@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 from click.testing import CliRunner
 
 from engines import IngestBatchParams, ToolCallParams
@@ -213,3 +214,108 @@ def test_the_import_command_redacts_credentials_unless_redact_secrets_is_off(tmp
         assert result.exit_code == 0 and result.stdout.startswith("imported 6 new message(s)"), result.output
         raw = b"".join(p.read_bytes() for p in (home / "sidecar" / "engines" / "lossless").iterdir() if p.is_file())
         assert b"pg-kestrel-07" in raw and (secret.encode() in raw) == stored, redact
+
+
+# ---------------------------------------------------------------- what the sidecar served
+
+
+def _rollout_of(thread: str, folder: Path) -> Path:
+    """The recorded rollout as the rollout of ``thread`` (as Codex writes a
+    backing thread's or another thread's: same conversation, its own id)."""
+    (rollout,) = CODEX.rglob("rollout-*.jsonl")
+    path = folder / rollout.name.replace(THREAD, thread)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(rollout.read_text().replace(THREAD, thread))
+    return path
+
+
+async def _serve(state: Path, session: str, key: str, messages: list) -> None:
+    """What the sidecar leaves when it served ``session`` with lossless: its
+    transcript mirror (the sidecar's timestamps, not the rollout's), and the
+    store holding it, by the engine's bootstrap from that mirror."""
+    from engines import BootstrapParams
+    from sidecar.store.lossless_view import store_dir
+    from sidecar.store.mirror import TranscriptMirror
+    from sidecar.store.sessionfile import session_path
+
+    path = session_path(state, session)
+    with TranscriptMirror.open(path, session, cwd="/work") as mirror:
+        for n, message in enumerate(messages):
+            mirror.append_message(msgspec.structs.replace(message, timestamp=message.timestamp + 1_234), f"k{n}")
+    with FakeHost(store_dir(state)) as host:
+        engine = await make_engine(host)
+        result = await engine.bootstrap(BootstrapParams(session_id=session, session_key=key, session_file=str(path)))
+        assert result.imported_messages == len(messages)
+        await engine.dispose()
+
+
+async def test_importing_the_rollouts_of_a_thread_the_sidecar_served_adds_nothing(tmp_path):
+    """The client's thread and the backing thread a rebuild moved it onto
+    are the sidecar's (its mirror, its backing map): their rollouts are left
+    out and said so; a rollout of a thread it never saw is imported."""
+    from sidecar.history.backing import BackingThreads
+
+    state = tmp_path / "sidecar"
+    (rollout,) = CODEX.rglob("rollout-*.jsonl")
+    _, messages, _ = codex_messages(rollout.read_bytes().splitlines())
+    await _serve(state, THREAD, THREAD, messages)
+    backing, unknown = "01a23462-aaaa-7000-8000-000000000001", "01a23462-bbbb-7000-8000-000000000002"
+    threads = BackingThreads(state, ())
+    alias = threads.remember_start(THREAD, {"cwd": "/work"})
+    threads.note_spare(THREAD, backing)
+    threads.switch(THREAD)
+    threads.confirm(THREAD)
+    threads.save(alias)
+    history = tmp_path / "codex-home" / "sessions"
+    for thread in (THREAD, backing, unknown):
+        _rollout_of(thread, history)
+    db = state / "engines" / "lossless" / "lossless.sqlite3"
+    store = Store.open(db.parent)
+    before = _dump(store)
+    store.close()
+
+    dry = _cli(tmp_path, str(history), "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert sorted(line.split(": ", 1)[1] for line in dry.stdout.splitlines() if line.startswith("skip ")) == [
+        f"a Codex thread a rebuild moved a served thread onto ({backing})",
+        f"a thread or OpenClaw session the sidecar served ({THREAD})",
+    ]
+    assert dry.stdout.splitlines()[-1].startswith("would import 6 new message(s) from 1 session(s) in 3 file(s)")
+    assert dry.stdout.rstrip().endswith("; skipped 2 session(s) the sidecar already stored (1 backing, 1 served)")
+
+    result = _cli(tmp_path, str(history), "--json")
+    assert result.exit_code == 0, result.output
+    *rows, totals = (json.loads(line) for line in result.stdout.splitlines())
+    assert {r["sessionId"]: (r.get("skipped"), r["new"]) for r in rows} == {THREAD: ("served", 0), backing: ("backing", 0), unknown: (None, 6)}
+    assert totals["newMessages"] == 6 and totals["skipped"] == {"backing": 1, "served": 1}
+    store = Store.open(db.parent)
+    after = _dump(store)
+    store.close()
+    served_rows = [r for r in after["messages"] if r[1] == THREAD]
+    assert served_rows == [r for r in before["messages"] if r[1] == THREAD] and len(served_rows) == 6
+    assert {s[0] for s in after["sessions"]} == {THREAD, unknown}
+
+
+async def test_importing_openclaws_transcript_of_a_session_the_sidecar_served_adds_nothing(tmp_path):
+    """OpenClaw's transcript of a session that ran through the sidecar is
+    a second record of what its mirror holds (OpenClaw's timestamps): both
+    of OpenClaw's sources of it are left out, by the session the sidecar
+    bound the thread to; the rollout beside them is imported."""
+    from sidecar.store import bindings
+
+    state = tmp_path / "sidecar"
+    session = openclaw_session_id("main", OC_KEY)
+    entries = [json.loads(line) for line in (OPENCLAW / "agents" / "main" / "sessions" / "import-fixture.jsonl").read_text().splitlines()]
+    messages, _ = openclaw_messages(entries)
+    await _serve(state, session, OC_KEY, messages)
+    bindings.save(state, bindings.Binding("01a23462-cccc-7000-8000-000000000003", session, "relay"))
+
+    result = _cli(tmp_path, str(FIXTURES))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("imported 6 new message(s) from 1 session(s) in 3 file(s)")
+    assert "; skipped 2 session(s) the sidecar already stored (2 served)" in result.stdout
+    store = Store.open(state / "engines" / "lossless")
+    try:
+        assert len([r for r in _dump(store)["messages"] if r[1] == session]) == 6
+    finally:
+        store.close()
