@@ -228,6 +228,34 @@ def test_a_refused_index_tidy_is_not_tried_again(pg_url):
 
 
 @pytest.mark.postgres
+def test_a_store_the_planner_has_no_statistics_for_is_analysed_at_the_next_fold(pg_url):
+    # Until autovacuum's first ANALYZE (a minute or more; never with it off)
+    # the planner guesses a few matches for any word: see test_grep_search's
+    # test_on_postgresql_only_the_candidates_are_ranked_whatever_the_plan.
+    from engines import UserMessage
+    from engines.lossless.messages import content_identity, identities
+    from engines.tokens import estimate_message_tokens
+
+    store = Store.connect(pg_url)
+    try:
+        conn = store.backend.conn
+        conn.execute("ALTER TABLE messages SET (autovacuum_enabled = false)")
+        batch = [UserMessage(content=f"message {n}", timestamp=n) for n in range(20)]
+        store.ingest(SESSION, SESSION, batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
+        stats = "SELECT COUNT(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'messages'"
+        assert conn.execute(stats).fetchone()[0] == 0
+        store.backend.tidy_index()
+        assert conn.execute(stats).fetchone()[0] > 0
+        calls: list[str] = []
+        real = conn.execute
+        conn.execute = lambda sql, *a: (calls.append(sql), real(sql, *a))[1]
+        store.backend.tidy_index()
+        assert len(calls) == 1 and "gin_clean_pending_list" in calls[0]  # analysed once: then autovacuum's
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
 def test_a_statement_run_often_is_planned_for_the_table_as_it_is_now(pg_url):
     from engines import UserMessage
     from engines.lossless.messages import content_identity, identities
