@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .schema import MIGRATIONS, PG_MIGRATIONS, SCHEMA_VERSION, pg_ddl
 
-__all__ = ["ANALYZE_ROWS", "BUSY_TIMEOUT", "Backend", "BackendError", "PostgresBackend", "SqliteBackend", "enter_wal", "fts_words", "redact_url"]
+__all__ = ["BUSY_TIMEOUT", "Backend", "BackendError", "PostgresBackend", "SqliteBackend", "enter_wal", "fts_words", "redact_url"]
 
 _VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
 _MIGRATION_LOCK = "lossless:migrations"
@@ -294,10 +294,6 @@ def snippet(text: str, words: Sequence[str], size: int = 16) -> str:
     return ("…" if start > 0 else "") + out + ("…" if end < len(tokens) else "")
 
 
-#: Rows of ``messages`` changed since its last ANALYZE (and more than it then
-#: held) before a GIN fold analyses the store's tables (:meth:`PostgresBackend.tidy_index`).
-ANALYZE_ROWS = 1_000
-
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.IGNORECASE)
 
 
@@ -477,30 +473,13 @@ class PostgresBackend:
         rare word's search 52 ms of server CPU instead of 1 ms. Done after
         each turn the list stays a turn's words. Only the indexes' owner may
         do it: when refused, it is not tried again (searches then read the
-        list, as before).
-
-        The same statement asks whether more rows of ``messages`` changed
-        since its last ANALYZE than it then held (at least
-        :data:`ANALYZE_ROWS`): autovacuum analyses after 10%, but a new
-        store grows faster than its first visit (a minute or more; never
-        with autovacuum off); then the store's tables are analysed, about
-        log2(rows) times in a store's life. Without statistics, or with
-        those of a table 20 times smaller, the planner guessed a few
-        matches for any word and read all of them: ``status`` (every
-        message) with ``scope: agent`` took 55-75 ms of CPU at 13,000
-        messages, 15-25 ms analysed (``make bench-lossless-long``)."""
+        list, as before)."""
         if not self._tidy:
             return
         try:
-            conn = self._live()
-            row = conn.execute(
-                "SELECT gin_clean_pending_list('messages_text_tsv'::regclass), gin_clean_pending_list('summaries_text_tsv'::regclass), "
-                "(SELECT s.n_mod_since_analyze > GREATEST(c.reltuples, %s) FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
-                "WHERE s.relid = 'messages'::regclass)",
-                (ANALYZE_ROWS,),
-            ).fetchone()
-            if row is not None and row[2]:
-                conn.execute("ANALYZE messages, summaries, sessions")
+            self._live().execute(
+                "SELECT gin_clean_pending_list('messages_text_tsv'::regclass), gin_clean_pending_list('summaries_text_tsv'::regclass)"
+            )
         except self._psycopg.Error as exc:
             self._tidy = False
             logging.getLogger("engines.lossless.store").info(

@@ -228,45 +228,6 @@ def test_a_refused_index_tidy_is_not_tried_again(pg_url):
 
 
 @pytest.mark.postgres
-def test_a_fold_analyses_the_tables_once_messages_outgrew_their_last_statistics(pg_url, monkeypatch):
-    # Autovacuum's first visit may come after a new store has grown: without
-    # statistics, or with a much smaller table's, the planner guesses a few
-    # matches for any word (see test_grep_search's
-    # test_on_postgresql_only_the_candidates_are_ranked_whatever_the_plan).
-    from engines import UserMessage
-    from engines.lossless import backends
-    from engines.lossless.messages import content_identity, identities
-    from engines.tokens import estimate_message_tokens
-
-    monkeypatch.setattr(backends, "ANALYZE_ROWS", 10)
-    store = Store.connect(pg_url)
-    try:
-        conn = store.backend.conn
-        conn.execute("ALTER TABLE messages SET (autovacuum_enabled = false)")
-        analysed = "SELECT reltuples FROM pg_class WHERE oid = 'messages'::regclass"
-
-        def add(first: int, count: int) -> None:
-            batch = [UserMessage(content=f"message {n}", timestamp=n) for n in range(first, first + count)]
-            store.ingest(SESSION, SESSION, batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
-            conn.execute("SELECT pg_stat_force_next_flush()")  # the counts reach the statistics now, not within a second
-
-        add(0, 8)
-        store.backend.tidy_index()
-        assert conn.execute(analysed).fetchone()[0] < 0  # too few to matter: never analysed
-        add(8, 12)
-        store.backend.tidy_index()
-        assert conn.execute(analysed).fetchone()[0] == 20
-        add(20, 15)  # fewer than it held: autovacuum's turn
-        store.backend.tidy_index()
-        assert conn.execute(analysed).fetchone()[0] == 20
-        add(35, 10)
-        store.backend.tidy_index()
-        assert conn.execute(analysed).fetchone()[0] == 45
-    finally:
-        store.close()
-
-
-@pytest.mark.postgres
 def test_a_statement_run_often_is_planned_for_the_table_as_it_is_now(pg_url):
     from engines import UserMessage
     from engines.lossless.messages import content_identity, identities
