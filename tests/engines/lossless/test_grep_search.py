@@ -240,3 +240,53 @@ def test_on_sqlite_the_search_index_drives_the_query(tmp_path):
         scans = [step for step in plan if step.startswith(("SCAN", "SEARCH"))]
         assert scans[0].startswith("SCAN") and "_fts VIRTUAL TABLE" in scans[0], plan
     store.close()
+
+
+def _nodes(node: dict) -> list[dict]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan."""
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
+
+
+def _rows(node: dict) -> int:
+    return int(node["Actual Rows"] * node["Actual Loops"])
+
+
+@pytest.mark.postgres
+def test_on_postgresql_only_the_candidates_are_ranked_whatever_the_plan(pg_server, monkeypatch):
+    # Without statistics (a new store, before autovacuum's first ANALYZE) the
+    # planner reads every match of the scope, then sorts them by pk: ranked
+    # below the candidates' LIMIT, each of them was ranked, its text_tsv read
+    # from TOAST (status with scope agent: 55-75 ms of CPU, not 15-25).
+    from engines import UserMessage
+    from engines.lossless import Store
+    from engines.lossless import search as search_module
+    from engines.lossless.messages import content_identity, identities
+    from engines.lossless.search import GrepQuery, search, set_agent
+    from engines.tokens import estimate_message_tokens
+
+    monkeypatch.setattr(search_module, "FTS_CANDIDATES", 4)
+    name, url = pg_server.new_database()
+    store = Store.connect(url)
+    try:
+        for session in ("s-a", "s-b"):
+            batch = [UserMessage(content=f"kestrel note {n} of {session}", timestamp=T0 + n) for n in range(15)]
+            store.ingest(session, f"agent:main:{session}", batch, identities(batch, [content_identity(m) for m in batch]), estimate_message_tokens)
+            set_agent(store, session, "main")
+        ranked: list[tuple[str, tuple]] = []
+        real = store.backend.execute
+        monkeypatch.setattr(store.backend, "execute", lambda sql, params=(): (ranked.append((sql, tuple(params))) if "FROM messages x," in sql else None, real(sql, params))[1])
+        store.backend.conn.execute("SET enable_indexscan = off")  # that plan: every match read, then sorted by pk
+        for agent in (None, "main"):
+            hits = search(store, GrepQuery(match='"kestrel"', session_id="s-a", agent=agent, limit=2))
+            assert len(hits) == 2
+        assert len(ranked) == 2
+        for sql, params, matches in zip(*zip(*ranked, strict=True), (15, 30), strict=True):
+            [[plan]] = store.backend.conn.execute("EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) " + store.backend._sql(sql), params).fetchall()
+            nodes = _nodes(plan[0]["Plan"])
+            assert max(_rows(n) for n in nodes if n.get("Relation Name") == "messages") >= matches  # the plan read every match
+            # The nodes that compute the rank (one that passes it on shows it in parentheses).
+            rankers = [n for n in nodes if any(out.startswith("ts_rank(") for out in n.get("Output", []))]
+            assert rankers and sum(_rows(n) for n in rankers) <= 4, sql
+    finally:
+        store.close()
+        pg_server.drop_database(name)
