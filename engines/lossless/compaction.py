@@ -76,13 +76,11 @@ __all__ = [
     "last_turn_tokens",
     "leaf_chunks",
     "frame_room",
-    "recent_turn_growth",
     "recent_turn_tokens",
     "retry_fallbacks",
     "run_step",
     "step_needed",
     "summaries_wait",
-    "turn_growth",
     "turn_room",
 ]
 
@@ -169,7 +167,7 @@ def step_needed(
 ) -> bool:
     """Whether maintenance should run a compaction step now: the assembly
     past ``compact_threshold`` of the budget, a step left unfinished, one
-    more turn growing by ``last_turn`` would not fit (see :func:`frame_due`),
+    more turn as large as ``last_turn`` would not fit (see :func:`frame_due`),
     or a new frame would pay for itself (``pays``, :func:`frame_pays`)."""
     assembly = frame_tokens + tail_tokens
     return unfinished or pays or assembly > cfg.compact_threshold * budget or assembly + last_turn > budget
@@ -225,44 +223,15 @@ LOOKBACK_MESSAGES = 48
 """Stored messages (before the frame too) those turns are read from."""
 
 
-def turn_growth(rows: Sequence[MessageRow]) -> int:
-    """What one turn's messages (``rows``, in order) added to the requests
-    of that turn: all of them but its final reply. The assembly is made
-    before the turn, and each request of the turn is the assembly plus the
-    turn's messages so far (the prompt, tool calls and their outputs); the
-    model's last answer ends the turn and is read by no request of it (the
-    next turn's assembly holds it, and the frame decisions count it there).
-    A turn that ends on anything but the assistant's message (cut short) counts whole."""
-    total = sum(r.tokens for r in rows)
-    if rows and rows[-1].role == "assistant":
-        total -= rows[-1].tokens
-    return total
-
-
 def recent_turn_tokens(rows: Sequence[MessageRow], turns: int = RECENT_TURNS) -> int:
     """The largest of the newest ``turns`` turns among ``rows``, in tokens
-    (turns differ: a turn with a tool output is larger than one without):
-    what a turn adds to the assembly that follows it."""
-    return max((sum(r.tokens for r in part) for part in _newest_turns(rows, turns)), default=0)
-
-
-def recent_turn_growth(rows: Sequence[MessageRow], turns: int = RECENT_TURNS) -> int:
-    """The room the next turn needs beside the assembly: the largest
-    :func:`turn_growth` of the newest ``turns`` turns among ``rows``. The
-    final replies are not counted: with them, at 8k with ~920-token turns,
-    every frame kept a ~550-token reply's room empty that no request used
-    (300 turns: 58 rebuilds, 49 without)."""
-    return max((turn_growth(part) for part in _newest_turns(rows, turns)), default=0)
-
-
-def _newest_turns(rows: Sequence[MessageRow], turns: int) -> list[list[MessageRow]]:
-    """The messages of the newest ``turns`` turns among ``rows``, each in order."""
-    by_turn: dict[int, list[MessageRow]] = {}
+    (turns differ: a turn with a tool output is larger than one without)."""
+    sizes: dict[int, int] = {}
     for r in reversed(rows):
-        if r.turn not in by_turn and len(by_turn) == turns:
+        if r.turn not in sizes and len(sizes) == turns:
             break
-        by_turn.setdefault(r.turn, []).append(r)
-    return [part[::-1] for part in by_turn.values()]
+        sizes[r.turn] = sizes.get(r.turn, 0) + r.tokens
+    return max(sizes.values(), default=0)
 
 
 def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False) -> bool:
@@ -271,9 +240,8 @@ def frame_due(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessCo
     last), which costs nothing when the cache has gone cold; while it is warm
     the frame waits until it pays for itself (``pays``, :func:`frame_pays`)
     or the budget forces it: the assembly past
-    ``warm_compact_threshold`` of the budget, or one more turn growing by
-    ``last_turn`` (the largest recent growth, :func:`recent_turn_growth`)
-    would not fit. One is enough for
+    ``warm_compact_threshold`` of the budget, or one more turn as large as
+    ``last_turn`` (the largest recent one) would not fit. One is enough for
     the budget: maintenance runs in the background, so the next turn may be
     assembled (with the old frame) before a late step installs its frame,
     and then the assembly leaves that turn its room itself, dropping its
@@ -289,8 +257,8 @@ def turn_room(
     recent: int, budget: int, frame_tokens: int, tail_tokens: Sequence[int], cuts: Sequence[bool], fresh_tokens: int, fresh_messages: int
 ) -> int:
     """Room an assembly leaves beside itself for the turn about to run: as
-    much as the largest recent turn's growth (``recent``, what the frame
-    decisions look one turn ahead by), so the turn's requests stay within the budget
+    much as the largest recent turn (``recent``, what the frame decisions
+    look one turn ahead by), so the turn's requests stay within the budget
     even when maintenance ran late and the frame it found due is not
     installed yet (then the oldest raw messages wait outside the assembly
     for their summaries). Never at the cost of the frame and the fresh tail
@@ -300,14 +268,10 @@ def turn_room(
     return max(0, min(recent, budget - frame_tokens - sum(tail_tokens[start:])))
 
 
-def summaries_wait(
-    assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False, turn: int | None = None
-) -> bool:
+def summaries_wait(assembly_tokens: int, last_turn: int, budget: int, cfg: LosslessConfig, *, warm: bool, pays: bool = False) -> bool:
     """Whether a step whose frame is not due yet (:func:`frame_due`) should
     write no summaries now either, because two more turns as large as
-    ``turn`` (the largest recent turn, reply included: what a turn adds to
-    the assembly; unset: ``last_turn``) make the frame due: the step that
-    installs it then asks
+    ``last_turn`` make the frame due: the step that installs it then asks
     for every summary in one call, where summarising now (while the frame
     waits) and again then made two (8k bench, ~340-token turns: the step
     past ``compact_threshold`` and the one the budget forces come a turn or
@@ -315,9 +279,8 @@ def summaries_wait(
     uncached). A wider window (larger budgets) still writes its summaries
     early, so that a frame can be installed for free once the cache has
     gone cold."""
-    grown = assembly_tokens + 2 * (last_turn if turn is None else turn)
     return not frame_due(assembly_tokens, last_turn, budget, cfg, warm=warm, pays=pays) and frame_due(
-        grown, last_turn, budget, cfg, warm=warm, pays=pays
+        assembly_tokens + 2 * last_turn, last_turn, budget, cfg, warm=warm, pays=pays
     )
 
 

@@ -56,7 +56,6 @@ from .compaction import (
     frame_due,
     frame_pays,
     install_frame,
-    recent_turn_growth,
     recent_turn_tokens,
     retry_fallbacks,
     run_step,
@@ -431,13 +430,13 @@ class LosslessEngine(BaseContextEngine):
                 shown = count_tokens(addition) if addition and session.frame_tokens else 0  # as assemble reserves it
                 assembly = session.frame_tokens + sum(r.tokens for r in tail) + shown
                 back = await trio.to_thread.run_sync(self._view_sync, session_id, max(1, session.frame_seq + 1 - LOOKBACK_MESSAGES))
-                recent = recent_turn_growth(back)  # the next turn's room: what its requests add
+                recent = recent_turn_tokens(back)
                 pays = self.cfg.frames_when_paid and frame_pays(tail, session.frame_tokens, effective, self.cfg)
                 if not step_needed(session.frame_tokens, assembly - session.frame_tokens, effective, self.cfg, unfinished, recent, pays):
                     return {"reason": reason, "changed": False, "needed": False}
                 warm = self._cache_warm(session_id) is True
                 install = frame_due(assembly, recent, effective, self.cfg, warm=warm, pays=pays)
-                if not install and not unfinished and summaries_wait(assembly, recent, effective, self.cfg, warm=warm, pays=pays, turn=recent_turn_tokens(back)):
+                if not install and not unfinished and summaries_wait(assembly, recent, effective, self.cfg, warm=warm, pays=pays):
                     return {"reason": reason, "changed": False, "needed": False, "waiting": "the frame is due next turn"}
             return await run_step(ctx, session_id, budget=effective, force=force, reason=reason, install=install)
 
@@ -572,14 +571,14 @@ def _turn_room(
     budget: int,
     reserved: int,
 ) -> int:
-    """:func:`.compaction.turn_room` for an assembly: the largest growth of
-    the recent turns (read from the store before the frame too, as the frame
+    """:func:`.compaction.turn_room` for an assembly: the largest of the
+    recent turns (read from the store before the frame too, as the frame
     decisions read them), never at the cost of the frame and the fresh tail."""
     back: list[MessageRow] = []
     if frame_seq >= 1 and len({r.turn for r in rows}) <= RECENT_TURNS:  # else the newest turns are all in the tail
         older, recorded = store.messages_with_outputs(session_id, max(1, frame_seq + 1 - LOOKBACK_MESSAGES), frame_seq)
         back = out_of_line_view(store, cfg, session_id, older, count_tokens, estimate_message_tokens, recorded)[0]
-    recent = recent_turn_growth([*back, *rows])
+    recent = recent_turn_tokens([*back, *rows])
     tail_tokens = [r.tokens for r in rows]
     if frame_tokens + sum(tail_tokens) + recent <= budget - reserved:
         return recent  # room to spare: nothing is left out, the fresh tail is not at stake

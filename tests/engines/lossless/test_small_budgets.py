@@ -6,30 +6,15 @@ summaries."""
 
 from __future__ import annotations
 
-from engines.lossless.compaction import frame_room, recent_turn_growth, recent_turn_tokens, turn_growth
+from engines.lossless.compaction import frame_room, recent_turn_tokens
 from engines.lossless.config import parse_config
 from engines.lossless.store import MessageRow
 
 from .conftest import SESSION, SMALL, assemble, make_engine, run_turn, turn
 
 
-def _row(seq: int, turn_no: int, tokens: int, role: str = "user") -> MessageRow:
-    return MessageRow(id=f"m{seq}", seq=seq, turn=turn_no, role=role, tool_name=None, timestamp=0, tokens=tokens, text="")
-
-
-def test_a_turn_grows_its_requests_by_everything_but_its_final_reply():
-    talk = [_row(1, 1, 350), _row(2, 1, 450, "assistant")]
-    shell = [_row(3, 2, 20), _row(4, 2, 30, "assistant"), _row(5, 2, 430, "toolResult"), _row(6, 2, 450, "assistant")]
-    assert turn_growth(talk) == 350  # the prompt; the reply is in no request of its turn
-    assert turn_growth(shell) == 480  # the prompt, the call and its output (the last request)
-    assert turn_growth(shell[:3]) == 480  # cut short after the output: every message was read
-    assert turn_growth([]) == 0
-    # The next turn's room: the largest growth of the recent turns, not the largest turn.
-    rows = [*shell, _row(7, 3, 600), _row(8, 3, 200, "assistant")]
-    assert recent_turn_growth(rows) == 600
-    assert recent_turn_growth(rows, turns=1) == 600
-    assert recent_turn_growth(shell) == 480
-    assert recent_turn_tokens(rows) == 930  # what a turn adds to the next assembly: the shell turn, reply and all
+def _row(seq: int, turn_no: int, tokens: int) -> MessageRow:
+    return MessageRow(id=f"m{seq}", seq=seq, turn=turn_no, role="user", tool_name=None, timestamp=0, tokens=tokens, text="")
 
 
 def test_the_look_ahead_sees_a_large_turn_behind_several_small_ones():
@@ -97,38 +82,15 @@ async def test_a_late_frame_still_leaves_the_next_turn_its_room(host):
     one turn ahead; the assembly then leaves the turn its room itself (the
     oldest raw messages wait outside it for their summaries). Here no step
     ever runs: every assembly leaves room for a turn like the recent ones."""
+    from engines.lossless.compaction import recent_turn_tokens
+
     budget = 3_000
     engine = await make_engine(host, {**SMALL, "token_budget": budget, "cache_ttl": 3_600.0})
     history: list = []
     dropped = False
     for n in range(1, 40):
         result = await run_turn(engine, history, turn(n), maintain=False)
-        recent = recent_turn_growth(engine.store.messages_between(SESSION, 1))
+        recent = recent_turn_tokens(engine.store.messages_between(SESSION, 1))
         assert result.estimated_tokens + recent <= budget, (n, result.estimated_tokens, recent)
         dropped |= bool(engine.status(SESSION)["lastAssembly"].get("overflow"))
     assert dropped  # the conversation outgrew the budget: the oldest raw messages waited outside
-
-
-async def test_every_request_of_a_turn_fits_beside_the_room_its_growth_leaves(host):
-    """The room an assembly leaves is the largest recent turn's growth (its
-    messages but its reply), not the whole turn: every request of the next
-    turn, up to the one after its largest tool output, still fits the
-    budget, with maintenance a turn late and no share-of-budget slack
-    (``warm_compact_threshold = 1``) to hide a room too small."""
-    from engines.api import AfterTurnParams, MaintainParams
-    from engines.tokens import estimate_message_tokens
-
-    budget = 3_000
-    engine = await make_engine(host, {**SMALL, "token_budget": budget, "cache_ttl": 3_600.0, "warm_compact_threshold": 1.0})
-    history: list = []
-    worst = 0
-    for n in range(1, 60):
-        new = turn(n, tool=n % 3 == 0, size=300 if n % 3 == 0 else 80)
-        result = await assemble(engine, history)
-        worst = max(worst, result.estimated_tokens + sum(estimate_message_tokens(m) for m in new[:-1]))
-        if n > 1:  # the step after turn n-1 ends only now
-            await engine.maintain(MaintainParams(session_id=SESSION, session_key=SESSION, session_file="", reason="turn"))
-        history.extend(new)
-        await engine.after_turn(AfterTurnParams(session_id=SESSION, session_key=SESSION, session_file="", messages=list(history), pre_prompt_message_count=len(history) - len(new)))
-    assert engine.status(SESSION)["compactionSteps"] >= 2
-    assert worst <= budget
