@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -90,21 +91,24 @@ def _write_atomic(path: Path, obj: Binding | RelaySession) -> None:
     os.replace(tmp, path)
 
 
-def threads_of(state_dir: str | os.PathLike[str], session_id: str) -> list[Binding]:
-    """Every thread bound to ``session_id``, in thread id order."""
-    out: list[Binding] = []
-    folder = bindings_dir(state_dir)
+def _all(state_dir: str | os.PathLike[str]) -> Iterator[Binding]:
+    """Every readable binding on disk, in thread id order (a file whose name
+    is not its thread's is left out)."""
     with contextlib.suppress(OSError):
-        for entry in sorted(folder.iterdir()):
+        for entry in sorted(bindings_dir(state_dir).iterdir()):
             if entry.suffix != ".json":
                 continue
             try:
                 binding = decode_file(entry.read_bytes(), _binding, entry)
             except OSError:
                 continue
-            if binding is not None and binding.session == session_id and entry.stem == binding.thread:
-                out.append(binding)
-    return out
+            if binding is not None and entry.stem == binding.thread:
+                yield binding
+
+
+def threads_of(state_dir: str | os.PathLike[str], session_id: str) -> list[Binding]:
+    """Every thread bound to ``session_id``, in thread id order."""
+    return [binding for binding in _all(state_dir) if binding.session == session_id]
 
 
 def served(state_dir: str | os.PathLike[str]) -> dict[str, str]:
@@ -124,17 +128,9 @@ def served(state_dir: str | os.PathLike[str]) -> dict[str, str]:
         for entry in (state / "relays").iterdir():
             if entry.suffix == ".json":
                 out[entry.stem] = "session"
-    with contextlib.suppress(OSError):
-        for entry in sorted(bindings_dir(state).iterdir()):
-            if entry.suffix != ".json":
-                continue
-            try:
-                binding = decode_file(entry.read_bytes(), _binding, entry)
-            except OSError:
-                continue
-            if binding is not None and entry.stem == binding.thread:
-                out[binding.session] = "session"
-                out.setdefault(binding.thread, "bound")
+    for binding in _all(state):
+        out[binding.session] = "session"
+        out.setdefault(binding.thread, "bound")
     return out
 
 
